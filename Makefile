@@ -1,0 +1,181 @@
+# a2: build, test, install.
+#
+#   make               release build in build/release
+#   make check         dependencies, release + ASan/UBSan builds, every test
+#   make demo          live demo on a throwaway cluster
+#   make bench         benchmarks (tables on stdout, CSV in bench/results)
+#   make install       PREFIX=/usr/local DESTDIR=
+#   make clean
+#
+# Layout conventions (so modules never need to edit this file):
+#   <lib>/*.c                     -> build/<v>/lib/liba2<lib>.a  (lib: decoder wire store worker)
+#   <dir>/main.c                  -> a program (consumer: a2-consumer, worker: a2-worker, cli: a2)
+#   consumer/*.c, cli/*.c (not main.c) -> internal archives the tests link too
+#   tests/unit/test_*.c           -> one cmocka executable each (no database)
+#   tests/integration/test_*.c    -> one cmocka executable each (A2_TEST_DB set by tests/run)
+#   tests/integration/test_*.sh   -> shell tests run by tests/run with the same environment
+#   tests/common/*.c              -> linked into every test executable
+#   mk/*.mk                       -> extra targets of a module (fuzz, fixtures, bench ...)
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+VARIANT ?= release
+CC      ?= cc
+
+B := build/$(VARIANT)
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+        -Wmissing-prototypes -Wformat=2 -Wvla
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -g -Iinclude -Itests/common \
+               -I$(shell pg_config --includedir 2>/dev/null || echo /usr/include/postgresql) \
+               -MMD -MP
+
+ifeq ($(VARIANT),asan)
+OPT_CFLAGS := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
+              -fno-sanitize-recover=all
+OPT_LDFLAGS := -fsanitize=address,undefined
+else ifeq ($(VARIANT),debug)
+OPT_CFLAGS := -O0
+OPT_LDFLAGS :=
+else
+OPT_CFLAGS := -O2
+OPT_LDFLAGS :=
+endif
+
+ALL_CFLAGS  := $(BASE_CFLAGS) $(OPT_CFLAGS) $(CFLAGS)
+ALL_LDFLAGS := $(OPT_LDFLAGS) $(LDFLAGS)
+LDLIBS_ALL  := -lpq -ljansson -lmsgpackc -lpthread -lm
+
+# Libraries in link order (users first).
+LIBDIRS := worker store wire decoder
+INTDIRS := consumer cli
+
+lib_srcs = $(filter-out $(1)/main.c,$(wildcard $(1)/*.c))
+lib_objs = $(patsubst %.c,$(B)/obj/%.o,$(call lib_srcs,$(1)))
+
+# build/gen/schema_sql.c: sql/schema.sql as a C string, for `a2 schema apply`.
+GEN_SCHEMA := $(B)/obj/gen/schema_sql.o
+
+LIBS_PRESENT := $(foreach d,$(LIBDIRS),$(if $(call lib_srcs,$(d)),$(d)))
+INTS_PRESENT := $(foreach d,$(INTDIRS),$(if $(call lib_srcs,$(d)),$(d)))
+LIB_ARCHIVES := $(foreach d,$(LIBS_PRESENT),$(B)/lib/liba2$(d).a)
+INT_ARCHIVES := $(foreach d,$(INTS_PRESENT),$(B)/lib/liba2$(d)_int.a)
+# Everything a program or test links, users before providers.
+LINK_ARCHIVES := $(INT_ARCHIVES) $(LIB_ARCHIVES)
+
+PROGRAMS := $(if $(wildcard consumer/main.c),$(B)/bin/a2-consumer) \
+            $(if $(wildcard worker/main.c),$(B)/bin/a2-worker) \
+            $(if $(wildcard cli/main.c),$(B)/bin/a2)
+
+COMMON_TEST_SRCS := $(wildcard tests/common/*.c)
+COMMON_TEST_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(COMMON_TEST_SRCS))
+UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
+INTEG_TESTS := $(patsubst tests/integration/%.c,$(B)/tests/integration/%,$(wildcard tests/integration/test_*.c))
+
+.PHONY: all tests check check-variant demo bench install clean deps format format-check tidy cppcheck
+.DEFAULT_GOAL := all
+
+all: $(LIB_ARCHIVES) $(PROGRAMS) $(B)/a2store.pc $(B)/a2worker.pc
+
+tests: all $(UNIT_TESTS) $(INTEG_TESTS)
+
+deps:
+	@deploy/install-deps
+
+# The test command of the README. Release build first (warnings are errors),
+# then everything again under AddressSanitizer + UndefinedBehaviorSanitizer.
+check: deps
+	$(MAKE) VARIANT=release tests
+	$(MAKE) VARIANT=asan tests
+	tests/run release
+	tests/run asan
+	@if [ -n "$(strip $(CHECK_EXTRA))" ]; then $(MAKE) $(CHECK_EXTRA); fi
+
+# Run the tests of one variant against an already built tree.
+check-variant: tests
+	tests/run $(VARIANT)
+
+demo: deps
+	$(MAKE) VARIANT=release all
+	deploy/demo
+
+bench: deps
+	$(MAKE) VARIANT=release all
+	@if [ -x bench/run ]; then bench/run; else echo "bench: no benchmarks yet"; fi
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+build/gen/schema_sql.c: sql/schema.sql deploy/embed-sql
+	@mkdir -p $(dir $@)
+	deploy/embed-sql a2_schema_sql $< > $@.tmp && mv $@.tmp $@
+
+$(GEN_SCHEMA): build/gen/schema_sql.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+define LIB_RULE
+$(B)/lib/liba2$(1).a: $(call lib_objs,$(1)) $(if $(filter store,$(1)),$(GEN_SCHEMA))
+	@mkdir -p $$(dir $$@)
+	rm -f $$@ && ar rcs $$@ $$^
+endef
+$(foreach d,$(LIBS_PRESENT),$(eval $(call LIB_RULE,$(d))))
+
+define INT_RULE
+$(B)/lib/liba2$(1)_int.a: $(call lib_objs,$(1))
+	@mkdir -p $$(dir $$@)
+	rm -f $$@ && ar rcs $$@ $$^
+endef
+$(foreach d,$(INTS_PRESENT),$(eval $(call INT_RULE,$(d))))
+
+$(B)/bin/a2-consumer: $(B)/obj/consumer/main.o $(LINK_ARCHIVES)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_ALL)
+
+$(B)/bin/a2-worker: $(B)/obj/worker/main.o $(LINK_ARCHIVES)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_ALL)
+
+$(B)/bin/a2: $(B)/obj/cli/main.o $(LINK_ARCHIVES)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_ALL)
+
+$(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(COMMON_TEST_OBJS) $(LINK_ARCHIVES)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_ALL) -lcmocka
+
+$(B)/tests/integration/%: $(B)/obj/tests/integration/%.o $(COMMON_TEST_OBJS) $(LINK_ARCHIVES)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_ALL) -lcmocka
+
+$(B)/%.pc: deploy/%.pc.in
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	        $(DESTDIR)$(PREFIX)/include/a2 $(DESTDIR)$(PREFIX)/share/a2
+	$(if $(strip $(PROGRAMS)),install -m 0755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/)
+	install -m 0644 $(LIB_ARCHIVES) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0644 include/a2/*.h $(DESTDIR)$(PREFIX)/include/a2/
+	install -m 0644 $(B)/a2store.pc $(B)/a2worker.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 0644 sql/schema.sql $(DESTDIR)$(PREFIX)/share/a2/
+
+clean:
+	rm -rf build
+
+format:
+	clang-format -i --style=file $$(git ls-files '*.c' '*.h')
+
+format-check:
+	clang-format --dry-run -Werror --style=file $$(git ls-files '*.c' '*.h')
+
+tidy:
+	clang-tidy $$(git ls-files '*.c') -- $(BASE_CFLAGS)
+
+cppcheck:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability -Iinclude $$(git ls-files '*.c')
+
+-include $(wildcard mk/*.mk)
+-include $(shell find build/$(VARIANT) -name '*.d' 2>/dev/null)
