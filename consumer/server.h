@@ -1,0 +1,107 @@
+/*
+ * The worker server of a2-consumer: accepts workers on a Unix socket and
+ * optionally TCP, speaks wire protocol v1 (include/a2/wire.h), keeps each
+ * worker's subscriptions, routes wake-ups to them and queues what they have
+ * not read yet.
+ *
+ * Single-threaded. The server owns one epoll descriptor (a2c_server_fd) that
+ * the daemon's loop polls for readability; a2c_server_run then does all the
+ * pending socket work without blocking. Nothing here ever blocks on a worker:
+ * a worker's outbound queue coalesces by (consumer, session, cursor key) and,
+ * past its bound, is dropped and replaced by one `resync` sent when the worker
+ * drains.
+ *
+ * Routing. A wake-up for (consumer, session) goes to one live subscriber of
+ * the consumer chosen by rendezvous hashing on the session (A2C_ROUTE_AFFINITY),
+ * or to every subscriber (A2C_ROUTE_BROADCAST). When a worker leaves, the
+ * sessions it was routed are moved: the remaining subscribers of its consumers
+ * get a `resync` naming those sessions (or all, when unknown).
+ */
+#ifndef A2_CONSUMER_SERVER_H
+#define A2_CONSUMER_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct a2c_server a2c_server;
+
+typedef enum {
+    A2C_ROUTE_AFFINITY = 0,
+    A2C_ROUTE_BROADCAST = 1,
+} a2c_route;
+
+typedef struct {
+    const char *unix_path;  /* socket path; NULL for none */
+    const char *tcp_host;   /* NULL for no TCP listener */
+    const char *tcp_port;   /* "0" picks a free port (a2c_server_tcp_port) */
+    const char *token;      /* required when tcp_host is set */
+    a2c_route route;
+    size_t queue_limit;     /* frames queued per worker before overflow; 0 = default */
+    int hello_timeout_ms;   /* a worker that sends no hello in time is dropped; 0 = default */
+} a2c_server_options;
+
+/* Counters for metrics. */
+typedef struct {
+    uint64_t workers;         /* connected and said hello */
+    uint64_t wakes_sent;
+    uint64_t logs_sent;
+    uint64_t cleared_sent;
+    uint64_t resyncs_sent;
+    uint64_t presence_sent;
+    uint64_t overflows;
+    uint64_t protocol_errors;
+} a2c_server_stats;
+
+/*
+ * Opens the listeners. Returns NULL with a one-line reason in err (e.g.
+ * "could not bind unix:/run/a2.sock: Address already in use").
+ */
+a2c_server *a2c_server_new(const a2c_server_options *opts, char *err,
+                           size_t errlen);
+
+/* Closes every connection and listener and removes the Unix socket. NULL-safe. */
+void a2c_server_free(a2c_server *srv);
+
+/* The descriptor to poll for readability (an epoll fd). */
+int a2c_server_fd(const a2c_server *srv);
+
+/* The bound TCP port, or 0 without a TCP listener. */
+int a2c_server_tcp_port(const a2c_server *srv);
+
+/*
+ * Does every pending accept, read, write and timeout without blocking;
+ * returns 0, or -1 when the server itself failed (not a worker).
+ */
+int a2c_server_run(a2c_server *srv);
+
+/* The current LSN the daemon has applied, sent in `welcome`. */
+void a2c_server_set_lsn(a2c_server *srv, uint64_t lsn);
+
+/* `wake` for (consumer, session): routed to one subscriber (or all). */
+void a2c_server_wake(a2c_server *srv, const char *consumer,
+                     const char *session, const char *cursor_key,
+                     int64_t head, uint64_t lsn);
+
+/* `log`: to the subscribers of consumer whose log types include type. */
+void a2c_server_log(a2c_server *srv, const char *consumer,
+                    const char *session, int64_t idx, const char *type,
+                    uint64_t lsn);
+
+/* `cleared`: to every worker whose consumers the session was routed to
+ * (every worker when unknown). */
+void a2c_server_cleared(a2c_server *srv, const char *session,
+                        int64_t clear_index, uint64_t lsn);
+
+/* `resync` of every consumer, all sessions, to every worker. */
+void a2c_server_resync_all(a2c_server *srv);
+
+/*
+ * `presence` patch to the workers subscribed to namespace ns. fields_json is
+ * a JSON object text (a null value means deleted).
+ */
+void a2c_server_presence(a2c_server *srv, const char *ns,
+                         const char *participant, const char *fields_json);
+
+void a2c_server_get_stats(const a2c_server *srv, a2c_server_stats *out);
+
+#endif
