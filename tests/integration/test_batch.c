@@ -1,0 +1,331 @@
+/*
+ * a2_batch itself, against a real PostgreSQL: statement order, a snapshot
+ * per statement, abort and stop rows, and values that only travel as params.
+ */
+#include "a2test.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char BATCH[] =
+    "select r from a2_batch($1::text[], $2::jsonb) as r";
+
+/* A text[] literal of the statements, each quoted for an array literal. */
+static char *array_literal(const char *const *stmts, size_t n)
+{
+    size_t cap = 16;
+    for (size_t i = 0; i < n; i++)
+        cap += 2 * strlen(stmts[i]) + 4;
+    char *out = malloc(cap);
+    assert_non_null(out);
+    char *p = out;
+    *p++ = '{';
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            *p++ = ',';
+        *p++ = '"';
+        for (const char *s = stmts[i]; *s; s++) {
+            if (*s == '"' || *s == '\\')
+                *p++ = '\\';
+            *p++ = *s;
+        }
+        *p++ = '"';
+    }
+    *p++ = '}';
+    *p = '\0';
+    return out;
+}
+
+/* Runs a batch; returns the result (caller clears it). */
+static PGresult *run_batch(PGconn *conn, const char *const *stmts, size_t n,
+                           const char *params)
+{
+    char *arr = array_literal(stmts, n);
+    const char *values[2] = {arr, params};
+    PGresult *res = PQexecParams(conn, BATCH, 2, NULL, values, NULL, NULL, 0);
+    free(arr);
+    return res;
+}
+
+static json_t *row_json(PGresult *res, int i)
+{
+    json_error_t jerr;
+    json_t *v = json_loads(PQgetvalue(res, i, 0), 0, &jerr);
+    assert_non_null(v);
+    return v;
+}
+
+static void setup_table(PGconn *conn)
+{
+    a2_test_exec(conn, "drop table if exists batch_t; "
+                       "create table batch_t (n int primary key, v text)");
+}
+
+/* Statements run in order, each seeing the previous one's writes. */
+static void test_order(void **state)
+{
+    (void)state;
+    PGconn *conn = a2_test_connect();
+    setup_table(conn);
+    const char *stmts[] = {
+        "with i as (insert into batch_t values (1, 'a') returning n) "
+        "select jsonb_build_object('step', 1, 'n', (select count(*) from i))",
+        "with i as (insert into batch_t values (2, 'b') returning n) "
+        "select jsonb_build_object('step', 2, 'seen', "
+        "(select count(*) from batch_t))",
+        "select jsonb_build_object('step', 3, 'seen', "
+        "(select count(*) from batch_t), 'last', "
+        "(select v from batch_t order by n desc limit 1))",
+    };
+    PGresult *res = run_batch(conn, stmts, 3, "{}");
+    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(res), 3);
+    for (int i = 0; i < 3; i++) {
+        json_t *r = row_json(res, i);
+        assert_int_equal(json_integer_value(json_object_get(r, "step")), i + 1);
+        if (i == 1)
+            /* a data-modifying CTE's rows are invisible to its own select */
+            assert_int_equal(json_integer_value(json_object_get(r, "seen")), 1);
+        if (i == 2) {
+            assert_int_equal(json_integer_value(json_object_get(r, "seen")), 2);
+            assert_string_equal(
+                json_string_value(json_object_get(r, "last")), "b");
+        }
+        json_decref(r);
+    }
+    PQclear(res);
+    PQfinish(conn);
+}
+
+/* An abort row raises A2001 with the row as detail and undoes everything. */
+static void test_abort_rolls_back(void **state)
+{
+    (void)state;
+    PGconn *conn = a2_test_connect();
+    setup_table(conn);
+    const char *stmts[] = {
+        "with i as (insert into batch_t values (10, 'x') returning n) "
+        "select jsonb_build_object('inserted', (select count(*) from i))",
+        "select jsonb_build_object('abort', 'mixed', 'owned', 2)",
+        "with i as (insert into batch_t values (11, 'y') returning n) "
+        "select jsonb_build_object('inserted', (select count(*) from i))",
+    };
+    PGresult *res = run_batch(conn, stmts, 3, "{}");
+    assert_int_equal(PQresultStatus(res), PGRES_FATAL_ERROR);
+    assert_string_equal(PQresultErrorField(res, PG_DIAG_SQLSTATE), "A2001");
+    const char *detail = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);
+    assert_non_null(detail);
+    json_error_t jerr;
+    json_t *row = json_loads(detail, 0, &jerr);
+    assert_non_null(row);
+    assert_string_equal(json_string_value(json_object_get(row, "abort")),
+                        "mixed");
+    assert_int_equal(json_integer_value(json_object_get(row, "owned")), 2);
+    json_decref(row);
+    PQclear(res);
+    assert_int_equal(a2_test_int(conn, "select count(*) from batch_t"), 0);
+
+    /* Inside a caller's transaction the abort rolls back that too. */
+    a2_test_exec(conn, "begin");
+    a2_test_exec(conn, "insert into batch_t values (20, 'before')");
+    res = run_batch(conn, stmts, 3, "{}");
+    assert_int_equal(PQresultStatus(res), PGRES_FATAL_ERROR);
+    PQclear(res);
+    a2_test_exec(conn, "rollback");
+    assert_int_equal(a2_test_int(conn, "select count(*) from batch_t"), 0);
+    PQfinish(conn);
+}
+
+/* A stop row ends the batch after its own statement's rows. */
+static void test_stop(void **state)
+{
+    (void)state;
+    PGconn *conn = a2_test_connect();
+    setup_table(conn);
+    const char *stmts[] = {
+        "select jsonb_build_object('first', true)",
+        "select r from (values (1, jsonb_build_object('stop', 'replay')),"
+        " (2, jsonb_build_object('tail', true))) v(o, r) order by o",
+        "with i as (insert into batch_t values (30, 'never') returning n) "
+        "select jsonb_build_object('inserted', (select count(*) from i))",
+        "select jsonb_build_object('abort', 'never reached')",
+    };
+    PGresult *res = run_batch(conn, stmts, 4, "{}");
+    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(res), 3);
+    json_t *r = row_json(res, 1);
+    assert_string_equal(json_string_value(json_object_get(r, "stop")),
+                        "replay");
+    json_decref(r);
+    r = row_json(res, 2);
+    assert_true(json_is_true(json_object_get(r, "tail")));
+    json_decref(r);
+    PQclear(res);
+    assert_int_equal(a2_test_int(conn, "select count(*) from batch_t"), 0);
+    PQfinish(conn);
+}
+
+/* Values that look like SQL travel through $1 unchanged and never run. */
+static void test_params_are_data(void **state)
+{
+    (void)state;
+    PGconn *conn = a2_test_connect();
+    setup_table(conn);
+    const char *evil[] = {
+        "it's \"quoted\"",
+        "$1",
+        "-- a comment",
+        "'; drop table batch_t; --",
+        "$$ dollar $$ \\ backslash",
+    };
+    size_t n = sizeof evil / sizeof evil[0];
+    json_t *params = json_object();
+    json_t *values = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(values, json_string(evil[i]));
+    json_object_set_new(params, "values", values);
+    char *ptext = json_dumps(params, JSON_COMPACT);
+    json_decref(params);
+
+    const char *stmts[] = {
+        "with i as (insert into batch_t (n, v) "
+        " select ord::int, v from jsonb_array_elements_text($1->'values')"
+        " with ordinality as x(v, ord) returning n) "
+        "select jsonb_build_object('inserted', (select count(*) from i))",
+        "select jsonb_build_object('n', n, 'v', v) from batch_t order by n",
+    };
+    PGresult *res = run_batch(conn, stmts, 2, ptext);
+    free(ptext);
+    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(res), (int)n + 1);
+    for (size_t i = 0; i < n; i++) {
+        json_t *r = row_json(res, (int)i + 1);
+        assert_string_equal(json_string_value(json_object_get(r, "v")),
+                            evil[i]);
+        json_decref(r);
+    }
+    PQclear(res);
+    assert_int_equal(
+        a2_test_int(conn, "select count(*) from pg_class "
+                          "where relname = 'batch_t'"),
+        1);
+    assert_int_equal(a2_test_int(conn, "select count(*) from batch_t"),
+                     (int64_t)n);
+    PQfinish(conn);
+}
+
+/*
+ * A statement after the advisory lock sees what the lock's previous holder
+ * committed while this batch waited: each statement takes its own snapshot.
+ */
+struct holder {
+    int ready_fd;
+    int release_fd;
+};
+
+static void *hold_lock(void *arg)
+{
+    struct holder *h = arg;
+    PGconn *conn = a2_test_connect();
+    a2_test_exec(conn, "begin");
+    a2_test_exec(conn, "select pg_advisory_xact_lock(hashtext('s1'))");
+    a2_test_exec(conn, "insert into batch_t values (41, 'committed "
+                       "while waiting')");
+    char c = 'r';
+    assert_int_equal(write(h->ready_fd, &c, 1), 1);
+    assert_int_equal(read(h->release_fd, &c, 1), 1);
+    a2_test_exec(conn, "commit");
+    PQfinish(conn);
+    return NULL;
+}
+
+static void test_snapshot_after_lock(void **state)
+{
+    (void)state;
+    PGconn *conn = a2_test_connect();
+    setup_table(conn);
+    int ready[2], release[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(release), 0);
+    struct holder h = {ready[1], release[0]};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, hold_lock, &h), 0);
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+
+    const char *stmts[] = {
+        "select jsonb_build_object('locked', true) "
+        "from pg_advisory_xact_lock(hashtext($1->>'session'))",
+        "select jsonb_build_object('seen', (select count(*) from batch_t))",
+    };
+    char *arr = array_literal(stmts, 2);
+    const char *values[2] = {arr, "{\"session\":\"s1\"}"};
+    assert_int_equal(
+        PQsendQueryParams(conn, BATCH, 2, NULL, values, NULL, NULL, 0), 1);
+    free(arr);
+    /* Let the batch reach the lock and wait on it before the commit. */
+    PGconn *watch = a2_test_connect();
+    int64_t deadline = a2_test_now_ms() + 10000;
+    while (a2_test_int(watch, "select count(*) from pg_locks "
+                              "where locktype = 'advisory' and not granted") <
+           1) {
+        assert_true(a2_test_now_ms() < deadline);
+        usleep(5000);
+    }
+    PQfinish(watch);
+    assert_int_equal(write(release[1], "g", 1), 1);
+    pthread_join(th, NULL);
+
+    PGresult *res = PQgetResult(conn);
+    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(res), 2);
+    json_t *r = row_json(res, 1);
+    assert_int_equal(json_integer_value(json_object_get(r, "seen")), 1);
+    json_decref(r);
+    PQclear(res);
+    while ((res = PQgetResult(conn)) != NULL)
+        PQclear(res);
+    close(ready[0]);
+    close(ready[1]);
+    close(release[0]);
+    close(release[1]);
+    PQfinish(conn);
+}
+
+/* A null statements array is an empty batch; a failing statement is an error. */
+static void test_edges(void **state)
+{
+    (void)state;
+    PGconn *conn = a2_test_connect();
+    PGresult *res = PQexec(conn, "select count(*) from a2_batch(null, '{}')");
+    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+    assert_string_equal(PQgetvalue(res, 0, 0), "0");
+    PQclear(res);
+    const char *bad[] = {"select jsonb_build_object('x', 1/0)"};
+    res = run_batch(conn, bad, 1, "{}");
+    assert_int_equal(PQresultStatus(res), PGRES_FATAL_ERROR);
+    assert_string_equal(PQresultErrorField(res, PG_DIAG_SQLSTATE), "22012");
+    PQclear(res);
+    PQfinish(conn);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_order),
+        cmocka_unit_test(test_abort_rolls_back),
+        cmocka_unit_test(test_stop),
+        cmocka_unit_test(test_params_are_data),
+        cmocka_unit_test(test_snapshot_after_lock),
+        cmocka_unit_test(test_edges),
+    };
+    return cmocka_run_group_tests_name("a2_batch", tests, NULL, NULL);
+}
