@@ -74,6 +74,8 @@ INTEG_TESTS := $(patsubst tests/integration/%.c,$(B)/tests/integration/%,$(wildc
 
 .PHONY: all tests check check-variant demo bench install clean deps format format-check tidy cppcheck
 .DEFAULT_GOAL := all
+# Keep objects that only pattern rules name.
+.SECONDARY:
 
 all: $(LIB_ARCHIVES) $(PROGRAMS) $(B)/a2store.pc $(B)/a2worker.pc
 
