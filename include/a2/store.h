@@ -1,0 +1,506 @@
+/*
+ * liba2store: the a2 event store over PostgreSQL (libpq).
+ *
+ * Producers append events to per-session logs; consumers work through them
+ * with cursors: a concurrent cursor runs one event, a lane cursor runs a FIFO
+ * lane in index order, a log cursor follows the session log filtered by event
+ * types. Every operation below is one round trip: one call of the a2_batch
+ * function of sql/schema.sql, in one transaction, unless its comment says
+ * otherwise. Statement texts are constants of the library; every value a
+ * caller passes travels as a JSON parameter and never enters SQL text.
+ *
+ * Threading: one a2_store owns one connection and is not thread-safe. Use one
+ * store per thread (each opens its own connection); a store may move between
+ * threads when calls on it never overlap.
+ *
+ * Errors: every function that can fail returns 0 or a negative a2_store_code.
+ * After a failed call, a2_store_last_error() describes it (code, SQLSTATE,
+ * one-line message in PostgreSQL's style). A failed operation writes nothing:
+ * its transaction rolls back whole. Bad input is refused with
+ * A2_EINVALID_ARGUMENT before any I/O. The library never prints, exits or
+ * aborts.
+ *
+ * Memory: inputs are borrowed for the duration of the call. Each result
+ * struct is filled by the library and owns everything it points to; release
+ * it with its _free function (NULL-safe, idempotent: the struct is zeroed).
+ * A result is zeroed on entry, so it may be freed after a failed call too.
+ *
+ * Absent integers (a null timestamp, an idle cursor's head, no claim limit)
+ * read as A2_STORE_NONE.
+ *
+ * Cursor keys (a2_cursors.cursor_key): a concurrent cursor's key is
+ * "#<index>" (e.g. "#42"), a lane or log cursor's is "lane:<lane>". Clear
+ * markers are events of type A2_STORE_CLEAR_TYPE.
+ */
+#ifndef A2_STORE_H
+#define A2_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define A2_STORE_MUST_CHECK __attribute__((warn_unused_result))
+
+/* An absent integer: a null timestamp, an idle head, no limit. */
+#define A2_STORE_NONE INT64_MIN
+
+/* The event type of a clear marker; appends of this type are refused. */
+#define A2_STORE_CLEAR_TYPE "a2.cleared"
+
+/* Input limits (A2_EINVALID_ARGUMENT past them). */
+#define A2_STORE_MAX_EVENTS 10000      /* events in one append or completion */
+#define A2_STORE_MAX_TARGETS 256       /* targets of one event */
+#define A2_STORE_MAX_NAME 1024         /* bytes of a session, id, type, consumer, lane, holder */
+#define A2_STORE_MAX_PAYLOAD (64 << 20) /* bytes of one payload's JSON text */
+#define A2_STORE_MAX_ERROR_TEXT 65536  /* bytes of a failure's error text */
+
+/* Result codes: 0 or one of these. */
+typedef enum a2_store_code {
+    A2_STORE_OK = 0,
+    /* Bad input (NULL or empty names, invalid JSON, negative ttl, ...). */
+    A2_EINVALID_ARGUMENT = -1,
+    /* No connection: the server cannot be reached or the connection broke.
+     * Also an event id being reused that cleared work still holds. */
+    A2_ESTORE_UNAVAILABLE = -2,
+    /* The a2 tables or a2_batch are missing: apply sql/schema.sql. */
+    A2_ESCHEMA_MISSING = -3,
+    /* An append or completion mixes ids already stored with fresh ones, or
+     * repeats an id, or a retried completion does not match the committed one. */
+    A2_EPARTIAL_DUPLICATE_BATCH = -4,
+    /* A cause's attempt no longer owns its head (taken over, completed,
+     * dead-lettered or cleared). */
+    A2_ESUPERSEDED_ATTEMPT = -5,
+    /* Scheduled work whose origin the session's clear marker passed. */
+    A2_ESESSION_CLEARED = -6,
+    /* No event at the index the call names (and none was cleared there). */
+    A2_ENO_SUCH_EVENT = -7,
+    /* The server refused the operation for another reason (SQLSTATE in the
+     * error details; a deadlock would be 40P01). */
+    A2_ESTORE_FAILED = -8,
+    /* Out of memory. */
+    A2_ESTORE_NOMEM = -9,
+} a2_store_code;
+
+/* The code's name as the spec spells it ("PARTIAL_DUPLICATE_BATCH", ...);
+ * a static string. */
+const char *a2_store_code_name(int code);
+
+/* Details of the last failure. */
+typedef struct a2_store_error {
+    int code;          /* a2_store_code */
+    char sqlstate[6];  /* the server's SQLSTATE, or "" */
+    char message[512]; /* one line, no trailing period */
+} a2_store_error;
+
+typedef struct a2_store a2_store;
+
+/* A clock: epoch milliseconds. */
+typedef int64_t (*a2_store_clock_fn)(void *ctx);
+/*
+ * An id generator: writes a new NUL-terminated, non-empty id of at most
+ * len - 1 bytes (len is at least 64) into buf and returns 0, or returns
+ * non-zero on failure.
+ */
+typedef int (*a2_store_id_fn)(void *ctx, char *buf, size_t len);
+
+/*
+ * Connects to conninfo (a libpq conninfo; NULL or "" uses the PG* variables)
+ * and returns a new store in *out. Checks nothing about the schema: a missing
+ * table shows as A2_ESCHEMA_MISSING on the first operation. On failure *out
+ * is NULL and err (when not NULL) holds the reason (A2_ESTORE_UNAVAILABLE).
+ */
+A2_STORE_MUST_CHECK int a2_store_open(a2_store **out, const char *conninfo,
+                                      a2_store_error *err);
+
+/* Closes the connection and frees the store. NULL-safe. */
+void a2_store_close(a2_store *store);
+
+/* The last failure on this store (code 0 after a success). Borrowed: valid
+ * until the next call on the store. */
+const a2_store_error *a2_store_last_error(const a2_store *store);
+
+/* Replaces the clock (default: the system's real-time clock). NULL restores
+ * the default. */
+void a2_store_set_clock(a2_store *store, a2_store_clock_fn fn, void *ctx);
+
+/* Replaces the id generator (default: 128 random bits from getrandom(2) as
+ * 32 hex digits, collision-safe). NULL restores the default. */
+void a2_store_set_ids(a2_store *store, a2_store_id_fn fn, void *ctx);
+
+/* Round trips to the server this store has made (for benchmarks: every
+ * operation adds 1, except where its comment says otherwise). */
+uint64_t a2_store_round_trips(const a2_store *store);
+
+/* ── values ───────────────────────────────────────────────────────────── */
+
+/* The head an attempt ran: consumer, its lane (NULL: a concurrent cursor),
+ * the event index and the attempt number (from 1). */
+typedef struct a2_cause {
+    const char *consumer;
+    const char *lane;
+    int64_t index;
+    int attempt;
+} a2_cause;
+
+/* A head without an attempt (exclusions, renew results). */
+typedef struct a2_head_ref {
+    const char *consumer;
+    const char *lane; /* NULL: a concurrent cursor */
+    int64_t index;
+} a2_head_ref;
+
+/* Where an appended event is dispatched: a consumer's lane, or NULL for a
+ * concurrent run of the event alone. */
+typedef struct a2_target {
+    const char *consumer;
+    const char *lane;
+} a2_target;
+
+/* A stored event. */
+typedef struct a2_event {
+    const char *session_id;
+    int64_t index;
+    const char *type;
+    const char *payload; /* JSON text as the server renders jsonb */
+    const char *id;
+    int64_t created_at;  /* epoch ms from the store's clock */
+    bool has_cause;
+    a2_cause cause;      /* valid when has_cause */
+} a2_event;
+
+/* An event to append (or to return from a completion). */
+typedef struct a2_append_event {
+    const char *type;            /* required, non-empty, not A2_STORE_CLEAR_TYPE */
+    const char *payload;         /* JSON text; NULL stores JSON null */
+    const char *id;              /* NULL: generated (required in completions) */
+    const a2_cause *cause;       /* NULL: none (ignored in completions) */
+    const a2_target *targets;    /* may be NULL when ntargets is 0 */
+    size_t ntargets;
+} a2_append_event;
+
+/* A log consumer's specification. */
+typedef struct a2_log_spec {
+    const char *lane;              /* names the log cursor (key "lane:<lane>") */
+    const char *const *types;      /* the types it follows; NULL: every type */
+    size_t ntypes;
+    bool backfill;                 /* a new cursor starts at the beginning of the log */
+} a2_log_spec;
+
+/* A consumer the caller serves. */
+typedef struct a2_consumer {
+    const char *name;
+    const a2_log_spec *log; /* NULL: not a log consumer */
+} a2_consumer;
+
+/* A cursor's dispatch state. */
+typedef struct a2_dispatch {
+    const char *consumer;
+    const char *lane;        /* NULL for a concurrent cursor */
+    const char *cursor_key;
+    const char *kind;        /* "event", "lane" or "log" */
+    int64_t epoch;
+    int attempt_count;
+    int64_t first_claimed_at;   /* A2_STORE_NONE when null, as below */
+    int64_t last_claimed_at;
+    const char *claim_holder;   /* NULL when unclaimed */
+    int64_t claim_expires_at;   /* lease end, or retry hold after a failure */
+    int failure_count;
+    int64_t last_failed_at;
+    int64_t last_failed_attempt;
+    const char *last_error;     /* NULL when none */
+    int64_t failed_at;          /* set when dead-lettered */
+} a2_dispatch;
+
+/* A head: its event and its cursor's dispatch state. */
+typedef struct a2_head {
+    a2_event event;
+    a2_dispatch dispatch;
+    int64_t clear_index; /* the session's clear marker, 0 when none */
+} a2_head;
+
+/* A cursor run as cursors() reports it. */
+typedef struct a2_cursor {
+    a2_dispatch dispatch;
+    int64_t position;      /* the last index it passed */
+    int64_t head;          /* A2_STORE_NONE when idle */
+    const char *types;     /* a log cursor's types as JSON (array or null); NULL otherwise */
+} a2_cursor;
+
+/* ── results ──────────────────────────────────────────────────────────── */
+
+typedef struct a2_store_arena a2_store_arena; /* internal */
+
+typedef struct a2_events {
+    a2_event *items;
+    size_t count;
+    bool has_pending; /* append: a served consumer has work in the session */
+    bool replayed;    /* append/complete: every id was there; these are the committed rows */
+    a2_store_arena *arena_;
+} a2_events;
+void a2_events_free(a2_events *r);
+
+typedef struct a2_heads {
+    a2_head *items;
+    size_t count;
+    a2_store_arena *arena_;
+} a2_heads;
+void a2_heads_free(a2_heads *r);
+
+typedef struct a2_cursors {
+    a2_cursor *items;
+    size_t count;
+    a2_store_arena *arena_;
+} a2_cursors;
+void a2_cursors_free(a2_cursors *r);
+
+/* ── operations ───────────────────────────────────────────────────────── */
+
+typedef struct a2_append_options {
+    /* The consumers this caller serves; NULL: every consumer. Log consumers
+     * among them get their log cursors started. has_pending reports work
+     * for these. */
+    const a2_consumer *consumers;
+    size_t nconsumers;
+    /* Scheduled work: the index it came from; 0: none. An origin at or below
+     * the clear marker fails with A2_ESESSION_CLEARED. */
+    int64_t origin_index;
+} a2_append_options;
+
+/*
+ * Appends events (in order, dense indexes) to session, under the session's
+ * advisory lock, and starts the cursor work their targets and the served
+ * log consumers call for. opts may be NULL. Outcomes:
+ *   - 0, out->items: the stored events, in order;
+ *   - 0 with out->replayed: every supplied id was already stored (a retry):
+ *     the committed rows, nothing written;
+ *   - A2_EPARTIAL_DUPLICATE_BATCH: some ids stored and some not, or one id
+ *     twice in the batch;
+ *   - A2_ESESSION_CLEARED: opts->origin_index at or below the clear marker;
+ *   - A2_ESUPERSEDED_ATTEMPT: an event's cause no longer holds its head;
+ *   - A2_ESTORE_UNAVAILABLE: an id below the clear marker is being reused
+ *     while a reclaim holds its row (retry later).
+ * Ids below the clear marker belong to nobody and are reused. nevents 0 only
+ * reports has_pending.
+ */
+A2_STORE_MUST_CHECK int a2_store_append(a2_store *store, const char *session,
+                                        const a2_append_event *events,
+                                        size_t nevents,
+                                        const a2_append_options *opts,
+                                        a2_events *out);
+
+/* Reads events after index `after` (0: from the start), at most limit (0: no
+ * limit), of the listed types (NULL: every type), from the clear marker on. */
+typedef struct a2_read_options {
+    int64_t after;
+    size_t limit;
+    const char *const *types;
+    size_t ntypes;
+} a2_read_options;
+A2_STORE_MUST_CHECK int a2_store_read(a2_store *store, const char *session,
+                                      const a2_read_options *opts,
+                                      a2_events *out);
+
+/* The session's cursor runs still current (consumer, then lane, concurrent
+ * cursors last by head). */
+A2_STORE_MUST_CHECK int a2_store_cursors(a2_store *store, const char *session,
+                                         a2_cursors *out);
+
+/*
+ * Brings a log consumer's cursor up to date (consumer->log required): starts
+ * a run at the next event of its types when it has none, or retypes a kept
+ * run. *cursor_out is its cursor (count 1), *head_out the session's head
+ * index. A consumer with no cursor and nothing after the latest clear stays
+ * without one: the cursor reported is idle at the head.
+ */
+A2_STORE_MUST_CHECK int a2_store_wake_log(a2_store *store, const char *session,
+                                          const a2_consumer *consumer,
+                                          a2_cursors *cursor_out,
+                                          int64_t *head_out);
+
+typedef struct a2_claim_request {
+    const char *holder;     /* required */
+    int64_t ttl_ms;         /* > 0, unless expires_at_ms is set */
+    int64_t expires_at_ms;  /* 0: now + ttl_ms */
+    const a2_head_ref *exclude; /* heads not to take */
+    size_t nexclude;
+    const a2_consumer *consumers; /* served; NULL: every consumer */
+    size_t nconsumers;
+    int max_failures;       /* 0: no limit; else >= 1: a takeover spending the
+                               last failure dead-letters the head */
+    int64_t through;        /* 0: none; else only heads at or below it */
+} a2_claim_request;
+
+typedef enum a2_claim_outcome {
+    A2_CLAIM_CLAIMED = 1, /* heads holds the claimed heads */
+    A2_CLAIM_BUSY = 2,    /* a live claim or retry hold blocks; retry_at */
+    A2_CLAIM_SETTLED = 3, /* nothing to run */
+} a2_claim_outcome;
+
+typedef struct a2_claim_result {
+    int outcome;            /* a2_claim_outcome */
+    a2_heads heads;         /* CLAIMED: by index, then consumer; attempt_count is the attempt */
+    int64_t session_head;   /* CLAIMED: the session's head index */
+    int64_t retry_at;       /* BUSY: epoch ms */
+} a2_claim_result;
+void a2_claim_result_free(a2_claim_result *r);
+
+/*
+ * Claims every eligible head of the session for holder: unclaimed heads and
+ * lapsed claims (a takeover: attempt + 1, failure + 1). A takeover that
+ * spends the last of max_failures dead-letters the head instead. A lane runs
+ * one head at a time, in index order.
+ */
+A2_STORE_MUST_CHECK int a2_store_claim(a2_store *store, const char *session,
+                                       const a2_claim_request *req,
+                                       a2_claim_result *out);
+
+typedef struct a2_attempt_ref {
+    const char *consumer;
+    const char *lane; /* NULL: a concurrent cursor */
+    int64_t index;
+    int attempt;
+} a2_attempt_ref;
+
+typedef struct a2_renew_result {
+    a2_head_ref *renewed;    /* claims extended */
+    size_t nrenewed;
+    a2_head_ref *superseded; /* claims this holder lost (taken over, done, cleared) */
+    size_t nsuperseded;
+    a2_store_arena *arena_;
+} a2_renew_result;
+void a2_renew_result_free(a2_renew_result *r);
+
+/* Extends holder's live claims to now + ttl_ms (or expires_at_ms when not
+ * 0). A claim neither renewed nor superseded is in neither list. */
+A2_STORE_MUST_CHECK int a2_store_renew(a2_store *store, const char *session,
+                                       const char *holder,
+                                       const a2_attempt_ref *claims,
+                                       size_t nclaims, int64_t ttl_ms,
+                                       int64_t expires_at_ms,
+                                       a2_renew_result *out);
+
+typedef enum a2_attempt_outcome {
+    A2_ATTEMPT_COMPLETED = 1,
+    A2_ATTEMPT_SUPERSEDED = 2,
+    A2_ATTEMPT_FAILED = 3,
+    A2_ATTEMPT_DEAD_LETTERED = 4,
+} a2_attempt_outcome;
+
+typedef struct a2_complete_result {
+    int outcome;         /* COMPLETED or SUPERSEDED */
+    a2_events events;    /* COMPLETED: the returned events as stored */
+} a2_complete_result;
+void a2_complete_result_free(a2_complete_result *r);
+
+/*
+ * Completes attempt `attempt` of the head (consumer, lane, index): appends
+ * the returned events (each with an id; their cause is this attempt) and
+ * moves the cursor to its next head. consumers (may be NULL) are the served
+ * consumers, as in append. Outcomes:
+ *   - COMPLETED with the stored events; a retry after an unknown
+ *     acknowledgement replays the committed events (events.replayed);
+ *   - SUPERSEDED: the attempt no longer holds the head;
+ *   - A2_EPARTIAL_DUPLICATE_BATCH: an id repeated, an id a live event owns,
+ *     or a retry that does not match the committed completion;
+ *   - A2_ENO_SUCH_EVENT: no event at index.
+ * The unheld path (a stale attempt or a retry) reads once more: two round
+ * trips.
+ */
+A2_STORE_MUST_CHECK int a2_store_complete(a2_store *store, const char *session,
+                                          const a2_attempt_ref *attempt,
+                                          const a2_append_event *events,
+                                          size_t nevents,
+                                          const a2_consumer *consumers,
+                                          size_t nconsumers,
+                                          a2_complete_result *out);
+
+typedef struct a2_fail_request {
+    const char *error;       /* the failure's text (NULL: empty) */
+    int max_failures;        /* >= 1: the failure count that dead-letters */
+    int64_t retry_after_ms;  /* >= 0: hold the head this long (0: no hold) */
+} a2_fail_request;
+
+typedef struct a2_fail_result {
+    int outcome;          /* FAILED, DEAD_LETTERED or SUPERSEDED */
+    int failure_count;
+} a2_fail_result;
+
+/* Records a failed attempt. A2_ENO_SUCH_EVENT when there is no event at the
+ * index. */
+A2_STORE_MUST_CHECK int a2_store_fail(a2_store *store, const char *session,
+                                      const a2_attempt_ref *attempt,
+                                      const a2_fail_request *req,
+                                      a2_fail_result *out);
+
+/* The session's dead-lettered heads above the clear marker. */
+A2_STORE_MUST_CHECK int a2_store_dead_letters(a2_store *store,
+                                              const char *session,
+                                              a2_heads *out);
+
+typedef enum a2_redrive_action {
+    A2_REDRIVE_RETRY = 1, /* run the head again (failures reset) */
+    A2_REDRIVE_SKIP = 2,  /* pass it: the cursor moves to its next head */
+} a2_redrive_action;
+
+typedef struct a2_redrive_result {
+    bool redriven;    /* false: no dead letter of consumer at index */
+    bool has_pending; /* a served consumer has work in the session */
+} a2_redrive_result;
+
+/* Retries or skips consumer's dead letter at index. consumers: served
+ * (NULL: every consumer). */
+A2_STORE_MUST_CHECK int a2_store_redrive(a2_store *store, const char *session,
+                                         const char *consumer, int64_t index,
+                                         int action,
+                                         const a2_consumer *consumers,
+                                         size_t nconsumers,
+                                         a2_redrive_result *out);
+
+typedef struct a2_clear_result {
+    bool cleared;        /* false: if_last_index no longer matches the head */
+    int64_t index;       /* the marker's index, or the head when none written */
+    int64_t clear_index; /* the session's clear marker after the call */
+} a2_clear_result;
+
+/*
+ * Clears the session: appends a marker event of type A2_STORE_CLEAR_TYPE;
+ * events below it are gone for reads, cursors at or below it are superseded.
+ * if_last_index: A2_STORE_NONE, or the head index the caller saw (a retry of
+ * the same clear reports cleared without a second marker). cause (NULL: none)
+ * is a clearing consumer's attempt: fenced like an append's cause
+ * (A2_ESUPERSEDED_ATTEMPT), and its head is released.
+ */
+A2_STORE_MUST_CHECK int a2_store_clear(a2_store *store, const char *session,
+                                       int64_t if_last_index,
+                                       const a2_cause *cause,
+                                       a2_clear_result *out);
+
+typedef struct a2_reclaim_result {
+    int64_t deleted; /* events deleted by this call */
+    bool done;       /* nothing below the marker is left */
+} a2_reclaim_result;
+
+/* Deletes one batch of what lies below the clear marker (events, lane
+ * entries, superseded cursor runs, snapshots). Call until done. */
+A2_STORE_MUST_CHECK int a2_store_reclaim(a2_store *store, const char *session,
+                                         a2_reclaim_result *out);
+
+typedef struct a2_sessions {
+    char **items;
+    size_t count;
+    a2_store_arena *arena_;
+} a2_sessions;
+void a2_sessions_free(a2_sessions *r);
+
+/*
+ * The sessions (ordered by id, after `after`, NULL: from the first; at most
+ * limit, 1..10000) where one of the consumers has a head that is claimable
+ * now or held by a live or lapsed claim (not dead-lettered, above the clear
+ * marker). A worker calls it on a resync; page with the last id returned.
+ * Served by the a2_cursors_pending index.
+ */
+A2_STORE_MUST_CHECK int a2_store_pending_sessions(
+    a2_store *store, const char *const *consumers, size_t nconsumers,
+    const char *after, size_t limit, a2_sessions *out);
+
+#endif
