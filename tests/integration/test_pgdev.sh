@@ -65,5 +65,17 @@ if "$pgdev" status "$tmp/c1" | grep -q running; then ok "status running"; else b
 "$pgdev" frobnicate "$tmp/c1" >/dev/null 2>&1
 [ $? -eq 2 ] && ok "unknown command exits 2" || bad "unknown command"
 
+# install-deps: silent when everything is there; one clear line when not root.
+out=$("$top/deploy/install-deps" 2>&1)
+[ $? -eq 0 ] && [ -z "$out" ] && ok "install-deps quiet when complete" || bad "install-deps: $out"
+cp "$top/deploy/install-deps" "$tmp/install-deps" && chmod 755 "$tmp/install-deps"
+out=$(cd / && A2_DEPS_PACKAGES="a2-no-such-package" runuser -u nobody -- "$tmp/install-deps" 2>&1)
+rc=$?
+if [ $rc -ne 0 ] && printf '%s' "$out" | grep -q "missing packages: a2-no-such-package; run this script as root"; then
+    ok "install-deps asks for root"
+else
+    bad "install-deps as non-root (exit $rc: $out)"
+fi
+
 echo "pgdev: $pass passed, $fail failed"
 [ $fail -eq 0 ]
