@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# make install: PREFIX and DESTDIR, headers, libraries, pkg-config, schema;
+# a program builds against the staged install with pkg-config.
+set -uo pipefail
+top=${A2_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}
+pass=0 fail=0
+ok() { echo "ok - $1"; pass=$((pass + 1)); }
+bad() { echo "not ok - $1"; fail=$((fail + 1)); }
+stage=$(mktemp -d /tmp/a2-install.XXXXXX)
+trap 'rm -rf "$stage"' EXIT
+
+if make -s -C "$top" VARIANT=release install PREFIX=/opt/a2 DESTDIR="$stage" >"$stage.log" 2>&1; then
+    ok "make install"
+else
+    bad "make install: $(tail -n 3 "$stage.log")"
+fi
+rm -f "$stage.log"
+root=$stage/opt/a2
+for f in include/a2/schema.h lib/liba2store.a lib/pkgconfig/a2store.pc share/a2/schema.sql; do
+    [ -f "$root/$f" ] && ok "installed $f" || bad "missing $f"
+done
+grep -q '^prefix=/opt/a2$' "$root/lib/pkgconfig/a2store.pc" && ok "pc prefix" || bad "pc prefix"
+cmp -s "$top/sql/schema.sql" "$root/share/a2/schema.sql" && ok "schema copied" || bad "schema differs"
+
+# A consumer of the library, built only from the staged tree.
+cat >"$stage/prog.c" <<'C'
+#include <a2/schema.h>
+#include <stdio.h>
+int main(void)
+{
+    char report[512];
+    int rc = a2_schema_check(NULL, report, sizeof report);
+    printf("%d %s\n", rc, report);
+    return rc == 0 ? 0 : 1;
+}
+C
+sed -i "s|^prefix=.*|prefix=$root|" "$root/lib/pkgconfig/a2store.pc"
+if cc -o "$stage/prog" "$stage/prog.c" $(PKG_CONFIG_PATH=$root/lib/pkgconfig pkg-config --cflags --libs --static a2store) 2>"$stage/cc.log"; then
+    ok "program links with pkg-config a2store"
+    # The check reads the PG* environment when given no conninfo.
+    out=$(PGDATABASE=$(sed -n 's/.*dbname=\([^ ]*\).*/\1/p' <<<"$A2_TEST_DB") \
+        PGHOST=127.0.0.1 PGPORT=$(sed -n 's/.*port=\([0-9]*\).*/\1/p' <<<"$A2_TEST_DB") \
+        PGUSER=postgres "$stage/prog")
+    [ "$out" = "0 " ] && ok "installed library checks the test database" || bad "prog said: $out"
+else
+    bad "link: $(cat "$stage/cc.log")"
+fi
+
+echo "install: $pass passed, $fail failed"
+[ $fail -eq 0 ]
