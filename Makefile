@@ -77,7 +77,7 @@ INTEG_TESTS := $(patsubst tests/integration/%.c,$(B)/tests/integration/%,$(wildc
 # Keep objects that only pattern rules name.
 .SECONDARY:
 
-all: $(LIB_ARCHIVES) $(PROGRAMS) $(B)/a2store.pc $(B)/a2worker.pc
+all: $(LIB_ARCHIVES) $(PROGRAMS)
 
 tests: all $(UNIT_TESTS) $(INTEG_TESTS)
 
@@ -151,17 +151,15 @@ $(B)/tests/integration/%: $(B)/obj/tests/integration/%.o $(COMMON_TEST_OBJS) $(L
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_ALL) -lcmocka
 
-$(B)/%.pc: deploy/%.pc.in
-	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
-
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 	        $(DESTDIR)$(PREFIX)/include/a2 $(DESTDIR)$(PREFIX)/share/a2
 	$(if $(strip $(PROGRAMS)),install -m 0755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/)
 	install -m 0644 $(LIB_ARCHIVES) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 include/a2/*.h $(DESTDIR)$(PREFIX)/include/a2/
-	install -m 0644 $(B)/a2store.pc $(B)/a2worker.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	for pc in a2store a2worker; do \
+	    sed -e 's|@PREFIX@|$(PREFIX)|g' deploy/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc; \
+	done
 	install -m 0644 sql/schema.sql $(DESTDIR)$(PREFIX)/share/a2/
 
 clean:

@@ -35,7 +35,7 @@ int main(void)
 }
 C
 sed -i "s|^prefix=.*|prefix=$root|" "$root/lib/pkgconfig/a2store.pc"
-if cc -o "$stage/prog" "$stage/prog.c" $(PKG_CONFIG_PATH=$root/lib/pkgconfig pkg-config --cflags --libs --static a2store) 2>"$stage/cc.log"; then
+if cc -o "$stage/prog" "$stage/prog.c" $(PKG_CONFIG_PATH=$root/lib/pkgconfig pkg-config --cflags --libs a2store) 2>"$stage/cc.log"; then
     ok "program links with pkg-config a2store"
     # The check reads the PG* environment when given no conninfo.
     out=$(PGDATABASE=$(sed -n 's/.*dbname=\([^ ]*\).*/\1/p' <<<"$A2_TEST_DB") \
