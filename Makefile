@@ -72,12 +72,16 @@ COMMON_TEST_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(COMMON_TEST_SRCS))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 INTEG_TESTS := $(patsubst tests/integration/%.c,$(B)/tests/integration/%,$(wildcard tests/integration/test_*.c))
 
+# bench/<name>/*.c -> build/<v>/bench/a2-bench-<name>
+BENCH_NAMES := $(sort $(patsubst bench/%/,%,$(dir $(wildcard bench/*/*.c))))
+BENCH_PROGS := $(foreach n,$(BENCH_NAMES),$(B)/bench/a2-bench-$(n))
+
 .PHONY: all tests check check-variant demo bench install clean deps format format-check tidy cppcheck
 .DEFAULT_GOAL := all
 # Keep objects that only pattern rules name.
 .SECONDARY:
 
-all: $(LIB_ARCHIVES) $(PROGRAMS)
+all: $(LIB_ARCHIVES) $(PROGRAMS) $(BENCH_PROGS)
 
 tests: all $(UNIT_TESTS) $(INTEG_TESTS)
 
@@ -142,6 +146,13 @@ $(B)/bin/a2-worker: $(B)/obj/worker/main.o $(LINK_ARCHIVES)
 $(B)/bin/a2: $(B)/obj/cli/main.o $(LINK_ARCHIVES)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_ALL)
+
+define BENCH_RULE
+$(B)/bench/a2-bench-$(1): $(patsubst %.c,$(B)/obj/%.o,$(wildcard bench/$(1)/*.c)) $(LINK_ARCHIVES)
+	@mkdir -p $$(dir $$@)
+	$(CC) $(ALL_LDFLAGS) -o $$@ $$^ $(LDLIBS_ALL)
+endef
+$(foreach n,$(BENCH_NAMES),$(eval $(call BENCH_RULE,$(n))))
 
 $(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(COMMON_TEST_OBJS) $(LINK_ARCHIVES)
 	@mkdir -p $(dir $@)
