@@ -1,0 +1,531 @@
+/*
+ * liba2wire: every message round trip, every reader error, limits, and
+ * byte-at-a-time streaming.
+ */
+#include <msgpack.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "a2/wire.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+/* Feeds b to a new reader of direction from, takes exactly one message. */
+static a2_wire_reader *read_one(a2_wire_from from, const a2_wire_buf *b,
+                                a2_wire_msg *m)
+{
+    a2_wire_reader *r = a2_wire_reader_new(from);
+    assert_non_null(r);
+    assert_int_equal(a2_wire_reader_feed(r, b->data, b->len), 0);
+    assert_int_equal(a2_wire_reader_next(r, m), 1);
+    assert_int_equal(a2_wire_reader_buffered(r), 0);
+    return r;
+}
+
+/* Expects the reader of direction from to fail on bytes with code. */
+static void expect_error(a2_wire_from from, const void *bytes, size_t n,
+                         int code, const char *needle)
+{
+    a2_wire_reader *r = a2_wire_reader_new(from);
+    a2_wire_msg m;
+    int rc;
+    assert_non_null(r);
+    assert_int_equal(a2_wire_reader_feed(r, bytes, n), 0);
+    rc = a2_wire_reader_next(r, &m);
+    if (rc != code)
+        print_error("expected %d (%s), got %d: %s\n", code,
+                    needle ? needle : "", rc, a2_wire_reader_error(r));
+    assert_int_equal(rc, code);
+    assert_int_equal(m.type, A2_WIRE_NONE);
+    if (needle)
+        assert_non_null(strstr(a2_wire_reader_error(r), needle));
+    /* Errors are final. */
+    assert_int_equal(a2_wire_reader_next(r, &m), code);
+    assert_int_equal(a2_wire_reader_feed(r, "\x80", 1), code);
+    a2_wire_reader_free(r);
+}
+
+
+/* Packs a map from alternating key/value specs: values "s:..." string,
+ * "u:N" unsigned, "i:N" signed, "n" nil, "b" true, "a2" array of 2 ints. */
+static void pack_map(msgpack_sbuffer *sb, int n, const char *const *kv)
+{
+    msgpack_packer pk;
+    msgpack_sbuffer_init(sb);
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, (size_t)n);
+    for (int i = 0; i < 2 * n; i++) {
+        const char *v = kv[i];
+        if (i % 2 == 0 || strncmp(v, "s:", 2) == 0) {
+            const char *s = i % 2 == 0 ? v : v + 2;
+            msgpack_pack_str(&pk, strlen(s));
+            msgpack_pack_str_body(&pk, s, strlen(s));
+        } else if (strncmp(v, "u:", 2) == 0) {
+            msgpack_pack_uint64(&pk, strtoull(v + 2, NULL, 10));
+        } else if (strncmp(v, "i:", 2) == 0) {
+            msgpack_pack_int64(&pk, strtoll(v + 2, NULL, 10));
+        } else if (strcmp(v, "n") == 0) {
+            msgpack_pack_nil(&pk);
+        } else if (strcmp(v, "b") == 0) {
+            msgpack_pack_true(&pk);
+        } else if (strcmp(v, "a2") == 0) {
+            msgpack_pack_array(&pk, 2);
+            msgpack_pack_int(&pk, 1);
+            msgpack_pack_int(&pk, 2);
+        }
+    }
+}
+
+static void expect_map_error(a2_wire_from from, int n, const char *const *kv,
+                             int code, const char *needle)
+{
+    msgpack_sbuffer sb;
+    pack_map(&sb, n, kv);
+    expect_error(from, sb.data, sb.size, code, needle);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+static void test_errors_semantic(void **state)
+{
+    (void)state;
+    const a2_wire_from W = A2_WIRE_FROM_WORKER, C = A2_WIRE_FROM_CONSUMER;
+
+    /* missing t, t not a string, unknown t, message of the other side */
+    expect_map_error(W, 1, (const char *[]){"name", "s:x"}, A2_WIRE_EMISSING,
+                     "no key t");
+    expect_map_error(W, 1, (const char *[]){"t", "u:1"}, A2_WIRE_ETYPE,
+                     "key t");
+    expect_map_error(W, 1, (const char *[]){"t", "s:bogus"}, A2_WIRE_EUNKNOWN,
+                     "bogus");
+    expect_map_error(W, 2, (const char *[]){"t", "s:pong", "id", "u:1"},
+                     A2_WIRE_EUNKNOWN, "pong");
+    expect_map_error(C, 2, (const char *[]){"t", "s:ping", "id", "u:1"},
+                     A2_WIRE_EUNKNOWN, "ping");
+    /* hello: wrong version, missing v, v wrong type, name missing, token int */
+    expect_map_error(W, 3, (const char *[]){"t", "s:hello", "v", "u:2", "name", "s:w"},
+                     A2_WIRE_EVERSION, "version 2");
+    expect_map_error(W, 2, (const char *[]){"t", "s:hello", "name", "s:w"},
+                     A2_WIRE_EMISSING, "missing key v");
+    expect_map_error(W, 3, (const char *[]){"t", "s:hello", "v", "s:1", "name", "s:w"},
+                     A2_WIRE_ETYPE, "key v");
+    expect_map_error(W, 3, (const char *[]){"t", "s:hello", "v", "i:-1", "name", "s:w"},
+                     A2_WIRE_ETYPE, "key v");
+    expect_map_error(W, 2, (const char *[]){"t", "s:hello", "v", "u:1"},
+                     A2_WIRE_EMISSING, "name");
+    expect_map_error(W, 4, (const char *[]){"t", "s:hello", "v", "u:1", "name", "s:w", "token", "u:5"},
+                     A2_WIRE_ETYPE, "token");
+    /* subscribe: log_types of the wrong type or with a non-string */
+    expect_map_error(W, 3, (const char *[]){"t", "s:subscribe", "consumer", "s:c", "log_types", "b"},
+                     A2_WIRE_ETYPE, "log_types");
+    expect_map_error(W, 3, (const char *[]){"t", "s:subscribe", "consumer", "s:c", "log_types", "a2"},
+                     A2_WIRE_ETYPE, "non-string");
+    expect_map_error(W, 1, (const char *[]){"t", "s:subscribe"},
+                     A2_WIRE_EMISSING, "consumer");
+    expect_map_error(W, 1, (const char *[]){"t", "s:presence"},
+                     A2_WIRE_EMISSING, "ns");
+    expect_map_error(W, 2, (const char *[]){"t", "s:ping", "id", "n"},
+                     A2_WIRE_ETYPE, "id");
+    /* consumer side */
+    expect_map_error(C, 3, (const char *[]){"t", "s:welcome", "v", "u:7", "lsn", "u:1"},
+                     A2_WIRE_EVERSION, "version");
+    expect_map_error(C, 2, (const char *[]){"t", "s:welcome", "v", "u:1"},
+                     A2_WIRE_EMISSING, "lsn");
+    expect_map_error(C, 6, (const char *[]){"t", "s:wake", "consumer", "s:c", "session", "s:s", "cursor", "s:k", "head", "u:18446744073709551615", "lsn", "u:1"},
+                     A2_WIRE_ETYPE, "head");
+    expect_map_error(C, 6, (const char *[]){"t", "s:wake", "consumer", "s:c", "session", "s:s", "cursor", "s:k", "head", "i:1", "lsn", "i:-1"},
+                     A2_WIRE_ETYPE, "lsn");
+    expect_map_error(C, 5, (const char *[]){"t", "s:log", "consumer", "s:c", "session", "s:s", "idx", "i:1", "lsn", "u:1"},
+                     A2_WIRE_EMISSING, "type");
+    expect_map_error(C, 3, (const char *[]){"t", "s:cleared", "session", "s:s", "lsn", "u:1"},
+                     A2_WIRE_EMISSING, "clear_index");
+    expect_map_error(C, 2, (const char *[]){"t", "s:resync", "consumer", "s:c"},
+                     A2_WIRE_EMISSING, "sessions");
+    expect_map_error(C, 3, (const char *[]){"t", "s:resync", "consumer", "s:c", "sessions", "s:x"},
+                     A2_WIRE_ETYPE, "sessions");
+    expect_map_error(C, 4, (const char *[]){"t", "s:presence", "ns", "s:n", "participant", "s:p", "fields", "a2"},
+                     A2_WIRE_ETYPE, "fields");
+    expect_map_error(C, 3, (const char *[]){"t", "s:presence", "ns", "s:n", "participant", "s:p"},
+                     A2_WIRE_EMISSING, "fields");
+    expect_map_error(C, 2, (const char *[]){"t", "s:error", "code", "s:x"},
+                     A2_WIRE_EMISSING, "message");
+    expect_map_error(C, 1, (const char *[]){"t", "s:pong"},
+                     A2_WIRE_EMISSING, "id");
+    /* duplicate key */
+    expect_map_error(W, 3, (const char *[]){"t", "s:ping", "id", "u:1", "id", "u:2"},
+                     A2_WIRE_EFORMAT, "duplicate");
+}
+
+#define EXPECT_LIT(from, lit, code, needle) \
+    expect_error(from, lit, sizeof(lit) - 1, code, needle)
+
+static void test_errors_framing(void **state)
+{
+    (void)state;
+    const a2_wire_from W = A2_WIRE_FROM_WORKER, C = A2_WIRE_FROM_CONSUMER;
+    static unsigned char big[A2_WIRE_MAX_WORKER_FRAME + 8192];
+
+    /* not a map: array, string, integer */
+    EXPECT_LIT(W, "\x91\x01", A2_WIRE_EFORMAT, "not a map");
+    EXPECT_LIT(W, "\xa1x", A2_WIRE_EFORMAT, "not a map");
+    EXPECT_LIT(W, "\x05", A2_WIRE_EFORMAT, "not a map");
+    /* reserved byte 0xc1, binary, ext */
+    EXPECT_LIT(W, "\x81\xc1", A2_WIRE_EFORMAT, "0xc1");
+    EXPECT_LIT(W, "\x81\xa1t\xc4\x01x", A2_WIRE_EFORMAT, "binary");
+    EXPECT_LIT(W, "\x81\xa1t\xd4\x01x", A2_WIRE_EFORMAT, "extension");
+    /* non-string key */
+    EXPECT_LIT(W, "\x81\x01\x02", A2_WIRE_EFORMAT, "non-string key");
+    /* NUL inside a string */
+    EXPECT_LIT(W, "\x82\xa1t\xa4ping\xa2id\xa2\x61\x00", A2_WIRE_ETYPE,
+                 "id");
+    EXPECT_LIT(W, "\x82\xa1t\xa8presence\xa2ns\xa2\x61\x00",
+                 A2_WIRE_EFORMAT, "NUL");
+    /* map32 claiming 4 billion entries: rejected from its header */
+    EXPECT_LIT(W, "\xdf\xff\xff\xff\xff", A2_WIRE_ETOOBIG, "map");
+    /* array32 inside claiming too many */
+    EXPECT_LIT(W, "\x81\xa1t\xdd\x00\x01\x00\x00", A2_WIRE_ETOOBIG,
+                 "array");
+    /* str32 longer than the string limit */
+    EXPECT_LIT(W, "\x81\xa1t\xdb\x00\x00\x20\x00", A2_WIRE_ETOOBIG,
+                 "string");
+    /* nesting past the depth limit */
+    {
+        unsigned char deep[64];
+        size_t n = 0;
+        deep[n++] = 0x81;
+        deep[n++] = 0xa1;
+        deep[n++] = 'x';
+        for (int i = 0; i < A2_WIRE_MAX_DEPTH; i++)
+            deep[n++] = 0x91;
+        deep[n++] = 0x01;
+        expect_error(C, deep, n, A2_WIRE_EDEPTH, "depth");
+    }
+    /* a worker frame over 64 KiB made of many small strings; the same bytes
+     * are fine for the consumer's limit (then fail as an unknown frame). */
+    {
+        size_t n = 0, entries = 900;
+        big[n++] = 0xde;
+        big[n++] = (unsigned char)(entries >> 8);
+        big[n++] = (unsigned char)entries;
+        for (size_t i = 0; i < entries; i++) {
+            big[n++] = 0xda; /* str16 key of 70 bytes, unique */
+            big[n++] = 0;
+            big[n++] = 70;
+            memset(big + n, 'k', 70);
+            big[n] = (unsigned char)('0' + i % 10);
+            big[n + 1] = (unsigned char)('0' + i / 10 % 10);
+            big[n + 2] = (unsigned char)('0' + i / 100 % 10);
+            n += 70;
+            big[n++] = 0xc0;
+        }
+        assert_true(n > A2_WIRE_MAX_WORKER_FRAME);
+        expect_error(W, big, n, A2_WIRE_ETOOBIG, "frame");
+        expect_error(C, big, n, A2_WIRE_EMISSING, "no key t");
+    }
+    /* truncated input is not an error: it waits */
+    {
+        a2_wire_reader *r = a2_wire_reader_new(W);
+        a2_wire_msg m;
+        assert_int_equal(a2_wire_reader_feed(r, "\x82\xa1t\xa4pi", 6), 0);
+        assert_int_equal(a2_wire_reader_next(r, &m), 0);
+        assert_int_equal(a2_wire_reader_buffered(r), 6);
+        assert_int_equal(a2_wire_reader_feed(r, "ng\xa2id\x07", 6), 0);
+        assert_int_equal(a2_wire_reader_next(r, &m), 1);
+        assert_int_equal(m.id, 7);
+        a2_wire_reader_free(r);
+    }
+    /* presence fields that JSON cannot carry */
+    EXPECT_LIT(C, "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
+                 "\xa6\x66ields\x81\xa1x\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00", A2_WIRE_ETYPE, "finite");
+    EXPECT_LIT(C, "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
+                 "\xa6\x66ields\x81\xa1x\xa1\xff", A2_WIRE_ETYPE, "UTF-8");
+    EXPECT_LIT(C, "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
+                 "\xa6\x66ields\x81\x01\x02", A2_WIRE_ETYPE, "key");
+    EXPECT_LIT(C, "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
+                 "\xa6\x66ields\x81\xa1x\xcf\xff\xff\xff\xff\xff\xff\xff\xff", A2_WIRE_ETYPE, "range");
+}
+
+static void test_encode_errors(void **state)
+{
+    (void)state;
+    a2_wire_buf b = {0};
+    char *longs = malloc(A2_WIRE_MAX_STRING + 2);
+    const char **many = calloc(A2_WIRE_MAX_ARRAY + 1, sizeof *many);
+    a2_wire_msg m = {.type = A2_WIRE_NONE};
+
+    memset(longs, 'x', A2_WIRE_MAX_STRING + 1);
+    longs[A2_WIRE_MAX_STRING + 1] = '\0';
+    for (size_t i = 0; i <= A2_WIRE_MAX_ARRAY; i++)
+        many[i] = "s";
+
+    assert_int_equal(a2_wire_encode(&b, &m), A2_WIRE_EINVAL);
+    assert_int_equal(a2_wire_encode(NULL, &m), A2_WIRE_EINVAL);
+    assert_int_equal(a2_wire_encode_hello(&b, NULL, NULL), A2_WIRE_EINVAL);
+    assert_int_equal(a2_wire_encode_wake(&b, "c", NULL, "k", 1, 1),
+                     A2_WIRE_EINVAL);
+    assert_int_equal(a2_wire_encode_hello(&b, longs, NULL), A2_WIRE_ETOOBIG);
+    assert_int_equal(a2_wire_encode_resync(&b, "c", many, A2_WIRE_MAX_ARRAY + 1),
+                     A2_WIRE_ETOOBIG);
+    assert_int_equal(a2_wire_encode_presence(&b, "n", "p", "[1]"),
+                     A2_WIRE_ETYPE);
+    assert_int_equal(a2_wire_encode_presence(&b, "n", "p", "{bad"),
+                     A2_WIRE_ETYPE);
+    m.type = A2_WIRE_WELCOME;
+    m.v = 2;
+    assert_int_equal(a2_wire_encode(&b, &m), A2_WIRE_EINVAL);
+    assert_int_equal(b.len, 0);
+    /* a worker frame over 64 KiB: 20 types of 4000 bytes */
+    {
+        const char *types[20];
+        longs[4000] = '\0';
+        for (int i = 0; i < 20; i++)
+            types[i] = longs;
+        assert_int_equal(a2_wire_encode_subscribe(&b, "c", A2_WIRE_LOG_TYPES,
+                                                  types, 20),
+                         A2_WIRE_ETOOBIG);
+        assert_int_equal(b.len, 0);
+        assert_int_equal(a2_wire_encode_subscribe(&b, "c", A2_WIRE_LOG_TYPES,
+                                                  types, 10),
+                         0);
+        assert_true(b.len > 40000);
+    }
+    /* a failed encode leaves earlier frames alone */
+    {
+        size_t before = b.len;
+        assert_int_equal(a2_wire_encode_ping(&b, 1), 0);
+        before = b.len;
+        assert_int_equal(a2_wire_encode_hello(&b, "w", longs + 0), 0);
+        b.len = before;
+        longs[4000] = 'x';
+        assert_int_equal(a2_wire_encode_error(&b, "x", longs), A2_WIRE_ETOOBIG);
+        assert_int_equal(b.len, before);
+    }
+    assert_string_equal(a2_wire_type_name(A2_WIRE_WAKE), "wake");
+    assert_string_equal(a2_wire_strerror(A2_WIRE_ETOOBIG), "over a size limit");
+    free(longs);
+    free(many);
+    a2_wire_buf_free(&b);
+    a2_wire_buf_free(NULL);
+    a2_wire_reader_free(NULL);
+}
+
+static void test_hello(void **state)
+{
+    (void)state;
+    a2_wire_buf b = {0};
+    a2_wire_msg m;
+    a2_wire_reader *r;
+
+    assert_int_equal(a2_wire_encode_hello(&b, "w1", "s3cret"), 0);
+    r = read_one(A2_WIRE_FROM_WORKER, &b, &m);
+    assert_int_equal(m.type, A2_WIRE_HELLO);
+    assert_int_equal(m.v, 1);
+    assert_string_equal(m.name, "w1");
+    assert_string_equal(m.token, "s3cret");
+    a2_wire_reader_free(r);
+
+    b.len = 0;
+    assert_int_equal(a2_wire_encode_hello(&b, "w2", NULL), 0);
+    r = read_one(A2_WIRE_FROM_WORKER, &b, &m);
+    assert_string_equal(m.name, "w2");
+    assert_null(m.token);
+    a2_wire_reader_free(r);
+    a2_wire_buf_free(&b);
+}
+
+static void test_subscribe(void **state)
+{
+    (void)state;
+    a2_wire_buf b = {0};
+    a2_wire_msg m;
+    a2_wire_reader *r;
+    const char *types[] = {"chat.msg", "chat.edit"};
+
+    assert_int_equal(a2_wire_encode_subscribe(&b, "mailer", A2_WIRE_LOG_NONE,
+                                              NULL, 0),
+                     0);
+    r = read_one(A2_WIRE_FROM_WORKER, &b, &m);
+    assert_int_equal(m.type, A2_WIRE_SUBSCRIBE);
+    assert_string_equal(m.consumer, "mailer");
+    assert_int_equal(m.log_filter, A2_WIRE_LOG_NONE);
+    a2_wire_reader_free(r);
+
+    b.len = 0;
+    assert_int_equal(
+        a2_wire_encode_subscribe(&b, "idx", A2_WIRE_LOG_ALL, NULL, 0), 0);
+    r = read_one(A2_WIRE_FROM_WORKER, &b, &m);
+    assert_int_equal(m.log_filter, A2_WIRE_LOG_ALL);
+    assert_int_equal(m.n_log_types, 0);
+    a2_wire_reader_free(r);
+
+    b.len = 0;
+    assert_int_equal(
+        a2_wire_encode_subscribe(&b, "idx", A2_WIRE_LOG_TYPES, types, 2), 0);
+    r = read_one(A2_WIRE_FROM_WORKER, &b, &m);
+    assert_int_equal(m.log_filter, A2_WIRE_LOG_TYPES);
+    assert_int_equal(m.n_log_types, 2);
+    assert_string_equal(m.log_types[0], "chat.msg");
+    assert_string_equal(m.log_types[1], "chat.edit");
+    a2_wire_reader_free(r);
+    a2_wire_buf_free(&b);
+}
+
+static void test_presence_sub_ping(void **state)
+{
+    (void)state;
+    a2_wire_buf b = {0};
+    a2_wire_msg m;
+    a2_wire_reader *r = a2_wire_reader_new(A2_WIRE_FROM_WORKER);
+
+    assert_int_equal(a2_wire_encode_presence_sub(&b, "room:1"), 0);
+    assert_int_equal(a2_wire_encode_ping(&b, UINT64_MAX), 0);
+    assert_int_equal(a2_wire_reader_feed(r, b.data, b.len), 0);
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_PRESENCE_SUB);
+    assert_string_equal(m.ns, "room:1");
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_PING);
+    assert_true(m.id == UINT64_MAX);
+    assert_int_equal(a2_wire_reader_next(r, &m), 0);
+    a2_wire_reader_free(r);
+    a2_wire_buf_free(&b);
+}
+
+static void test_consumer_messages(void **state)
+{
+    (void)state;
+    a2_wire_buf b = {0};
+    a2_wire_msg m;
+    a2_wire_reader *r = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
+    const char *sessions[] = {"s1", "s2", "s3"};
+
+    assert_int_equal(a2_wire_encode_welcome(&b, 0x16B3748ULL), 0);
+    assert_int_equal(
+        a2_wire_encode_wake(&b, "mailer", "s1", "main", 42, UINT64_MAX), 0);
+    assert_int_equal(
+        a2_wire_encode_log(&b, "idx", "s2", INT64_MAX, "chat.msg", 7), 0);
+    assert_int_equal(a2_wire_encode_cleared(&b, "s3", -1, 8), 0);
+    assert_int_equal(a2_wire_encode_resync(&b, "mailer", sessions, 3), 0);
+    assert_int_equal(a2_wire_encode_resync(&b, "mailer", NULL, 0), 0);
+    assert_int_equal(a2_wire_encode_resync(&b, "mailer", sessions, 0), 0);
+    assert_int_equal(a2_wire_encode_presence(
+                         &b, "room", "alice",
+                         "{\"typing\":true,\"gone\":null,\"n\":-3,"
+                         "\"x\":1.5,\"o\":{\"a\":[1,\"b\"]}}"),
+                     0);
+    assert_int_equal(a2_wire_encode_pong(&b, 99), 0);
+    assert_int_equal(a2_wire_encode_error(&b, A2_WIRE_CODE_AUTH, "bad token"),
+                     0);
+    assert_int_equal(a2_wire_reader_feed(r, b.data, b.len), 0);
+
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_WELCOME);
+    assert_int_equal(m.v, 1);
+    assert_true(m.lsn == 0x16B3748ULL);
+
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_WAKE);
+    assert_string_equal(m.consumer, "mailer");
+    assert_string_equal(m.session, "s1");
+    assert_string_equal(m.cursor, "main");
+    assert_int_equal(m.head, 42);
+    assert_true(m.lsn == UINT64_MAX);
+
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_LOG);
+    assert_string_equal(m.consumer, "idx");
+    assert_string_equal(m.session, "s2");
+    assert_true(m.idx == INT64_MAX);
+    assert_string_equal(m.event_type, "chat.msg");
+    assert_int_equal(m.lsn, 7);
+
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_CLEARED);
+    assert_string_equal(m.session, "s3");
+    assert_int_equal(m.clear_index, -1);
+    assert_int_equal(m.lsn, 8);
+
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_RESYNC);
+    assert_false(m.all_sessions);
+    assert_int_equal(m.n_sessions, 3);
+    assert_string_equal(m.sessions[2], "s3");
+
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_RESYNC);
+    assert_true(m.all_sessions);
+    assert_int_equal(m.n_sessions, 0);
+
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_RESYNC);
+    assert_false(m.all_sessions);
+    assert_int_equal(m.n_sessions, 0);
+
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_PRESENCE);
+    assert_string_equal(m.ns, "room");
+    assert_string_equal(m.participant, "alice");
+    assert_non_null(strstr(m.fields_json, "\"typing\":true"));
+    assert_non_null(strstr(m.fields_json, "\"gone\":null"));
+    assert_non_null(strstr(m.fields_json, "\"n\":-3"));
+    assert_non_null(strstr(m.fields_json, "\"x\":1.5"));
+    assert_non_null(strstr(m.fields_json, "\"o\":{\"a\":[1,\"b\"]}"));
+
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_PONG);
+    assert_int_equal(m.id, 99);
+
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_ERROR);
+    assert_string_equal(m.code, "auth");
+    assert_string_equal(m.message, "bad token");
+
+    assert_int_equal(a2_wire_reader_next(r, &m), 0);
+    a2_wire_reader_free(r);
+    a2_wire_buf_free(&b);
+}
+
+/* Every frame split at every byte boundary still decodes. */
+static void test_byte_at_a_time(void **state)
+{
+    (void)state;
+    a2_wire_buf b = {0};
+    a2_wire_msg m;
+    a2_wire_reader *r = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
+    int got = 0;
+
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(a2_wire_encode_wake(&b, "c", "sess", "k", i, 1), 0);
+    for (size_t i = 0; i < b.len; i++) {
+        int rc;
+        assert_int_equal(a2_wire_reader_feed(r, b.data + i, 1), 0);
+        while ((rc = a2_wire_reader_next(r, &m)) == 1) {
+            assert_int_equal(m.type, A2_WIRE_WAKE);
+            assert_int_equal(m.head, got);
+            got++;
+        }
+        assert_int_equal(rc, 0);
+    }
+    assert_int_equal(got, 20);
+    a2_wire_reader_free(r);
+    a2_wire_buf_free(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hello),
+        cmocka_unit_test(test_subscribe),
+        cmocka_unit_test(test_presence_sub_ping),
+        cmocka_unit_test(test_consumer_messages),
+        cmocka_unit_test(test_byte_at_a_time),
+        cmocka_unit_test(test_errors_semantic),
+        cmocka_unit_test(test_errors_framing),
+        cmocka_unit_test(test_encode_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
