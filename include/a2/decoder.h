@@ -388,6 +388,16 @@ typedef enum a2_transition {
 a2_transition a2_transition_classify(const a2_cursor_row *before,
                                      const a2_cursor_row *after);
 
+/*
+ * a2_transition_classify knowing the session's clear marker (a2_clears
+ * clear_index): a delete of a run whose head is at or below it is RETIRED
+ * (superseded by the clear), as is the delete of an idle run (head null).
+ * Without the marker, a delete of a run with a head is DELETED.
+ */
+a2_transition a2_transition_classify_cleared(const a2_cursor_row *before,
+                                             const a2_cursor_row *after,
+                                             int64_t clear_index);
+
 /* a2_transition_classify on a decoded a2_cursors I/U/D; OTHER for any other
  * change. */
 a2_transition a2_change_transition(const a2_change *c);
