@@ -139,6 +139,17 @@ static void *arena_alloc(a2_wire_reader *r, size_t n)
     return p;
 }
 
+/* msgpack-c leaves ptr NULL for empty strings: never hand that to mem*(). */
+static int str_eq(const msgpack_object_str *a, const char *b, size_t bl)
+{
+    return a->size == bl && (bl == 0 || memcmp(a->ptr, b, bl) == 0);
+}
+
+static int has_nul(const msgpack_object_str *a)
+{
+    return a->size > 0 && memchr(a->ptr, 0, a->size) != NULL;
+}
+
 /* Decoding of one frame's map. */
 typedef struct {
     a2_wire_reader *r;
@@ -151,7 +162,7 @@ static const msgpack_object *lookup(const frame *f, const char *key)
     size_t kl = strlen(key);
     for (uint32_t i = 0; i < f->map->size; i++) {
         const msgpack_object *k = &f->map->ptr[i].key;
-        if (k->via.str.size == kl && memcmp(k->via.str.ptr, key, kl) == 0)
+        if (str_eq(&k->via.str, key, kl))
             return &f->map->ptr[i].val;
     }
     return NULL;
@@ -164,13 +175,14 @@ static int copy_str(frame *f, const char *key, const msgpack_object *o,
     if (o->type != MSGPACK_OBJECT_STR)
         return fail(f->r, A2_WIRE_ETYPE, "%s: key %s is not a string", f->t,
                     key);
-    if (memchr(o->via.str.ptr, 0, o->via.str.size))
+    if (has_nul(&o->via.str))
         return fail(f->r, A2_WIRE_EFORMAT, "%s: key %s contains a NUL byte",
                     f->t, key);
     s = arena_alloc(f->r, o->via.str.size + 1);
     if (!s)
         return fail(f->r, A2_WIRE_ENOMEM, "out of memory");
-    memcpy(s, o->via.str.ptr, o->via.str.size);
+    if (o->via.str.size)
+        memcpy(s, o->via.str.ptr, o->via.str.size);
     s[o->via.str.size] = '\0';
     *out = s;
     return 0;
@@ -276,8 +288,9 @@ static json_t *to_json(const msgpack_object *o, const char **why)
         j = json_real(o->via.f64);
         break;
     case MSGPACK_OBJECT_STR:
-        j = json_stringn(o->via.str.ptr, o->via.str.size);
-        if (!j || memchr(o->via.str.ptr, 0, o->via.str.size)) {
+        j = json_stringn(o->via.str.size ? o->via.str.ptr : "",
+                         o->via.str.size);
+        if (!j || has_nul(&o->via.str)) {
             json_decref(j);
             *why = "string is not UTF-8 text";
             return NULL;
@@ -299,13 +312,13 @@ static json_t *to_json(const msgpack_object *o, const char **why)
             const msgpack_object *k = &o->via.map.ptr[i].key;
             json_t *e;
             char key[A2_WIRE_MAX_STRING + 1];
-            if (k->type != MSGPACK_OBJECT_STR ||
-                memchr(k->via.str.ptr, 0, k->via.str.size)) {
+            if (k->type != MSGPACK_OBJECT_STR || has_nul(&k->via.str)) {
                 *why = "map key is not a string";
                 json_decref(j);
                 return NULL;
             }
-            memcpy(key, k->via.str.ptr, k->via.str.size);
+            if (k->via.str.size)
+                memcpy(key, k->via.str.ptr, k->via.str.size);
             key[k->via.str.size] = '\0';
             e = to_json(&o->via.map.ptr[i].val, why);
             if (!e || json_object_set_new(j, key, e)) {
@@ -467,8 +480,7 @@ static int parse_frame(a2_wire_reader *r, const msgpack_object *root,
             return fail(r, A2_WIRE_EFORMAT, "frame has a non-string key");
         for (uint32_t j = 0; j < i; j++) {
             const msgpack_object *o = &f.map->ptr[j].key;
-            if (o->via.str.size == k->via.str.size &&
-                memcmp(o->via.str.ptr, k->via.str.ptr, k->via.str.size) == 0)
+            if (str_eq(&o->via.str, k->via.str.ptr, k->via.str.size))
                 return fail(r, A2_WIRE_EFORMAT, "frame has a duplicate key");
         }
     }
@@ -479,8 +491,7 @@ static int parse_frame(a2_wire_reader *r, const msgpack_object *root,
         return fail(r, A2_WIRE_ETYPE, "key t is not a string");
     m->type = A2_WIRE_NONE;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        if (strlen(types[i].name) == t->via.str.size &&
-            memcmp(types[i].name, t->via.str.ptr, t->via.str.size) == 0) {
+        if (str_eq(&t->via.str, types[i].name, strlen(types[i].name))) {
             m->type = r->from == A2_WIRE_FROM_WORKER ? types[i].worker
                                                      : types[i].consumer;
             f.t = types[i].name;

@@ -226,6 +226,9 @@ static void test_errors_framing(void **state)
         expect_error(W, big, n, A2_WIRE_ETOOBIG, "frame");
         expect_error(C, big, n, A2_WIRE_EMISSING, "no key t");
     }
+    /* empty keys, twice: a duplicate */
+    EXPECT_LIT(W, "\x83\xa0\xa0\xa0\xa0\xa1t\xa4ping", A2_WIRE_EFORMAT,
+               "duplicate");
     /* truncated input is not an error: it waits */
     {
         a2_wire_reader *r = a2_wire_reader_new(W);
@@ -333,6 +336,14 @@ static void test_hello(void **state)
     r = read_one(A2_WIRE_FROM_WORKER, &b, &m);
     assert_string_equal(m.name, "w2");
     assert_null(m.token);
+    a2_wire_reader_free(r);
+
+    /* empty strings (msgpack-c gives them a NULL pointer) */
+    b.len = 0;
+    assert_int_equal(a2_wire_encode_hello(&b, "", ""), 0);
+    r = read_one(A2_WIRE_FROM_WORKER, &b, &m);
+    assert_string_equal(m.name, "");
+    assert_string_equal(m.token, "");
     a2_wire_reader_free(r);
     a2_wire_buf_free(&b);
 }
