@@ -1,0 +1,71 @@
+/*
+ * Internals of `a2`, the operator's command line (cli/main.c is the
+ * program). Every command function returns the process exit status:
+ * 0 success, 1 runtime error, 2 usage error, and prints at most one error
+ * line to stderr naming the cause.
+ */
+#ifndef A2_CLI_H
+#define A2_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define A2__CLI_OK 0
+#define A2__CLI_RUNTIME 1
+#define A2__CLI_USAGE 2
+
+typedef struct {
+    const char *db; /* libpq conninfo ("" = PG* variables) */
+    int json;       /* --json: machine-readable output */
+    FILE *out;
+    FILE *err;
+} a2__cli;
+
+/* Runs `a2` with argv (argv[0] is the program name). */
+int a2__cli_main(int argc, char **argv);
+
+/* Prints "a2: <message>" to cli->err and returns A2__CLI_USAGE. */
+__attribute__((format(printf, 2, 3))) int a2__cli_usage(const a2__cli *cli,
+                                                        const char *fmt, ...);
+/* Prints "a2: <message>" to cli->err and returns A2__CLI_RUNTIME. */
+__attribute__((format(printf, 2, 3))) int a2__cli_fail(const a2__cli *cli,
+                                                       const char *fmt, ...);
+
+/*
+ * Parses a decimal int64 in [min, max]; returns 0, or -1 when s is not one.
+ */
+int a2__cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
+
+/* Commands. argv[0] is the command's name. */
+int a2__cli_cmd_schema(a2__cli *cli, int argc, char **argv);
+int a2__cli_cmd_audit(a2__cli *cli, int argc, char **argv);
+int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv);
+int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv);
+int a2__cli_cmd_read(a2__cli *cli, int argc, char **argv);
+int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv);
+int a2__cli_cmd_dead_letters(a2__cli *cli, int argc, char **argv);
+int a2__cli_cmd_redrive(a2__cli *cli, int argc, char **argv);
+int a2__cli_cmd_clear(a2__cli *cli, int argc, char **argv);
+int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv);
+
+/*
+ * An aligned text table: columns sized to their widest cell, two spaces
+ * apart, numeric columns right-aligned.
+ */
+typedef struct a2__table a2__table;
+
+/* ncols column titles; right_align is a string of 'l'/'r' per column (or
+ * NULL for all left). NULL when out of memory. */
+a2__table *a2__table_new(size_t ncols, const char *const *titles,
+                         const char *align);
+/* Adds a row of ncols cells (copied; NULL prints as "-"). 0 or -1 (ENOMEM). */
+int a2__table_add(a2__table *t, const char *const *cells);
+size_t a2__table_rows(const a2__table *t);
+void a2__table_print(const a2__table *t, FILE *out);
+void a2__table_free(a2__table *t);
+
+/* Formats epoch milliseconds as RFC 3339 UTC with ms into buf. */
+void a2__cli_fmt_ms(int64_t ms, char *buf, size_t len);
+
+#endif

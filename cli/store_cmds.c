@@ -1,0 +1,721 @@
+/*
+ * The store-backed commands of `a2`: append, read, cursors, dead-letters,
+ * redrive, clear, reclaim. Each opens one store connection, runs its
+ * operation(s) and prints an aligned table, or JSON with --json.
+ */
+#include "cli.h"
+
+#include "a2/store.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_TARGETS A2_STORE_MAX_TARGETS
+
+static int store_open(a2__cli *cli, a2_store **out)
+{
+    a2_store_error err = {0};
+    if (a2_store_open(out, cli->db, &err) != 0)
+        return a2__cli_fail(cli, "could not connect to the database: %s",
+                            err.message[0] ? err.message : "unknown error");
+    return A2__CLI_OK;
+}
+
+/* Maps a failed store call to the exit status and its one error line. */
+static int store_failed(a2__cli *cli, a2_store *store, const char *what)
+{
+    const a2_store_error *e = a2_store_last_error(store);
+    int code = e ? e->code : A2_ESTORE_FAILED;
+    const char *msg = e && e->message[0] ? e->message : "unknown error";
+    if (code == A2_EINVALID_ARGUMENT)
+        return a2__cli_usage(cli, "%s: %s", what, msg);
+    return a2__cli_fail(cli, "%s failed: %s (%s)", what, msg,
+                        a2_store_code_name(code));
+}
+
+static void fmt_i64(int64_t v, char *buf, size_t len)
+{
+    if (v == A2_STORE_NONE)
+        snprintf(buf, len, "-");
+    else
+        snprintf(buf, len, "%lld", (long long)v);
+}
+
+static void fmt_time(int64_t ms, char *buf, size_t len)
+{
+    if (ms == A2_STORE_NONE)
+        snprintf(buf, len, "-");
+    else
+        a2__cli_fmt_ms(ms, buf, len);
+}
+
+static json_t *json_i64_or_null(int64_t v)
+{
+    return v == A2_STORE_NONE ? json_null() : json_integer((json_int_t)v);
+}
+
+static json_t *json_str_or_null(const char *s)
+{
+    return s ? json_string(s) : json_null();
+}
+
+/* A JSON value from the server's jsonb text (a string when unparseable). */
+static json_t *json_from_text(const char *text)
+{
+    if (!text)
+        return json_null();
+    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+    return v ? v : json_string(text);
+}
+
+static int print_json(a2__cli *cli, json_t *doc)
+{
+    if (!doc)
+        return a2__cli_fail(cli, "out of memory");
+    int rc = json_dumpf(doc, cli->out, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(doc);
+    fputc('\n', cli->out);
+    return rc == 0 ? A2__CLI_OK : a2__cli_fail(cli, "could not write output");
+}
+
+static json_t *event_json(const a2_event *e)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "session", json_string(e->session_id));
+    json_object_set_new(o, "index", json_integer(e->index));
+    json_object_set_new(o, "type", json_string(e->type));
+    json_object_set_new(o, "id", json_string(e->id));
+    json_object_set_new(o, "created_at", json_integer(e->created_at));
+    json_object_set_new(o, "payload", json_from_text(e->payload));
+    if (e->has_cause) {
+        json_t *c = json_object();
+        json_object_set_new(c, "consumer", json_str_or_null(e->cause.consumer));
+        json_object_set_new(c, "lane", json_str_or_null(e->cause.lane));
+        json_object_set_new(c, "index", json_integer(e->cause.index));
+        json_object_set_new(c, "attempt", json_integer(e->cause.attempt));
+        json_object_set_new(o, "cause", c);
+    } else {
+        json_object_set_new(o, "cause", json_null());
+    }
+    return o;
+}
+
+static void cause_text(const a2_event *e, char *buf, size_t len)
+{
+    if (!e->has_cause)
+        snprintf(buf, len, "-");
+    else if (e->cause.lane)
+        snprintf(buf, len, "%s:%s#%lld/%d", e->cause.consumer, e->cause.lane,
+                 (long long)e->cause.index, e->cause.attempt);
+    else
+        snprintf(buf, len, "%s#%lld/%d", e->cause.consumer,
+                 (long long)e->cause.index, e->cause.attempt);
+}
+
+static int print_events(a2__cli *cli, const a2_events *ev, int with_payload)
+{
+    if (cli->json) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < ev->count; i++)
+            json_array_append_new(arr, event_json(&ev->items[i]));
+        return print_json(cli, arr);
+    }
+    static const char *const titles[] = {"INDEX", "TYPE", "ID", "CREATED",
+                                         "CAUSE", "PAYLOAD"};
+    a2__table *t = a2__table_new(with_payload ? 6 : 5, titles, "rllll");
+    if (!t)
+        return a2__cli_fail(cli, "out of memory");
+    for (size_t i = 0; i < ev->count; i++) {
+        const a2_event *e = &ev->items[i];
+        char idx[32], created[40], cause[300], payload[200];
+        fmt_i64(e->index, idx, sizeof idx);
+        fmt_time(e->created_at, created, sizeof created);
+        cause_text(e, cause, sizeof cause);
+        const char *p = e->payload ? e->payload : "null";
+        if (strlen(p) > 120)
+            snprintf(payload, sizeof payload, "%.117s...", p);
+        else
+            snprintf(payload, sizeof payload, "%s", p);
+        const char *cells[] = {idx, e->type, e->id, created, cause, payload};
+        if (a2__table_add(t, cells) != 0) {
+            a2__table_free(t);
+            return a2__cli_fail(cli, "out of memory");
+        }
+    }
+    a2__table_print(t, cli->out);
+    a2__table_free(t);
+    return A2__CLI_OK;
+}
+
+/*
+ * Parses options of a command. longopts entries; returns -1 after all
+ * options, or the val of an option, or sets *rc and returns -2 on error or
+ * --help (help is printed from help_text).
+ */
+static int next_opt(a2__cli *cli, int argc, char **argv,
+                    const struct option *longopts, const char *help_text,
+                    int *rc)
+{
+    int c = getopt_long(argc, argv, ":h", longopts, NULL);
+    switch (c) {
+    case 'h':
+        fputs(help_text, cli->out);
+        *rc = A2__CLI_OK;
+        return -2;
+    case ':':
+        *rc = a2__cli_usage(cli, "option %s needs a value", argv[optind - 1]);
+        return -2;
+    case '?':
+        *rc = a2__cli_usage(cli, "unknown option %s for %s", argv[optind - 1],
+                            argv[0]);
+        return -2;
+    default:
+        return c;
+    }
+}
+
+/* Checks the positional count; returns 0 or sets the usage error in *rc. */
+static int positionals(a2__cli *cli, int argc, char **argv, int min, int max,
+                       const char *what, int *rc)
+{
+    int n = argc - optind;
+    if (n < min) {
+        *rc = a2__cli_usage(cli, "%s needs %s", argv[0], what);
+        return -1;
+    }
+    if (n > max) {
+        *rc = a2__cli_usage(cli, "%s: unexpected argument '%s'", argv[0],
+                            argv[optind + max]);
+        return -1;
+    }
+    return 0;
+}
+
+static const struct option help_only[] = {
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* ── append ───────────────────────────────────────────────────────────── */
+
+int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"id", required_argument, NULL, 'i'},
+        {"target", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    static const char help[] =
+        "usage: a2 append SESSION TYPE [PAYLOAD] [--id ID] "
+        "[--target CONSUMER[:LANE]]...\n"
+        "  PAYLOAD is JSON (default null); --id makes a retry idempotent;\n"
+        "  each --target dispatches the event to a consumer: alone "
+        "(CONSUMER) or in a FIFO lane (CONSUMER:LANE)\n";
+    int rc = A2__CLI_OK, c;
+    const char *id = NULL;
+    a2_target targets[MAX_TARGETS];
+    char *owned[MAX_TARGETS];
+    size_t ntargets = 0;
+    a2_store *store = NULL;
+    a2_events out = {0};
+    optind = 0;
+    while ((c = next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
+        if (c == -2)
+            goto done;
+        if (c == 'i') {
+            if (!*optarg) {
+                rc = a2__cli_usage(cli, "--id must not be empty");
+                goto done;
+            }
+            id = optarg;
+        } else if (c == 't') {
+            if (ntargets == MAX_TARGETS) {
+                rc = a2__cli_usage(cli, "at most %d targets", MAX_TARGETS);
+                goto done;
+            }
+            char *copy = strdup(optarg);
+            if (!copy) {
+                rc = a2__cli_fail(cli, "out of memory");
+                goto done;
+            }
+            owned[ntargets] = copy;
+            char *colon = strchr(copy, ':');
+            if (colon)
+                *colon = '\0';
+            targets[ntargets].consumer = copy;
+            targets[ntargets].lane = colon ? colon + 1 : NULL;
+            ntargets++;
+            if (!*copy || (colon && !colon[1])) {
+                rc = a2__cli_usage(cli,
+                                   "bad target '%s' (CONSUMER or "
+                                   "CONSUMER:LANE)",
+                                   optarg);
+                goto done;
+            }
+        }
+    }
+    if (positionals(cli, argc, argv, 2, 3, "SESSION and TYPE", &rc) != 0)
+        goto done;
+    const char *session = argv[optind];
+    const char *type = argv[optind + 1];
+    const char *payload = argc - optind > 2 ? argv[optind + 2] : NULL;
+    if (!*session) {
+        rc = a2__cli_usage(cli, "SESSION must not be empty");
+        goto done;
+    }
+    if (!*type) {
+        rc = a2__cli_usage(cli, "TYPE must not be empty");
+        goto done;
+    }
+    if (payload) {
+        json_error_t jerr;
+        json_t *v = json_loads(payload, JSON_DECODE_ANY, &jerr);
+        if (!v) {
+            rc = a2__cli_usage(cli, "PAYLOAD is not JSON: %s (column %d)",
+                               jerr.text, jerr.column);
+            goto done;
+        }
+        json_decref(v);
+    }
+    if ((rc = store_open(cli, &store)) != A2__CLI_OK)
+        goto done;
+    a2_append_event ev = {.type = type,
+                          .payload = payload,
+                          .id = id,
+                          .targets = ntargets ? targets : NULL,
+                          .ntargets = ntargets};
+    if (a2_store_append(store, session, &ev, 1, NULL, &out) != 0) {
+        rc = store_failed(cli, store, "append");
+        goto done;
+    }
+    if (cli->json) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < out.count; i++) {
+            json_t *o = event_json(&out.items[i]);
+            json_object_set_new(o, "replayed", json_boolean(out.replayed));
+            json_array_append_new(arr, o);
+        }
+        json_t *one = json_incref(json_array_get(arr, 0));
+        json_decref(arr);
+        rc = print_json(cli, one ? one : json_null());
+    } else {
+        for (size_t i = 0; i < out.count; i++)
+            fprintf(cli->out, "%s %s #%lld id %s%s\n", out.items[i].session_id,
+                    out.items[i].type, (long long)out.items[i].index,
+                    out.items[i].id,
+                    out.replayed ? " (already stored: replayed)" : "");
+    }
+done:
+    for (size_t i = 0; i < ntargets; i++)
+        free(owned[i]);
+    a2_events_free(&out);
+    a2_store_close(store);
+    return rc;
+}
+
+/* ── read ─────────────────────────────────────────────────────────────── */
+
+int a2__cli_cmd_read(a2__cli *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"after", required_argument, NULL, 'a'},
+        {"limit", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    static const char help[] =
+        "usage: a2 read SESSION [--after N] [--limit N]\n"
+        "  the session's events after index N (default: from the clear "
+        "marker on)\n";
+    int rc = A2__CLI_OK, c;
+    a2_read_options ro = {0};
+    a2_store *store = NULL;
+    a2_events out = {0};
+    optind = 0;
+    while ((c = next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
+        if (c == -2)
+            return rc;
+        int64_t v;
+        if (c == 'a') {
+            if (a2__cli_parse_i64(optarg, 0, INT64_MAX, &v) != 0)
+                return a2__cli_usage(cli, "--after needs an index >= 0, "
+                                          "not '%s'",
+                                     optarg);
+            ro.after = v;
+        } else if (c == 'l') {
+            if (a2__cli_parse_i64(optarg, 1, 1000000, &v) != 0)
+                return a2__cli_usage(cli, "--limit needs a count in "
+                                          "1..1000000, not '%s'",
+                                     optarg);
+            ro.limit = (size_t)v;
+        }
+    }
+    if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
+        return rc;
+    if ((rc = store_open(cli, &store)) != A2__CLI_OK)
+        goto done;
+    if (a2_store_read(store, argv[optind], &ro, &out) != 0) {
+        rc = store_failed(cli, store, "read");
+        goto done;
+    }
+    if (!cli->json && out.count == 0)
+        fprintf(cli->out, "no events\n");
+    else
+        rc = print_events(cli, &out, 1);
+done:
+    a2_events_free(&out);
+    a2_store_close(store);
+    return rc;
+}
+
+/* ── cursors ──────────────────────────────────────────────────────────── */
+
+static json_t *dispatch_json(json_t *o, const a2_dispatch *d)
+{
+    json_object_set_new(o, "consumer", json_str_or_null(d->consumer));
+    json_object_set_new(o, "lane", json_str_or_null(d->lane));
+    json_object_set_new(o, "cursor", json_str_or_null(d->cursor_key));
+    json_object_set_new(o, "kind", json_str_or_null(d->kind));
+    json_object_set_new(o, "epoch", json_i64_or_null(d->epoch));
+    json_object_set_new(o, "attempt", json_integer(d->attempt_count));
+    json_object_set_new(o, "holder", json_str_or_null(d->claim_holder));
+    json_object_set_new(o, "expires_at", json_i64_or_null(d->claim_expires_at));
+    json_object_set_new(o, "failures", json_integer(d->failure_count));
+    json_object_set_new(o, "last_failed_at", json_i64_or_null(d->last_failed_at));
+    json_object_set_new(o, "error", json_str_or_null(d->last_error));
+    json_object_set_new(o, "failed_at", json_i64_or_null(d->failed_at));
+    return o;
+}
+
+static const char *cursor_state(const a2_cursor *cur, char *buf, size_t len)
+{
+    const a2_dispatch *d = &cur->dispatch;
+    if (cur->head == A2_STORE_NONE)
+        return "idle";
+    if (d->failed_at != A2_STORE_NONE)
+        return "dead";
+    if (d->claim_holder) {
+        snprintf(buf, len, "claimed by %s", d->claim_holder);
+        return buf;
+    }
+    if (d->claim_expires_at != A2_STORE_NONE && d->failure_count > 0)
+        return "retry held";
+    return "pending";
+}
+
+int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv)
+{
+    static const char help[] =
+        "usage: a2 cursors SESSION\n"
+        "  the session's current cursor runs: position, head, claim, "
+        "failures\n";
+    int rc = A2__CLI_OK, c;
+    a2_store *store = NULL;
+    a2_cursors out = {0};
+    a2__table *t = NULL;
+    optind = 0;
+    while ((c = next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
+        if (c == -2)
+            return rc;
+    if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
+        return rc;
+    if ((rc = store_open(cli, &store)) != A2__CLI_OK)
+        goto done;
+    if (a2_store_cursors(store, argv[optind], &out) != 0) {
+        rc = store_failed(cli, store, "cursors");
+        goto done;
+    }
+    if (cli->json) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < out.count; i++) {
+            const a2_cursor *cur = &out.items[i];
+            json_t *o = dispatch_json(json_object(), &cur->dispatch);
+            json_object_set_new(o, "position", json_integer(cur->position));
+            json_object_set_new(o, "head", json_i64_or_null(cur->head));
+            json_object_set_new(o, "types", json_from_text(cur->types));
+            json_array_append_new(arr, o);
+        }
+        rc = print_json(cli, arr);
+        goto done;
+    }
+    if (out.count == 0) {
+        fprintf(cli->out, "no cursors\n");
+        goto done;
+    }
+    static const char *const titles[] = {
+        "CONSUMER", "KIND", "CURSOR", "POSITION", "HEAD", "ATTEMPT",
+        "FAILURES", "STATE", "EXPIRES", "LAST ERROR"};
+    t = a2__table_new(10, titles, "lllrrrrlll");
+    if (!t) {
+        rc = a2__cli_fail(cli, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < out.count; i++) {
+        const a2_cursor *cur = &out.items[i];
+        const a2_dispatch *d = &cur->dispatch;
+        char pos[32], head[32], att[16], fails[16], st[300], exp[40], err[100];
+        fmt_i64(cur->position, pos, sizeof pos);
+        fmt_i64(cur->head, head, sizeof head);
+        snprintf(att, sizeof att, "%d", d->attempt_count);
+        snprintf(fails, sizeof fails, "%d", d->failure_count);
+        fmt_time(d->claim_expires_at, exp, sizeof exp);
+        snprintf(err, sizeof err, "%.96s", d->last_error ? d->last_error : "-");
+        for (char *p = err; *p; p++)
+            if (*p == '\n' || *p == '\t')
+                *p = ' ';
+        const char *cells[] = {d->consumer, d->kind,
+                               d->cursor_key, pos,
+                               head, att,
+                               fails, cursor_state(cur, st, sizeof st),
+                               exp, err};
+        if (a2__table_add(t, cells) != 0) {
+            rc = a2__cli_fail(cli, "out of memory");
+            goto done;
+        }
+    }
+    a2__table_print(t, cli->out);
+done:
+    a2__table_free(t);
+    a2_cursors_free(&out);
+    a2_store_close(store);
+    return rc;
+}
+
+/* ── dead-letters ─────────────────────────────────────────────────────── */
+
+int a2__cli_cmd_dead_letters(a2__cli *cli, int argc, char **argv)
+{
+    static const char help[] =
+        "usage: a2 dead-letters SESSION\n"
+        "  heads that failed too often; redrive them with a2 redrive\n";
+    int rc = A2__CLI_OK, c;
+    a2_store *store = NULL;
+    a2_heads out = {0};
+    a2__table *t = NULL;
+    optind = 0;
+    while ((c = next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
+        if (c == -2)
+            return rc;
+    if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
+        return rc;
+    if ((rc = store_open(cli, &store)) != A2__CLI_OK)
+        goto done;
+    if (a2_store_dead_letters(store, argv[optind], &out) != 0) {
+        rc = store_failed(cli, store, "dead-letters");
+        goto done;
+    }
+    if (cli->json) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < out.count; i++) {
+            json_t *o = dispatch_json(json_object(), &out.items[i].dispatch);
+            json_object_set_new(o, "event", event_json(&out.items[i].event));
+            json_array_append_new(arr, o);
+        }
+        rc = print_json(cli, arr);
+        goto done;
+    }
+    if (out.count == 0) {
+        fprintf(cli->out, "no dead letters\n");
+        goto done;
+    }
+    static const char *const titles[] = {"CONSUMER", "LANE", "INDEX",
+                                         "TYPE", "ATTEMPTS", "FAILURES",
+                                         "FAILED AT", "LAST ERROR"};
+    t = a2__table_new(8, titles, "llrlrrll");
+    if (!t) {
+        rc = a2__cli_fail(cli, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < out.count; i++) {
+        const a2_head *h = &out.items[i];
+        char idx[32], att[16], fails[16], at[40], err[200];
+        fmt_i64(h->event.index, idx, sizeof idx);
+        snprintf(att, sizeof att, "%d", h->dispatch.attempt_count);
+        snprintf(fails, sizeof fails, "%d", h->dispatch.failure_count);
+        fmt_time(h->dispatch.failed_at, at, sizeof at);
+        snprintf(err, sizeof err, "%.160s",
+                 h->dispatch.last_error ? h->dispatch.last_error : "-");
+        for (char *p = err; *p; p++)
+            if (*p == '\n' || *p == '\t')
+                *p = ' ';
+        const char *cells[] = {h->dispatch.consumer, h->dispatch.lane, idx,
+                               h->event.type, att, fails, at, err};
+        if (a2__table_add(t, cells) != 0) {
+            rc = a2__cli_fail(cli, "out of memory");
+            goto done;
+        }
+    }
+    a2__table_print(t, cli->out);
+done:
+    a2__table_free(t);
+    a2_heads_free(&out);
+    a2_store_close(store);
+    return rc;
+}
+
+/* ── redrive ──────────────────────────────────────────────────────────── */
+
+int a2__cli_cmd_redrive(a2__cli *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"retry", no_argument, NULL, 'r'},
+        {"skip", no_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    static const char help[] =
+        "usage: a2 redrive SESSION CONSUMER INDEX (--retry|--skip)\n"
+        "  --retry runs the dead-lettered head again (failures reset);\n"
+        "  --skip passes it, moving the cursor to its next head\n";
+    int rc = A2__CLI_OK, c, action = 0;
+    a2_store *store = NULL;
+    optind = 0;
+    while ((c = next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
+        if (c == -2)
+            return rc;
+        int a = c == 'r' ? A2_REDRIVE_RETRY : A2_REDRIVE_SKIP;
+        if (action && action != a)
+            return a2__cli_usage(cli, "redrive takes --retry or --skip, "
+                                      "not both");
+        action = a;
+    }
+    if (positionals(cli, argc, argv, 3, 3, "SESSION, CONSUMER and INDEX",
+                    &rc) != 0)
+        return rc;
+    if (!action)
+        return a2__cli_usage(cli, "redrive needs --retry or --skip");
+    int64_t index;
+    if (a2__cli_parse_i64(argv[optind + 2], 1, INT64_MAX, &index) != 0)
+        return a2__cli_usage(cli, "INDEX must be an event index >= 1, not "
+                                  "'%s'",
+                             argv[optind + 2]);
+    const char *session = argv[optind], *consumer = argv[optind + 1];
+    if ((rc = store_open(cli, &store)) != A2__CLI_OK)
+        goto done;
+    a2_redrive_result out = {0};
+    if (a2_store_redrive(store, session, consumer, index, action, NULL, 0,
+                         &out) != 0) {
+        rc = store_failed(cli, store, "redrive");
+        goto done;
+    }
+    const char *verb = action == A2_REDRIVE_RETRY ? "retry" : "skip";
+    if (cli->json) {
+        json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:b,s:b}", "session", session,
+                              "consumer", consumer, "index",
+                              (json_int_t)index, "action", verb, "redriven",
+                              out.redriven, "pending", out.has_pending);
+        rc = print_json(cli, o);
+    } else if (out.redriven) {
+        fprintf(cli->out, "%s %s #%lld: %s\n", session, consumer,
+                (long long)index,
+                action == A2_REDRIVE_RETRY ? "will run again" : "skipped");
+    }
+    if (!out.redriven && rc == A2__CLI_OK)
+        rc = a2__cli_fail(cli, "no dead letter of %s at index %lld in %s",
+                          consumer, (long long)index, session);
+done:
+    a2_store_close(store);
+    return rc;
+}
+
+/* ── clear ────────────────────────────────────────────────────────────── */
+
+int a2__cli_cmd_clear(a2__cli *cli, int argc, char **argv)
+{
+    static const char help[] =
+        "usage: a2 clear SESSION\n"
+        "  appends the session's clear marker: earlier events are gone for "
+        "reads\n  and their unfinished work is superseded (a2 reclaim "
+        "deletes them)\n";
+    int rc = A2__CLI_OK, c;
+    a2_store *store = NULL;
+    optind = 0;
+    while ((c = next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
+        if (c == -2)
+            return rc;
+    if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
+        return rc;
+    const char *session = argv[optind];
+    if ((rc = store_open(cli, &store)) != A2__CLI_OK)
+        goto done;
+    a2_clear_result out = {0};
+    if (a2_store_clear(store, session, A2_STORE_NONE, NULL, &out) != 0) {
+        rc = store_failed(cli, store, "clear");
+        goto done;
+    }
+    if (cli->json)
+        rc = print_json(cli, json_pack("{s:s,s:b,s:I,s:I}", "session", session,
+                                       "cleared", out.cleared, "index",
+                                       (json_int_t)out.index, "clear_index",
+                                       (json_int_t)out.clear_index));
+    else if (out.cleared)
+        fprintf(cli->out, "%s cleared at #%lld\n", session,
+                (long long)out.clear_index);
+    else
+        fprintf(cli->out, "%s not cleared (clear marker at #%lld)\n", session,
+                (long long)out.clear_index);
+done:
+    a2_store_close(store);
+    return rc;
+}
+
+/* ── reclaim ──────────────────────────────────────────────────────────── */
+
+int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv)
+{
+    static const char help[] =
+        "usage: a2 reclaim SESSION\n"
+        "  deletes, batch by batch, what lies below the session's clear "
+        "marker;\n  progress goes to stderr\n";
+    int rc = A2__CLI_OK, c;
+    a2_store *store = NULL;
+    optind = 0;
+    while ((c = next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
+        if (c == -2)
+            return rc;
+    if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
+        return rc;
+    const char *session = argv[optind];
+    if ((rc = store_open(cli, &store)) != A2__CLI_OK)
+        goto done;
+    int64_t total = 0, batches = 0;
+    int tty = isatty(fileno(cli->err));
+    for (;;) {
+        a2_reclaim_result out = {0};
+        if (a2_store_reclaim(store, session, &out) != 0) {
+            if (tty && batches)
+                fputc('\n', cli->err);
+            rc = store_failed(cli, store, "reclaim");
+            goto done;
+        }
+        total += out.deleted;
+        batches++;
+        if (tty)
+            fprintf(cli->err, "\rreclaim %s: %lld events deleted (%lld "
+                              "batches)",
+                    session, (long long)total, (long long)batches);
+        else if (!out.done || out.deleted > 0)
+            fprintf(cli->err, "reclaim %s: batch %lld deleted %lld events "
+                              "(%lld so far)\n",
+                    session, (long long)batches, (long long)out.deleted,
+                    (long long)total);
+        if (out.done)
+            break;
+    }
+    if (tty)
+        fputc('\n', cli->err);
+    if (cli->json)
+        rc = print_json(cli, json_pack("{s:s,s:I,s:I}", "session", session,
+                                       "deleted", (json_int_t)total,
+                                       "batches", (json_int_t)batches));
+    else
+        fprintf(cli->out, "%s: reclaimed %lld events\n", session,
+                (long long)total);
+done:
+    a2_store_close(store);
+    return rc;
+}
