@@ -1,0 +1,700 @@
+/*
+ * Transaction applier: buffered changes → audit lines, wake-ups, timers.
+ */
+#include "apply.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "a2/store.h"
+
+typedef enum {
+    ACT_WAKE,
+    ACT_TIMER_SET,
+    ACT_TIMER_CANCEL,
+    ACT_LOG,
+    ACT_CLEARED,
+    ACT_PRESENCE,
+    ACT_TRUNCATE,
+} act_kind;
+
+typedef struct {
+    act_kind kind;
+    char *s1, *s2, *s3, *s4; /* session/consumer/key, or ns/participant/field/value */
+    int64_t n1, n2, n3;      /* head/idx, epoch, deadline */
+} action;
+
+struct a2c_apply {
+    a2c_audit *audit;
+    a2c_timers *timers;
+    a2c_sink sink;
+
+    uint64_t done;          /* transactions ending at or before: applied */
+    uint64_t partial_lsn;   /* transaction whose first lines are written */
+    size_t partial_lines;
+    uint64_t applied;
+
+    /* The open transaction. */
+    int in_txn;
+    uint64_t end;           /* its commit end LSN (B's nextlsn) */
+    char xid[32];
+    char at[40];
+    int skip_all;
+    size_t skip_lines;      /* lines already in the file to skip */
+    size_t written_early;   /* lines of this transaction already written */
+    char *buf;
+    size_t len, cap;
+    size_t buf_lines;
+    action *acts;
+    size_t nacts, capacts;
+    int overflow;
+
+    char **log_consumers;
+    size_t nlog, caplog;
+
+    a2c_apply_stats stats;
+};
+
+static char *
+tdup(a2_change_text t)
+{
+    if (!t.ptr)
+        return NULL;
+    char *s = malloc(t.len + 1);
+    if (s) {
+        memcpy(s, t.ptr, t.len);
+        s[t.len] = '\0';
+    }
+    return s;
+}
+
+static int
+teq(a2_change_text t, const char *s)
+{
+    return t.ptr && strlen(s) == t.len && memcmp(t.ptr, s, t.len) == 0;
+}
+
+char *
+a2c_format_time_ms(int64_t us, char *buf, size_t len)
+{
+    int64_t secs = us / 1000000, ms = (us % 1000000) / 1000;
+    if (ms < 0) {
+        ms += 1000;
+        secs--;
+    }
+    time_t t = (time_t)secs;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    char base[32];
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, len, "%s.%03dZ", base, (int)ms);
+    return buf;
+}
+
+a2c_apply *
+a2c_apply_new(a2c_audit *audit, a2c_timers *timers, const a2c_sink *sink,
+              const a2c_audit_resume *resume)
+{
+    a2c_apply *ap = calloc(1, sizeof *ap);
+    if (!ap)
+        return NULL;
+    ap->audit = audit;
+    ap->timers = timers;
+    if (sink)
+        ap->sink = *sink;
+    if (resume) {
+        ap->done = resume->done;
+        ap->partial_lsn = resume->partial_lsn;
+        ap->partial_lines = resume->partial_lines;
+    }
+    ap->applied = ap->done;
+    return ap;
+}
+
+static void
+free_actions(a2c_apply *ap)
+{
+    for (size_t i = 0; i < ap->nacts; i++) {
+        free(ap->acts[i].s1);
+        free(ap->acts[i].s2);
+        free(ap->acts[i].s3);
+        free(ap->acts[i].s4);
+    }
+    ap->nacts = 0;
+}
+
+void
+a2c_apply_free(a2c_apply *ap)
+{
+    if (!ap)
+        return;
+    free_actions(ap);
+    free(ap->acts);
+    free(ap->buf);
+    for (size_t i = 0; i < ap->nlog; i++)
+        free(ap->log_consumers[i]);
+    free(ap->log_consumers);
+    free(ap);
+}
+
+int
+a2c_apply_add_log_consumer(a2c_apply *ap, const char *consumer)
+{
+    for (size_t i = 0; i < ap->nlog; i++)
+        if (strcmp(ap->log_consumers[i], consumer) == 0)
+            return 0;
+    if (ap->nlog == ap->caplog) {
+        size_t ncap = ap->caplog ? ap->caplog * 2 : 8;
+        char **n = realloc(ap->log_consumers, ncap * sizeof *n);
+        if (!n)
+            return -1;
+        ap->log_consumers = n;
+        ap->caplog = ncap;
+    }
+    char *s = strdup(consumer);
+    if (!s)
+        return -1;
+    ap->log_consumers[ap->nlog++] = s;
+    return 0;
+}
+
+/* Adds an action; on overflow or out of memory, drops every action and asks
+ * for a resync at commit. Takes ownership of the strings. */
+static void
+add_action(a2c_apply *ap, act_kind kind, char *s1, char *s2, char *s3,
+           char *s4, int64_t n1, int64_t n2, int64_t n3)
+{
+    if (ap->overflow)
+        goto drop;
+    if (ap->nacts >= A2C_APPLY_MAX_ACTIONS)
+        goto overflow;
+    if (ap->nacts == ap->capacts) {
+        size_t ncap = ap->capacts ? ap->capacts * 2 : 16;
+        action *n = realloc(ap->acts, ncap * sizeof *n);
+        if (!n)
+            goto overflow;
+        ap->acts = n;
+        ap->capacts = ncap;
+    }
+    ap->acts[ap->nacts++] = (action){kind, s1, s2, s3, s4, n1, n2, n3};
+    return;
+overflow:
+    free_actions(ap);
+    ap->overflow = 1;
+drop:
+    free(s1);
+    free(s2);
+    free(s3);
+    free(s4);
+}
+
+static int
+buf_append(a2c_apply *ap, const char *s, size_t n)
+{
+    if (ap->len + n + 1 > ap->cap) {
+        size_t ncap = ap->cap ? ap->cap : 4096;
+        while (ap->len + n + 1 > ncap)
+            ncap *= 2;
+        char *nb = realloc(ap->buf, ncap);
+        if (!nb)
+            return -1;
+        ap->buf = nb;
+        ap->cap = ncap;
+    }
+    memcpy(ap->buf + ap->len, s, n);
+    ap->len += n;
+    return 0;
+}
+
+static json_t *
+jtext(a2_change_text t)
+{
+    return t.ptr ? json_stringn(t.ptr, t.len) : json_null();
+}
+
+static json_t *
+jint(a2_change_int v)
+{
+    return v.null ? json_null() : json_integer(v.value);
+}
+
+static json_t *
+row_object(const a2_cursor_row *r)
+{
+    if (!r)
+        return json_null();
+    json_t *o = json_object();
+    json_object_set_new(o, "head", jint(r->head));
+    json_object_set_new(o, "position", json_integer(r->position));
+    json_object_set_new(o, "attempt", json_integer(r->attempt_count));
+    json_object_set_new(o, "holder", jtext(r->claim_holder));
+    json_object_set_new(o, "expires_at", jint(r->claim_expires_at));
+    json_object_set_new(o, "failures", json_integer(r->failure_count));
+    json_object_set_new(o, "failed_at", jint(r->failed_at));
+    json_object_set_new(o, "error", jtext(r->last_error));
+    return o;
+}
+
+/* Appends one JSON line (takes obj). */
+static int
+append_line(a2c_apply *ap, json_t *obj, char *err, size_t errlen)
+{
+    char *text = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(obj);
+    if (!text || buf_append(ap, text, strlen(text)) != 0 ||
+        buf_append(ap, "\n", 1) != 0) {
+        free(text);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    free(text);
+    ap->buf_lines++;
+    return 0;
+}
+
+static int
+flush_buffer(a2c_apply *ap, char *err, size_t errlen)
+{
+    if (ap->len == 0)
+        return 0;
+    if (ap->audit &&
+        a2c_audit_write(ap->audit, ap->buf, ap->len, ap->buf_lines, err,
+                        errlen) != 0)
+        return -1;
+    ap->stats.audit_lines += ap->buf_lines;
+    ap->written_early += ap->buf_lines;
+    ap->len = 0;
+    ap->buf_lines = 0;
+    return 0;
+}
+
+static void
+lsn_text(uint64_t lsn, char *buf, size_t len)
+{
+    a2c_lsn_format(lsn, buf, len);
+}
+
+static json_t *
+line_head(a2c_apply *ap, const char *op, const char *transition)
+{
+    char l[32];
+    lsn_text(ap->end, l, sizeof l);
+    json_t *o = json_object();
+    json_object_set_new(o, "lsn", json_string(l));
+    json_object_set_new(o, "xid", ap->xid[0] ? json_integer(strtoll(ap->xid, NULL, 10))
+                                             : json_null());
+    json_object_set_new(o, "at", ap->at[0] ? json_string(ap->at) : json_null());
+    json_object_set_new(o, "op", json_string(op));
+    json_object_set_new(o, "transition", json_string(transition));
+    return o;
+}
+
+static int
+audit_cursor(a2c_apply *ap, const a2_change *c, char *err, size_t errlen)
+{
+    if (ap->skip_all)
+        return 0;
+    if (ap->skip_lines > 0) {
+        ap->skip_lines--;
+        return 0;
+    }
+    const a2_cursor_row *before = c->old_row ? &c->old_row->cursor : NULL;
+    const a2_cursor_row *after = c->new_row ? &c->new_row->cursor : NULL;
+    const a2_cursor_row *key = after ? after : before;
+    const char *op = c->action == A2_ACTION_INSERT   ? "insert"
+                     : c->action == A2_ACTION_UPDATE ? "update"
+                                                     : "delete";
+    json_t *o = line_head(ap, op, a2_transition_name(a2_change_transition(c)));
+    json_object_set_new(o, "session", key ? jtext(key->session_id) : json_null());
+    json_object_set_new(o, "consumer", key ? jtext(key->consumer) : json_null());
+    json_object_set_new(o, "cursor", key ? jtext(key->cursor_key) : json_null());
+    json_object_set_new(o, "epoch", key ? json_integer(key->epoch) : json_null());
+    json_object_set_new(o, "kind", key ? jtext(key->kind) : json_null());
+    json_object_set_new(o, "before", row_object(before));
+    json_object_set_new(o, "after", row_object(after));
+    if (append_line(ap, o, err, errlen) != 0)
+        return -1;
+    if (ap->len >= A2C_APPLY_MAX_AUDIT_BUFFER)
+        return flush_buffer(ap, err, errlen);
+    return 0;
+}
+
+/* Wake-up and timer actions of one a2_cursors change (DESIGN's table). */
+static void
+cursor_actions(a2c_apply *ap, const a2_change *c)
+{
+    const a2_cursor_row *o = c->old_row ? &c->old_row->cursor : NULL;
+    const a2_cursor_row *n = c->new_row ? &c->new_row->cursor : NULL;
+    if (c->action == A2_ACTION_DELETE || !n) {
+        if (o)
+            add_action(ap, ACT_TIMER_CANCEL, tdup(o->session_id),
+                       tdup(o->consumer), tdup(o->cursor_key), NULL, 0,
+                       o->epoch, 0);
+        return;
+    }
+    if (teq(n->kind, "log") && n->consumer.ptr) {
+        char *name = tdup(n->consumer);
+        if (name)
+            (void)a2c_apply_add_log_consumer(ap, name);
+        free(name);
+    }
+    int live = !n->head.null && n->failed_at.null;
+    int wake = 0;
+    if (c->action == A2_ACTION_INSERT || !o) {
+        wake = live;
+    } else {
+        if (live && (o->head.null || o->head.value != n->head.value))
+            wake = 1; /* head moved to a new head */
+        if (live && !o->failed_at.null)
+            wake = 1; /* dead letter retried */
+    }
+    if (wake)
+        add_action(ap, ACT_WAKE, tdup(n->session_id), tdup(n->consumer),
+                   tdup(n->cursor_key), NULL, n->head.value, n->epoch, 0);
+    if (live && !n->claim_expires_at.null)
+        add_action(ap, ACT_TIMER_SET, tdup(n->session_id), tdup(n->consumer),
+                   tdup(n->cursor_key), NULL, n->head.value, n->epoch,
+                   n->claim_expires_at.value);
+    else
+        add_action(ap, ACT_TIMER_CANCEL, tdup(n->session_id),
+                   tdup(n->consumer), tdup(n->cursor_key), NULL, 0, -1, 0);
+    /* A key change (epoch) leaves the old run's timer behind: cancel it. */
+    if (o && o->epoch != n->epoch)
+        add_action(ap, ACT_TIMER_CANCEL, tdup(o->session_id),
+                   tdup(o->consumer), tdup(o->cursor_key), NULL, 0, o->epoch,
+                   0);
+}
+
+static void
+begin(a2c_apply *ap, const a2_change *c)
+{
+    ap->in_txn = 1;
+    ap->end = c->has_nextlsn ? c->nextlsn : 0;
+    ap->xid[0] = '\0';
+    if (!c->xid.null)
+        snprintf(ap->xid, sizeof ap->xid, "%" PRId64, c->xid.value);
+    ap->at[0] = '\0';
+    if (c->has_time)
+        a2c_format_time_ms(c->time_us, ap->at, sizeof ap->at);
+    uint64_t done = ap->done > ap->applied ? ap->done : ap->applied;
+    ap->skip_all = ap->end != 0 && ap->end <= done;
+    ap->skip_lines = ap->end == ap->partial_lsn ? ap->partial_lines : 0;
+    ap->written_early = 0;
+    ap->len = 0;
+    ap->buf_lines = 0;
+    free_actions(ap);
+    ap->overflow = 0;
+}
+
+void
+a2c_apply_abort_txn(a2c_apply *ap)
+{
+    if (!ap->in_txn)
+        return;
+    if (ap->written_early > 0) {
+        size_t before = ap->end == ap->partial_lsn ? ap->partial_lines : 0;
+        ap->partial_lsn = ap->end;
+        ap->partial_lines = before + ap->written_early;
+    }
+    ap->in_txn = 0;
+    ap->len = 0;
+    ap->buf_lines = 0;
+    free_actions(ap);
+    ap->overflow = 0;
+}
+
+/* Sends the presence patches of the transaction, one per (ns, participant). */
+static void
+push_presence(a2c_apply *ap)
+{
+    for (size_t i = 0; i < ap->nacts; i++) {
+        action *a = &ap->acts[i];
+        if (a->kind != ACT_PRESENCE || !a->s1)
+            continue;
+        json_t *fields = json_object();
+        for (size_t j = i; j < ap->nacts; j++) {
+            action *b = &ap->acts[j];
+            if (b->kind != ACT_PRESENCE || !b->s1 || strcmp(a->s1, b->s1) != 0 ||
+                strcmp(a->s2, b->s2) != 0)
+                continue;
+            json_t *v = NULL;
+            if (b->s4)
+                v = json_loads(b->s4, JSON_DECODE_ANY, NULL);
+            json_object_set_new(fields, b->s3, v ? v : json_null());
+            if (j != i) {
+                free(b->s1);
+                b->s1 = NULL;
+            }
+        }
+        char *text = json_dumps(fields, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_decref(fields);
+        if (text && ap->sink.presence)
+            ap->sink.presence(ap->sink.ctx, a->s1, a->s2, text);
+        free(text);
+        ap->stats.presence++;
+    }
+}
+
+static int
+commit(a2c_apply *ap, const a2_change *c, uint64_t data_start, char *err,
+       size_t errlen)
+{
+    uint64_t end = ap->end ? ap->end : data_start;
+    if (c->has_nextlsn && c->nextlsn)
+        end = c->nextlsn;
+    ap->end = end;
+    ap->in_txn = 0;
+    if (ap->skip_all) {
+        ap->stats.skipped++;
+        free_actions(ap);
+        if (end > ap->applied)
+            ap->applied = end;
+        return 0;
+    }
+    if (flush_buffer(ap, err, errlen) != 0)
+        return -1;
+    if (ap->audit)
+        a2c_audit_mark(ap->audit, end);
+    if (end >= ap->partial_lsn) {
+        ap->partial_lsn = 0;
+        ap->partial_lines = 0;
+    }
+    if (ap->overflow) {
+        ap->stats.overflows++;
+        if (ap->sink.resync)
+            ap->sink.resync(ap->sink.ctx);
+    }
+    /* cleared: once per (session, index) per transaction */
+    for (size_t i = 0; i < ap->nacts; i++) {
+        action *a = &ap->acts[i];
+        switch (a->kind) {
+        case ACT_WAKE:
+            if (ap->sink.wake)
+                ap->sink.wake(ap->sink.ctx, a->s2, a->s1, a->s3, a->n1, end);
+            ap->stats.wakes++;
+            break;
+        case ACT_TIMER_SET:
+            if (a2c_timers_set(ap->timers, a->s1, a->s2, a->s3, a->n2, a->n1,
+                               a->n3) != 0) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            break;
+        case ACT_TIMER_CANCEL:
+            a2c_timers_cancel(ap->timers, a->s1, a->s2, a->s3, a->n2);
+            break;
+        case ACT_LOG:
+            for (size_t k = 0; k < ap->nlog; k++)
+                if (ap->sink.log)
+                    ap->sink.log(ap->sink.ctx, ap->log_consumers[k], a->s1,
+                                 a->n1, a->s2, end);
+            ap->stats.logs++;
+            break;
+        case ACT_CLEARED: {
+            int dup = 0;
+            for (size_t j = 0; j < i; j++)
+                if (ap->acts[j].kind == ACT_CLEARED &&
+                    ap->acts[j].n1 == a->n1 &&
+                    strcmp(ap->acts[j].s1, a->s1) == 0)
+                    dup = 1;
+            if (!dup) {
+                if (ap->sink.cleared)
+                    ap->sink.cleared(ap->sink.ctx, a->s1, a->n1, end);
+                ap->stats.cleared++;
+            }
+            break;
+        }
+        case ACT_TRUNCATE:
+            a2c_timers_clear(ap->timers);
+            if (ap->sink.resync)
+                ap->sink.resync(ap->sink.ctx);
+            break;
+        case ACT_PRESENCE:
+            break;
+        }
+    }
+    push_presence(ap);
+    free_actions(ap);
+    ap->applied = end;
+    ap->stats.transactions++;
+    return 0;
+}
+
+int
+a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
+                 char *err, size_t errlen)
+{
+    switch (c->action) {
+    case A2_ACTION_BEGIN:
+        if (ap->in_txn)
+            a2c_apply_abort_txn(ap);
+        begin(ap, c);
+        return 0;
+    case A2_ACTION_COMMIT:
+        if (!ap->in_txn) {
+            snprintf(err, errlen, "commit without begin at %X/%X",
+                     (unsigned)(data_start >> 32), (unsigned)data_start);
+            return 1;
+        }
+        return commit(ap, c, data_start, err, errlen);
+    case A2_ACTION_MESSAGE:
+        if (!c->transactional && !ap->in_txn)
+            a2c_apply_note_position(ap, data_start);
+        return 0;
+    default:
+        break;
+    }
+    if (!ap->in_txn) {
+        snprintf(err, errlen, "change outside a transaction at %X/%X",
+                 (unsigned)(data_start >> 32), (unsigned)data_start);
+        return 1;
+    }
+    ap->stats.changes++;
+    if (c->action == A2_ACTION_TRUNCATE) {
+        if (c->table == A2_TABLE_CURSORS) {
+            if (!ap->skip_all) {
+                json_t *o = line_head(ap, "truncate", "truncated");
+                if (append_line(ap, o, err, errlen) != 0)
+                    return -1;
+            }
+            add_action(ap, ACT_TRUNCATE, NULL, NULL, NULL, NULL, 0, 0, 0);
+        }
+        return 0;
+    }
+    switch (c->table) {
+    case A2_TABLE_CURSORS:
+        if (audit_cursor(ap, c, err, errlen) != 0)
+            return -1;
+        cursor_actions(ap, c);
+        break;
+    case A2_TABLE_EVENTS:
+        if (c->action == A2_ACTION_INSERT && c->new_row) {
+            const a2_event_row *e = &c->new_row->event;
+            if (teq(e->event_type, A2_STORE_CLEAR_TYPE))
+                add_action(ap, ACT_CLEARED, tdup(e->session_id), NULL, NULL,
+                           NULL, e->idx, 0, 0);
+            else if (ap->nlog > 0)
+                add_action(ap, ACT_LOG, tdup(e->session_id),
+                           tdup(e->event_type), NULL, NULL, e->idx, 0, 0);
+        }
+        break;
+    case A2_TABLE_CLEARS:
+        if (c->new_row)
+            add_action(ap, ACT_CLEARED, tdup(c->new_row->clear.session_id),
+                       NULL, NULL, NULL, c->new_row->clear.clear_index, 0, 0);
+        break;
+    case A2_TABLE_PRESENCE: {
+        const a2_presence_row *p =
+            c->new_row ? &c->new_row->presence
+                       : (c->old_row ? &c->old_row->presence : NULL);
+        if (!p)
+            break;
+        char *value = NULL;
+        if (c->action != A2_ACTION_DELETE && p->value.ptr &&
+            !teq(p->value, "null"))
+            value = tdup(p->value);
+        add_action(ap, ACT_PRESENCE, tdup(p->ns), tdup(p->participant),
+                   tdup(p->field), value, 0, 0, 0);
+        break;
+    }
+    default:
+        break;
+    }
+    return 0;
+}
+
+int
+a2c_apply_in_txn(const a2c_apply *ap)
+{
+    return ap->in_txn;
+}
+
+uint64_t
+a2c_apply_applied(const a2c_apply *ap)
+{
+    return ap->applied;
+}
+
+void
+a2c_apply_note_position(a2c_apply *ap, uint64_t lsn)
+{
+    if (ap->in_txn)
+        return;
+    if (lsn > ap->applied)
+        ap->applied = lsn;
+    if (ap->audit)
+        a2c_audit_mark(ap->audit, ap->applied);
+}
+
+size_t
+a2c_apply_fire_timers(a2c_apply *ap, int64_t now_ms)
+{
+    size_t n = 0;
+    a2c_timer t;
+    while (a2c_timers_pop(ap->timers, now_ms, &t)) {
+        if (ap->sink.wake)
+            ap->sink.wake(ap->sink.ctx, t.consumer, t.session, t.cursor_key,
+                          t.head, ap->applied);
+        ap->stats.timer_wakes++;
+        n++;
+    }
+    return n;
+}
+
+int
+a2c_apply_gap(a2c_apply *ap, uint64_t from, uint64_t to, const char *reason,
+              char *err, size_t errlen)
+{
+    char f[32], t[32];
+    uint64_t saved_end = ap->end;
+    ap->end = to;
+    ap->xid[0] = '\0';
+    ap->at[0] = '\0';
+    json_t *o = line_head(ap, "gap", "gap");
+    ap->end = saved_end;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char at[40];
+    a2c_format_time_ms((int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000, at,
+                       sizeof at);
+    json_object_set_new(o, "at", json_string(at));
+    json_object_set_new(o, "from", json_string(a2c_lsn_format(from, f, sizeof f)));
+    json_object_set_new(o, "to", json_string(a2c_lsn_format(to, t, sizeof t)));
+    json_object_set_new(o, "reason", json_string(reason ? reason : ""));
+    size_t saved_len = ap->len, saved_lines = ap->buf_lines;
+    ap->len = 0;
+    ap->buf_lines = 0;
+    char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    int rc = -1;
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    size_t n = strlen(text);
+    text[n] = '\n';
+    if (ap->audit &&
+        a2c_audit_write(ap->audit, text, n + 1, 1, err, errlen) != 0)
+        goto done;
+    ap->stats.audit_lines++;
+    if (to > ap->applied)
+        ap->applied = to;
+    if (ap->audit)
+        a2c_audit_mark(ap->audit, ap->applied);
+    rc = 0;
+done:
+    free(text);
+    ap->len = saved_len;
+    ap->buf_lines = saved_lines;
+    return rc;
+}
+
+void
+a2c_apply_get_stats(const a2c_apply *ap, a2c_apply_stats *out)
+{
+    *out = ap->stats;
+}

@@ -1,0 +1,120 @@
+/*
+ * The transaction applier of a2-consumer: takes decoded wal2json changes in
+ * stream order and, at each commit, writes the transaction's audit lines,
+ * pushes its wake-ups through a sink and updates the timers (DESIGN's
+ * wake-up table). Knows nothing of sockets or libpq, so it is unit tested
+ * with a recording sink.
+ *
+ * A transaction is buffered from B to C as audit text plus small actions
+ * (no payloads). Past A2C_APPLY_MAX_ACTIONS actions the wake-ups are dropped
+ * and the commit asks for a resync instead (sink->resync); past
+ * A2C_APPLY_MAX_AUDIT_BUFFER bytes the audit text is written out early (the
+ * commit LSN is known from B, and the resume logic of audit.h copes with a
+ * transaction cut in the middle).
+ */
+#ifndef A2_CONSUMER_APPLY_H
+#define A2_CONSUMER_APPLY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "a2/decoder.h"
+#include "audit.h"
+#include "timers.h"
+
+#define A2C_APPLY_MAX_ACTIONS 100000
+#define A2C_APPLY_MAX_AUDIT_BUFFER ((size_t)4 * 1024 * 1024)
+
+/* Where the applier pushes; every callback may be NULL. Strings are borrowed
+ * for the call. lsn is the commit's end LSN. */
+typedef struct {
+    void *ctx;
+    void (*wake)(void *ctx, const char *consumer, const char *session,
+                 const char *cursor_key, int64_t head, uint64_t lsn);
+    /* An event of a log consumer's interest: once per known log consumer. */
+    void (*log)(void *ctx, const char *consumer, const char *session,
+                int64_t idx, const char *type, uint64_t lsn);
+    void (*cleared)(void *ctx, const char *session, int64_t clear_index,
+                    uint64_t lsn);
+    void (*presence)(void *ctx, const char *ns, const char *participant,
+                     const char *fields_json);
+    /* Wake-ups were dropped (overflow, truncate): resync every worker and
+     * rebuild the timers from the database. */
+    void (*resync)(void *ctx);
+} a2c_sink;
+
+typedef struct a2c_apply a2c_apply;
+
+typedef struct {
+    uint64_t transactions;    /* committed transactions applied */
+    uint64_t skipped;         /* transactions skipped as already applied */
+    uint64_t changes;         /* row changes decoded */
+    uint64_t audit_lines;     /* lines written */
+    uint64_t wakes;           /* wake-ups pushed (not counting timers) */
+    uint64_t timer_wakes;     /* wake-ups from expired timers */
+    uint64_t logs;
+    uint64_t cleared;
+    uint64_t presence;
+    uint64_t overflows;       /* transactions whose wake-ups were dropped */
+} a2c_apply_stats;
+
+/*
+ * A new applier writing to audit (NULL: no audit) and timers (borrowed; both
+ * must outlive it). resume says which transactions are already in the audit
+ * (zeroed: none). NULL when out of memory.
+ */
+a2c_apply *a2c_apply_new(a2c_audit *audit, a2c_timers *timers,
+                         const a2c_sink *sink, const a2c_audit_resume *resume);
+
+/* NULL-safe. */
+void a2c_apply_free(a2c_apply *ap);
+
+/*
+ * Feeds one decoded change, with the dataStart LSN of its XLogData message.
+ * Returns 0, or -1 with the reason in err: an audit write failed (fatal for
+ * the daemon) or the stream broke its shape (C without B: logged by the
+ * caller, the change is ignored when the return is 1).
+ */
+__attribute__((warn_unused_result)) int
+a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
+                 char *err, size_t errlen);
+
+/* 1 while a transaction is open (B seen, C not yet). */
+int a2c_apply_in_txn(const a2c_apply *ap);
+
+/*
+ * Forgets an open transaction (the connection was lost mid-way; the server
+ * resends it whole). Audit lines already written for it are remembered, so
+ * that the resent transaction skips them.
+ */
+void a2c_apply_abort_txn(a2c_apply *ap);
+
+/* End LSN of the last commit applied (or skipped), or of a position known
+ * to be complete (a2c_apply_note_position). */
+uint64_t a2c_apply_applied(const a2c_apply *ap);
+
+/* Records a position with nothing open before it (keepalive walEnd, a
+ * non-transactional message): applied moves up to it. Ignored while a
+ * transaction is open. */
+void a2c_apply_note_position(a2c_apply *ap, uint64_t lsn);
+
+/* Pushes the wake-ups of every timer due at now_ms; returns how many. */
+size_t a2c_apply_fire_timers(a2c_apply *ap, int64_t now_ms);
+
+/* Adds a consumer that follows the log (from the startup query). Returns 0
+ * or -1 when out of memory. */
+int a2c_apply_add_log_consumer(a2c_apply *ap, const char *consumer);
+
+/* Writes one explicit gap record (slot recreated: changes between from and
+ * to were lost) and marks to as applied. */
+__attribute__((warn_unused_result)) int
+a2c_apply_gap(a2c_apply *ap, uint64_t from, uint64_t to, const char *reason,
+              char *err, size_t errlen);
+
+void a2c_apply_get_stats(const a2c_apply *ap, a2c_apply_stats *out);
+
+/* Formats microseconds since the Unix epoch as RFC 3339 UTC with ms
+ * ("2026-11-29T06:40:48.313Z") into buf (at least 32 bytes). */
+char *a2c_format_time_ms(int64_t us, char *buf, size_t len);
+
+#endif

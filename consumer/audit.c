@@ -1,0 +1,500 @@
+/*
+ * Audit file: append, group fsync, tail recovery, state file.
+ */
+#include "audit.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct a2c_audit {
+    char *path;
+    char *state_path;
+    int fd;
+    int dirty;
+    int64_t dirty_since;
+    size_t pending_lines;
+    uint64_t marked;   /* every transaction up to here is written */
+    uint64_t durable;  /* ... and fsynced */
+    uint64_t state_written;
+    int64_t state_at;  /* monotonic ms of the last state file write */
+    uint64_t lines;
+};
+
+static int64_t
+mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int
+a2c_lsn_parse(const char *s, uint64_t *lsn)
+{
+    unsigned int hi, lo;
+    int n = 0;
+    if (!s || sscanf(s, "%X/%X%n", &hi, &lo, &n) != 2 || s[n] != '\0')
+        return -1;
+    *lsn = ((uint64_t)hi << 32) | lo;
+    return 0;
+}
+
+char *
+a2c_lsn_format(uint64_t lsn, char *buf, size_t len)
+{
+    snprintf(buf, len, "%X/%X", (unsigned int)(lsn >> 32),
+             (unsigned int)lsn);
+    return buf;
+}
+
+static char *
+state_path_of(const char *path)
+{
+    size_t n = strlen(path);
+    char *s = malloc(n + 5);
+    if (s) {
+        memcpy(s, path, n);
+        memcpy(s + n, ".lsn", 5);
+    }
+    return s;
+}
+
+/* Reads the state file; *lsn = 0 when it does not exist. */
+static int
+read_state(const char *spath, uint64_t *lsn, char *err, size_t errlen)
+{
+    *lsn = 0;
+    FILE *f = fopen(spath, "r");
+    if (!f) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err, errlen, "could not open audit state file \"%s\": %s",
+                 spath, strerror(errno));
+        return -1;
+    }
+    char buf[64] = {0};
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    if (n == 0)
+        return 0;
+    if (a2c_lsn_parse(buf, lsn) != 0) {
+        snprintf(err, errlen, "invalid audit state file \"%s\": \"%s\"",
+                 spath, buf);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+write_state(const char *spath, uint64_t lsn, char *err, size_t errlen)
+{
+    char tmp[4096], text[32];
+    int fd = -1;
+    snprintf(tmp, sizeof tmp, "%s.tmp", spath);
+    a2c_lsn_format(lsn, text, sizeof text);
+    size_t n = strlen(text);
+    text[n++] = '\n';
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (fd < 0)
+        goto error;
+    if (write(fd, text, n) != (ssize_t)n)
+        goto error;
+    if (fsync(fd) != 0)
+        goto error;
+    if (close(fd) != 0) {
+        fd = -1;
+        goto error;
+    }
+    fd = -1;
+    if (rename(tmp, spath) != 0)
+        goto error;
+    /* Make the rename durable. */
+    char *dcopy = strdup(spath);
+    if (dcopy) {
+        int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+        free(dcopy);
+    }
+    return 0;
+error:
+    snprintf(err, errlen, "could not write audit state file \"%s\": %s",
+             spath, strerror(errno ? errno : EIO));
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    return -1;
+}
+
+/*
+ * The line ending just before offset end (end is just past its '\n', or the
+ * start of a region that starts a line). Sets *start and returns a new
+ * NUL-terminated copy without the '\n', or NULL at the file start or on error
+ * (*ioerr set).
+ */
+static char *
+prev_line(int fd, off_t end, off_t *start, int *ioerr)
+{
+    *ioerr = 0;
+    if (end <= 0)
+        return NULL;
+    off_t stop = end - 1; /* the '\n' of this line */
+    char *buf = NULL;
+    size_t have = 0;
+    off_t pos = stop;
+    for (;;) {
+        size_t chunk = pos > 4096 ? 4096 : (size_t)pos;
+        if (chunk == 0) {
+            *start = 0;
+            break;
+        }
+        char *nb = malloc(have + chunk + 1);
+        if (!nb) {
+            *ioerr = ENOMEM;
+            free(buf);
+            return NULL;
+        }
+        ssize_t r = pread(fd, nb, chunk, pos - (off_t)chunk);
+        if (r != (ssize_t)chunk) {
+            *ioerr = r < 0 ? errno : EIO;
+            free(nb);
+            free(buf);
+            return NULL;
+        }
+        if (have)
+            memcpy(nb + chunk, buf, have);
+        free(buf);
+        buf = nb;
+        have += chunk;
+        pos -= (off_t)chunk;
+        char *nl = memrchr(buf, '\n', chunk);
+        if (nl) {
+            size_t skip = (size_t)(nl - buf) + 1;
+            memmove(buf, buf + skip, have - skip);
+            have -= skip;
+            *start = pos + (off_t)skip;
+            break;
+        }
+    }
+    if (!buf) {
+        buf = malloc(1);
+        if (!buf) {
+            *ioerr = ENOMEM;
+            return NULL;
+        }
+    }
+    buf[have] = '\0';
+    return buf;
+}
+
+/* The "lsn" of an audit line; -1 when the line has none. */
+static int
+line_lsn(const char *line, uint64_t *lsn)
+{
+    json_t *j = json_loads(line, 0, NULL);
+    if (!j)
+        return -1;
+    int rc = a2c_lsn_parse(json_string_value(json_object_get(j, "lsn")), lsn);
+    json_decref(j);
+    return rc;
+}
+
+int
+a2c_audit_scan(const char *path, a2c_audit_resume *resume, int repair,
+               char *err, size_t errlen)
+{
+    int rc = -1, fd = -1;
+    char *line = NULL, *spath = NULL;
+    memset(resume, 0, sizeof *resume);
+    spath = state_path_of(path);
+    if (!spath) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    uint64_t state = 0;
+    if (read_state(spath, &state, err, errlen) != 0)
+        goto done;
+    fd = open(path, (repair ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) {
+            resume->done = state;
+            rc = 0;
+        } else {
+            snprintf(err, errlen, "could not open audit file \"%s\": %s",
+                     path, strerror(errno));
+        }
+        goto done;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "could not stat audit file \"%s\": %s", path,
+                 strerror(errno));
+        goto done;
+    }
+    off_t end = st.st_size;
+    /* A torn last line: cut it off. */
+    if (end > 0) {
+        char c;
+        if (pread(fd, &c, 1, end - 1) != 1) {
+            snprintf(err, errlen, "could not read audit file \"%s\": %s",
+                     path, strerror(errno));
+            goto done;
+        }
+        if (c != '\n') {
+            off_t start;
+            int ioerr;
+            /* Pretend the torn text ends with a newline to find its start. */
+            line = prev_line(fd, end + 1, &start, &ioerr);
+            if (!line && ioerr) {
+                snprintf(err, errlen, "could not read audit file \"%s\": %s",
+                         path, strerror(ioerr));
+                goto done;
+            }
+            /* prev_line read [start, end): the torn bytes. */
+            resume->truncated_bytes = (size_t)(end - start);
+            end = start;
+            free(line);
+            line = NULL;
+            if (repair) {
+                if (ftruncate(fd, end) != 0 || fsync(fd) != 0) {
+                    snprintf(err, errlen,
+                             "could not truncate torn audit line in \"%s\": %s",
+                             path, strerror(errno));
+                    goto done;
+                }
+            }
+        }
+    }
+    uint64_t last = 0, before = 0;
+    size_t k = 0;
+    while (end > 0) {
+        off_t start;
+        int ioerr;
+        line = prev_line(fd, end, &start, &ioerr);
+        if (!line) {
+            if (ioerr) {
+                snprintf(err, errlen, "could not read audit file \"%s\": %s",
+                         path, strerror(ioerr));
+                goto done;
+            }
+            break;
+        }
+        uint64_t l;
+        if (line[0] == '\0') { /* empty line: skip */
+            free(line);
+            line = NULL;
+            end = start;
+            continue;
+        }
+        if (line_lsn(line, &l) != 0) {
+            snprintf(err, errlen,
+                     "audit file \"%s\" has a line without a valid \"lsn\" "
+                     "at byte %lld",
+                     path, (long long)start);
+            goto done;
+        }
+        free(line);
+        line = NULL;
+        if (k == 0) {
+            last = l;
+            k = 1;
+        } else if (l == last) {
+            k++;
+        } else {
+            before = l;
+            break;
+        }
+        end = start;
+    }
+    resume->done = before > state ? before : state;
+    if (k > 0 && last > resume->done) {
+        resume->partial_lsn = last;
+        resume->partial_lines = k;
+    }
+    rc = 0;
+done:
+    free(line);
+    free(spath);
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+static int
+open_append(a2c_audit *a, char *err, size_t errlen)
+{
+    int fd = open(a->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (fd < 0) {
+        snprintf(err, errlen, "could not open audit file \"%s\": %s", a->path,
+                 strerror(errno));
+        return -1;
+    }
+    a->fd = fd;
+    return 0;
+}
+
+a2c_audit *
+a2c_audit_open(const char *path, a2c_audit_resume *resume, char *err,
+               size_t errlen)
+{
+    a2c_audit *a = calloc(1, sizeof *a);
+    if (!a) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    a->fd = -1;
+    a->path = strdup(path);
+    a->state_path = state_path_of(path);
+    if (!a->path || !a->state_path) {
+        snprintf(err, errlen, "out of memory");
+        goto error;
+    }
+    /* Create first so that an unwritable path fails with its own reason. */
+    if (open_append(a, err, errlen) != 0)
+        goto error;
+    if (a2c_audit_scan(path, resume, 1, err, errlen) != 0)
+        goto error;
+    /* A partial transaction is marked once its remaining lines are written. */
+    a->marked = a->durable = a->state_written = resume->done;
+    a->state_at = mono_ms();
+    return a;
+error:
+    a2c_audit_close(a);
+    return NULL;
+}
+
+int
+a2c_audit_write(a2c_audit *a, const char *buf, size_t len, size_t lines,
+                char *err, size_t errlen)
+{
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(a->fd, buf + off, len - off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            snprintf(err, errlen, "could not write audit file \"%s\": %s",
+                     a->path, strerror(errno));
+            return -1;
+        }
+        off += (size_t)w;
+    }
+    if (len > 0) {
+        if (!a->dirty)
+            a->dirty_since = mono_ms();
+        a->dirty = 1;
+    }
+    a->pending_lines += lines;
+    a->lines += lines;
+    return 0;
+}
+
+void
+a2c_audit_mark(a2c_audit *a, uint64_t lsn)
+{
+    if (lsn > a->marked)
+        a->marked = lsn;
+    if (!a->dirty)
+        a->durable = a->marked;
+}
+
+int
+a2c_audit_dirty(const a2c_audit *a)
+{
+    return a->dirty;
+}
+
+int64_t
+a2c_audit_dirty_since(const a2c_audit *a)
+{
+    return a->dirty ? a->dirty_since : 0;
+}
+
+size_t
+a2c_audit_pending_lines(const a2c_audit *a)
+{
+    return a->pending_lines;
+}
+
+int
+a2c_audit_sync(a2c_audit *a, int state_interval_ms, char *err, size_t errlen)
+{
+    if (a->dirty) {
+        if (fdatasync(a->fd) != 0) {
+            snprintf(err, errlen, "could not fsync audit file \"%s\": %s",
+                     a->path, strerror(errno));
+            return -1;
+        }
+        a->dirty = 0;
+        a->pending_lines = 0;
+    }
+    a->durable = a->marked;
+    int64_t now = mono_ms();
+    if (a->durable > a->state_written &&
+        now - a->state_at >= state_interval_ms) {
+        if (write_state(a->state_path, a->durable, err, errlen) != 0)
+            return -1;
+        a->state_written = a->durable;
+        a->state_at = now;
+    }
+    return 0;
+}
+
+uint64_t
+a2c_audit_durable(const a2c_audit *a)
+{
+    return a->durable;
+}
+
+uint64_t
+a2c_audit_lines(const a2c_audit *a)
+{
+    return a->lines;
+}
+
+int
+a2c_audit_reopen(a2c_audit *a, char *err, size_t errlen)
+{
+    if (a2c_audit_sync(a, 0, err, errlen) != 0)
+        return -1;
+    int old = a->fd;
+    if (open_append(a, err, errlen) != 0) {
+        a->fd = old;
+        return -1;
+    }
+    close(old);
+    return 0;
+}
+
+void
+a2c_audit_close(a2c_audit *a)
+{
+    if (!a)
+        return;
+    if (a->fd >= 0) {
+        char err[256];
+        if (a->dirty)
+            (void)fdatasync(a->fd);
+        a->dirty = 0;
+        a->durable = a->marked;
+        if (a->durable > a->state_written && a->state_path)
+            (void)write_state(a->state_path, a->durable, err, sizeof err);
+        close(a->fd);
+    }
+    free(a->path);
+    free(a->state_path);
+    free(a);
+}

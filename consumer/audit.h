@@ -1,0 +1,102 @@
+/*
+ * The audit sink of a2-consumer: an append-only file of JSON lines, one per
+ * a2_cursors change, in commit order, fsynced in groups, plus a small state
+ * file beside it (PATH.lsn) holding the last commit LSN whose lines are all
+ * durable.
+ *
+ * Resume. Every line carries "lsn": the end LSN of its transaction's commit
+ * record (the position START_REPLICATION resumes after). On open, a torn last
+ * line (a crash in the middle of a write) is cut off, and the tail is read:
+ * L = the lsn of the last line, k = how many lines at the end carry L, and
+ * L' = the lsn of the line before those. The transaction L may be incomplete
+ * (a crash between its lines), so the daemon restarts streaming after
+ * done = max(L', state file) and, when the transaction L arrives again, skips
+ * its first k lines. Transactions ending at or before done are skipped whole.
+ * Each transition is therefore written exactly once, whatever the crash
+ * point. After a rotation (SIGHUP → a2c_audit_reopen) the new file is empty
+ * and the state file carries the position.
+ */
+#ifndef A2_CONSUMER_AUDIT_H
+#define A2_CONSUMER_AUDIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct a2c_audit a2c_audit;
+
+/* Where to resume, from the file's tail and the state file. */
+typedef struct {
+    uint64_t done;          /* transactions ending at or before: all written */
+    uint64_t partial_lsn;   /* 0, or the transaction whose first lines exist */
+    size_t partial_lines;   /* how many of its lines exist */
+    size_t truncated_bytes; /* bytes of a torn last line cut off on open */
+} a2c_audit_resume;
+
+/*
+ * Opens (creating, mode 0640) the audit file for appending, repairs a torn
+ * tail and reads the resume point. Returns NULL with a one-line reason in err
+ * ("could not open audit file \"x\": Permission denied").
+ */
+a2c_audit *a2c_audit_open(const char *path, a2c_audit_resume *resume,
+                          char *err, size_t errlen);
+
+/* fsyncs what is pending, writes the state file, closes. NULL-safe. */
+void a2c_audit_close(a2c_audit *a);
+
+/*
+ * Appends len bytes (whole lines) with one write(2) where possible. Returns 0,
+ * or -1 with the reason in err (the file may then hold a torn line, which the
+ * next open repairs).
+ */
+__attribute__((warn_unused_result)) int
+a2c_audit_write(a2c_audit *a, const char *buf, size_t len, size_t lines,
+                char *err, size_t errlen);
+
+/* Records that every transaction ending at or before lsn is written. */
+void a2c_audit_mark(a2c_audit *a, uint64_t lsn);
+
+/* 1 when written lines await fsync. */
+int a2c_audit_dirty(const a2c_audit *a);
+
+/* Monotonic ms of the oldest write not yet fsynced (0 when clean). */
+int64_t a2c_audit_dirty_since(const a2c_audit *a);
+
+/* Lines written but not yet fsynced. */
+size_t a2c_audit_pending_lines(const a2c_audit *a);
+
+/*
+ * fsyncs the file; afterwards everything marked is durable. Writes the state
+ * file when at least state_interval_ms passed since its last write (0 =
+ * always). Returns 0 or -1 with the reason in err.
+ */
+__attribute__((warn_unused_result)) int
+a2c_audit_sync(a2c_audit *a, int state_interval_ms, char *err, size_t errlen);
+
+/* The last marked LSN that is durable. */
+uint64_t a2c_audit_durable(const a2c_audit *a);
+
+/* Total lines written since open. */
+uint64_t a2c_audit_lines(const a2c_audit *a);
+
+/*
+ * Syncs, writes the state file and reopens the path (after a rotation).
+ * Returns 0 or -1 with the reason in err (the old file stays in use).
+ */
+__attribute__((warn_unused_result)) int
+a2c_audit_reopen(a2c_audit *a, char *err, size_t errlen);
+
+/*
+ * Reads the tail of an audit file without changing it (for tests and the
+ * daemon's open): the resume point the file and its state file give.
+ * Returns 0, or -1 with the reason in err.
+ */
+int a2c_audit_scan(const char *path, a2c_audit_resume *resume, int repair,
+                   char *err, size_t errlen);
+
+/* Parses "X/Y" into *lsn; returns 0 or -1. */
+int a2c_lsn_parse(const char *s, uint64_t *lsn);
+
+/* Formats lsn as "X/Y" into buf (at least 24 bytes); returns buf. */
+char *a2c_lsn_format(uint64_t lsn, char *buf, size_t len);
+
+#endif

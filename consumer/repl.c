@@ -1,0 +1,467 @@
+/*
+ * Startup checks, normal connection and the logical replication stream.
+ */
+#include "repl.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct a2c_repl {
+    PGconn *conn;
+    char *buf; /* the last PQgetCopyData buffer */
+    int streaming;
+};
+
+int64_t
+a2c_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The first line of a libpq message, without the trailing newline. */
+static void
+one_line(char *dst, size_t len, const char *prefix, const char *msg)
+{
+    snprintf(dst, len, "%s%s", prefix, msg ? msg : "unknown error");
+    char *nl = strchr(dst, '\n');
+    if (nl)
+        *nl = '\0';
+}
+
+static PGconn *
+connect_with(const char *conninfo, int replication, char *err, size_t errlen)
+{
+    const char *keys[6], *vals[6];
+    int n = 0;
+    if (conninfo && *conninfo) {
+        keys[n] = "dbname";
+        vals[n++] = conninfo;
+    }
+    if (replication) {
+        keys[n] = "replication";
+        vals[n++] = "database";
+    }
+    keys[n] = "options";
+    vals[n++] = "-c TimeZone=UTC";
+    keys[n] = "application_name";
+    vals[n++] = "a2-consumer";
+    keys[n] = NULL;
+    vals[n] = NULL;
+    PGconn *c = PQconnectdbParams(keys, vals, 1);
+    if (!c) {
+        snprintf(err, errlen, "could not connect to the database: out of memory");
+        return NULL;
+    }
+    if (PQstatus(c) != CONNECTION_OK) {
+        const char *m = PQerrorMessage(c);
+        if (strstr(m, "must be superuser or replication role"))
+            one_line(err, errlen,
+                     "the role lacks the REPLICATION attribute: ", m);
+        else
+            one_line(err, errlen,
+                     replication ? "could not open the replication connection: "
+                                 : "could not connect to the database: ",
+                     m);
+        PQfinish(c);
+        return NULL;
+    }
+    return c;
+}
+
+PGconn *
+a2c_db_connect(const char *conninfo, char *err, size_t errlen)
+{
+    return connect_with(conninfo, 0, err, errlen);
+}
+
+static PGresult *
+query(PGconn *db, const char *sql, int nparams, const char *const *params,
+      const char *what, char *err, size_t errlen)
+{
+    PGresult *res = nparams ? PQexecParams(db, sql, nparams, NULL, params,
+                                           NULL, NULL, 0)
+                            : PQexec(db, sql);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK &&
+        PQresultStatus(res) != PGRES_COMMAND_OK) {
+        char prefix[128];
+        snprintf(prefix, sizeof prefix, "could not %s: ", what);
+        one_line(err, errlen, prefix, PQerrorMessage(db));
+        PQclear(res);
+        return NULL;
+    }
+    return res;
+}
+
+int
+a2c_db_check(PGconn *db, const char *slot, const char *plugin,
+             a2c_slot_info *info, char *err, size_t errlen)
+{
+    int rc = -1;
+    PGresult *res = NULL;
+    memset(info, 0, sizeof *info);
+
+    res = query(db, "show wal_level", 0, NULL, "read wal_level", err, errlen);
+    if (!res)
+        goto done;
+    if (strcmp(PQgetvalue(res, 0, 0), "logical") != 0) {
+        snprintf(err, errlen,
+                 "wal_level is \"%s\": logical decoding needs wal_level=logical",
+                 PQgetvalue(res, 0, 0));
+        goto done;
+    }
+    PQclear(res);
+
+    res = query(db,
+                "select current_user, rolreplication or rolsuper from pg_roles "
+                "where rolname = current_user",
+                0, NULL, "read the role's attributes", err, errlen);
+    if (!res)
+        goto done;
+    if (PQntuples(res) != 1 || strcmp(PQgetvalue(res, 0, 1), "t") != 0) {
+        snprintf(err, errlen,
+                 "role \"%s\" lacks the REPLICATION attribute: "
+                 "logical decoding needs it",
+                 PQntuples(res) ? PQgetvalue(res, 0, 0) : "?");
+        goto done;
+    }
+    PQclear(res);
+
+    res = query(db,
+                "select string_agg(t, ', ' order by t) from unnest(array["
+                "'a2_events','a2_cursors','a2_lane_events','a2_clears',"
+                "'a2_presence']) t where to_regclass('public.' || t) is null",
+                0, NULL, "check the a2 schema", err, errlen);
+    if (!res)
+        goto done;
+    if (!PQgetisnull(res, 0, 0)) {
+        snprintf(err, errlen,
+                 "the a2 schema is missing in database \"%s\" (no table %s): "
+                 "apply sql/schema.sql first",
+                 PQdb(db), PQgetvalue(res, 0, 0));
+        goto done;
+    }
+    PQclear(res);
+
+    const char *params[1] = {slot};
+    res = query(db,
+                "select plugin, database, database = current_database(), "
+                "active_pid, wal_status, confirmed_flush_lsn, slot_type "
+                "from pg_replication_slots where slot_name = $1",
+                1, params, "read the replication slot", err, errlen);
+    if (!res)
+        goto done;
+    if (PQntuples(res) == 1) {
+        info->exists = 1;
+        if (strcmp(PQgetvalue(res, 0, 6), "logical") != 0) {
+            snprintf(err, errlen,
+                     "replication slot \"%s\" is a physical slot", slot);
+            goto done;
+        }
+        if (strcmp(PQgetvalue(res, 0, 2), "t") != 0) {
+            snprintf(err, errlen,
+                     "replication slot \"%s\" belongs to database \"%s\"",
+                     slot, PQgetvalue(res, 0, 1));
+            goto done;
+        }
+        if (strcmp(PQgetvalue(res, 0, 0), plugin) != 0) {
+            snprintf(err, errlen,
+                     "replication slot \"%s\" uses output plugin \"%s\", "
+                     "not %s",
+                     slot, PQgetvalue(res, 0, 0), plugin);
+            goto done;
+        }
+        if (!PQgetisnull(res, 0, 3)) {
+            snprintf(err, errlen,
+                     "replication slot \"%s\" is active for PID %s: "
+                     "another consumer is streaming from it",
+                     slot, PQgetvalue(res, 0, 3));
+            goto done;
+        }
+        info->lost = strcmp(PQgetvalue(res, 0, 4), "lost") == 0;
+        unsigned hi, lo;
+        if (!PQgetisnull(res, 0, 5) &&
+            sscanf(PQgetvalue(res, 0, 5), "%X/%X", &hi, &lo) == 2)
+            info->confirmed = ((uint64_t)hi << 32) | lo;
+    }
+    rc = 0;
+done:
+    PQclear(res);
+    return rc;
+}
+
+int
+a2c_db_heartbeat(PGconn *db, char *err, size_t errlen)
+{
+    PGresult *res = query(db,
+                          "select pg_logical_emit_message(false, 'a2-hb', "
+                          "now()::text)",
+                          0, NULL, "send a heartbeat", err, errlen);
+    if (!res)
+        return -1;
+    PQclear(res);
+    return 0;
+}
+
+int
+a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen)
+{
+    const char *params[1] = {slot};
+    PGresult *res = query(db,
+                          "select pg_drop_replication_slot($1) "
+                          "from pg_replication_slots where slot_name = $1",
+                          1, params, "drop the replication slot", err, errlen);
+    if (!res)
+        return -1;
+    PQclear(res);
+    return 0;
+}
+
+a2c_repl *
+a2c_repl_connect(const char *conninfo, char *err, size_t errlen)
+{
+    PGconn *c = connect_with(conninfo, 1, err, errlen);
+    if (!c)
+        return NULL;
+    a2c_repl *r = calloc(1, sizeof *r);
+    if (!r) {
+        PQfinish(c);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    r->conn = c;
+    return r;
+}
+
+static void
+set_state(char sqlstate[6], const PGresult *res)
+{
+    if (!sqlstate)
+        return;
+    const char *s = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    snprintf(sqlstate, 6, "%s", s ? s : "");
+}
+
+int
+a2c_repl_create_slot(a2c_repl *r, const char *slot, const char *plugin,
+                     int *created, uint64_t *consistent, char *err,
+                     size_t errlen, char sqlstate[6])
+{
+    *created = 0;
+    *consistent = 0;
+    char *ident = PQescapeIdentifier(r->conn, slot, strlen(slot));
+    char *pident = PQescapeIdentifier(r->conn, plugin, strlen(plugin));
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "CREATE_REPLICATION_SLOT %s LOGICAL %s (SNAPSHOT 'nothing')",
+             ident ? ident : "\"\"", pident ? pident : "\"\"");
+    PQfreemem(ident);
+    PQfreemem(pident);
+    PGresult *res = PQexec(r->conn, sql);
+    set_state(sqlstate, res);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        if (st && strcmp(st, "42710") == 0) { /* exists */
+            PQclear(res);
+            return 0;
+        }
+        char prefix[256];
+        if (st && strcmp(st, "58P01") == 0)
+            snprintf(prefix, sizeof prefix,
+                     "output plugin %s is not installed: ", plugin);
+        else
+            snprintf(prefix, sizeof prefix,
+                     "could not create replication slot \"%s\": ", slot);
+        one_line(err, errlen, prefix, PQerrorMessage(r->conn));
+        PQclear(res);
+        return -1;
+    }
+    unsigned hi, lo;
+    if (PQntuples(res) == 1 &&
+        sscanf(PQgetvalue(res, 0, 1), "%X/%X", &hi, &lo) == 2)
+        *consistent = ((uint64_t)hi << 32) | lo;
+    *created = 1;
+    PQclear(res);
+    return 0;
+}
+
+int
+a2c_repl_start(a2c_repl *r, const char *slot, uint64_t lsn, char *err,
+               size_t errlen, char sqlstate[6])
+{
+    char *ident = PQescapeIdentifier(r->conn, slot, strlen(slot));
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "START_REPLICATION SLOT %s LOGICAL %X/%X ("
+             "\"format-version\" '2', \"include-xids\" '1', "
+             "\"include-timestamp\" '1', \"include-lsn\" '1', "
+             "\"include-types\" '0', \"add-msg-prefixes\" 'a2-hb', "
+             "\"add-tables\" '" A2C_ADD_TABLES "')",
+             ident ? ident : "\"\"", (unsigned)(lsn >> 32), (unsigned)lsn);
+    PQfreemem(ident);
+    PGresult *res = PQexec(r->conn, sql);
+    set_state(sqlstate, res);
+    if (PQresultStatus(res) != PGRES_COPY_BOTH) {
+        char prefix[256];
+        snprintf(prefix, sizeof prefix,
+                 "could not start replication from slot \"%s\": ", slot);
+        one_line(err, errlen, prefix, PQerrorMessage(r->conn));
+        PQclear(res);
+        return -1;
+    }
+    PQclear(res);
+    r->streaming = 1;
+    return 0;
+}
+
+int
+a2c_repl_socket(const a2c_repl *r)
+{
+    return PQsocket(r->conn);
+}
+
+static uint64_t
+be64(const char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | (unsigned char)p[i];
+    return v;
+}
+
+static void
+put64(char *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (char)(v & 0xff);
+        v >>= 8;
+    }
+}
+
+int
+a2c_repl_read(a2c_repl *r, a2c_msg *m, char *err, size_t errlen)
+{
+    if (r->buf) {
+        PQfreemem(r->buf);
+        r->buf = NULL;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        char *buf = NULL;
+        int n = PQgetCopyData(r->conn, &buf, 1);
+        if (n == 0) {
+            if (pass == 0 && PQconsumeInput(r->conn) == 0) {
+                one_line(err, errlen, "replication connection lost: ",
+                         PQerrorMessage(r->conn));
+                return -1;
+            }
+            if (pass == 0)
+                continue;
+            return 0;
+        }
+        if (n == -1) {
+            PGresult *res = PQgetResult(r->conn);
+            if (res && PQresultStatus(res) == PGRES_COMMAND_OK) {
+                PQclear(res);
+                res = PQgetResult(r->conn);
+            }
+            if (res && PQresultStatus(res) != PGRES_COMMAND_OK)
+                one_line(err, errlen, "replication stream ended: ",
+                         PQresultErrorMessage(res));
+            else
+                snprintf(err, errlen, "replication stream ended by the server");
+            PQclear(res);
+            r->streaming = 0;
+            return -1;
+        }
+        if (n < 0) {
+            one_line(err, errlen, "could not read the replication stream: ",
+                     PQerrorMessage(r->conn));
+            r->streaming = 0;
+            return -1;
+        }
+        r->buf = buf;
+        memset(m, 0, sizeof *m);
+        m->type = buf[0];
+        if (buf[0] == 'w' && n >= 25) {
+            m->data_start = be64(buf + 1);
+            m->wal_end = be64(buf + 9);
+            m->send_time_us = (int64_t)be64(buf + 17) + A2C_PG_EPOCH_US;
+            m->data = buf + 25;
+            m->len = (size_t)n - 25;
+            return 1;
+        }
+        if (buf[0] == 'k' && n >= 18) {
+            m->wal_end = be64(buf + 1);
+            m->send_time_us = (int64_t)be64(buf + 9) + A2C_PG_EPOCH_US;
+            m->reply_requested = buf[17] != 0;
+            return 1;
+        }
+        snprintf(err, errlen,
+                 "unexpected replication message type \"%c\" of %d bytes",
+                 buf[0], n);
+        return -1;
+    }
+    return 0;
+}
+
+int
+a2c_repl_feedback(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn,
+                  int reply_requested, char *err, size_t errlen)
+{
+    char msg[34];
+    msg[0] = 'r';
+    put64(msg + 1, write_lsn);
+    put64(msg + 9, flush_lsn);
+    put64(msg + 17, flush_lsn);
+    put64(msg + 25, (uint64_t)(a2c_now_us() - A2C_PG_EPOCH_US));
+    msg[33] = reply_requested ? 1 : 0;
+    if (PQputCopyData(r->conn, msg, sizeof msg) <= 0 || PQflush(r->conn) < 0) {
+        one_line(err, errlen, "could not send feedback: ",
+                 PQerrorMessage(r->conn));
+        return -1;
+    }
+    return 0;
+}
+
+void
+a2c_repl_stop(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn)
+{
+    if (!r || !r->streaming)
+        return;
+    char err[256];
+    (void)a2c_repl_feedback(r, write_lsn, flush_lsn, 0, err, sizeof err);
+    if (PQputCopyEnd(r->conn, NULL) <= 0 || PQflush(r->conn) != 0)
+        return;
+    if (r->buf) {
+        PQfreemem(r->buf);
+        r->buf = NULL;
+    }
+    /* Discard the rest until the server ends its side (bounded). */
+    for (int i = 0; i < 1000000; i++) {
+        char *buf = NULL;
+        int n = PQgetCopyData(r->conn, &buf, 0);
+        if (buf)
+            PQfreemem(buf);
+        if (n < 0)
+            break;
+    }
+    PGresult *res;
+    while ((res = PQgetResult(r->conn)) != NULL)
+        PQclear(res);
+    r->streaming = 0;
+}
+
+void
+a2c_repl_close(a2c_repl *r)
+{
+    if (!r)
+        return;
+    if (r->buf)
+        PQfreemem(r->buf);
+    PQfinish(r->conn);
+    free(r);
+}

@@ -1,0 +1,102 @@
+/*
+ * The database side of a2-consumer: the startup checks and the normal
+ * connection (heartbeats, the timer rebuild query), and the logical
+ * replication connection (slot, START_REPLICATION, CopyBoth messages,
+ * standby status updates). Follows pg_recvlogical's protocol handling.
+ *
+ * Errors come back as one line in err, PostgreSQL style; *sqlstate (when
+ * asked for) gets the server's SQLSTATE ("" when none).
+ */
+#ifndef A2_CONSUMER_REPL_H
+#define A2_CONSUMER_REPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+
+/* Tables streamed (wal2json add-tables). */
+#define A2C_ADD_TABLES                                                       \
+    "public.a2_events,public.a2_cursors,public.a2_lane_events,"              \
+    "public.a2_clears,public.a2_presence"
+
+/* Microseconds between the Unix and the PostgreSQL epoch (2000-01-01). */
+#define A2C_PG_EPOCH_US INT64_C(946684800000000)
+
+/* ---- normal connection ---- */
+
+/* Connects with conninfo (NULL or "" = PG* variables) plus TimeZone=UTC.
+ * Returns NULL with the reason in err. */
+PGconn *a2c_db_connect(const char *conninfo, char *err, size_t errlen);
+
+/* What a2c_db_check found about the slot. */
+typedef struct {
+    int exists;
+    int lost;            /* wal_status = 'lost': invalidated */
+    uint64_t confirmed;  /* confirmed_flush_lsn */
+} a2c_slot_info;
+
+/*
+ * The startup checks, each with its own error: wal_level=logical, the
+ * REPLICATION attribute, the a2 tables, the slot's plugin, database and
+ * whether another process streams from it. Returns 0 or -1.
+ */
+int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
+                 a2c_slot_info *info, char *err, size_t errlen);
+
+/* pg_logical_emit_message(false, 'a2-hb', now) from the normal connection. */
+int a2c_db_heartbeat(PGconn *db, char *err, size_t errlen);
+
+/* Drops a slot (for an invalidated one); 0 or -1. */
+int a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen);
+
+/* ---- replication connection ---- */
+
+typedef struct a2c_repl a2c_repl;
+
+/* One message from the server; data lives until the next a2c_repl_read. */
+typedef struct {
+    char type;              /* 'w' XLogData or 'k' keepalive */
+    uint64_t data_start;    /* 'w' */
+    uint64_t wal_end;
+    int64_t send_time_us;   /* server clock, µs since the Unix epoch */
+    int reply_requested;    /* 'k' */
+    const char *data;       /* 'w' payload (not NUL-terminated) */
+    size_t len;
+} a2c_msg;
+
+/* Connects with replication=database, TimeZone=UTC. NULL with err. */
+a2c_repl *a2c_repl_connect(const char *conninfo, char *err, size_t errlen);
+
+/* Creates the slot unless it exists; *created and *consistent tell what
+ * happened. Returns 0 or -1 (err, sqlstate). */
+int a2c_repl_create_slot(a2c_repl *r, const char *slot, const char *plugin,
+                         int *created, uint64_t *consistent, char *err,
+                         size_t errlen, char sqlstate[6]);
+
+/* START_REPLICATION SLOT slot LOGICAL lsn (wal2json options). 0 or -1. */
+int a2c_repl_start(a2c_repl *r, const char *slot, uint64_t lsn, char *err,
+                   size_t errlen, char sqlstate[6]);
+
+int a2c_repl_socket(const a2c_repl *r);
+
+/*
+ * Reads one message without blocking: 1 with *m filled, 0 when none is
+ * ready (poll the socket), -1 when the stream ended or failed (err).
+ */
+int a2c_repl_read(a2c_repl *r, a2c_msg *m, char *err, size_t errlen);
+
+/* Sends a standby status update (write, flush, apply = flush). 0 or -1. */
+int a2c_repl_feedback(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn,
+                      int reply_requested, char *err, size_t errlen);
+
+/* Ends streaming cleanly: final feedback, CopyDone, drain the rest. */
+void a2c_repl_stop(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn);
+
+/* NULL-safe. */
+void a2c_repl_close(a2c_repl *r);
+
+/* The current time in µs since the Unix epoch. */
+int64_t a2c_now_us(void);
+
+#endif

@@ -1,0 +1,241 @@
+/*
+ * Unit tests of consumer/audit.c: appending, torn-tail repair, the resume
+ * point (tail + state file), reopen after rotation, errors.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "../../consumer/audit.h"
+
+static char dir[256];
+static char path[300];
+static char spath[310];
+
+static int
+setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/a2-test-audit.XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(path, sizeof path, "%s/audit.jsonl", dir);
+    snprintf(spath, sizeof spath, "%s.lsn", path);
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static char *
+slurp(const char *p)
+{
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return NULL;
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+static void
+append_raw(const char *text)
+{
+    FILE *f = fopen(path, "a");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+#define LINE(lsn, n) "{\"lsn\":\"" lsn "\",\"op\":\"update\",\"n\":" #n "}\n"
+
+static void
+test_lsn_text(void **state)
+{
+    (void)state;
+    uint64_t l;
+    char buf[32];
+    assert_int_equal(a2c_lsn_parse("0/1D78D60", &l), 0);
+    assert_true(l == 0x1D78D60);
+    assert_int_equal(a2c_lsn_parse("AB/0", &l), 0);
+    assert_true(l == (UINT64_C(0xAB) << 32));
+    assert_string_equal(a2c_lsn_format(UINT64_C(0x10000002A), buf, sizeof buf),
+                        "1/2A");
+    assert_int_equal(a2c_lsn_parse("1/2X", &l), -1);
+    assert_int_equal(a2c_lsn_parse("12", &l), -1);
+    assert_int_equal(a2c_lsn_parse(NULL, &l), -1);
+}
+
+static void
+test_new_file_write_and_resume(void **state)
+{
+    (void)state;
+    a2c_audit_resume r;
+    char err[256];
+    a2c_audit *a = a2c_audit_open(path, &r, err, sizeof err);
+    assert_non_null(a);
+    assert_true(r.done == 0 && r.partial_lsn == 0);
+    const char *t1 = LINE("0/100", 1) LINE("0/100", 2);
+    assert_int_equal(a2c_audit_write(a, t1, strlen(t1), 2, err, sizeof err), 0);
+    a2c_audit_mark(a, 0x100);
+    assert_true(a2c_audit_dirty(a));
+    assert_true(a2c_audit_durable(a) == 0); /* not yet fsynced */
+    assert_int_equal(a2c_audit_sync(a, 0, err, sizeof err), 0);
+    assert_true(a2c_audit_durable(a) == 0x100);
+    const char *t2 = LINE("0/200", 3);
+    assert_int_equal(a2c_audit_write(a, t2, strlen(t2), 1, err, sizeof err), 0);
+    a2c_audit_mark(a, 0x200);
+    assert_int_equal(a2c_audit_lines(a), 3);
+    a2c_audit_close(a);
+    /* the state file holds the durable position written at close */
+    assert_string_equal(slurp(spath), "0/200\n");
+    assert_int_equal(a2c_audit_scan(path, &r, 0, err, sizeof err), 0);
+    assert_true(r.done == 0x200);
+    assert_true(r.partial_lsn == 0);
+    /* without the state file the tail decides: 0/200 may be incomplete */
+    unlink(spath);
+    assert_int_equal(a2c_audit_scan(path, &r, 0, err, sizeof err), 0);
+    assert_true(r.done == 0x100);
+    assert_true(r.partial_lsn == 0x200);
+    assert_int_equal(r.partial_lines, 1);
+}
+
+static void
+test_torn_tail_is_cut(void **state)
+{
+    (void)state;
+    append_raw(LINE("0/100", 1) LINE("0/300", 2) LINE("0/300", 3));
+    append_raw("{\"lsn\":\"0/300\",\"op\":\"upd"); /* torn */
+    a2c_audit_resume r;
+    char err[256];
+    a2c_audit *a = a2c_audit_open(path, &r, err, sizeof err);
+    assert_non_null(a);
+    assert_int_equal(r.truncated_bytes, strlen("{\"lsn\":\"0/300\",\"op\":\"upd"));
+    assert_true(r.done == 0x100);
+    assert_true(r.partial_lsn == 0x300);
+    assert_int_equal(r.partial_lines, 2);
+    a2c_audit_close(a);
+    assert_string_equal(slurp(path), LINE("0/100", 1) LINE("0/300", 2)
+                                         LINE("0/300", 3));
+}
+
+static void
+test_torn_only_line(void **state)
+{
+    (void)state;
+    append_raw("{\"lsn\":\"0/3");
+    a2c_audit_resume r;
+    char err[256];
+    a2c_audit *a = a2c_audit_open(path, &r, err, sizeof err);
+    assert_non_null(a);
+    assert_true(r.done == 0 && r.partial_lsn == 0);
+    assert_int_equal(r.truncated_bytes, 11);
+    a2c_audit_close(a);
+    assert_string_equal(slurp(path), "");
+}
+
+static void
+test_state_file_ahead_of_tail(void **state)
+{
+    (void)state;
+    append_raw(LINE("0/100", 1));
+    FILE *f = fopen(spath, "w");
+    fputs("0/500\n", f);
+    fclose(f);
+    a2c_audit_resume r;
+    char err[256];
+    assert_int_equal(a2c_audit_scan(path, &r, 0, err, sizeof err), 0);
+    assert_true(r.done == 0x500);
+    assert_true(r.partial_lsn == 0);
+}
+
+static void
+test_bad_line_and_bad_state(void **state)
+{
+    (void)state;
+    append_raw("not json\n");
+    a2c_audit_resume r;
+    char err[256];
+    assert_int_equal(a2c_audit_scan(path, &r, 0, err, sizeof err), -1);
+    assert_non_null(strstr(err, "without a valid \"lsn\""));
+    unlink(path);
+    FILE *f = fopen(spath, "w");
+    fputs("garbage\n", f);
+    fclose(f);
+    assert_int_equal(a2c_audit_scan(path, &r, 0, err, sizeof err), -1);
+    assert_non_null(strstr(err, "invalid audit state file"));
+}
+
+static void
+test_unwritable_path(void **state)
+{
+    (void)state;
+    a2c_audit_resume r;
+    char err[256], p[400];
+    snprintf(p, sizeof p, "%s/no/such/dir/audit", dir);
+    assert_null(a2c_audit_open(p, &r, err, sizeof err));
+    assert_non_null(strstr(err, "could not open audit file"));
+    assert_non_null(strstr(err, "No such file or directory"));
+}
+
+static void
+test_reopen_after_rotation(void **state)
+{
+    (void)state;
+    a2c_audit_resume r;
+    char err[256], rotated[400];
+    a2c_audit *a = a2c_audit_open(path, &r, err, sizeof err);
+    assert_non_null(a);
+    const char *t1 = LINE("0/100", 1);
+    assert_int_equal(a2c_audit_write(a, t1, strlen(t1), 1, err, sizeof err), 0);
+    a2c_audit_mark(a, 0x100);
+    snprintf(rotated, sizeof rotated, "%s.1", path);
+    assert_int_equal(rename(path, rotated), 0);
+    assert_int_equal(a2c_audit_reopen(a, err, sizeof err), 0);
+    const char *t2 = LINE("0/200", 2);
+    assert_int_equal(a2c_audit_write(a, t2, strlen(t2), 1, err, sizeof err), 0);
+    a2c_audit_mark(a, 0x200);
+    a2c_audit_close(a);
+    assert_string_equal(slurp(rotated), LINE("0/100", 1));
+    assert_string_equal(slurp(path), LINE("0/200", 2));
+    /* a fresh file after rotation: the state file keeps the position */
+    unlink(path);
+    assert_int_equal(a2c_audit_scan(path, &r, 0, err, sizeof err), 0);
+    assert_true(r.done == 0x200);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lsn_text),
+        cmocka_unit_test_setup_teardown(test_new_file_write_and_resume, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_torn_tail_is_cut, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_torn_only_line, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_state_file_ahead_of_tail, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_bad_line_and_bad_state, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_unwritable_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reopen_after_rotation, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,498 @@
+/*
+ * Unit tests of consumer/apply.c: wal2json lines (decoded by liba2decoder)
+ * → audit lines, wake-ups, timers, cleared, log, presence, and the
+ * exactly-once skipping on resume.
+ */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "../../consumer/apply.h"
+
+/* ---- recording sink ---- */
+
+static char events[64][256];
+static int nevents;
+
+static void
+rec(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (nevents < 64)
+        vsnprintf(events[nevents++], sizeof events[0], fmt, ap);
+    va_end(ap);
+}
+
+static void
+s_wake(void *ctx, const char *consumer, const char *session,
+       const char *cursor_key, int64_t head, uint64_t lsn)
+{
+    (void)ctx;
+    rec("wake %s %s %s %" PRId64 " %" PRIX64, consumer, session, cursor_key,
+        head, lsn);
+}
+
+static void
+s_log(void *ctx, const char *consumer, const char *session, int64_t idx,
+      const char *type, uint64_t lsn)
+{
+    (void)ctx;
+    (void)lsn;
+    rec("log %s %s %" PRId64 " %s", consumer, session, idx, type);
+}
+
+static void
+s_cleared(void *ctx, const char *session, int64_t idx, uint64_t lsn)
+{
+    (void)ctx;
+    (void)lsn;
+    rec("cleared %s %" PRId64, session, idx);
+}
+
+static void
+s_presence(void *ctx, const char *ns, const char *participant,
+           const char *fields)
+{
+    (void)ctx;
+    rec("presence %s %s %s", ns, participant, fields);
+}
+
+static void
+s_resync(void *ctx)
+{
+    (void)ctx;
+    rec("resync");
+}
+
+static const a2c_sink sink = {NULL, s_wake, s_log, s_cleared, s_presence,
+                              s_resync};
+
+/* ---- fixture ---- */
+
+typedef struct {
+    char dir[64];
+    char path[128];
+    a2_decoder *dec;
+    a2c_timers *timers;
+    a2c_audit *audit;
+    a2c_apply *ap;
+} fx;
+
+static void
+fx_open(fx *f, int keep_dir)
+{
+    char err[256];
+    a2c_audit_resume r;
+    if (!keep_dir) {
+        snprintf(f->dir, sizeof f->dir, "/tmp/a2-test-apply.XXXXXX");
+        assert_non_null(mkdtemp(f->dir));
+        snprintf(f->path, sizeof f->path, "%s/audit", f->dir);
+    }
+    f->dec = a2_decoder_new();
+    f->timers = a2c_timers_new();
+    f->audit = a2c_audit_open(f->path, &r, err, sizeof err);
+    assert_non_null(f->audit);
+    f->ap = a2c_apply_new(f->audit, f->timers, &sink, &r);
+    assert_non_null(f->ap);
+    nevents = 0;
+}
+
+static void
+fx_close(fx *f)
+{
+    a2c_apply_free(f->ap);
+    a2c_audit_close(f->audit);
+    a2c_timers_free(f->timers);
+    a2_decoder_free(f->dec);
+}
+
+static void
+fx_destroy(fx *f)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void
+feed(fx *f, const char *line, uint64_t data_start)
+{
+    const a2_change *c;
+    char err[256];
+    int rc = a2_decoder_decode(f->dec, line, strlen(line), &c);
+    if (rc != 0)
+        fail_msg("decode: %s in %s", a2_decoder_last_error(f->dec)->message,
+                 line);
+    assert_int_equal(a2c_apply_change(f->ap, c, data_start, err, sizeof err),
+                     0);
+}
+
+static void
+begin(fx *f, int xid, const char *lsn)
+{
+    char b[256];
+    snprintf(b, sizeof b,
+             "{\"action\":\"B\",\"xid\":%d,\"timestamp\":\"2026-11-29 "
+             "06:40:48.313747+00\",\"lsn\":\"0/1\",\"nextlsn\":\"%s\"}",
+             xid, lsn);
+    feed(f, b, 0);
+}
+
+static void
+commit(fx *f, int xid, const char *lsn, uint64_t end)
+{
+    char b[256];
+    snprintf(b, sizeof b,
+             "{\"action\":\"C\",\"xid\":%d,\"timestamp\":\"2026-11-29 "
+             "06:40:48.313747+00\",\"lsn\":\"0/1\",\"nextlsn\":\"%s\"}",
+             xid, lsn);
+    feed(f, b, end);
+}
+
+static const char *
+num(char *buf, int64_t v)
+{
+    if (v < 0)
+        return "null";
+    sprintf(buf, "%" PRId64, v);
+    return buf;
+}
+
+/* Columns of an a2_cursors row as wal2json prints them. */
+static void
+cols(char *out, size_t len, const char *session, const char *consumer,
+     const char *key, const char *kind, int64_t head, int attempt,
+     const char *holder, int64_t expires, int64_t failed_at)
+{
+    char h[32], e[32], fa[32], hold[64];
+    snprintf(hold, sizeof hold, holder ? "\"%s\"" : "null", holder ? holder : "");
+    snprintf(out, len,
+             "[{\"name\":\"session_id\",\"value\":\"%s\"},"
+             "{\"name\":\"consumer\",\"value\":\"%s\"},"
+             "{\"name\":\"cursor_key\",\"value\":\"%s\"},"
+             "{\"name\":\"epoch\",\"value\":1},"
+             "{\"name\":\"kind\",\"value\":\"%s\"},"
+             "{\"name\":\"lane\",\"value\":null},"
+             "{\"name\":\"position\",\"value\":0},"
+             "{\"name\":\"head\",\"value\":%s},"
+             "{\"name\":\"types\",\"value\":null},"
+             "{\"name\":\"attempt_count\",\"value\":%d},"
+             "{\"name\":\"first_claimed_at\",\"value\":null},"
+             "{\"name\":\"last_claimed_at\",\"value\":null},"
+             "{\"name\":\"claim_holder\",\"value\":%s},"
+             "{\"name\":\"claim_expires_at\",\"value\":%s},"
+             "{\"name\":\"failure_count\",\"value\":0},"
+             "{\"name\":\"last_failed_at\",\"value\":null},"
+             "{\"name\":\"last_failed_attempt\",\"value\":null},"
+             "{\"name\":\"last_error\",\"value\":null},"
+             "{\"name\":\"failed_at\",\"value\":%s},"
+             "{\"name\":\"completed_idx\",\"value\":null},"
+             "{\"name\":\"completed_attempt\",\"value\":null},"
+             "{\"name\":\"returned_event_ids\",\"value\":null}]",
+             session, consumer, key, kind, num(h, head), attempt, hold,
+             num(e, expires), num(fa, failed_at));
+}
+
+static void
+cursor_insert(fx *f, const char *key, int64_t head)
+{
+    char c[4096], line[5000];
+    cols(c, sizeof c, "s1", "c", key, "event", head, 0, NULL, -1, -1);
+    snprintf(line, sizeof line,
+             "{\"action\":\"I\",\"xid\":7,\"lsn\":\"0/1\",\"schema\":"
+             "\"public\",\"table\":\"a2_cursors\",\"columns\":%s}",
+             c);
+    feed(f, line, 0);
+}
+
+static void
+cursor_update(fx *f, const char *key, int64_t oh, int oa, const char *oholder,
+              int64_t oexp, int64_t ofail, int64_t nh, int na,
+              const char *nholder, int64_t nexp, int64_t nfail)
+{
+    char o[4096], n[4096], line[9000];
+    cols(o, sizeof o, "s1", "c", key, "event", oh, oa, oholder, oexp, ofail);
+    cols(n, sizeof n, "s1", "c", key, "event", nh, na, nholder, nexp, nfail);
+    snprintf(line, sizeof line,
+             "{\"action\":\"U\",\"xid\":7,\"lsn\":\"0/1\",\"schema\":"
+             "\"public\",\"table\":\"a2_cursors\",\"columns\":%s,"
+             "\"identity\":%s}",
+             n, o);
+    feed(f, line, 0);
+}
+
+static void
+event_insert(fx *f, const char *session, int64_t idx, const char *type)
+{
+    char line[1024];
+    snprintf(line, sizeof line,
+             "{\"action\":\"I\",\"xid\":7,\"lsn\":\"0/1\",\"schema\":\"public\","
+             "\"table\":\"a2_events\",\"columns\":["
+             "{\"name\":\"session_id\",\"value\":\"%s\"},"
+             "{\"name\":\"idx\",\"value\":%" PRId64 "},"
+             "{\"name\":\"event_type\",\"value\":\"%s\"},"
+             "{\"name\":\"payload\",\"value\":\"{}\"},"
+             "{\"name\":\"event_id\",\"value\":\"e%" PRId64 "\"},"
+             "{\"name\":\"created_at\",\"value\":1},"
+             "{\"name\":\"cause\",\"value\":null}]}",
+             session, idx, type, idx);
+    feed(f, line, 0);
+}
+
+static int
+count_lines(const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return 0;
+    int n = 0, ch;
+    while ((ch = fgetc(fp)) != EOF)
+        n += ch == '\n';
+    fclose(fp);
+    return n;
+}
+
+/* ---- tests ---- */
+
+static void
+test_started_wakes_and_audits(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, 0);
+    begin(&f, 7, "0/200");
+    event_insert(&f, "s1", 1, "job");
+    cursor_insert(&f, "#1", 1);
+    assert_int_equal(nevents, 0); /* nothing before the commit */
+    commit(&f, 7, "0/200", 0x200);
+    assert_int_equal(nevents, 1);
+    assert_string_equal(events[0], "wake c s1 #1 1 200");
+    assert_true(a2c_apply_applied(f.ap) == 0x200);
+    char err[256];
+    assert_int_equal(a2c_audit_sync(f.audit, 0, err, sizeof err), 0);
+    FILE *fp = fopen(f.path, "r");
+    char line[4096];
+    assert_non_null(fgets(line, sizeof line, fp));
+    fclose(fp);
+    json_t *j = json_loads(line, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "lsn")), "0/200");
+    assert_int_equal(json_integer_value(json_object_get(j, "xid")), 7);
+    assert_string_equal(json_string_value(json_object_get(j, "at")),
+                        "2026-11-29T06:40:48.313Z");
+    assert_string_equal(json_string_value(json_object_get(j, "op")), "insert");
+    assert_string_equal(json_string_value(json_object_get(j, "transition")),
+                        "started");
+    assert_string_equal(json_string_value(json_object_get(j, "session")), "s1");
+    assert_string_equal(json_string_value(json_object_get(j, "cursor")), "#1");
+    assert_true(json_is_null(json_object_get(j, "before")));
+    json_t *after = json_object_get(j, "after");
+    assert_int_equal(json_integer_value(json_object_get(after, "head")), 1);
+    assert_true(json_is_null(json_object_get(after, "holder")));
+    json_decref(j);
+    fx_close(&f);
+    fx_destroy(&f);
+}
+
+static void
+test_claim_timer_fail_retry_complete(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, 0);
+    /* claimed: lease timer, no wake */
+    begin(&f, 8, "0/300");
+    cursor_update(&f, "#1", 1, 0, NULL, -1, -1, 1, 1, "w1", 5000, -1);
+    commit(&f, 8, "0/300", 0x300);
+    assert_int_equal(nevents, 0);
+    assert_int_equal(a2c_timers_count(f.timers), 1);
+    assert_int_equal(a2c_timers_next(f.timers), 5000);
+    /* lapses: the timer wakes for the same head */
+    assert_int_equal(a2c_apply_fire_timers(f.ap, 4999), 0);
+    assert_int_equal(a2c_apply_fire_timers(f.ap, 5000), 1);
+    assert_string_equal(events[0], "wake c s1 #1 1 300");
+    /* failed with retry-after: a hold with no holder → timer */
+    begin(&f, 9, "0/400");
+    cursor_update(&f, "#1", 1, 1, "w1", 5000, -1, 1, 1, NULL, 9000, -1);
+    commit(&f, 9, "0/400", 0x400);
+    assert_int_equal(a2c_timers_next(f.timers), 9000);
+    /* dead-lettered: no timer, no wake */
+    begin(&f, 10, "0/500");
+    cursor_update(&f, "#1", 1, 1, NULL, 9000, -1, 1, 1, NULL, 9000, 123);
+    commit(&f, 10, "0/500", 0x500);
+    assert_int_equal(a2c_timers_count(f.timers), 0);
+    assert_int_equal(nevents, 1);
+    /* retried (failed_at cleared) → wake */
+    begin(&f, 11, "0/600");
+    cursor_update(&f, "#1", 1, 1, NULL, -1, 123, 1, 1, NULL, -1, -1);
+    commit(&f, 11, "0/600", 0x600);
+    assert_int_equal(nevents, 2);
+    assert_string_equal(events[1], "wake c s1 #1 1 600");
+    /* completed to the next head → wake for the new head, timer gone */
+    begin(&f, 12, "0/700");
+    cursor_update(&f, "#1", 1, 2, "w2", 7000, -1, 1, 2, "w2", 7000, -1);
+    cursor_update(&f, "#1", 1, 2, "w2", 7000, -1, 3, 0, NULL, -1, -1);
+    commit(&f, 12, "0/700", 0x700);
+    assert_int_equal(nevents, 3);
+    assert_string_equal(events[2], "wake c s1 #1 3 700");
+    assert_int_equal(a2c_timers_count(f.timers), 0);
+    a2c_apply_stats st;
+    a2c_apply_get_stats(f.ap, &st);
+    assert_int_equal(st.transactions, 5);
+    assert_int_equal(st.audit_lines, 6);
+    assert_int_equal(st.timer_wakes, 1);
+    fx_close(&f);
+    fx_destroy(&f);
+}
+
+static void
+test_cleared_log_presence(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, 0);
+    assert_int_equal(a2c_apply_add_log_consumer(f.ap, "logger"), 0);
+    begin(&f, 20, "0/800");
+    event_insert(&f, "s1", 5, "user_msg");
+    event_insert(&f, "s1", 6, "a2.cleared");
+    feed(&f,
+         "{\"action\":\"I\",\"xid\":20,\"lsn\":\"0/1\",\"schema\":\"public\","
+         "\"table\":\"a2_clears\",\"columns\":[{\"name\":\"session_id\","
+         "\"value\":\"s1\"},{\"name\":\"clear_index\",\"value\":6}]}",
+         0);
+    feed(&f,
+         "{\"action\":\"I\",\"xid\":20,\"lsn\":\"0/1\",\"schema\":\"public\","
+         "\"table\":\"a2_presence\",\"columns\":[{\"name\":\"ns\",\"value\":"
+         "\"room\"},{\"name\":\"participant\",\"value\":\"p1\"},{\"name\":"
+         "\"field\",\"value\":\"status\"},{\"name\":\"value\",\"value\":"
+         "\"\\\"online\\\"\"},{\"name\":\"seen\",\"value\":null},{\"name\":"
+         "\"at\",\"value\":1},{\"name\":\"expires_at\",\"value\":2}]}",
+         0);
+    feed(&f,
+         "{\"action\":\"D\",\"xid\":20,\"lsn\":\"0/1\",\"schema\":\"public\","
+         "\"table\":\"a2_presence\",\"identity\":[{\"name\":\"ns\",\"value\":"
+         "\"room\"},{\"name\":\"participant\",\"value\":\"p1\"},{\"name\":"
+         "\"field\",\"value\":\"typing\"}]}",
+         0);
+    commit(&f, 20, "0/800", 0x800);
+    assert_int_equal(nevents, 3);
+    assert_string_equal(events[0], "log logger s1 5 user_msg");
+    assert_string_equal(events[1], "cleared s1 6"); /* once, not twice */
+    assert_string_equal(events[2],
+                        "presence room p1 {\"status\":\"online\",\"typing\":null}");
+    fx_close(&f);
+    fx_destroy(&f);
+}
+
+/* A crash after the first of two lines of a transaction: on restart the
+ * transaction comes again and only its second line is written. */
+static void
+test_resume_skips_written_lines(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, 0);
+    begin(&f, 30, "0/900");
+    cursor_insert(&f, "#1", 1);
+    commit(&f, 30, "0/900", 0x900);
+    fx_close(&f);
+    /* simulate the torn transaction: one of its two lines made it */
+    FILE *fp = fopen(f.path, "a");
+    fputs("{\"lsn\":\"0/A00\",\"op\":\"insert\"}\n", fp);
+    fclose(fp);
+    char spath[160];
+    snprintf(spath, sizeof spath, "%s.lsn", f.path);
+    unlink(spath);
+    fx_open(&f, 1);
+    /* the server resends from 0/900: the first transaction is skipped */
+    begin(&f, 30, "0/900");
+    cursor_insert(&f, "#1", 1);
+    commit(&f, 30, "0/900", 0x900);
+    begin(&f, 31, "0/A00");
+    cursor_insert(&f, "#2", 2);
+    cursor_insert(&f, "#3", 3);
+    commit(&f, 31, "0/A00", 0xA00);
+    begin(&f, 32, "0/B00");
+    cursor_insert(&f, "#4", 4);
+    commit(&f, 32, "0/B00", 0xB00);
+    fx_close(&f);
+    assert_int_equal(count_lines(f.path), 4); /* 1 + 2 + 1 */
+    fp = fopen(f.path, "r");
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, fp)) {
+        n++;
+        if (n == 3)
+            assert_non_null(strstr(line, "\"cursor\":\"#3\""));
+        if (n == 4)
+            assert_non_null(strstr(line, "\"cursor\":\"#4\""));
+    }
+    fclose(fp);
+    fx_destroy(&f);
+}
+
+static void
+test_gap_record(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, 0);
+    char err[256];
+    assert_int_equal(a2c_apply_gap(f.ap, 0x100, 0x5000, "invalidated", err,
+                                   sizeof err),
+                     0);
+    assert_true(a2c_apply_applied(f.ap) == 0x5000);
+    fx_close(&f);
+    FILE *fp = fopen(f.path, "r");
+    char line[1024];
+    assert_non_null(fgets(line, sizeof line, fp));
+    fclose(fp);
+    json_t *j = json_loads(line, 0, NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "transition")),
+                        "gap");
+    assert_string_equal(json_string_value(json_object_get(j, "from")), "0/100");
+    assert_string_equal(json_string_value(json_object_get(j, "to")), "0/5000");
+    assert_string_equal(json_string_value(json_object_get(j, "lsn")), "0/5000");
+    json_decref(j);
+    fx_destroy(&f);
+}
+
+static void
+test_commit_without_begin(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, 0);
+    const a2_change *c;
+    char err[256];
+    const char *line = "{\"action\":\"C\",\"xid\":1,\"lsn\":\"0/1\",\"nextlsn\":\"0/2\"}";
+    assert_int_equal(a2_decoder_decode(f.dec, line, strlen(line), &c), 0);
+    assert_int_equal(a2c_apply_change(f.ap, c, 2, err, sizeof err), 1);
+    assert_non_null(strstr(err, "commit without begin"));
+    fx_close(&f);
+    fx_destroy(&f);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_started_wakes_and_audits),
+        cmocka_unit_test(test_claim_timer_fail_retry_complete),
+        cmocka_unit_test(test_cleared_log_presence),
+        cmocka_unit_test(test_resume_skips_written_lines),
+        cmocka_unit_test(test_gap_record),
+        cmocka_unit_test(test_commit_without_begin),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
