@@ -341,6 +341,7 @@ typedef struct a2_claim_result {
     a2_heads heads;         /* CLAIMED: by index, then consumer; attempt_count is the attempt */
     int64_t session_head;   /* CLAIMED: the session's head index */
     int64_t retry_at;       /* BUSY: epoch ms */
+    a2_heads dead_lettered; /* heads a takeover dead-lettered (any outcome) */
 } a2_claim_result;
 void a2_claim_result_free(a2_claim_result *r);
 

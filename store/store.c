@@ -1,0 +1,522 @@
+/*
+ * liba2store core: the connection, errors, the a2_batch call, arenas and row
+ * decoding.
+ */
+#include "store_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#define BATCH_STATEMENT_NAME "a2_store_batch"
+#define BATCH_SQL "select r from a2_batch($1::text[], $2::jsonb) as r"
+
+/* ── errors ──────────────────────────────────────────────────────────── */
+
+const char *a2_store_code_name(int code)
+{
+    switch (code) {
+    case A2_STORE_OK:
+        return "OK";
+    case A2_EINVALID_ARGUMENT:
+        return "INVALID_ARGUMENT";
+    case A2_ESTORE_UNAVAILABLE:
+        return "STORE_UNAVAILABLE";
+    case A2_ESCHEMA_MISSING:
+        return "SCHEMA_MISSING";
+    case A2_EPARTIAL_DUPLICATE_BATCH:
+        return "PARTIAL_DUPLICATE_BATCH";
+    case A2_ESUPERSEDED_ATTEMPT:
+        return "SUPERSEDED_ATTEMPT";
+    case A2_ESESSION_CLEARED:
+        return "SESSION_CLEARED";
+    case A2_ENO_SUCH_EVENT:
+        return "NO_SUCH_EVENT";
+    case A2_ESTORE_FAILED:
+        return "STORE_FAILED";
+    case A2_ESTORE_NOMEM:
+        return "OUT_OF_MEMORY";
+    default:
+        return "UNKNOWN";
+    }
+}
+
+static void set_error(a2_store_error *e, int code, const char *sqlstate,
+                      const char *fmt, va_list ap)
+{
+    e->code = code;
+    snprintf(e->sqlstate, sizeof e->sqlstate, "%s", sqlstate ? sqlstate : "");
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    /* One line: libpq messages end with a newline and may hold several. */
+    for (char *p = e->message; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = (p[1] == '\0') ? '\0' : ' ';
+}
+
+int a2__store_fail(a2_store *s, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_error(&s->err, code, NULL, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static int fail_state(a2_store *s, int code, const char *sqlstate,
+                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail_state(a2_store *s, int code, const char *sqlstate,
+                      const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_error(&s->err, code, sqlstate, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int a2__store_ok(a2_store *s)
+{
+    s->err.code = 0;
+    s->err.sqlstate[0] = '\0';
+    s->err.message[0] = '\0';
+    return 0;
+}
+
+const a2_store_error *a2_store_last_error(const a2_store *store)
+{
+    return store ? &store->err : NULL;
+}
+
+/* ── clock and ids ───────────────────────────────────────────────────── */
+
+static int64_t system_clock(void *ctx)
+{
+    (void)ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int random_id(void *ctx, char *buf, size_t len)
+{
+    (void)ctx;
+    unsigned char raw[16];
+    size_t got = 0;
+    while (got < sizeof raw) {
+        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        got += (size_t)n;
+    }
+    static const char hex[] = "0123456789abcdef";
+    if (len < 2 * sizeof raw + 1)
+        return -1;
+    for (size_t i = 0; i < sizeof raw; i++) {
+        buf[2 * i] = hex[raw[i] >> 4];
+        buf[2 * i + 1] = hex[raw[i] & 15];
+    }
+    buf[2 * sizeof raw] = '\0';
+    return 0;
+}
+
+void a2_store_set_clock(a2_store *store, a2_store_clock_fn fn, void *ctx)
+{
+    if (!store)
+        return;
+    store->clock = fn ? fn : system_clock;
+    store->clock_ctx = fn ? ctx : NULL;
+}
+
+void a2_store_set_ids(a2_store *store, a2_store_id_fn fn, void *ctx)
+{
+    if (!store)
+        return;
+    store->ids = fn ? fn : random_id;
+    store->ids_ctx = fn ? ctx : NULL;
+}
+
+int64_t a2__store_now(a2_store *s) { return s->clock(s->clock_ctx); }
+
+int a2__store_new_id(a2_store *s, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (s->ids(s->ids_ctx, buf, len) != 0 || buf[0] == '\0' ||
+        memchr(buf, '\0', len) == NULL)
+        return a2__store_fail(s, A2_ESTORE_FAILED,
+                              "could not generate an event id");
+    return 0;
+}
+
+uint64_t a2_store_round_trips(const a2_store *store)
+{
+    return store ? store->round_trips : 0;
+}
+
+/* ── open / close ────────────────────────────────────────────────────── */
+
+static int connect_store(a2_store *s)
+{
+    if (s->conn) {
+        PQfinish(s->conn);
+        s->conn = NULL;
+    }
+    s->prepared = false;
+    s->conn = PQconnectdb(s->conninfo);
+    if (!s->conn)
+        return a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
+    if (PQstatus(s->conn) != CONNECTION_OK) {
+        int rc = a2__store_fail(s, A2_ESTORE_UNAVAILABLE,
+                                "could not connect to the database: %s",
+                                PQerrorMessage(s->conn));
+        PQfinish(s->conn);
+        s->conn = NULL;
+        return rc;
+    }
+    return 0;
+}
+
+int a2_store_open(a2_store **out, const char *conninfo, a2_store_error *err)
+{
+    if (out)
+        *out = NULL;
+    a2_store *s = NULL;
+    int rc;
+    if (!out) {
+        rc = A2_EINVALID_ARGUMENT;
+        if (err) {
+            err->code = rc;
+            err->sqlstate[0] = '\0';
+            snprintf(err->message, sizeof err->message,
+                     "out must not be NULL");
+        }
+        return rc;
+    }
+    s = calloc(1, sizeof *s);
+    if (!s)
+        goto nomem;
+    s->conninfo = strdup(conninfo ? conninfo : "");
+    if (!s->conninfo)
+        goto nomem;
+    a2_store_set_clock(s, NULL, NULL);
+    a2_store_set_ids(s, NULL, NULL);
+    rc = connect_store(s);
+    if (rc != 0) {
+        if (err)
+            *err = s->err;
+        a2_store_close(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+nomem:
+    a2_store_close(s);
+    if (err) {
+        err->code = A2_ESTORE_NOMEM;
+        err->sqlstate[0] = '\0';
+        snprintf(err->message, sizeof err->message, "out of memory");
+    }
+    return A2_ESTORE_NOMEM;
+}
+
+void a2_store_close(a2_store *store)
+{
+    if (!store)
+        return;
+    if (store->conn)
+        PQfinish(store->conn);
+    free(store->conninfo);
+    free(store);
+}
+
+/* ── the batch call ──────────────────────────────────────────────────── */
+
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+    bool failed;
+} buf;
+
+static void buf_put(buf *b, const char *s, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->failed = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+/* Appends a statement as one text[] element, whitespace runs collapsed. */
+static void put_statement(buf *b, const char *sql)
+{
+    buf_put(b, "\"", 1);
+    bool space = false;
+    bool any = false;
+    for (const char *p = sql; *p; p++) {
+        char c = *p;
+        if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+            space = any;
+            continue;
+        }
+        if (space)
+            buf_put(b, " ", 1);
+        space = false;
+        any = true;
+        if (c == '"' || c == '\\')
+            buf_put(b, "\\", 1);
+        buf_put(b, &c, 1);
+    }
+    buf_put(b, "\"", 1);
+}
+
+static bool connection_lost(a2_store *s, const char *sqlstate)
+{
+    if (!s->conn || PQstatus(s->conn) != CONNECTION_OK)
+        return true;
+    if (!sqlstate)
+        return false;
+    /* connection exceptions, admin shutdown, crash shutdown, cannot
+     * connect now, too many connections */
+    return strncmp(sqlstate, "08", 2) == 0 || strcmp(sqlstate, "57P01") == 0 ||
+           strcmp(sqlstate, "57P02") == 0 || strcmp(sqlstate, "57P03") == 0 ||
+           strcmp(sqlstate, "53300") == 0;
+}
+
+/* Maps a failed result (not an abort) to a code and the store's error. */
+static int result_error(a2_store *s, PGresult *res)
+{
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)
+                          : NULL;
+    if (!msg)
+        msg = s->conn ? PQerrorMessage(s->conn) : "no connection";
+    if (connection_lost(s, state))
+        return fail_state(s, A2_ESTORE_UNAVAILABLE, state,
+                          "lost the connection to the database: %s", msg);
+    if (state && (strcmp(state, "42P01") == 0 || strcmp(state, "42883") == 0 ||
+                  strcmp(state, "42703") == 0))
+        return fail_state(s, A2_ESCHEMA_MISSING, state,
+                          "the a2 schema is missing or out of date (%s): "
+                          "apply sql/schema.sql",
+                          msg);
+    return fail_state(s, A2_ESTORE_FAILED, state, "store operation failed: %s",
+                      msg);
+}
+
+static int ensure_ready(a2_store *s)
+{
+    if (!s->conn || PQstatus(s->conn) != CONNECTION_OK) {
+        /* One reconnection attempt: a store outlives a server restart. */
+        int rc = connect_store(s);
+        if (rc != 0)
+            return rc;
+    }
+    if (s->prepared)
+        return 0;
+    PGresult *res = PQprepare(s->conn, BATCH_STATEMENT_NAME, BATCH_SQL, 2, NULL);
+    s->round_trips++;
+    int rc = 0;
+    if (PQresultStatus(res) != PGRES_COMMAND_OK)
+        rc = result_error(s, res);
+    else
+        s->prepared = true;
+    PQclear(res);
+    return rc;
+}
+
+int a2__store_batch(a2_store *s, const char *const *statements, size_t n,
+                    json_t *params, json_t **rows, json_t **abort_row)
+{
+    *rows = NULL;
+    *abort_row = NULL;
+    int rc = 0;
+    buf arr = {0};
+    char *pjson = NULL;
+    PGresult *res = NULL;
+    json_t *out = NULL;
+
+    buf_put(&arr, "{", 1);
+    bool first = true;
+    for (size_t i = 0; i < n; i++) {
+        if (!statements[i])
+            continue;
+        if (!first)
+            buf_put(&arr, ",", 1);
+        first = false;
+        put_statement(&arr, statements[i]);
+    }
+    buf_put(&arr, "}", 1);
+    pjson = json_dumps(params, JSON_COMPACT);
+    if (arr.failed || !pjson) {
+        rc = a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
+        goto done;
+    }
+    rc = ensure_ready(s);
+    if (rc != 0)
+        goto done;
+    const char *values[2] = {arr.p, pjson};
+    res = PQexecPrepared(s->conn, BATCH_STATEMENT_NAME, 2, values, NULL, NULL,
+                         0);
+    s->round_trips++;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        const char *detail = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);
+        if (state && strcmp(state, "A2001") == 0 && detail) {
+            json_error_t jerr;
+            *abort_row = json_loads(detail, 0, &jerr);
+            if (*abort_row && json_is_object(*abort_row)) {
+                rc = fail_state(s, A2_ESTORE_FAILED, state,
+                                "store operation aborted: %s",
+                                json_string_value(json_object_get(
+                                    *abort_row, "abort"))
+                                    ? json_string_value(json_object_get(
+                                          *abort_row, "abort"))
+                                    : "abort");
+                rc = A2__ABORTED;
+                goto done;
+            }
+            json_decref(*abort_row);
+            *abort_row = NULL;
+        }
+        if (state && strcmp(state, "26000") == 0)
+            s->prepared = false; /* prepared statement gone: prepare again */
+        rc = result_error(s, res);
+        goto done;
+    }
+    out = json_array();
+    if (!out) {
+        rc = a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
+        goto done;
+    }
+    int nrows = PQntuples(res);
+    for (int i = 0; i < nrows; i++) {
+        json_error_t jerr;
+        json_t *row = json_loads(PQgetvalue(res, i, 0), 0, &jerr);
+        if (!row) {
+            rc = a2__store_fail(s, A2_ESTORE_FAILED,
+                                "could not decode a result row: %s", jerr.text);
+            goto done;
+        }
+        json_array_append_new(out, row);
+    }
+    *rows = out;
+    out = NULL;
+    rc = a2__store_ok(s);
+done:
+    json_decref(out);
+    PQclear(res);
+    free(pjson);
+    free(arr.p);
+    return rc;
+}
+
+/* ── arena ───────────────────────────────────────────────────────────── */
+
+typedef struct block {
+    struct block *next;
+    size_t used, cap;
+    max_align_t data[];
+} block;
+
+struct a2_store_arena {
+    block *head;
+    bool failed;
+};
+
+a2_store_arena *a2__arena_new(void) { return calloc(1, sizeof(a2_store_arena)); }
+
+void a2__arena_free(a2_store_arena *a)
+{
+    if (!a)
+        return;
+    block *b = a->head;
+    while (b) {
+        block *next = b->next;
+        free(b);
+        b = next;
+    }
+    free(a);
+}
+
+void *a2__arena_alloc(a2_store_arena *a, size_t size)
+{
+    size_t align = sizeof(max_align_t);
+    size = (size + align - 1) / align * align;
+    if (size == 0)
+        size = align;
+    block *b = a->head;
+    if (!b || b->cap - b->used < size) {
+        size_t cap = size > 16384 ? size : 16384;
+        b = malloc(sizeof(block) + cap);
+        if (!b) {
+            a->failed = true;
+            return NULL;
+        }
+        b->used = 0;
+        b->cap = cap;
+        b->next = a->head;
+        a->head = b;
+    }
+    void *p = (char *)b->data + b->used;
+    b->used += size;
+    memset(p, 0, size);
+    return p;
+}
+
+bool a2__arena_failed(const a2_store_arena *a) { return !a || a->failed; }
+
+char *a2__arena_strdup(a2_store_arena *a, const char *s)
+{
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *p = a2__arena_alloc(a, n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+/* ── rows ────────────────────────────────────────────────────────────── */
+
+int64_t a2__row_int(const json_t *row, const char *key)
+{
+    const json_t *v = json_object_get(row, key);
+    if (json_is_integer(v))
+        return (int64_t)json_integer_value(v);
+    if (json_is_real(v))
+        return (int64_t)json_real_value(v);
+    if (json_is_string(v))
+        return strtoll(json_string_value(v), NULL, 10);
+    return A2_STORE_NONE;
+}
+
+const char *a2__row_str(a2_store_arena *a, const json_t *row, const char *key)
+{
+    const json_t *v = json_object_get(row, key);
+    if (!json_is_string(v))
+        return NULL;
+    return a2__arena_strdup(a, json_string_value(v));
+}
+
+bool a2__row_bool(const json_t *row, const char *key)
+{
+    return json_is_true(json_object_get(row, key));
+}
