@@ -546,9 +546,10 @@ static int scan_column(scan *s, centry *ce)
             if (have_name)
                 return fail(&s->d->err, A2_EDEC_VALUE, koff, "duplicate key \"name\"");
             if (s->p >= s->end || *s->p != '"') {
+                size_t voff = OFF(s);
                 if (skip_value(s, 3) < 0)
                     return s->d->err.code;
-                return fail(&s->d->err, A2_EDEC_TYPE, koff,
+                return fail(&s->d->err, A2_EDEC_TYPE, voff,
                             "column \"name\": expected a string");
             }
             if (scan_string(s, &ce->name, true) < 0)
@@ -944,9 +945,10 @@ static const struct {
 };
 
 /* A string member, or null when nullable. */
-static int member_string(scan *s, const char *key, bool nullable, size_t koff,
+static int member_string(scan *s, const char *key, bool nullable,
                          a2_change_text *out)
 {
+    size_t voff = OFF(s);
     if (s->p < s->end && *s->p == '"')
         return scan_string(s, out, true);
     if (nullable && s->p < s->end && *s->p == 'n') {
@@ -956,7 +958,7 @@ static int member_string(scan *s, const char *key, bool nullable, size_t koff,
     }
     if (skip_value(s, 1) < 0)
         return s->d->err.code;
-    return fail(&s->d->err, A2_EDEC_TYPE, koff, "\"%s\": expected a string%s", key,
+    return fail(&s->d->err, A2_EDEC_TYPE, voff, "\"%s\": expected a string%s", key,
                 nullable ? " or null" : "");
 }
 
@@ -996,7 +998,7 @@ static int parse_top(scan *s, unsigned *seen)
         size_t voff = OFF(s);
         switch (bit) {
         case KEY_ACTION:
-            if (member_string(s, "action", false, koff, &t) < 0)
+            if (member_string(s, "action", false, &t) < 0)
                 return d->err.code;
             if (t.len != 1 || !strchr("BCIUDMT", t.ptr[0]))
                 return fail(&d->err, A2_EDEC_VALUE, voff, "unknown action \"%.16s\"",
@@ -1030,7 +1032,7 @@ static int parse_top(scan *s, unsigned *seen)
                 return d->err.code;
             return fail(&d->err, A2_EDEC_TYPE, voff, "\"xid\": expected an integer or null");
         case KEY_TIMESTAMP:
-            if (member_string(s, "timestamp", true, koff, &c->timestamp) < 0)
+            if (member_string(s, "timestamp", true, &c->timestamp) < 0)
                 return d->err.code;
             if (c->timestamp.ptr) {
                 if (parse_timestamp(c->timestamp.ptr, c->timestamp.len, &c->time_us) < 0)
@@ -1044,7 +1046,7 @@ static int parse_top(scan *s, unsigned *seen)
             const char *name = bit == KEY_LSN ? "lsn" : "nextlsn";
             uint64_t *dst = bit == KEY_LSN ? &c->lsn : &c->nextlsn;
             size_t save = d->used;
-            if (member_string(s, name, false, koff, &t) < 0)
+            if (member_string(s, name, false, &t) < 0)
                 return d->err.code;
             if (parse_lsn(t.ptr, t.len, dst) < 0)
                 return fail(&d->err, A2_EDEC_VALUE, voff, "\"%s\": bad LSN \"%.24s\"",
@@ -1057,11 +1059,11 @@ static int parse_top(scan *s, unsigned *seen)
             break;
         }
         case KEY_SCHEMA:
-            if (member_string(s, "schema", false, koff, &c->schema) < 0)
+            if (member_string(s, "schema", false, &c->schema) < 0)
                 return d->err.code;
             break;
         case KEY_TABLE:
-            if (member_string(s, "table", false, koff, &c->table_name) < 0)
+            if (member_string(s, "table", false, &c->table_name) < 0)
                 return d->err.code;
             break;
         case KEY_COLUMNS:
@@ -1089,11 +1091,11 @@ static int parse_top(scan *s, unsigned *seen)
                 return r;
             break;
         case KEY_PREFIX:
-            if (member_string(s, "prefix", false, koff, &c->prefix) < 0)
+            if (member_string(s, "prefix", false, &c->prefix) < 0)
                 return d->err.code;
             break;
         case KEY_CONTENT:
-            if (member_string(s, "content", false, koff, &c->content) < 0)
+            if (member_string(s, "content", false, &c->content) < 0)
                 return d->err.code;
             break;
         default: /* origin, pk, anything else: validated and skipped */
@@ -1233,6 +1235,7 @@ int a2_decoder_decode(a2_decoder *d, const char *line, size_t len,
     }
     d->used = 0;
     memset(&d->change, 0, sizeof d->change);
+    d->change.xid.null = true;
     d->cols.n = d->ident.n = 0;
     d->cols.seen = d->ident.seen = false;
     d->err.code = 0;
