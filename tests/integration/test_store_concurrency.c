@@ -1,0 +1,789 @@
+/*
+ * liba2store under concurrency: threads on separate connections appending,
+ * claiming and completing, and a bounded mixed workload of every operation
+ * (A2_STORE_SOAK_SECONDS, 30 by default) that must end with no deadlock and
+ * every invariant intact.
+ */
+#include "a2/store.h"
+#include "a2test.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static char prefix[64];
+
+static a2_store *open_store(void)
+{
+    a2_store *s = NULL;
+    a2_store_error err;
+    if (a2_store_open(&s, a2_test_db(), &err) != 0)
+        fail_msg("open: %s", err.message);
+    return s;
+}
+
+static int64_t q_int(PGconn *db, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int64_t q_int(PGconn *db, const char *fmt, ...)
+{
+    char sql[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    return a2_test_int(db, sql);
+}
+
+/* ── appends ─────────────────────────────────────────────────────────── */
+
+#define APPEND_THREADS 16
+#define APPENDS_PER_THREAD 25
+
+typedef struct append_job {
+    int no;
+    int nsessions; /* 1: all in one session; else session = call % n */
+    int64_t appended;
+    int errors;
+    char error[600];
+} append_job;
+
+static void *append_worker(void *arg)
+{
+    append_job *j = arg;
+    a2_store *s = NULL;
+    a2_store_error err;
+    if (a2_store_open(&s, a2_test_db(), &err) != 0) {
+        j->errors++;
+        snprintf(j->error, sizeof j->error, "%s", err.message);
+        return NULL;
+    }
+    unsigned seed = (unsigned)j->no * 7919u + 1;
+    for (int i = 0; i < APPENDS_PER_THREAD; i++) {
+        char session[96];
+        snprintf(session, sizeof session, "%s-app%d-%d", prefix, j->nsessions,
+                 j->nsessions == 1 ? 0 : (i + j->no) % j->nsessions);
+        size_t n = 1 + (size_t)(rand_r(&seed) % 3);
+        a2_append_event ev[3];
+        a2_target tg = {.consumer = "c", .lane = "L"};
+        for (size_t k = 0; k < n; k++)
+            ev[k] = (a2_append_event){.type = "t", .payload = "{\"k\": 1}",
+                                      .targets = &tg, .ntargets = 1};
+        a2_events out;
+        int rc = a2_store_append(s, session, ev, n, NULL, &out);
+        if (rc != 0) {
+            j->errors++;
+            snprintf(j->error, sizeof j->error, "%s",
+                     a2_store_last_error(s)->message);
+            continue;
+        }
+        for (size_t k = 1; k < out.count; k++)
+            if (out.items[k].index != out.items[k - 1].index + 1)
+                j->errors++;
+        j->appended += (int64_t)out.count;
+        a2_events_free(&out);
+    }
+    a2_store_close(s);
+    return NULL;
+}
+
+static void run_appenders(int nsessions)
+{
+    pthread_t th[APPEND_THREADS];
+    append_job jobs[APPEND_THREADS];
+    for (int i = 0; i < APPEND_THREADS; i++) {
+        jobs[i] = (append_job){.no = i, .nsessions = nsessions};
+        assert_int_equal(pthread_create(&th[i], NULL, append_worker, &jobs[i]),
+                         0);
+    }
+    int64_t total = 0;
+    for (int i = 0; i < APPEND_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        if (jobs[i].errors)
+            fail_msg("appender %d: %d errors (%s)", i, jobs[i].errors,
+                     jobs[i].error);
+        total += jobs[i].appended;
+    }
+    PGconn *db = a2_test_connect();
+    int64_t seen = 0;
+    for (int k = 0; k < nsessions; k++) {
+        char session[96];
+        snprintf(session, sizeof session, "%s-app%d-%d", prefix, nsessions, k);
+        int64_t n = q_int(db, "select count(*) from a2_events where "
+                              "session_id = '%s'",
+                          session);
+        assert_true(n > 0);
+        /* Dense 1..n, no duplicates. */
+        assert_int_equal(q_int(db, "select max(idx) from a2_events where "
+                                   "session_id = '%s'",
+                               session),
+                         n);
+        assert_int_equal(q_int(db, "select count(distinct idx) from "
+                                   "a2_events where session_id = '%s'",
+                               session),
+                         n);
+        assert_int_equal(q_int(db, "select min(idx) from a2_events where "
+                                   "session_id = '%s'",
+                               session),
+                         1);
+        /* Every event queued in the lane, one run started. */
+        assert_int_equal(q_int(db, "select count(*) from a2_lane_events "
+                                   "where session_id = '%s'",
+                               session),
+                         n);
+        assert_int_equal(q_int(db, "select count(*) from a2_cursors where "
+                                   "session_id = '%s' and head is not null",
+                               session),
+                         1);
+        seen += n;
+    }
+    assert_int_equal(seen, total);
+    PQfinish(db);
+}
+
+static void test_appends_one_session(void **state)
+{
+    (void)state;
+    run_appenders(1);
+}
+
+static void test_appends_many_sessions(void **state)
+{
+    (void)state;
+    run_appenders(16);
+}
+
+/* ── claim races ─────────────────────────────────────────────────────── */
+
+#define RACE_SESSIONS 4
+#define RACE_EVENTS 250 /* per session: 1000 heads, plus the log's */
+#define CLAIMERS 8
+
+typedef struct lane_state {
+    int64_t expected[RACE_EVENTS + 1]; /* the lane's events, in order */
+    int n, next;
+    bool running;
+} lane_state;
+
+typedef struct race {
+    pthread_mutex_t mu;
+    /* Per session: lanes L1, L2 of "cl", the log of "lg"; runs of "cc". */
+    lane_state lanes[RACE_SESSIONS][3];
+    int done_count[RACE_SESSIONS][RACE_EVENTS + 1][3]; /* cc, cl, lg */
+    int violations;
+    char violation[256];
+    int errors;
+    char error[600];
+    int64_t completions;
+} race;
+
+static race R;
+
+static a2_log_spec race_log;
+static const char *race_log_types[] = {"even"};
+static a2_consumer race_consumers[3];
+
+static void race_violation(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static void race_violation(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    R.violations++;
+    vsnprintf(R.violation, sizeof R.violation, fmt, ap);
+    va_end(ap);
+}
+
+static int lane_slot(const a2_head *h)
+{
+    if (strcmp(h->dispatch.consumer, "lg") == 0)
+        return 2;
+    return strcmp(h->dispatch.lane, "L1") == 0 ? 0 : 1;
+}
+
+static void *claimer(void *arg)
+{
+    int no = (int)(intptr_t)arg;
+    a2_store *s = open_store();
+    char holder[32];
+    snprintf(holder, sizeof holder, "holder-%d", no);
+    int settled_rounds = 0;
+    for (int round = 0; settled_rounds < 3 && round < 100000; round++) {
+        bool all_settled = true;
+        for (int k = 0; k < RACE_SESSIONS; k++) {
+            int sess = (k + no) % RACE_SESSIONS;
+            char session[96];
+            snprintf(session, sizeof session, "%s-race-%d", prefix, sess);
+            a2_claim_request req = {.holder = holder, .ttl_ms = 600000,
+                                    .consumers = race_consumers,
+                                    .nconsumers = 3};
+            a2_claim_result cr;
+            if (a2_store_claim(s, session, &req, &cr) != 0) {
+                pthread_mutex_lock(&R.mu);
+                R.errors++;
+                snprintf(R.error, sizeof R.error, "claim: %s",
+                         a2_store_last_error(s)->message);
+                pthread_mutex_unlock(&R.mu);
+                continue;
+            }
+            if (cr.outcome != A2_CLAIM_SETTLED)
+                all_settled = false;
+            pthread_mutex_lock(&R.mu);
+            for (size_t i = 0; i < cr.heads.count; i++) {
+                a2_head *h = &cr.heads.items[i];
+                if (h->dispatch.attempt_count != 1)
+                    race_violation("attempt %d at %" PRId64,
+                                   h->dispatch.attempt_count, h->event.index);
+                if (strcmp(h->dispatch.consumer, "cc") == 0)
+                    continue;
+                if (strcmp(h->dispatch.consumer, "lg") == 0 &&
+                    strcmp(h->event.type, "even") != 0)
+                    race_violation("log cursor took a %s event",
+                                   h->event.type);
+                lane_state *l = &R.lanes[sess][lane_slot(h)];
+                if (l->running)
+                    race_violation("lane %s of %s ran two heads at once",
+                                   h->dispatch.cursor_key, session);
+                l->running = true;
+                if (l->next >= l->n || l->expected[l->next] != h->event.index)
+                    race_violation("lane %s ran %" PRId64 " out of order",
+                                   h->dispatch.cursor_key, h->event.index);
+                l->next++;
+            }
+            pthread_mutex_unlock(&R.mu);
+            for (size_t i = 0; i < cr.heads.count; i++) {
+                a2_head *h = &cr.heads.items[i];
+                bool lane = strcmp(h->dispatch.consumer, "cc") != 0;
+                if (lane) {
+                    /* Released before the completion commits: the lane's
+                     * next head cannot be claimed before then. */
+                    pthread_mutex_lock(&R.mu);
+                    R.lanes[sess][lane_slot(h)].running = false;
+                    pthread_mutex_unlock(&R.mu);
+                }
+                a2_attempt_ref at = {h->dispatch.consumer, h->dispatch.lane,
+                                     h->event.index,
+                                     h->dispatch.attempt_count};
+                a2_complete_result comp;
+                int rc = a2_store_complete(s, session, &at, NULL, 0,
+                                           race_consumers, 3, &comp);
+                pthread_mutex_lock(&R.mu);
+                if (rc != 0) {
+                    R.errors++;
+                    snprintf(R.error, sizeof R.error, "complete: %s",
+                             a2_store_last_error(s)->message);
+                } else if (comp.outcome != A2_ATTEMPT_COMPLETED) {
+                    race_violation("completion of %" PRId64 " superseded",
+                                   h->event.index);
+                } else {
+                    int slot = strcmp(h->dispatch.consumer, "cc") == 0 ? 0
+                               : strcmp(h->dispatch.consumer, "cl") == 0 ? 1
+                                                                         : 2;
+                    R.done_count[sess][h->event.index][slot]++;
+                    R.completions++;
+                }
+                pthread_mutex_unlock(&R.mu);
+                a2_complete_result_free(&comp);
+            }
+            a2_claim_result_free(&cr);
+        }
+        settled_rounds = all_settled ? settled_rounds + 1 : 0;
+        if (!all_settled)
+            usleep(1000);
+    }
+    a2_store_close(s);
+    return NULL;
+}
+
+static void test_claim_race(void **state)
+{
+    (void)state;
+    memset(&R, 0, sizeof R);
+    pthread_mutex_init(&R.mu, NULL);
+    race_log = (a2_log_spec){.lane = "log", .types = race_log_types,
+                             .ntypes = 1};
+    race_consumers[0] = (a2_consumer){.name = "cc"};
+    race_consumers[1] = (a2_consumer){.name = "cl"};
+    race_consumers[2] = (a2_consumer){.name = "lg", .log = &race_log};
+    a2_store *s = open_store();
+    a2_target tcc = {.consumer = "cc"};
+    a2_target tl1 = {.consumer = "cl", .lane = "L1"};
+    a2_target tl2 = {.consumer = "cl", .lane = "L2"};
+    for (int sess = 0; sess < RACE_SESSIONS; sess++) {
+        char session[96];
+        snprintf(session, sizeof session, "%s-race-%d", prefix, sess);
+        a2_append_event ev[RACE_EVENTS];
+        for (int i = 1; i <= RACE_EVENTS; i++) {
+            const a2_target *t = i % 3 == 0 ? &tcc : i % 3 == 1 ? &tl1 : &tl2;
+            ev[i - 1] = (a2_append_event){.type = i % 2 ? "odd" : "even",
+                                          .targets = t, .ntargets = 1};
+            if (i % 3)
+                R.lanes[sess][i % 3 - 1].expected[R.lanes[sess][i % 3 - 1].n++] = i;
+            if (i % 2 == 0)
+                R.lanes[sess][2].expected[R.lanes[sess][2].n++] = i;
+        }
+        /* In batches, so lanes start while earlier heads wait. */
+        for (int b = 0; b < RACE_EVENTS; b += 50) {
+            a2_append_options opts = {.consumers = race_consumers,
+                                      .nconsumers = 3};
+            a2_events out;
+            int rc = a2_store_append(s, session, ev + b, 50, &opts, &out);
+            if (rc)
+                fail_msg("append: %s", a2_store_last_error(s)->message);
+            a2_events_free(&out);
+        }
+    }
+    a2_store_close(s);
+    pthread_t th[CLAIMERS];
+    for (intptr_t i = 0; i < CLAIMERS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, claimer, (void *)i), 0);
+    for (int i = 0; i < CLAIMERS; i++)
+        pthread_join(th[i], NULL);
+    if (R.errors)
+        fail_msg("%d errors: %s", R.errors, R.error);
+    if (R.violations)
+        fail_msg("%d violations: %s", R.violations, R.violation);
+    /* Every head ran exactly once: 1000 targets plus 500 log heads. */
+    assert_int_equal(R.completions, RACE_SESSIONS * (RACE_EVENTS + RACE_EVENTS / 2));
+    for (int sess = 0; sess < RACE_SESSIONS; sess++) {
+        for (int i = 1; i <= RACE_EVENTS; i++) {
+            assert_int_equal(R.done_count[sess][i][i % 3 == 0 ? 0 : 1], 1);
+            assert_int_equal(R.done_count[sess][i][2], i % 2 == 0 ? 1 : 0);
+        }
+        for (int l = 0; l < 3; l++)
+            assert_int_equal(R.lanes[sess][l].next, R.lanes[sess][l].n);
+    }
+    PGconn *db = a2_test_connect();
+    assert_int_equal(q_int(db, "select count(*) from a2_cursors where "
+                               "session_id like '%s-race-%%' and head is not "
+                               "null",
+                           prefix),
+                     0);
+    assert_int_equal(q_int(db, "select count(*) from a2_lane_events where "
+                               "session_id like '%s-race-%%' and not done",
+                           prefix),
+                     0);
+    PQfinish(db);
+    pthread_mutex_destroy(&R.mu);
+}
+
+/* ── mixed workload ──────────────────────────────────────────────────── */
+
+#define SOAK_THREADS 8
+#define SOAK_SESSIONS 6
+
+typedef struct claim_rec {
+    int session;
+    char consumer[8];
+    char key[24];
+    int64_t index;
+    int attempt;
+} claim_rec;
+
+typedef struct soak {
+    pthread_mutex_t mu;
+    claim_rec *claims;
+    size_t nclaims, cap;
+    int unexpected;
+    char unexpected_msg[1200];
+    int64_t ops[16];
+    int64_t deadlock_errors;
+    volatile int stop;
+} soak;
+
+static soak S;
+
+static const char *soak_types[] = {"a", "b"};
+static a2_log_spec soak_log = {.lane = "log", .types = soak_types, .ntypes = 1};
+static a2_consumer soak_consumers[3] = {
+    {.name = "sc"}, {.name = "sl"}, {.name = "sg", .log = &soak_log}};
+
+static void soak_record(int sess, const a2_head *h)
+{
+    pthread_mutex_lock(&S.mu);
+    if (S.nclaims == S.cap) {
+        size_t cap = S.cap ? S.cap * 2 : 4096;
+        claim_rec *c = realloc(S.claims, cap * sizeof *c);
+        if (!c) {
+            pthread_mutex_unlock(&S.mu);
+            return;
+        }
+        S.claims = c;
+        S.cap = cap;
+    }
+    claim_rec *r = &S.claims[S.nclaims++];
+    memset(r, 0, sizeof *r);
+    r->session = sess;
+    snprintf(r->consumer, sizeof r->consumer, "%s", h->dispatch.consumer);
+    snprintf(r->key, sizeof r->key, "%s", h->dispatch.cursor_key);
+    r->index = h->event.index;
+    r->attempt = h->dispatch.attempt_count;
+    pthread_mutex_unlock(&S.mu);
+}
+
+/* Codes a racing workload may legitimately see. */
+static void soak_check(a2_store *s, int rc, const char *op)
+{
+    if (rc == 0 || rc == A2_ESUPERSEDED_ATTEMPT || rc == A2_ESESSION_CLEARED)
+        return;
+    const a2_store_error *e = a2_store_last_error(s);
+    pthread_mutex_lock(&S.mu);
+    if (strcmp(e->sqlstate, "40P01") == 0)
+        S.deadlock_errors++;
+    /* A reused id that a reclaim holds this instant. */
+    if (!(rc == A2_ESTORE_UNAVAILABLE && strstr(e->message, "held"))) {
+        S.unexpected++;
+        snprintf(S.unexpected_msg, sizeof S.unexpected_msg, "%s: %s: %s", op,
+                 a2_store_code_name(rc), e->message);
+    }
+    pthread_mutex_unlock(&S.mu);
+}
+
+typedef struct held {
+    int session;
+    a2_attempt_ref ref;
+    char consumer[8], lane[8];
+} held;
+
+static void *soak_worker(void *arg)
+{
+    int no = (int)(intptr_t)arg;
+    a2_store *s = open_store();
+    unsigned seed = (unsigned)no * 104729u + 17;
+    char holder[32];
+    snprintf(holder, sizeof holder, "soak-%d", no);
+    held mine[64];
+    size_t nmine = 0;
+    int idn = 0;
+    while (!S.stop) {
+        int sess = rand_r(&seed) % SOAK_SESSIONS;
+        char session[96];
+        snprintf(session, sizeof session, "%s-soak-%d", prefix, sess);
+        int op = rand_r(&seed) % 100;
+        int rc = 0;
+        if (op < 30) { /* append, sometimes from a held claim */
+            a2_target tg[2] = {{.consumer = "sc"},
+                               {.consumer = "sl",
+                                .lane = rand_r(&seed) % 2 ? "X" : "Y"}};
+            a2_append_event ev[3];
+            size_t n = 1 + (size_t)(rand_r(&seed) % 3);
+            char ids[3][48];
+            a2_cause cause;
+            bool caused = false;
+            for (size_t k = 0; k < nmine && !caused; k++)
+                if (mine[k].session == sess && rand_r(&seed) % 2) {
+                    cause = (a2_cause){mine[k].consumer,
+                                       mine[k].lane[0] ? mine[k].lane : NULL,
+                                       mine[k].ref.index, mine[k].ref.attempt};
+                    caused = true;
+                }
+            for (size_t k = 0; k < n; k++) {
+                snprintf(ids[k], sizeof ids[k], "%s-%d", holder, ++idn);
+                ev[k] = (a2_append_event){
+                    .type = soak_types[rand_r(&seed) % 2],
+                    .payload = "{\"x\": [1, 2]}",
+                    .id = rand_r(&seed) % 2 ? ids[k] : NULL,
+                    .cause = caused ? &cause : NULL,
+                    .targets = tg,
+                    .ntargets = 1 + (size_t)(rand_r(&seed) % 2)};
+            }
+            a2_append_options opts = {.consumers = soak_consumers,
+                                      .nconsumers = 3};
+            a2_events out;
+            rc = a2_store_append(s, session, ev, n, &opts, &out);
+            soak_check(s, rc, "append");
+            if (rc == 0) {
+                for (size_t k = 1; k < out.count; k++)
+                    if (out.items[k].index != out.items[k - 1].index + 1)
+                        soak_check(s, A2_ESTORE_FAILED, "append not dense");
+                a2_events_free(&out);
+                /* Retried: a replay when every id was supplied. */
+                if (rand_r(&seed) % 4 == 0) {
+                    rc = a2_store_append(s, session, ev, n, &opts, &out);
+                    if (rc == A2_EPARTIAL_DUPLICATE_BATCH)
+                        rc = 0; /* some ids generated: mixed */
+                    soak_check(s, rc, "append retry");
+                    a2_events_free(&out);
+                }
+            }
+        } else if (op < 55) { /* claim */
+            a2_claim_request req = {.holder = holder,
+                                    .ttl_ms = 50 + rand_r(&seed) % 200,
+                                    .consumers = soak_consumers,
+                                    .nconsumers = 3,
+                                    .max_failures = 4};
+            a2_claim_result cr;
+            rc = a2_store_claim(s, session, &req, &cr);
+            soak_check(s, rc, "claim");
+            if (rc == 0) {
+                for (size_t i = 0; i < cr.heads.count; i++) {
+                    a2_head *h = &cr.heads.items[i];
+                    soak_record(sess, h);
+                    if (nmine < 64) {
+                        held *m = &mine[nmine++];
+                        m->session = sess;
+                        snprintf(m->consumer, sizeof m->consumer, "%s",
+                                 h->dispatch.consumer);
+                        snprintf(m->lane, sizeof m->lane, "%s",
+                                 h->dispatch.lane ? h->dispatch.lane : "");
+                        m->ref = (a2_attempt_ref){
+                            m->consumer, h->dispatch.lane ? m->lane : NULL,
+                            h->event.index, h->dispatch.attempt_count};
+                    }
+                }
+                a2_claim_result_free(&cr);
+            }
+        } else if (op < 75 && nmine > 0) { /* complete, with children */
+            size_t k = (size_t)rand_r(&seed) % nmine;
+            held m = mine[k];
+            mine[k] = mine[--nmine];
+            m.ref.consumer = m.consumer;
+            m.ref.lane = m.lane[0] ? m.lane : NULL;
+            char ids[2][48];
+            a2_target tg = {.consumer = "sc"};
+            a2_append_event kids[2];
+            size_t nk = (size_t)(rand_r(&seed) % 3);
+            for (size_t i = 0; i < nk; i++) {
+                snprintf(ids[i], sizeof ids[i], "%s-k%d", holder, ++idn);
+                kids[i] = (a2_append_event){.type = "b", .id = ids[i],
+                                            .targets = &tg, .ntargets = 1};
+            }
+            snprintf(session, sizeof session, "%s-soak-%d", prefix, m.session);
+            a2_complete_result comp;
+            rc = a2_store_complete(s, session, &m.ref, nk ? kids : NULL, nk,
+                                   soak_consumers, 3, &comp);
+            soak_check(s, rc, "complete");
+            a2_complete_result_free(&comp);
+            if (rc == 0 && rand_r(&seed) % 3 == 0) { /* unknown ack: retry */
+                rc = a2_store_complete(s, session, &m.ref, nk ? kids : NULL,
+                                       nk, soak_consumers, 3, &comp);
+                soak_check(s, rc, "complete retry");
+                a2_complete_result_free(&comp);
+            }
+        } else if (op < 82 && nmine > 0) { /* fail */
+            size_t k = (size_t)rand_r(&seed) % nmine;
+            held m = mine[k];
+            mine[k] = mine[--nmine];
+            m.ref.consumer = m.consumer;
+            m.ref.lane = m.lane[0] ? m.lane : NULL;
+            snprintf(session, sizeof session, "%s-soak-%d", prefix, m.session);
+            a2_fail_request freq = {.error = "soak", .max_failures = 3,
+                                    .retry_after_ms = rand_r(&seed) % 50};
+            a2_fail_result fr;
+            rc = a2_store_fail(s, session, &m.ref, &freq, &fr);
+            soak_check(s, rc, "fail");
+        } else if (op < 85 && nmine > 0) { /* renew all */
+            for (size_t k = 0; k < nmine; k++) {
+                mine[k].ref.consumer = mine[k].consumer;
+                mine[k].ref.lane = mine[k].lane[0] ? mine[k].lane : NULL;
+            }
+            for (int x = 0; x < SOAK_SESSIONS; x++) {
+                a2_attempt_ref refs[64];
+                size_t nr = 0;
+                for (size_t k = 0; k < nmine; k++)
+                    if (mine[k].session == x)
+                        refs[nr++] = mine[k].ref;
+                if (!nr)
+                    continue;
+                snprintf(session, sizeof session, "%s-soak-%d", prefix, x);
+                a2_renew_result rr;
+                rc = a2_store_renew(s, session, holder, refs, nr, 200, 0, &rr);
+                soak_check(s, rc, "renew");
+                a2_renew_result_free(&rr);
+            }
+        } else if (op < 86) { /* forget every claim: they lapse */
+            nmine = 0;
+        } else if (op < 88) { /* redrive a dead letter */
+            a2_heads dl;
+            rc = a2_store_dead_letters(s, session, &dl);
+            soak_check(s, rc, "dead_letters");
+            if (rc == 0 && dl.count > 0) {
+                a2_redrive_result rd;
+                rc = a2_store_redrive(s, session, dl.items[0].dispatch.consumer,
+                                      dl.items[0].event.index,
+                                      rand_r(&seed) % 2 ? A2_REDRIVE_RETRY
+                                                        : A2_REDRIVE_SKIP,
+                                      soak_consumers, 3, &rd);
+                soak_check(s, rc, "redrive");
+            }
+            a2_heads_free(&dl);
+        } else if (op < 89) { /* clear */
+            a2_clear_result clr;
+            rc = a2_store_clear(s, session, A2_STORE_NONE, NULL, &clr);
+            soak_check(s, rc, "clear");
+        } else if (op < 92) { /* reclaim */
+            a2_reclaim_result rr;
+            rc = a2_store_reclaim(s, session, &rr);
+            soak_check(s, rc, "reclaim");
+        } else if (op < 94) { /* wake the log */
+            a2_cursors cs;
+            int64_t head;
+            rc = a2_store_wake_log(s, session, &soak_consumers[2], &cs, &head);
+            soak_check(s, rc, "wake_log");
+            a2_cursors_free(&cs);
+        } else if (op < 96) {
+            a2_events out;
+            a2_read_options ro = {.limit = 20};
+            rc = a2_store_read(s, session, &ro, &out);
+            soak_check(s, rc, "read");
+            a2_events_free(&out);
+        } else if (op < 98) {
+            a2_cursors cs;
+            rc = a2_store_cursors(s, session, &cs);
+            soak_check(s, rc, "cursors");
+            a2_cursors_free(&cs);
+        } else {
+            const char *cons[] = {"sc", "sl", "sg"};
+            a2_sessions ss;
+            rc = a2_store_pending_sessions(s, cons, 3, NULL, 100, &ss);
+            soak_check(s, rc, "pending_sessions");
+            a2_sessions_free(&ss);
+        }
+        pthread_mutex_lock(&S.mu);
+        S.ops[op / 10]++;
+        pthread_mutex_unlock(&S.mu);
+    }
+    a2_store_close(s);
+    return NULL;
+}
+
+static int cmp_claim(const void *a, const void *b)
+{
+    const claim_rec *x = a, *y = b;
+    if (x->session != y->session)
+        return x->session - y->session;
+    int c = strcmp(x->consumer, y->consumer);
+    if (c)
+        return c;
+    c = strcmp(x->key, y->key);
+    if (c)
+        return c;
+    if (x->index != y->index)
+        return x->index < y->index ? -1 : 1;
+    return x->attempt - y->attempt;
+}
+
+static void test_mixed_workload(void **state)
+{
+    (void)state;
+    memset(&S, 0, sizeof S);
+    pthread_mutex_init(&S.mu, NULL);
+    const char *env = getenv("A2_STORE_SOAK_SECONDS");
+    int seconds = env && *env ? atoi(env) : 30;
+    if (seconds < 1)
+        seconds = 1;
+    PGconn *db = a2_test_connect();
+    int64_t deadlocks_before = a2_test_int(
+        db, "select deadlocks from pg_stat_database where datname = "
+            "current_database()");
+    pthread_t th[SOAK_THREADS];
+    for (intptr_t i = 0; i < SOAK_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, soak_worker, (void *)i),
+                         0);
+    sleep((unsigned)seconds);
+    S.stop = 1;
+    for (int i = 0; i < SOAK_THREADS; i++)
+        pthread_join(th[i], NULL);
+    int64_t total_ops = 0;
+    for (int i = 0; i < 16; i++)
+        total_ops += S.ops[i];
+    print_message("mixed workload: %" PRId64 " operations in %d s, %zu claims\n",
+                  total_ops, seconds, S.nclaims);
+    /* Statistics reach pg_stat_database with a delay. */
+    a2_test_exec(db, "select pg_stat_force_next_flush()");
+    usleep(600000);
+    a2_test_exec(db, "select pg_stat_clear_snapshot()");
+    int64_t deadlocks = a2_test_int(
+        db, "select deadlocks from pg_stat_database where datname = "
+            "current_database()") - deadlocks_before;
+    print_message("deadlocks reported by postgres: %" PRId64
+                  ", deadlock errors seen: %" PRId64 "\n",
+                  deadlocks, S.deadlock_errors);
+    assert_int_equal(deadlocks, 0);
+    assert_int_equal(S.deadlock_errors, 0);
+    if (S.unexpected)
+        fail_msg("%d unexpected errors, last: %s", S.unexpected,
+                 S.unexpected_msg);
+    assert_true(total_ops > 100);
+    /* Each attempt of each head was claimed by one holder. */
+    qsort(S.claims, S.nclaims, sizeof *S.claims, cmp_claim);
+    for (size_t i = 1; i < S.nclaims; i++)
+        if (cmp_claim(&S.claims[i - 1], &S.claims[i]) == 0)
+            fail_msg("attempt %d of %s %s at %" PRId64 " claimed twice",
+                     S.claims[i].attempt, S.claims[i].consumer,
+                     S.claims[i].key, S.claims[i].index);
+    for (int k = 0; k < SOAK_SESSIONS; k++) {
+        char session[96];
+        snprintf(session, sizeof session, "%s-soak-%d", prefix, k);
+        int64_t clear = q_int(db, "select coalesce((select clear_index from "
+                                  "a2_clears where session_id = '%s'), 0)",
+                              session);
+        int64_t max = q_int(db, "select coalesce(max(idx), 0) from a2_events "
+                                "where session_id = '%s'",
+                            session);
+        /* Dense from the marker to the head. */
+        assert_int_equal(q_int(db, "select count(*) from a2_events where "
+                                   "session_id = '%s' and idx >= %" PRId64,
+                               session, clear > 0 ? clear : 1),
+                         max - (clear > 0 ? clear : 1) + 1);
+        /* A lane or log cursor runs at most one head. */
+        assert_int_equal(q_int(db, "select count(*) from (select 1 from "
+                                   "a2_cursors where session_id = '%s' and "
+                                   "kind <> 'event' and head > %" PRId64
+                                   " group by consumer, cursor_key having "
+                                   "count(*) > 1) x",
+                               session, clear),
+                         0);
+        /* A dead letter holds no claim; a lane's head is not done. */
+        assert_int_equal(q_int(db, "select count(*) from a2_cursors where "
+                                   "session_id = '%s' and failed_at is not "
+                                   "null and claim_holder is not null",
+                               session),
+                         0);
+        assert_int_equal(q_int(db, "select count(*) from a2_cursors cur join "
+                                   "a2_lane_events lane on lane.session_id = "
+                                   "cur.session_id and lane.consumer = "
+                                   "cur.consumer and lane.lane = cur.lane "
+                                   "and lane.idx = cur.head where "
+                                   "cur.session_id = '%s' and cur.kind = "
+                                   "'lane' and lane.done",
+                               session),
+                         0);
+        /* No pending lane work without a running lane cursor. */
+        assert_int_equal(q_int(db, "select count(*) from a2_lane_events lane "
+                                   "where lane.session_id = '%s' and not "
+                                   "lane.done and lane.idx > %" PRId64
+                                   " and not exists (select 1 from a2_cursors "
+                                   "cur where cur.session_id = "
+                                   "lane.session_id and cur.consumer = "
+                                   "lane.consumer and cur.lane = lane.lane "
+                                   "and cur.head > %" PRId64
+                                   " and cur.head <= lane.idx)",
+                               session, clear, clear),
+                         0);
+    }
+    PQfinish(db);
+    free(S.claims);
+    pthread_mutex_destroy(&S.mu);
+}
+
+int main(void)
+{
+    snprintf(prefix, sizeof prefix, "cc%d-%ld", (int)getpid(), (long)time(NULL));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_appends_one_session),
+        cmocka_unit_test(test_appends_many_sessions),
+        cmocka_unit_test(test_claim_race),
+        cmocka_unit_test(test_mixed_workload),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
