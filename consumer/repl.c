@@ -27,7 +27,12 @@ a2c_now_us(void)
 static void
 one_line(char *dst, size_t len, const char *prefix, const char *msg)
 {
-    snprintf(dst, len, "%s%s", prefix, msg ? msg : "unknown error");
+    if (!msg)
+        msg = "unknown error";
+    /* libpq prefixes server messages with their severity */
+    if (strncmp(msg, "ERROR:  ", 8) == 0 || strncmp(msg, "FATAL:  ", 8) == 0)
+        msg += 8;
+    snprintf(dst, len, "%s%s", prefix, msg);
     char *nl = strchr(dst, '\n');
     if (nl)
         *nl = '\0';
