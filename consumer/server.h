@@ -82,13 +82,16 @@ void a2c_server_wake(a2c_server *srv, const char *consumer,
                      const char *session, const char *cursor_key,
                      int64_t head, uint64_t lsn);
 
-/* `log`: to the subscribers of consumer whose log types include type. */
+/* `log`: to the subscribers of consumer whose log types include type (nil
+ * log_types = every type; a subscriber without log_types gets no `log`):
+ * one of them by rendezvous hashing on the session (A2C_ROUTE_AFFINITY), or
+ * all of them (A2C_ROUTE_BROADCAST). */
 void a2c_server_log(a2c_server *srv, const char *consumer,
                     const char *session, int64_t idx, const char *type,
                     uint64_t lsn);
 
-/* `cleared`: to every worker whose consumers the session was routed to
- * (every worker when unknown). */
+/* `cleared`: to every worker that has subscribed at least one consumer (the
+ * simplest correct rule: routing is per consumer, a clear is per session). */
 void a2c_server_cleared(a2c_server *srv, const char *session,
                         int64_t clear_index, uint64_t lsn);
 

@@ -1,0 +1,245 @@
+/*
+ * Bounded, coalescing outbound queue of one worker.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "queue.h"
+#include "route.h"
+
+typedef struct entry {
+    struct entry *next;
+    struct entry *prev;
+    a2_wire_type type;
+    /* wake: key is consumer\0session\0cursor */
+    int64_t head;
+    uint64_t lsn;
+    size_t klen;
+    /* other types: the encoded frame */
+    size_t len;
+    char data[]; /* wake key, or frame bytes */
+} entry;
+
+struct a2c_queue {
+    entry *first;
+    entry *last;
+    size_t count;
+    size_t limit;
+    int overflowed;
+    a2c_map *wakes; /* key -> queued wake entry */
+};
+
+a2c_queue *a2c_queue_new(size_t limit)
+{
+    a2c_queue *q = calloc(1, sizeof *q);
+    if (!q)
+        return NULL;
+    q->limit = limit ? limit : 1;
+    q->wakes = a2c_map_new();
+    if (!q->wakes) {
+        free(q);
+        return NULL;
+    }
+    return q;
+}
+
+void a2c_queue_clear(a2c_queue *q)
+{
+    entry *e;
+    if (!q)
+        return;
+    e = q->first;
+    while (e) {
+        entry *n = e->next;
+        if (e->type == A2_WIRE_WAKE)
+            a2c_map_del(q->wakes, e->data, e->klen);
+        free(e);
+        e = n;
+    }
+    q->first = q->last = NULL;
+    q->count = 0;
+}
+
+void a2c_queue_free(a2c_queue *q)
+{
+    if (!q)
+        return;
+    a2c_queue_clear(q);
+    a2c_map_free(q->wakes, NULL);
+    free(q);
+}
+
+size_t a2c_queue_len(const a2c_queue *q)
+{
+    return q ? q->count : 0;
+}
+
+int a2c_queue_overflowed(const a2c_queue *q)
+{
+    return q && q->overflowed;
+}
+
+void a2c_queue_clear_overflow(a2c_queue *q)
+{
+    if (q)
+        q->overflowed = 0;
+}
+
+static void append(a2c_queue *q, entry *e)
+{
+    e->next = NULL;
+    e->prev = q->last;
+    if (q->last)
+        q->last->next = e;
+    else
+        q->first = e;
+    q->last = e;
+    q->count++;
+}
+
+/* Room for one more frame, or the overflow result. */
+static int admit(a2c_queue *q)
+{
+    if (q->overflowed)
+        return A2C_QUEUE_DROPPED;
+    if (q->count >= q->limit) {
+        a2c_queue_clear(q);
+        q->overflowed = 1;
+        return A2C_QUEUE_OVERFLOW;
+    }
+    return A2C_QUEUE_QUEUED;
+}
+
+int a2c_queue_push_wake(a2c_queue *q, const char *consumer,
+                        const char *session, const char *cursor, int64_t head,
+                        uint64_t lsn)
+{
+    size_t lc, ls, lk, klen;
+    entry *e;
+    int rc;
+
+    if (!q || !consumer || !session || !cursor)
+        return A2C_QUEUE_EINVAL;
+    lc = strlen(consumer);
+    ls = strlen(session);
+    lk = strlen(cursor);
+    klen = lc + ls + lk + 2;
+    if (q->overflowed)
+        return A2C_QUEUE_DROPPED;
+    {
+        char key[3 * (A2_WIRE_MAX_STRING + 1)];
+        if (lc > A2_WIRE_MAX_STRING || ls > A2_WIRE_MAX_STRING ||
+            lk > A2_WIRE_MAX_STRING)
+            return A2C_QUEUE_EINVAL;
+        memcpy(key, consumer, lc + 1);
+        memcpy(key + lc + 1, session, ls + 1);
+        memcpy(key + lc + ls + 2, cursor, lk + 1);
+        e = a2c_map_get(q->wakes, key, klen);
+        if (e) {
+            e->head = head;
+            e->lsn = lsn;
+            return A2C_QUEUE_COALESCED;
+        }
+        if ((rc = admit(q)) != A2C_QUEUE_QUEUED)
+            return rc;
+        e = malloc(sizeof *e + klen + 1);
+        if (!e)
+            return A2C_QUEUE_ENOMEM;
+        memset(e, 0, sizeof *e);
+        e->type = A2_WIRE_WAKE;
+        e->head = head;
+        e->lsn = lsn;
+        e->klen = klen;
+        memcpy(e->data, key, klen + 1);
+        if (a2c_map_put(q->wakes, e->data, klen, e, NULL) != 0) {
+            free(e);
+            return A2C_QUEUE_ENOMEM;
+        }
+    }
+    append(q, e);
+    return A2C_QUEUE_QUEUED;
+}
+
+int a2c_queue_push(a2c_queue *q, const a2_wire_msg *m)
+{
+    a2_wire_buf b = {0};
+    entry *e;
+    int rc;
+
+    if (!q || !m)
+        return A2C_QUEUE_EINVAL;
+    if (m->type == A2_WIRE_WAKE)
+        return a2c_queue_push_wake(q, m->consumer, m->session, m->cursor,
+                                   m->head, m->lsn);
+    if (q->overflowed)
+        return A2C_QUEUE_DROPPED;
+    rc = a2_wire_encode(&b, m);
+    if (rc != 0) {
+        a2_wire_buf_free(&b);
+        return rc == A2_WIRE_ENOMEM ? A2C_QUEUE_ENOMEM : A2C_QUEUE_EINVAL;
+    }
+    if ((rc = admit(q)) != A2C_QUEUE_QUEUED) {
+        a2_wire_buf_free(&b);
+        return rc;
+    }
+    e = malloc(sizeof *e + b.len);
+    if (!e) {
+        a2_wire_buf_free(&b);
+        return A2C_QUEUE_ENOMEM;
+    }
+    memset(e, 0, sizeof *e);
+    e->type = m->type;
+    e->len = b.len;
+    memcpy(e->data, b.data, b.len);
+    a2_wire_buf_free(&b);
+    append(q, e);
+    return A2C_QUEUE_QUEUED;
+}
+
+int a2c_queue_drain(a2c_queue *q, a2_wire_buf *out, size_t max_bytes,
+                    uint64_t *sent)
+{
+    int moved = 0;
+
+    if (!q || !out)
+        return A2C_QUEUE_EINVAL;
+    while (q->first && out->len < max_bytes) {
+        entry *e = q->first;
+        if (e->type == A2_WIRE_WAKE) {
+            const char *c = e->data;
+            const char *s = c + strlen(c) + 1;
+            const char *k = s + strlen(s) + 1;
+            int rc = a2_wire_encode_wake(out, c, s, k, e->head, e->lsn);
+            if (rc == A2_WIRE_ENOMEM)
+                return moved ? moved : A2C_QUEUE_ENOMEM;
+            a2c_map_del(q->wakes, e->data, e->klen);
+            /* other encode errors cannot happen (lengths were checked) */
+        } else {
+            size_t before = out->len;
+            a2_wire_buf one = {e->data, e->len, e->len};
+            if (out->len + e->len > out->cap) {
+                size_t cap = out->cap ? out->cap : 256;
+                while (cap < out->len + e->len)
+                    cap *= 2;
+                char *p = realloc(out->data, cap);
+                if (!p)
+                    return moved ? moved : A2C_QUEUE_ENOMEM;
+                out->data = p;
+                out->cap = cap;
+            }
+            memcpy(out->data + before, one.data, one.len);
+            out->len += one.len;
+        }
+        if (sent && (unsigned)e->type < 32)
+            sent[e->type]++;
+        q->first = e->next;
+        if (q->first)
+            q->first->prev = NULL;
+        else
+            q->last = NULL;
+        q->count--;
+        free(e);
+        moved++;
+    }
+    return moved;
+}

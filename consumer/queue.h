@@ -1,0 +1,52 @@
+/*
+ * Worker server internals: one worker's bounded outbound queue. Wakes
+ * coalesce by (consumer, session, cursor key), keeping the latest head and
+ * LSN in the place of the first; other frames are queued as encoded bytes.
+ * Past the bound the whole queue is dropped and the queue is marked
+ * overflowed: it then drops everything until the owner clears the mark
+ * (after sending the worker its resyncs).
+ */
+#ifndef A2_CONSUMER_QUEUE_H
+#define A2_CONSUMER_QUEUE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "a2/wire.h"
+
+typedef struct a2c_queue a2c_queue;
+
+/* Results of the pushes. */
+#define A2C_QUEUE_QUEUED 0    /* a new frame was queued */
+#define A2C_QUEUE_COALESCED 1 /* an existing wake was updated */
+#define A2C_QUEUE_OVERFLOW 2  /* the bound was hit: the queue was dropped now */
+#define A2C_QUEUE_DROPPED 3   /* already overflowed: the frame was dropped */
+#define A2C_QUEUE_ENOMEM (-2)
+#define A2C_QUEUE_EINVAL (-1) /* the frame could not be encoded */
+
+/* A queue holding at most limit frames (limit >= 1). NULL when out of memory. */
+a2c_queue *a2c_queue_new(size_t limit);
+void a2c_queue_free(a2c_queue *q); /* NULL-safe */
+
+int a2c_queue_push_wake(a2c_queue *q, const char *consumer,
+                        const char *session, const char *cursor, int64_t head,
+                        uint64_t lsn);
+/* Any other message, encoded now. */
+int a2c_queue_push(a2c_queue *q, const a2_wire_msg *m);
+
+/*
+ * Moves frames, oldest first, to the end of out until out holds at least
+ * max_bytes or the queue is empty. Adds one to sent[type] per frame moved
+ * (sent may be NULL; it has room for every a2_wire_type). Returns the number
+ * of frames moved, or A2C_QUEUE_ENOMEM (frames stay queued).
+ */
+int a2c_queue_drain(a2c_queue *q, a2_wire_buf *out, size_t max_bytes,
+                    uint64_t *sent);
+
+size_t a2c_queue_len(const a2c_queue *q);
+int a2c_queue_overflowed(const a2c_queue *q);
+void a2c_queue_clear_overflow(a2c_queue *q);
+/* Drops every frame (without marking overflow). */
+void a2c_queue_clear(a2c_queue *q);
+
+#endif

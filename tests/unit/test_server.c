@@ -1,0 +1,751 @@
+/*
+ * The worker server in-process over real sockets (Unix and TCP on
+ * 127.0.0.1): handshake, subscribe/resync, routing, moves on disconnect,
+ * broadcast, protocol errors with disconnect, overflow, ping/pong. The test
+ * drives the server's loop itself while waiting for a client; every wait is
+ * bounded in time.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../consumer/route.h"
+#include "../../consumer/server.h"
+#include "a2/wire.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#define WAIT_MS 3000
+
+static char dir[48];
+static char path[96];
+static char last_error[256]; /* message of the last error frame expected */
+
+typedef struct {
+    int fd;
+    a2_wire_reader *r;
+    a2_wire_msg m; /* the last message taken */
+} client;
+
+static int64_t ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Runs the server, then waits up to ms for fd (or the server) to be ready. */
+static void pump(a2c_server *srv, int fd, int ms)
+{
+    struct pollfd p[2] = {{a2c_server_fd(srv), POLLIN, 0}, {fd, POLLIN, 0}};
+    assert_int_equal(a2c_server_run(srv), 0);
+    poll(p, fd >= 0 ? 2 : 1, ms);
+    assert_int_equal(a2c_server_run(srv), 0);
+}
+
+static void pump_for(a2c_server *srv, int ms)
+{
+    int64_t end = ms_now() + ms;
+    while (ms_now() < end)
+        pump(srv, -1, 5);
+}
+
+static client *cl_new(int fd)
+{
+    client *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    c->fd = fd;
+    c->r = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
+    assert_non_null(c->r);
+    assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+    return c;
+}
+
+static client *cl_unix(void)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return cl_new(fd);
+}
+
+static client *cl_tcp(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return cl_new(fd);
+}
+
+static void cl_free(client *c)
+{
+    if (!c)
+        return;
+    close(c->fd);
+    a2_wire_reader_free(c->r);
+    free(c);
+}
+
+/* Sends all bytes, running the server while the socket is full. */
+static void cl_send_raw(client *c, a2c_server *srv, const void *p, size_t n)
+{
+    int64_t end = ms_now() + WAIT_MS;
+    size_t off = 0;
+    while (off < n) {
+        ssize_t k = send(c->fd, (const char *)p + off, n - off, MSG_NOSIGNAL);
+        if (k > 0) {
+            off += (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EPIPE)
+            return; /* the server closed on us: what some tests expect */
+        if (k < 0 && errno == ECONNRESET)
+            return;
+        assert_true(k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+        assert_true(ms_now() < end);
+        pump(srv, -1, 5);
+    }
+}
+
+#define SEND_LIT(c, srv, lit) cl_send_raw(c, srv, lit, sizeof(lit) - 1)
+
+static void cl_send(client *c, a2c_server *srv, a2_wire_buf *b)
+{
+    cl_send_raw(c, srv, b->data, b->len);
+    b->len = 0;
+}
+
+/* The next message within ms: 1, 0 on timeout, -1 on EOF. Fails the test on
+ * a reader error. */
+static int cl_next(client *c, a2c_server *srv, int ms)
+{
+    int64_t end = ms_now() + ms;
+    char buf[65536];
+    for (;;) {
+        int rc = a2_wire_reader_next(c->r, &c->m);
+        assert_true(rc >= 0);
+        if (rc == 1)
+            return 1;
+        ssize_t n = recv(c->fd, buf, sizeof buf, 0);
+        if (n == 0)
+            return -1;
+        if (n < 0 && errno == ECONNRESET)
+            return -1;
+        if (n > 0) {
+            assert_int_equal(a2_wire_reader_feed(c->r, buf, (size_t)n), 0);
+            continue;
+        }
+        assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+        if (ms_now() >= end)
+            return 0;
+        pump(srv, c->fd, 5);
+    }
+}
+
+static const a2_wire_msg *cl_expect(client *c, a2c_server *srv,
+                                    a2_wire_type type)
+{
+    int rc = cl_next(c, srv, WAIT_MS);
+    if (rc != 1)
+        fail_msg("expected %s, got %s", a2_wire_type_name(type),
+                 rc == 0 ? "nothing" : "end of stream");
+    if (c->m.type != type)
+        fail_msg("expected %s, got %s", a2_wire_type_name(type),
+                 a2_wire_type_name(c->m.type));
+    return &c->m;
+}
+
+static void cl_expect_quiet(client *c, a2c_server *srv, int ms)
+{
+    int rc = cl_next(c, srv, ms);
+    if (rc == 1)
+        fail_msg("expected nothing, got %s", a2_wire_type_name(c->m.type));
+    assert_int_equal(rc, 0);
+}
+
+/* Expects an `error` with code, then the end of the stream. */
+static void cl_expect_error_eof(client *c, a2c_server *srv, const char *code)
+{
+    const a2_wire_msg *m = cl_expect(c, srv, A2_WIRE_ERROR);
+    assert_string_equal(m->code, code);
+    assert_true(strlen(m->message) > 0);
+    snprintf(last_error, sizeof last_error, "%s", m->message);
+    assert_int_equal(cl_next(c, srv, WAIT_MS), -1);
+}
+
+static void cl_hello(client *c, a2c_server *srv, const char *name,
+                     const char *token)
+{
+    a2_wire_buf b = {0};
+    assert_int_equal(a2_wire_encode_hello(&b, name, token), 0);
+    cl_send(c, srv, &b);
+    a2_wire_buf_free(&b);
+    cl_expect(c, srv, A2_WIRE_WELCOME);
+    assert_int_equal(c->m.v, 1);
+}
+
+static void cl_subscribe(client *c, a2c_server *srv, const char *consumer,
+                         a2_wire_log_filter f, const char *const *types,
+                         size_t n)
+{
+    a2_wire_buf b = {0};
+    assert_int_equal(a2_wire_encode_subscribe(&b, consumer, f, types, n), 0);
+    cl_send(c, srv, &b);
+    a2_wire_buf_free(&b);
+    const a2_wire_msg *m = cl_expect(c, srv, A2_WIRE_RESYNC);
+    assert_string_equal(m->consumer, consumer);
+    assert_true(m->all_sessions);
+}
+
+static a2c_server *server(a2c_route route, size_t qlimit, int hello_ms)
+{
+    char err[256];
+    a2c_server_options o = {.unix_path = path,
+                            .tcp_host = "127.0.0.1",
+                            .tcp_port = "0",
+                            .token = "s3cret-token",
+                            .route = route,
+                            .queue_limit = qlimit,
+                            .hello_timeout_ms = hello_ms};
+    a2c_server *srv = a2c_server_new(&o, err, sizeof err);
+    if (!srv)
+        fail_msg("a2c_server_new: %s", err);
+    return srv;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/a2srvXXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(path, sizeof path, "%s/a2.sock", dir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(path);
+    rmdir(dir);
+    return 0;
+}
+
+static void test_handshake_ping(void **state)
+{
+    (void)state;
+    a2c_server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
+    a2c_server_stats st;
+    struct stat sb;
+    a2_wire_buf b = {0};
+
+    assert_int_equal(stat(path, &sb), 0);
+    assert_true(S_ISSOCK(sb.st_mode));
+    assert_int_equal(sb.st_mode & 0777, 0660);
+    assert_true(a2c_server_tcp_port(srv) > 0);
+
+    a2c_server_set_lsn(srv, 0x16B374D848ULL);
+    client *c = cl_unix();
+    assert_int_equal(a2_wire_encode_hello(&b, "w1", NULL), 0);
+    cl_send(c, srv, &b);
+    cl_expect(c, srv, A2_WIRE_WELCOME);
+    assert_int_equal(c->m.v, 1);
+    assert_true(c->m.lsn == 0x16B374D848ULL);
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.workers, 1);
+
+    assert_int_equal(a2_wire_encode_ping(&b, 77), 0);
+    assert_int_equal(a2_wire_encode_ping(&b, 78), 0);
+    cl_send(c, srv, &b);
+    assert_int_equal(cl_expect(c, srv, A2_WIRE_PONG)->id, 77);
+    assert_int_equal(cl_expect(c, srv, A2_WIRE_PONG)->id, 78);
+
+    /* over TCP with the token */
+    client *t = cl_tcp(a2c_server_tcp_port(srv));
+    cl_hello(t, srv, "w2", "s3cret-token");
+    cl_subscribe(t, srv, "mailer", A2_WIRE_LOG_NONE, NULL, 0);
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.workers, 2);
+    assert_int_equal(st.resyncs_sent, 1);
+
+    cl_free(c);
+    cl_free(t);
+    pump_for(srv, 50);
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.workers, 0);
+    a2_wire_buf_free(&b);
+    a2c_server_free(srv);
+    /* the socket file is gone */
+    assert_int_not_equal(stat(path, &sb), 0);
+}
+
+/* Sends wakes for nsess sessions; records which client got each. */
+static void route_round(a2c_server *srv, client **cs, int ncl, int nsess,
+                        int *owner, int head)
+{
+    char s[32];
+    for (int i = 0; i < nsess; i++) {
+        snprintf(s, sizeof s, "sess-%d", i);
+        a2c_server_wake(srv, "c", s, "main", head, 100 + (uint64_t)i);
+        owner[i] = -1;
+    }
+    for (int k = 0; k < ncl; k++) {
+        int rc;
+        while ((rc = cl_next(cs[k], srv, 200)) == 1) {
+            int i;
+            assert_int_equal(cs[k]->m.type, A2_WIRE_WAKE);
+            assert_string_equal(cs[k]->m.consumer, "c");
+            assert_string_equal(cs[k]->m.cursor, "main");
+            assert_int_equal(cs[k]->m.head, head);
+            assert_int_equal(sscanf(cs[k]->m.session, "sess-%d", &i), 1);
+            assert_true(i >= 0 && i < nsess);
+            assert_int_equal(owner[i], -1); /* exactly one worker */
+            owner[i] = k;
+        }
+        assert_int_equal(rc, 0);
+    }
+}
+
+static void test_affinity_and_move(void **state)
+{
+    (void)state;
+    a2c_server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
+    client *cs[3] = {cl_unix(), cl_unix(), cl_tcp(a2c_server_tcp_port(srv))};
+    int owner[300], again[300], count[3] = {0};
+    a2c_server_stats st;
+
+    cl_hello(cs[0], srv, "alpha", NULL);
+    cl_hello(cs[1], srv, "beta", NULL);
+    cl_hello(cs[2], srv, "gamma", "s3cret-token");
+    for (int k = 0; k < 3; k++)
+        cl_subscribe(cs[k], srv, "c", A2_WIRE_LOG_NONE, NULL, 0);
+
+    route_round(srv, cs, 3, 300, owner, 1);
+    for (int i = 0; i < 300; i++) {
+        assert_true(owner[i] >= 0);
+        count[owner[i]]++;
+    }
+    for (int k = 0; k < 3; k++)
+        assert_true(count[k] > 50);
+    /* affinity: the same sessions go to the same workers */
+    route_round(srv, cs, 3, 300, again, 2);
+    for (int i = 0; i < 300; i++)
+        assert_int_equal(again[i], owner[i]);
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.wakes_sent, 600);
+
+    /* beta leaves: alpha and gamma get a resync naming exactly beta's sessions */
+    cl_free(cs[1]);
+    int moved[300] = {0}, nmoved = 0;
+    for (int k = 0; k < 3; k += 2) {
+        int rc;
+        while ((rc = cl_next(cs[k], srv, 300)) == 1) {
+            const a2_wire_msg *m = &cs[k]->m;
+            assert_int_equal(m->type, A2_WIRE_RESYNC);
+            assert_string_equal(m->consumer, "c");
+            assert_false(m->all_sessions);
+            for (size_t j = 0; j < m->n_sessions; j++) {
+                int i;
+                assert_int_equal(sscanf(m->sessions[j], "sess-%d", &i), 1);
+                assert_int_equal(owner[i], 1);
+                assert_int_equal(moved[i], 0);
+                moved[i] = k + 1;
+                nmoved++;
+            }
+        }
+        assert_int_equal(rc, 0);
+    }
+    assert_int_equal(nmoved, count[1]);
+    /* and later wakes of those sessions go where the resync said */
+    cs[1] = cs[2];
+    route_round(srv, cs, 2, 300, again, 3);
+    for (int i = 0; i < 300; i++) {
+        int now = again[i] == 0 ? 0 : 2;
+        if (owner[i] != 1)
+            assert_int_equal(now, owner[i]);
+        else
+            assert_int_equal(now + 1, moved[i]);
+    }
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.workers, 2);
+    cl_free(cs[0]);
+    cl_free(cs[2]);
+    a2c_server_free(srv);
+}
+
+static void test_broadcast(void **state)
+{
+    (void)state;
+    a2c_server *srv = server(A2C_ROUTE_BROADCAST, 0, 0);
+    client *a = cl_unix(), *b = cl_unix();
+    cl_hello(a, srv, "a", NULL);
+    cl_hello(b, srv, "b", NULL);
+    cl_subscribe(a, srv, "c", A2_WIRE_LOG_NONE, NULL, 0);
+    cl_subscribe(b, srv, "c", A2_WIRE_LOG_NONE, NULL, 0);
+    for (int i = 0; i < 20; i++) {
+        char s[16];
+        snprintf(s, sizeof s, "s%d", i);
+        a2c_server_wake(srv, "c", s, "k", i, 1);
+    }
+    for (int i = 0; i < 20; i++) {
+        char s[16];
+        snprintf(s, sizeof s, "s%d", i);
+        assert_string_equal(cl_expect(a, srv, A2_WIRE_WAKE)->session, s);
+        assert_string_equal(cl_expect(b, srv, A2_WIRE_WAKE)->session, s);
+    }
+    /* a wake for a consumer nobody follows goes nowhere */
+    a2c_server_wake(srv, "other", "s1", "k", 1, 1);
+    cl_expect_quiet(a, srv, 100);
+    /* a leaving worker moves nothing in broadcast mode */
+    cl_free(a);
+    cl_expect_quiet(b, srv, 200);
+    cl_free(b);
+    a2c_server_free(srv);
+}
+
+static void test_log_cleared_presence_resync(void **state)
+{
+    (void)state;
+    a2c_server *srv = server(A2C_ROUTE_BROADCAST, 0, 0);
+    client *typed = cl_unix(), *all = cl_unix(), *plain = cl_unix(),
+           *idle = cl_unix();
+    const char *types[] = {"chat.msg"};
+    a2_wire_buf b = {0};
+    a2c_server_stats st;
+
+    cl_hello(typed, srv, "typed", NULL);
+    cl_hello(all, srv, "all", NULL);
+    cl_hello(plain, srv, "plain", NULL);
+    cl_hello(idle, srv, "idle", NULL);
+    cl_subscribe(typed, srv, "idx", A2_WIRE_LOG_TYPES, types, 1);
+    cl_subscribe(all, srv, "idx", A2_WIRE_LOG_ALL, NULL, 0);
+    cl_subscribe(plain, srv, "idx", A2_WIRE_LOG_NONE, NULL, 0);
+    assert_int_equal(a2_wire_encode_presence_sub(&b, "room"), 0);
+    cl_send(idle, srv, &b);
+
+    a2c_server_log(srv, "idx", "s1", 4, "chat.msg", 9);
+    a2c_server_log(srv, "idx", "s1", 5, "chat.edit", 10);
+    assert_int_equal(cl_expect(typed, srv, A2_WIRE_LOG)->idx, 4);
+    assert_string_equal(typed->m.event_type, "chat.msg");
+    assert_string_equal(typed->m.session, "s1");
+    assert_int_equal(typed->m.lsn, 9);
+    assert_int_equal(cl_expect(all, srv, A2_WIRE_LOG)->idx, 4);
+    assert_int_equal(cl_expect(all, srv, A2_WIRE_LOG)->idx, 5);
+    cl_expect_quiet(typed, srv, 50);
+    cl_expect_quiet(plain, srv, 50);
+
+    /* cleared: every worker with a subscription */
+    a2c_server_cleared(srv, "s1", 12, 13);
+    assert_int_equal(cl_expect(typed, srv, A2_WIRE_CLEARED)->clear_index, 12);
+    assert_int_equal(cl_expect(all, srv, A2_WIRE_CLEARED)->lsn, 13);
+    assert_string_equal(cl_expect(plain, srv, A2_WIRE_CLEARED)->session, "s1");
+
+    /* presence: only the namespace's subscribers */
+    a2c_server_presence(srv, "room", "alice", "{\"typing\":true,\"x\":null}");
+    a2c_server_presence(srv, "elsewhere", "bob", "{\"a\":1}");
+    a2c_server_presence(srv, "room", "bad", "not json");
+    const a2_wire_msg *m = cl_expect(idle, srv, A2_WIRE_PRESENCE);
+    assert_string_equal(m->ns, "room");
+    assert_string_equal(m->participant, "alice");
+    assert_string_equal(m->fields_json, "{\"typing\":true,\"x\":null}");
+    cl_expect_quiet(idle, srv, 50);
+    cl_expect_quiet(plain, srv, 10);
+
+    /* resync_all: one per subscribed consumer */
+    a2c_server_resync_all(srv);
+    assert_true(cl_expect(plain, srv, A2_WIRE_RESYNC)->all_sessions);
+    assert_true(cl_expect(typed, srv, A2_WIRE_RESYNC)->all_sessions);
+    cl_expect_quiet(idle, srv, 50);
+
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.logs_sent, 3);
+    assert_int_equal(st.cleared_sent, 3);
+    assert_int_equal(st.presence_sent, 1);
+    assert_int_equal(st.resyncs_sent, 3 + 3);
+    cl_free(typed);
+    cl_free(all);
+    cl_free(plain);
+    cl_free(idle);
+    a2_wire_buf_free(&b);
+    a2c_server_free(srv);
+}
+
+/* A bystander that keeps receiving while others misbehave. */
+static void check_bystander(client *ok, a2c_server *srv, int head)
+{
+    a2c_server_wake(srv, "c", "s", "k", head, 1);
+    assert_int_equal(cl_expect(ok, srv, A2_WIRE_WAKE)->head, head);
+}
+
+static void test_protocol_errors(void **state)
+{
+    (void)state;
+    a2c_server *srv = server(A2C_ROUTE_AFFINITY, 0, 300);
+    client *ok = cl_unix(), *c;
+    a2_wire_buf b = {0};
+    a2c_server_stats st;
+    static unsigned char big[A2_WIRE_MAX_WORKER_FRAME + 8192];
+    int64_t t0;
+
+    cl_hello(ok, srv, "ok", NULL);
+    cl_subscribe(ok, srv, "c", A2_WIRE_LOG_NONE, NULL, 0);
+
+    /* garbage */
+    c = cl_unix();
+    SEND_LIT(c, srv, "\xc1\xc1\xc1 garbage");
+    cl_expect_error_eof(c, srv, A2_WIRE_CODE_PROTOCOL);
+    cl_free(c);
+    check_bystander(ok, srv, 1);
+
+    /* garbage after a good hello, with more bytes behind it */
+    c = cl_unix();
+    cl_hello(c, srv, "bad", NULL);
+    SEND_LIT(c, srv, "\x92\x01\x02 and then some more bytes");
+    cl_expect_error_eof(c, srv, A2_WIRE_CODE_PROTOCOL);
+    cl_free(c);
+    check_bystander(ok, srv, 2);
+
+    /* first frame not hello */
+    c = cl_unix();
+    assert_int_equal(a2_wire_encode_ping(&b, 1), 0);
+    cl_send(c, srv, &b);
+    cl_expect_error_eof(c, srv, A2_WIRE_CODE_PROTOCOL);
+    assert_non_null(strstr(last_error, "first frame must be hello"));
+    cl_free(c);
+
+    /* hello twice */
+    c = cl_unix();
+    cl_hello(c, srv, "twice", NULL);
+    assert_int_equal(a2_wire_encode_hello(&b, "twice", NULL), 0);
+    cl_send(c, srv, &b);
+    cl_expect_error_eof(c, srv, A2_WIRE_CODE_PROTOCOL);
+    cl_free(c);
+
+    /* wrong protocol version */
+    c = cl_unix();
+    SEND_LIT(c, srv, "\x83\xa1t\xa5hello\xa1v\x02\xa4name\xa1w");
+    cl_expect_error_eof(c, srv, A2_WIRE_CODE_VERSION);
+    cl_free(c);
+
+    /* unknown message type */
+    c = cl_unix();
+    cl_hello(c, srv, "unk", NULL);
+    SEND_LIT(c, srv, "\x81\xa1t\xa4wake");
+    cl_expect_error_eof(c, srv, A2_WIRE_CODE_PROTOCOL);
+    cl_free(c);
+
+    /* oversize frame: a map of many small entries past 64 KiB */
+    {
+        size_t n = 0, entries = 900;
+        big[n++] = 0xde;
+        big[n++] = (unsigned char)(entries >> 8);
+        big[n++] = (unsigned char)entries;
+        for (size_t i = 0; i < entries; i++) {
+            big[n++] = 0xda;
+            big[n++] = 0;
+            big[n++] = 70;
+            memset(big + n, 'k', 70);
+            n += 70;
+            big[n++] = 0xc0;
+        }
+        c = cl_unix();
+        cl_hello(c, srv, "big", NULL);
+        cl_send_raw(c, srv, big, n);
+        cl_expect_error_eof(c, srv, A2_WIRE_CODE_TOO_BIG);
+        cl_free(c);
+    }
+    check_bystander(ok, srv, 3);
+
+    /* TCP: wrong token, missing token */
+    c = cl_tcp(a2c_server_tcp_port(srv));
+    assert_int_equal(a2_wire_encode_hello(&b, "t", "s3cret-tokeN"), 0);
+    cl_send(c, srv, &b);
+    cl_expect_error_eof(c, srv, A2_WIRE_CODE_AUTH);
+    cl_free(c);
+    c = cl_tcp(a2c_server_tcp_port(srv));
+    assert_int_equal(a2_wire_encode_hello(&b, "t", "s3cret"), 0);
+    cl_send(c, srv, &b);
+    cl_expect_error_eof(c, srv, A2_WIRE_CODE_AUTH);
+    cl_free(c);
+    c = cl_tcp(a2c_server_tcp_port(srv));
+    assert_int_equal(a2_wire_encode_hello(&b, "t", NULL), 0);
+    cl_send(c, srv, &b);
+    cl_expect_error_eof(c, srv, A2_WIRE_CODE_AUTH);
+    cl_free(c);
+    check_bystander(ok, srv, 4);
+
+    /* silent worker: dropped after the hello timeout (300 ms here) */
+    t0 = ms_now();
+    c = cl_unix();
+    cl_expect_error_eof(c, srv, A2_WIRE_CODE_TIMEOUT);
+    assert_true(ms_now() - t0 >= 250);
+    cl_free(c);
+    check_bystander(ok, srv, 5);
+
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.protocol_errors, 11);
+    assert_int_equal(st.workers, 1);
+    cl_free(ok);
+    a2_wire_buf_free(&b);
+    a2c_server_free(srv);
+}
+
+/* A worker that does not read: its queue overflows, the server stays
+ * responsive to others, and once it drains it gets one resync per consumer. */
+static void test_overflow_resync(void **state)
+{
+    (void)state;
+    a2c_server *srv = server(A2C_ROUTE_BROADCAST, 200, 0);
+    client *slow = cl_unix(), *ok = cl_unix();
+    a2c_server_stats st;
+    char s[200];
+    int pushed = 0, got = 0, resyncs = 0, after_resync = 0, rc;
+    int64_t t0 = ms_now();
+
+    cl_hello(slow, srv, "slow", NULL);
+    cl_hello(ok, srv, "ok", NULL);
+    cl_subscribe(slow, srv, "c", A2_WIRE_LOG_NONE, NULL, 0);
+    cl_subscribe(slow, srv, "d", A2_WIRE_LOG_NONE, NULL, 0);
+    cl_subscribe(ok, srv, "c", A2_WIRE_LOG_NONE, NULL, 0);
+
+    /* 100 rounds of 150 distinct wakes; ok reads, slow does not */
+    for (int round = 0; round < 100; round++) {
+        for (int i = 0; i < 150; i++) {
+            snprintf(s, sizeof s, "%0150d", pushed++);
+            a2c_server_wake(srv, "c", s, "k", round, 1);
+        }
+        assert_int_equal(a2c_server_run(srv), 0);
+        for (int i = 0; i < 150; i++)
+            assert_int_equal(cl_expect(ok, srv, A2_WIRE_WAKE)->head, round);
+    }
+    assert_true(ms_now() - t0 < 20000);
+    a2c_server_get_stats(srv, &st);
+    assert_true(st.overflows >= 1);
+
+    /* slow drains: wakes (fewer than pushed), then resync c and d */
+    while ((rc = cl_next(slow, srv, 300)) == 1) {
+        if (slow->m.type == A2_WIRE_WAKE) {
+            got++;
+            assert_int_equal(after_resync, 0);
+        } else {
+            assert_int_equal(slow->m.type, A2_WIRE_RESYNC);
+            assert_true(slow->m.all_sessions);
+            assert_true(strcmp(slow->m.consumer, "c") == 0 ||
+                        strcmp(slow->m.consumer, "d") == 0);
+            resyncs++;
+            if (resyncs == 2)
+                after_resync = 1;
+        }
+    }
+    assert_int_equal(rc, 0);
+    assert_true(got < pushed);
+    assert_true(resyncs >= 2);
+    /* back to normal: wakes flow again */
+    a2c_server_wake(srv, "c", "fresh", "k", 7, 1);
+    assert_string_equal(cl_expect(slow, srv, A2_WIRE_WAKE)->session, "fresh");
+    assert_string_equal(cl_expect(ok, srv, A2_WIRE_WAKE)->session, "fresh");
+    cl_free(slow);
+    cl_free(ok);
+    a2c_server_free(srv);
+}
+
+static void test_listeners(void **state)
+{
+    (void)state;
+    char err[256];
+    a2c_server_options o = {.unix_path = path};
+    a2c_server *srv, *second;
+    int fd;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+    /* a stale socket file (nobody listening) is replaced */
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    close(fd);
+    srv = a2c_server_new(&o, err, sizeof err);
+    if (!srv)
+        fail_msg("%s", err);
+    /* a live one is an error */
+    second = a2c_server_new(&o, err, sizeof err);
+    assert_null(second);
+    assert_non_null(strstr(err, "another server is listening"));
+    /* and the first still works */
+    client *c = cl_unix();
+    cl_hello(c, srv, "w", NULL);
+    cl_free(c);
+    a2c_server_free(srv);
+
+    /* a regular file is never removed */
+    fd = open(path, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_null(a2c_server_new(&o, err, sizeof err));
+    assert_non_null(strstr(err, "not a socket"));
+    unlink(path);
+
+    /* TCP without a token, nothing to listen on, a busy port */
+    a2c_server_options t = {.tcp_host = "127.0.0.1", .tcp_port = "0"};
+    assert_null(a2c_server_new(&t, err, sizeof err));
+    assert_non_null(strstr(err, "token"));
+    a2c_server_options none = {0};
+    assert_null(a2c_server_new(&none, err, sizeof err));
+    t.token = "x";
+    srv = a2c_server_new(&t, err, sizeof err);
+    assert_non_null(srv);
+    char port[16];
+    snprintf(port, sizeof port, "%d", a2c_server_tcp_port(srv));
+    a2c_server_options busy = {.tcp_host = "127.0.0.1", .tcp_port = port,
+                               .token = "x"};
+    assert_null(a2c_server_new(&busy, err, sizeof err));
+    assert_non_null(strstr(err, "could not bind tcp:127.0.0.1"));
+    a2c_server_free(srv);
+
+    /* IPv6 loopback */
+    a2c_server_options v6 = {.tcp_host = "::1", .tcp_port = "0", .token = "x"};
+    srv = a2c_server_new(&v6, err, sizeof err);
+    if (srv) {
+        struct sockaddr_in6 s6 = {.sin6_family = AF_INET6,
+                                  .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+        s6.sin6_port = htons((uint16_t)a2c_server_tcp_port(srv));
+        fd = socket(AF_INET6, SOCK_STREAM, 0);
+        assert_int_equal(connect(fd, (struct sockaddr *)&s6, sizeof s6), 0);
+        c = cl_new(fd);
+        cl_hello(c, srv, "v6", "x");
+        cl_free(c);
+        a2c_server_free(srv);
+    }
+    a2c_server_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_handshake_ping, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_affinity_and_move, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_broadcast, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_log_cleared_presence_resync, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_protocol_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_overflow_resync, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_listeners, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
