@@ -1,0 +1,306 @@
+/*
+ * liba2worker: what a worker links to be woken by a2-consumer, and a helper
+ * that runs the claimed work.
+ *
+ * Two objects:
+ *
+ *  a2_worker — the connection to a2-consumer (wire protocol v1, include/a2/
+ *  wire.h) over a Unix socket or TCP with a token. It subscribes to the
+ *  consumers (and log types, presence namespaces) the caller serves, and turns
+ *  what arrives into a2_worker_event values: wake, log, cleared, resync,
+ *  presence. It reconnects by itself with exponential backoff and, once back,
+ *  reports a resync of every subscribed consumer (wake-ups may have been
+ *  missed). While a2-consumer cannot be reached and a database is configured,
+ *  it runs a slow sweep of the store's pending sessions (every
+ *  degraded_sweep_ms) and reports each pending session as a SWEEP event, so
+ *  work keeps moving; the sweep stops the moment the consumer is back. There
+ *  is no polling of the database while connected.
+ *
+ *  It never blocks and owns no thread: drive it from any event loop with
+ *  a2_worker_fd / a2_worker_poll_events / a2_worker_timeout, call
+ *  a2_worker_process when the descriptor is ready or the timeout passed, then
+ *  take events with a2_worker_next. a2_worker_wait does all of that as one
+ *  blocking call. (The degraded sweep is one store query that does block
+ *  for the time of the query.)
+ *
+ *  a2_worker_runner — claim -> handle -> complete/fail for one session:
+ *  claims every eligible head for its holder, calls the handler for each,
+ *  completes it (with the events the handler returned) or fails it (with the
+ *  handler's error text, retry-after and max-failures), and claims again until
+ *  the session is settled or busy. While a handler runs, a thread of the
+ *  runner renews the lease of every unfinished head of the claim at a third
+ *  of the ttl, on its own connection, so a long handler is never taken over.
+ *
+ * Errors: functions return 0 (or a count) or a negative A2_WORKER_E* code,
+ * with a one-line reason from the object's last_error or the caller's err
+ * buffer. Nothing here prints, exits or aborts; diagnostics go to the
+ * optional log callback, one line each (PostgreSQL's message style).
+ *
+ * Threading: an a2_worker is used from one thread. A runner is used from one
+ * thread at a time (its renewal thread is internal); a2_worker_runner_stop is
+ * the exception and may be called from any thread or a signal handler.
+ */
+#ifndef A2_WORKER_H
+#define A2_WORKER_H
+
+#include "a2/store.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define A2_WORKER_MUST_CHECK __attribute__((warn_unused_result))
+
+/* Error codes (negative). */
+#define A2_WORKER_EINVAL (-1)   /* bad argument or option */
+#define A2_WORKER_ENOMEM (-2)   /* out of memory */
+#define A2_WORKER_EIO (-3)      /* a system call failed (poll, socket...) */
+#define A2_WORKER_ESTORE (-4)   /* the store failed (details in last_error) */
+#define A2_WORKER_EINTR (-5)    /* a2_worker_wait: interrupted by a signal */
+#define A2_WORKER_ESTOPPED (-6) /* runner: stopped before it claimed */
+
+/* Defaults for zero-valued options. */
+#define A2_WORKER_DEFAULT_SWEEP_MS 30000
+#define A2_WORKER_DEFAULT_RECONNECT_MIN_MS 100
+#define A2_WORKER_DEFAULT_RECONNECT_MAX_MS 5000
+#define A2_WORKER_DEFAULT_PING_MS 15000
+#define A2_WORKER_DEFAULT_TTL_MS 30000
+#define A2_WORKER_DEFAULT_RETRY_AFTER_MS 1000
+#define A2_WORKER_DEFAULT_MAX_FAILURES 5
+
+/* Limits. */
+#define A2_WORKER_MAX_SUBSCRIPTIONS 64
+#define A2_WORKER_MAX_ERROR_TEXT 4096 /* bytes of a failure text kept */
+
+/* A diagnostic line (no newline), for the caller to print or drop. */
+typedef void (*a2_worker_log_fn)(void *ctx, const char *line);
+
+/* ── the connection to a2-consumer ─────────────────────────────────────── */
+
+typedef struct a2_worker a2_worker;
+
+typedef struct a2_worker_options {
+    /* "unix:PATH" or "tcp:HOST:PORT" (IPv6 as tcp:[::1]:PORT). NULL: the
+     * worker never connects and relies on the degraded sweep alone. */
+    const char *connect;
+    const char *token;       /* required with tcp:, sent in hello */
+    const char *name;        /* hello name; NULL: "<hostname>:<pid>" */
+    /* Conninfo for the degraded sweep; NULL: no sweep while disconnected
+     * ("" uses the PG* variables). */
+    const char *db;
+    int degraded_sweep_ms;   /* 0: A2_WORKER_DEFAULT_SWEEP_MS */
+    int reconnect_min_ms;    /* 0: A2_WORKER_DEFAULT_RECONNECT_MIN_MS */
+    int reconnect_max_ms;    /* 0: A2_WORKER_DEFAULT_RECONNECT_MAX_MS */
+    int ping_ms;             /* idle ping; no pong within it reconnects; 0: default */
+    a2_worker_log_fn log;    /* NULL: no diagnostics */
+    void *log_ctx;
+} a2_worker_options;
+
+typedef enum a2_worker_event_type {
+    A2_WORKER_EV_WAKE = 1,     /* consumer, session, cursor, head, lsn */
+    A2_WORKER_EV_LOG,          /* consumer, session, idx, event_type, lsn:
+                                  call a2_store_wake_log, then claim */
+    A2_WORKER_EV_CLEARED,      /* session, clear_index, lsn */
+    A2_WORKER_EV_RESYNC,       /* consumer; sessions[nsessions], or
+                                  all_sessions: claim whatever is pending */
+    A2_WORKER_EV_PRESENCE,     /* ns, participant, fields_json */
+    A2_WORKER_EV_CONNECTED,    /* welcome received; lsn */
+    A2_WORKER_EV_DISCONNECTED, /* message: why; the worker reconnects */
+    A2_WORKER_EV_SWEEP,        /* degraded: consumer has work in session */
+} a2_worker_event_type;
+
+/* An event. Every pointer is borrowed from the worker until the next
+ * a2_worker_next / a2_worker_wait / a2_worker_free call. */
+typedef struct a2_worker_event {
+    int type; /* a2_worker_event_type */
+    const char *consumer;
+    const char *session;
+    const char *cursor;
+    int64_t head;
+    int64_t idx;
+    const char *event_type;
+    int64_t clear_index;
+    uint64_t lsn;
+    bool all_sessions;
+    const char *const *sessions;
+    size_t nsessions;
+    const char *ns;
+    const char *participant;
+    const char *fields_json;
+    const char *message;
+} a2_worker_event;
+
+/*
+ * A new worker (nothing connects until the first a2_worker_process or
+ * a2_worker_wait). NULL on bad options or no memory, with the reason in err.
+ * Options are copied.
+ */
+a2_worker *a2_worker_new(const a2_worker_options *opts, char *err,
+                         size_t errlen);
+
+/* Closes the connection and frees everything. NULL-safe. */
+void a2_worker_free(a2_worker *w);
+
+/*
+ * Serves consumer: asks a2-consumer for its wake-ups (now, and after every
+ * reconnect). log_filter: A2_WIRE_LOG_NONE (0) for a lane/event consumer,
+ * A2_WIRE_LOG_ALL (1) for a log consumer of every type, A2_WIRE_LOG_TYPES (2)
+ * with types[ntypes]. Strings are copied.
+ */
+A2_WORKER_MUST_CHECK int a2_worker_subscribe(a2_worker *w,
+                                             const char *consumer,
+                                             int log_filter,
+                                             const char *const *types,
+                                             size_t ntypes);
+
+/* Asks for presence patches of namespace ns. */
+A2_WORKER_MUST_CHECK int a2_worker_watch_presence(a2_worker *w,
+                                                  const char *ns);
+
+/* The descriptor to poll now (it changes across reconnects: ask before every
+ * poll), or -1 while there is none (then only the timeout matters). */
+int a2_worker_fd(const a2_worker *w);
+
+/* The poll(2) events to wait for on a2_worker_fd (POLLIN, plus POLLOUT while
+ * output is queued or a connect is in progress). */
+short a2_worker_poll_events(const a2_worker *w);
+
+/* Milliseconds until a2_worker_process must run even without I/O (a
+ * reconnect, a ping, a sweep); 0 when events are queued; -1: no deadline. */
+int a2_worker_timeout(const a2_worker *w);
+
+/*
+ * Does every pending connect, read, write and timer without blocking (a
+ * degraded sweep blocks for its query). Connection failures are not errors:
+ * they become DISCONNECTED events and a reconnect. Returns 0, or
+ * A2_WORKER_ENOMEM.
+ */
+A2_WORKER_MUST_CHECK int a2_worker_process(a2_worker *w);
+
+/* Takes the next event: 1 with *ev filled, 0 when none is queued. */
+int a2_worker_next(a2_worker *w, a2_worker_event *ev);
+
+/*
+ * Blocking: processes until an event is queued or timeout_ms passed (-1:
+ * forever). Returns 1 with *ev, 0 on timeout, A2_WORKER_EINTR when a signal
+ * interrupted the wait, or another negative code.
+ */
+A2_WORKER_MUST_CHECK int a2_worker_wait(a2_worker *w, a2_worker_event *ev,
+                                        int timeout_ms);
+
+/* True after welcome, until the connection drops. */
+bool a2_worker_connected(const a2_worker *w);
+
+/* The last problem as one line ("" when none). Borrowed. */
+const char *a2_worker_last_error(const a2_worker *w);
+
+/* Counters. */
+typedef struct a2_worker_stats {
+    uint64_t connects;     /* welcomes received */
+    uint64_t disconnects;
+    uint64_t frames;       /* frames read */
+    uint64_t sweeps;       /* degraded sweeps run */
+} a2_worker_stats;
+void a2_worker_get_stats(const a2_worker *w, a2_worker_stats *out);
+
+/* ── the claim -> handle -> complete/fail helper ───────────────────────── */
+
+typedef struct a2_worker_runner a2_worker_runner;
+
+/* What a handler gives back: returned events (on success) or an error text
+ * (on failure), added with the functions below; the runner owns the memory. */
+typedef struct a2_worker_reply a2_worker_reply;
+
+/*
+ * Adds a returned event (appended atomically with the completion, its cause
+ * being this attempt). payload: JSON text or NULL (null); id: NULL derives a
+ * stable one from the head and the event's position. Copied. 0 or
+ * A2_WORKER_EINVAL (invalid JSON, empty type) / A2_WORKER_ENOMEM.
+ */
+A2_WORKER_MUST_CHECK int a2_worker_reply_add(a2_worker_reply *reply,
+                                             const char *type,
+                                             const char *payload,
+                                             const char *id);
+
+/* Sets the failure text (the tail is kept past A2_WORKER_MAX_ERROR_TEXT). */
+void a2_worker_reply_error(a2_worker_reply *reply, const char *text);
+
+/*
+ * Runs one claimed head. head is borrowed for the call (session in
+ * head->event.session_id, attempt in head->dispatch.attempt_count).
+ * Return 0 to complete the head with the reply's events, non-zero to fail it
+ * with the reply's error text.
+ */
+typedef int (*a2_worker_handler)(void *ctx, const a2_head *head,
+                                 a2_worker_reply *reply);
+
+typedef struct a2_worker_runner_options {
+    const char *db;                 /* conninfo ("" or NULL: PG* variables) */
+    const char *holder;             /* claim holder; NULL: "<host>:<pid>:<n>" */
+    const a2_consumer *consumers;   /* served consumers (copied); required */
+    size_t nconsumers;
+    int64_t ttl_ms;                 /* lease; 0: A2_WORKER_DEFAULT_TTL_MS */
+    int max_failures;               /* 0: A2_WORKER_DEFAULT_MAX_FAILURES */
+    int64_t retry_after_ms;         /* <0: none; 0: default */
+    a2_worker_handler handler;      /* required */
+    void *ctx;
+    a2_worker_log_fn log;           /* NULL: no diagnostics */
+    void *log_ctx;
+} a2_worker_runner_options;
+
+/* What one a2_worker_runner_run did. */
+typedef struct a2_worker_run_stats {
+    uint64_t claimed;
+    uint64_t completed;
+    uint64_t failed;        /* failed and held for a retry */
+    uint64_t dead_lettered; /* failed for the last time (or taken over) */
+    uint64_t superseded;    /* the attempt lost its head meanwhile */
+    uint64_t renewals;      /* lease renewals made */
+    int64_t retry_at;       /* busy: epoch ms to claim again; 0: settled */
+} a2_worker_run_stats;
+
+/*
+ * A runner: opens two store connections (claims and renewals) and starts the
+ * renewal thread. NULL with the reason in err.
+ */
+a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *opts,
+                                       char *err, size_t errlen);
+
+/* Stops the renewal thread, closes the connections. NULL-safe. Call it
+ * only when no run is in progress. */
+void a2_worker_runner_free(a2_worker_runner *r);
+
+/*
+ * Works session: (wake_log: first brings every served log consumer's cursor
+ * up to date with a2_store_wake_log), then claim -> handle -> complete/fail
+ * until the session is settled (stats->retry_at 0) or busy (stats->retry_at
+ * set: claim again then). Returns 0, A2_WORKER_ESTOPPED when stopped before
+ * claiming, or A2_WORKER_ESTORE (the reason in a2_worker_runner_last_error;
+ * the runner reconnects on its next run). stats may be NULL.
+ */
+A2_WORKER_MUST_CHECK int a2_worker_runner_run(a2_worker_runner *r,
+                                              const char *session,
+                                              bool wake_log,
+                                              a2_worker_run_stats *stats);
+
+/* Asks a run in progress to stop after the heads it has claimed: no new
+ * claim is made. Async-signal-safe. */
+void a2_worker_runner_stop(a2_worker_runner *r);
+
+/* The runner's holder name. Borrowed. */
+const char *a2_worker_runner_holder(const a2_worker_runner *r);
+
+/* The last problem as one line ("" when none). Borrowed. */
+const char *a2_worker_runner_last_error(const a2_worker_runner *r);
+
+/*
+ * Pages through the sessions where the served consumers have pending work
+ * (a2_store_pending_sessions on the runner's connection): calls fn for each
+ * one. For a resync of every session. Returns the number of sessions, or a
+ * negative code.
+ */
+A2_WORKER_MUST_CHECK int a2_worker_runner_pending(
+    a2_worker_runner *r, void (*fn)(void *ctx, const char *session),
+    void *ctx);
+
+#endif

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# a2 CLI store commands against real Postgres: append, read, cursors,
+# dead-letters, redrive, clear, reclaim; tables and --json; store errors.
+. "$(dirname "$0")/test_cli.lib"
+j() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+
+# append: table line, --json, idempotent replay by id, targets.
+expect 0 "$A2" append s1 order.created '{"n":1}' --target mailer --target billing:main
+contains "s1 order.created #1 id "
+expect 0 "$A2" --json append s1 order.paid '{"n":2}' --id pay-1 --target billing:main
+checks=$((checks + 1))
+[ "$(printf '%s' "$out" | j 'd["index"], d["id"], d["payload"]["n"], d["replayed"]')" = "2 pay-1 2 False" ] || fail "append --json: $out"
+expect 0 "$A2" --json append s1 order.paid '{"n":2}' --id pay-1 --target billing:main
+checks=$((checks + 1))
+[ "$(printf '%s' "$out" | j 'd["index"], d["replayed"]')" = "2 True" ] || fail "replayed append: $out"
+expect 0 "$A2" append s1 note    # no payload: null
+checks=$((checks + 1)); [ "$(sql "select payload::text from a2_events where session_id = 's1' and idx = 3")" = null ] || fail "default payload"
+# A clear-type event is refused as bad input.
+expect 2 "$A2" append s1 a2.cleared; contains "append:" err
+
+# read: table, --after/--limit, --json.
+expect 0 "$A2" read s1; contains "order.created"; contains "pay-1"; contains '{"n": 1}'
+checks=$((checks + 1)); [ "$(printf '%s\n' "$out" | wc -l)" = 4 ] || fail "read table lines: $out"
+expect 0 "$A2" --json read s1 --after 1 --limit 1
+checks=$((checks + 1))
+[ "$(printf '%s' "$out" | j 'len(d), d[0]["index"], d[0]["type"]')" = "1 2 order.paid" ] || fail "read --after --limit: $out"
+expect 0 "$A2" read nosuch; contains "no events"
+
+# cursors: one concurrent cursor for mailer, one lane cursor for billing.
+expect 0 "$A2" cursors s1; contains "mailer"; contains "lane:main"; contains "pending"
+expect 0 "$A2" --json cursors s1
+checks=$((checks + 1))
+[ "$(printf '%s' "$out" | j '" ".join(sorted(c["consumer"] + ":" + c["kind"] + ":" + str(c["head"]) for c in d))')" = "billing:lane:1 mailer:event:1" ] || fail "cursors --json: $out"
+expect 0 "$A2" cursors nosuch; contains "no cursors"
+
+# dead-letters and redrive: dead-letter mailer's head #1 through the store.
+sql "update a2_cursors set failed_at = 1, failure_count = 3, attempt_count = 3, last_error = 'smtp down' where consumer = 'mailer'"
+expect 0 "$A2" dead-letters s1; contains "mailer"; contains "smtp down"
+expect 0 "$A2" --json dead-letters s1
+checks=$((checks + 1))
+[ "$(printf '%s' "$out" | j 'len(d), d[0]["consumer"], d[0]["event"]["index"], d[0]["failures"]')" = "1 mailer 1 3" ] || fail "dead-letters --json: $out"
+expect 1 "$A2" redrive s1 billing 1 --retry; contains "no dead letter of billing at index 1" err
+expect 0 "$A2" redrive s1 mailer 1 --retry; contains "will run again"
+expect 0 "$A2" dead-letters s1; contains "no dead letters"
+checks=$((checks + 1)); [ "$(sql "select failed_at is null from a2_cursors where consumer = 'mailer'")" = t ] || fail "retry did not clear failed_at"
+sql "update a2_cursors set failed_at = 1, failure_count = 3 where consumer = 'mailer'"
+expect 0 "$A2" --json redrive s1 mailer 1 --skip
+checks=$((checks + 1)); [ "$(printf '%s' "$out" | j 'd["redriven"], d["action"]')" = "True skip" ] || fail "redrive --skip --json: $out"
+checks=$((checks + 1)); [ "$(sql "select count(*) from a2_cursors where consumer = 'mailer' and head is not null")" = 0 ] || fail "skip should pass the head"
+
+# clear and reclaim (progress on stderr).
+for i in $(seq 1 30); do "$A2" append s2 tick "$i" >/dev/null || fail "append tick $i"; done
+expect 0 "$A2" clear s2; contains "s2 cleared at #31"
+expect 0 "$A2" read s2; contains "a2.cleared"
+checks=$((checks + 1)); [ "$(printf '%s\n' "$out" | wc -l)" = 2 ] || fail "read after clear: $out"
+expect 0 "$A2" --json clear s2
+checks=$((checks + 1)); [ "$(printf '%s' "$out" | j 'd["cleared"], d["clear_index"]')" = "True 31" ] || fail "clear --json: $out"
+expect 0 "$A2" reclaim s2; contains "reclaimed 30 events"; contains "reclaim s2: batch 1" err
+checks=$((checks + 1)); [ "$(sql "select count(*) from a2_events where session_id = 's2'")" = 1 ] || fail "reclaim left events"
+expect 0 "$A2" --json reclaim s2
+checks=$((checks + 1)); [ "$(printf '%s' "$out" | j 'd["deleted"]')" = 0 ] || fail "second reclaim: $out"
+
+# Store errors: no schema -> exit 1 naming it; no server -> exit 1.
+sql "alter table a2_events rename to a2_events_gone"
+expect 1 "$A2" read s1; contains "read failed" err
+expect 1 "$A2" append s1 x; contains "append failed" err
+sql "alter table a2_events_gone rename to a2_events"
+expect 1 "$A2" --db "host=127.0.0.1 port=1 connect_timeout=2" cursors s1; contains "could not connect to the database" err
+for c in "append s t" "read s" "cursors s" "dead-letters s" "redrive s c 1 --skip" "clear s" "reclaim s"; do
+    expect 1 "$A2" --db "host=127.0.0.1 port=1 connect_timeout=2" $c
+done
+finish

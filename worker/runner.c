@@ -1,0 +1,666 @@
+/*
+ * a2_worker_runner: claim -> handle -> complete/fail for one session, with a
+ * renewal thread that extends the leases of the unfinished heads of a claim
+ * at a third of the ttl, on its own store connection.
+ */
+#include "a2/worker.h"
+
+#include "worker_int.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct a2_worker_reply {
+    a2_append_event *events;
+    size_t nevents;
+    size_t cap;
+    char **owned; /* type, payload, id of every event: 3 per event */
+    char *error;
+    const a2_head *head;
+};
+
+typedef struct {
+    a2_consumer consumer;
+    a2_log_spec log;
+    char *name;
+    char *lane;
+    char **types;
+    size_t ntypes;
+} consumer_copy;
+
+struct a2_worker_runner {
+    char *db;
+    char *holder;
+    consumer_copy *cons;
+    a2_consumer *consumers; /* views into cons, for the store */
+    size_t nconsumers;
+    int64_t ttl_ms;
+    int max_failures;
+    int64_t retry_after_ms;
+    a2_worker_handler handler;
+    void *ctx;
+    a2_worker_log_fn log;
+    void *log_ctx;
+
+    a2_store *store;
+    a2_store *renew_store;
+    volatile sig_atomic_t stopping;
+
+    /* Shared with the renewal thread, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int thread_started;
+    int quit;
+    const char *session;    /* the session of the claim being run */
+    a2_attempt_ref *refs;   /* its heads */
+    unsigned char *done;    /* per head: finished */
+    size_t nrefs;
+    int renew_busy;         /* a renewal is in flight */
+    int64_t next_renew;     /* monotonic ms */
+    uint64_t renewals;
+    uint64_t lost;          /* heads the renewal found superseded */
+
+    char last_error[1200];
+};
+
+#define RLOG(r, ...) a2__worker_logf((r)->log, (r)->log_ctx, __VA_ARGS__)
+
+/* ── replies ──────────────────────────────────────────────────────────── */
+
+static void reply_reset(a2_worker_reply *rp)
+{
+    for (size_t i = 0; i < rp->nevents * 3; i++)
+        free(rp->owned[i]);
+    rp->nevents = 0;
+    free(rp->error);
+    rp->error = NULL;
+}
+
+static void reply_free(a2_worker_reply *rp)
+{
+    reply_reset(rp);
+    free(rp->events);
+    free(rp->owned);
+}
+
+int a2_worker_reply_add(a2_worker_reply *rp, const char *type,
+                        const char *payload, const char *id)
+{
+    if (!rp || !type || !*type || (id && !*id))
+        return A2_WORKER_EINVAL;
+    if (payload) {
+        json_t *v = json_loads(payload, JSON_DECODE_ANY, NULL);
+        if (!v)
+            return A2_WORKER_EINVAL;
+        json_decref(v);
+    }
+    if (rp->nevents >= A2_STORE_MAX_EVENTS)
+        return A2_WORKER_EINVAL;
+    if (rp->nevents == rp->cap) {
+        size_t cap = rp->cap ? rp->cap * 2 : 8;
+        a2_append_event *ev = realloc(rp->events, cap * sizeof *ev);
+        if (!ev)
+            return A2_WORKER_ENOMEM;
+        rp->events = ev;
+        char **ow = realloc(rp->owned, cap * 3 * sizeof *ow);
+        if (!ow)
+            return A2_WORKER_ENOMEM;
+        rp->owned = ow;
+        rp->cap = cap;
+    }
+    char genid[A2_STORE_MAX_NAME];
+    if (!id) {
+        const a2_head *h = rp->head;
+        snprintf(genid, sizeof genid, "ret-%s-%lld-%zu",
+                 h && h->dispatch.consumer ? h->dispatch.consumer : "?",
+                 h ? (long long)h->event.index : 0LL, rp->nevents + 1);
+        id = genid;
+    }
+    char **o = &rp->owned[rp->nevents * 3];
+    o[0] = strdup(type);
+    o[1] = payload ? strdup(payload) : NULL;
+    o[2] = strdup(id);
+    if (!o[0] || (payload && !o[1]) || !o[2]) {
+        free(o[0]);
+        free(o[1]);
+        free(o[2]);
+        return A2_WORKER_ENOMEM;
+    }
+    a2_append_event *e = &rp->events[rp->nevents];
+    memset(e, 0, sizeof *e);
+    e->type = o[0];
+    e->payload = o[1];
+    e->id = o[2];
+    rp->nevents++;
+    return 0;
+}
+
+void a2_worker_reply_error(a2_worker_reply *rp, const char *text)
+{
+    if (!rp)
+        return;
+    free(rp->error);
+    rp->error = NULL;
+    if (!text)
+        return;
+    size_t n = strlen(text);
+    if (n > A2_WORKER_MAX_ERROR_TEXT)
+        text += n - A2_WORKER_MAX_ERROR_TEXT;
+    rp->error = strdup(text);
+}
+
+/* ── the renewal thread ───────────────────────────────────────────────── */
+
+static void deadline_ts(int64_t mono_ms, struct timespec *ts)
+{
+    ts->tv_sec = (time_t)(mono_ms / 1000);
+    ts->tv_nsec = (long)(mono_ms % 1000) * 1000000L;
+}
+
+static void *renew_main(void *arg)
+{
+    a2_worker_runner *r = arg;
+    a2_attempt_ref *batch = NULL;
+    size_t cap = 0;
+    pthread_mutex_lock(&r->mu);
+    while (!r->quit) {
+        size_t live = 0;
+        for (size_t i = 0; i < r->nrefs; i++)
+            if (!r->done[i])
+                live++;
+        if (live == 0) {
+            pthread_cond_wait(&r->cv, &r->mu);
+            continue;
+        }
+        int64_t now = a2__worker_mono_ms();
+        if (now < r->next_renew) {
+            struct timespec ts;
+            deadline_ts(r->next_renew, &ts);
+            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            continue;
+        }
+        if (live > cap) {
+            a2_attempt_ref *nb = realloc(batch, live * sizeof *nb);
+            if (!nb) {
+                r->next_renew = now + r->ttl_ms / 3;
+                continue;
+            }
+            batch = nb;
+            cap = live;
+        }
+        size_t n = 0;
+        for (size_t i = 0; i < r->nrefs; i++)
+            if (!r->done[i])
+                batch[n++] = r->refs[i];
+        const char *session = r->session;
+        r->renew_busy = 1;
+        r->next_renew = now + (r->ttl_ms / 3 > 0 ? r->ttl_ms / 3 : 1);
+        pthread_mutex_unlock(&r->mu);
+
+        a2_renew_result res = {0};
+        int rc = -1;
+        if (!r->renew_store) {
+            a2_store_error err = {0};
+            if (a2_store_open(&r->renew_store, r->db, &err) != 0)
+                RLOG(r, "could not renew leases in %s: %s", session,
+                     err.message);
+        }
+        if (r->renew_store) {
+            rc = a2_store_renew(r->renew_store, session, r->holder, batch, n,
+                                r->ttl_ms, 0, &res);
+            if (rc != 0) {
+                const a2_store_error *e = a2_store_last_error(r->renew_store);
+                RLOG(r, "could not renew leases in %s: %s", session,
+                     e->message);
+                if (e->code == A2_ESTORE_UNAVAILABLE) {
+                    a2_store_close(r->renew_store);
+                    r->renew_store = NULL;
+                }
+            }
+        }
+        for (size_t i = 0; rc == 0 && i < res.nsuperseded; i++)
+            RLOG(r, "lease of %s %s #%lld lost (taken over, done or cleared)",
+                 session, res.superseded[i].consumer,
+                 (long long)res.superseded[i].index);
+
+        pthread_mutex_lock(&r->mu);
+        if (rc == 0) {
+            r->renewals += res.nrenewed;
+            r->lost += res.nsuperseded;
+        }
+        a2_renew_result_free(&res);
+        r->renew_busy = 0;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    free(batch);
+    return NULL;
+}
+
+/* ── construction ─────────────────────────────────────────────────────── */
+
+static void consumers_free(a2_worker_runner *r)
+{
+    for (size_t i = 0; r->cons && i < r->nconsumers; i++) {
+        free(r->cons[i].name);
+        free(r->cons[i].lane);
+        for (size_t j = 0; j < r->cons[i].ntypes; j++)
+            free(r->cons[i].types[j]);
+        free(r->cons[i].types);
+    }
+    free(r->cons);
+    free(r->consumers);
+}
+
+static int consumers_copy(a2_worker_runner *r, const a2_consumer *src,
+                          size_t n)
+{
+    r->cons = calloc(n, sizeof *r->cons);
+    r->consumers = calloc(n, sizeof *r->consumers);
+    if (!r->cons || !r->consumers)
+        return -1;
+    r->nconsumers = n;
+    for (size_t i = 0; i < n; i++) {
+        consumer_copy *c = &r->cons[i];
+        c->name = strdup(src[i].name);
+        if (!c->name)
+            return -1;
+        r->consumers[i].name = c->name;
+        if (!src[i].log)
+            continue;
+        const a2_log_spec *l = src[i].log;
+        c->lane = l->lane ? strdup(l->lane) : NULL;
+        if (l->lane && !c->lane)
+            return -1;
+        if (l->types && l->ntypes) {
+            c->types = calloc(l->ntypes, sizeof *c->types);
+            if (!c->types)
+                return -1;
+            for (size_t j = 0; j < l->ntypes; j++) {
+                c->types[j] = strdup(l->types[j]);
+                if (!c->types[j])
+                    return -1;
+                c->ntypes = j + 1;
+            }
+        }
+        c->log.lane = c->lane;
+        c->log.types = (const char *const *)c->types;
+        c->log.ntypes = c->ntypes;
+        c->log.backfill = l->backfill;
+        r->consumers[i].log = &r->cons[i].log;
+    }
+    return 0;
+}
+
+a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *o,
+                                       char *err, size_t errlen)
+{
+    char dummy[8];
+    if (!err || errlen == 0) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    err[0] = '\0';
+    if (!o || !o->handler || !o->consumers || o->nconsumers == 0) {
+        snprintf(err, errlen, "a runner needs a handler and consumers");
+        return NULL;
+    }
+    for (size_t i = 0; i < o->nconsumers; i++)
+        if (!o->consumers[i].name || !*o->consumers[i].name) {
+            snprintf(err, errlen, "consumer %zu has no name", i);
+            return NULL;
+        }
+    if (o->ttl_ms < 0 || o->max_failures < 0 || (o->holder && !*o->holder)) {
+        snprintf(err, errlen, "bad ttl, max_failures or holder");
+        return NULL;
+    }
+    a2_worker_runner *r = calloc(1, sizeof *r);
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    char holder[400];
+    if (!o->holder) {
+        char name[300];
+        a2__worker_default_name(name, sizeof name);
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        snprintf(holder, sizeof holder, "%s:%lx", name,
+                 (unsigned long)((ts.tv_nsec ^ (long)(uintptr_t)r) & 0xfffff));
+    }
+    r->db = strdup(o->db ? o->db : "");
+    r->holder = strdup(o->holder ? o->holder : holder);
+    if (!r->db || !r->holder ||
+        consumers_copy(r, o->consumers, o->nconsumers) != 0) {
+        snprintf(err, errlen, "out of memory");
+        goto error;
+    }
+    r->ttl_ms = o->ttl_ms ? o->ttl_ms : A2_WORKER_DEFAULT_TTL_MS;
+    r->max_failures =
+            o->max_failures ? o->max_failures : A2_WORKER_DEFAULT_MAX_FAILURES;
+    r->retry_after_ms = o->retry_after_ms < 0   ? 0
+                        : o->retry_after_ms > 0 ? o->retry_after_ms
+                                                : A2_WORKER_DEFAULT_RETRY_AFTER_MS;
+    r->handler = o->handler;
+    r->ctx = o->ctx;
+    r->log = o->log;
+    r->log_ctx = o->log_ctx;
+    a2_store_error serr = {0};
+    if (a2_store_open(&r->store, r->db, &serr) != 0) {
+        snprintf(err, errlen, "could not connect to the store: %s",
+                 serr.message);
+        goto error;
+    }
+    if (a2_store_open(&r->renew_store, r->db, &serr) != 0) {
+        snprintf(err, errlen, "could not connect to the store: %s",
+                 serr.message);
+        goto error;
+    }
+    if (pthread_create(&r->thread, NULL, renew_main, r) != 0) {
+        snprintf(err, errlen, "could not start the renewal thread");
+        goto error;
+    }
+    r->thread_started = 1;
+    return r;
+error:
+    a2_worker_runner_free(r);
+    return NULL;
+}
+
+void a2_worker_runner_free(a2_worker_runner *r)
+{
+    if (!r)
+        return;
+    if (r->thread_started) {
+        pthread_mutex_lock(&r->mu);
+        r->quit = 1;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->thread, NULL);
+    }
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    a2_store_close(r->store);
+    a2_store_close(r->renew_store);
+    consumers_free(r);
+    free(r->db);
+    free(r->holder);
+    free(r);
+}
+
+void a2_worker_runner_stop(a2_worker_runner *r)
+{
+    if (r)
+        r->stopping = 1;
+}
+
+const char *a2_worker_runner_holder(const a2_worker_runner *r)
+{
+    return r ? r->holder : "";
+}
+
+const char *a2_worker_runner_last_error(const a2_worker_runner *r)
+{
+    return r ? r->last_error : "";
+}
+
+/* ── running a session ────────────────────────────────────────────────── */
+
+/* Records a store failure; drops the connection when it broke. */
+static int store_error(a2_worker_runner *r, const char *what,
+                       const char *session)
+{
+    const a2_store_error *e = r->store ? a2_store_last_error(r->store) : NULL;
+    snprintf(r->last_error, sizeof r->last_error, "%s in %s failed: %s", what,
+             session, e && e->message[0] ? e->message : "no connection");
+    if (!e || e->code == A2_ESTORE_UNAVAILABLE) {
+        a2_store_close(r->store);
+        r->store = NULL;
+    }
+    return A2_WORKER_ESTORE;
+}
+
+static int ensure_store(a2_worker_runner *r)
+{
+    if (r->store)
+        return 0;
+    a2_store_error err = {0};
+    if (a2_store_open(&r->store, r->db, &err) != 0) {
+        snprintf(r->last_error, sizeof r->last_error,
+                 "could not connect to the store: %s", err.message);
+        return A2_WORKER_ESTORE;
+    }
+    return 0;
+}
+
+static void publish(a2_worker_runner *r, const char *session,
+                    a2_attempt_ref *refs, unsigned char *done, size_t n)
+{
+    pthread_mutex_lock(&r->mu);
+    r->session = session;
+    r->refs = refs;
+    r->done = done;
+    r->nrefs = n;
+    r->next_renew = a2__worker_mono_ms() +
+                    (r->ttl_ms / 3 > 0 ? r->ttl_ms / 3 : 1);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void mark_done(a2_worker_runner *r, size_t i)
+{
+    pthread_mutex_lock(&r->mu);
+    r->done[i] = 1;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Withdraws the claim from the renewal thread, waiting out a renewal in
+ * flight (it reads the claim's strings). */
+static void unpublish(a2_worker_runner *r, a2_worker_run_stats *st)
+{
+    pthread_mutex_lock(&r->mu);
+    while (r->renew_busy)
+        pthread_cond_wait(&r->cv, &r->mu);
+    r->session = NULL;
+    r->refs = NULL;
+    r->done = NULL;
+    r->nrefs = 0;
+    st->renewals += r->renewals;
+    r->renewals = 0;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Completes or fails one head after its handler ran. */
+static int settle(a2_worker_runner *r, const char *session,
+                  const a2_attempt_ref *ref, int handler_rc,
+                  a2_worker_reply *rp, a2_worker_run_stats *st)
+{
+    if (handler_rc == 0) {
+        a2_complete_result cres = {0};
+        int rc = a2_store_complete(r->store, session, ref, rp->events,
+                                   rp->nevents, r->consumers, r->nconsumers,
+                                   &cres);
+        if (rc == 0) {
+            if (cres.outcome == A2_ATTEMPT_COMPLETED) {
+                st->completed++;
+                RLOG(r, "completed %s %s #%lld attempt %d (%zu returned)",
+                     session, ref->consumer, (long long)ref->index,
+                     ref->attempt, cres.events.count);
+            } else {
+                st->superseded++;
+                RLOG(r, "%s %s #%lld attempt %d was superseded", session,
+                     ref->consumer, (long long)ref->index, ref->attempt);
+            }
+            a2_complete_result_free(&cres);
+            return 0;
+        }
+        a2_complete_result_free(&cres);
+        const a2_store_error *e = a2_store_last_error(r->store);
+        if (e->code != A2_EPARTIAL_DUPLICATE_BATCH &&
+            e->code != A2_EINVALID_ARGUMENT && e->code != A2_ENO_SUCH_EVENT)
+            return store_error(r, "complete", session);
+        /* The returned events were refused: that is the attempt failing. */
+        char text[700];
+        snprintf(text, sizeof text, "returned events refused: %s (%s)",
+                 e->message, a2_store_code_name(e->code));
+        a2_worker_reply_error(rp, text);
+    }
+    a2_fail_request fr = {.error = rp->error ? rp->error : "",
+                          .max_failures = r->max_failures,
+                          .retry_after_ms = r->retry_after_ms};
+    a2_fail_result fres = {0};
+    if (a2_store_fail(r->store, session, ref, &fr, &fres) != 0)
+        return store_error(r, "fail", session);
+    if (fres.outcome == A2_ATTEMPT_DEAD_LETTERED) {
+        st->dead_lettered++;
+        RLOG(r, "dead-lettered %s %s #%lld after %d failures", session,
+             ref->consumer, (long long)ref->index, fres.failure_count);
+    } else if (fres.outcome == A2_ATTEMPT_SUPERSEDED) {
+        st->superseded++;
+    } else {
+        st->failed++;
+        RLOG(r, "failed %s %s #%lld attempt %d (failure %d of %d)", session,
+             ref->consumer, (long long)ref->index, ref->attempt,
+             fres.failure_count, r->max_failures);
+    }
+    return 0;
+}
+
+int a2_worker_runner_run(a2_worker_runner *r, const char *session,
+                         bool wake_log, a2_worker_run_stats *stats)
+{
+    a2_worker_run_stats local;
+    a2_worker_run_stats *st = stats ? stats : &local;
+    memset(st, 0, sizeof *st);
+    if (!r || !session || !*session)
+        return A2_WORKER_EINVAL;
+    if (r->stopping)
+        return A2_WORKER_ESTOPPED;
+    int rc = ensure_store(r);
+    if (rc != 0)
+        return rc;
+    if (wake_log) {
+        for (size_t i = 0; i < r->nconsumers; i++) {
+            if (!r->consumers[i].log)
+                continue;
+            a2_cursors cur = {0};
+            int64_t head = 0;
+            int wrc = a2_store_wake_log(r->store, session, &r->consumers[i],
+                                        &cur, &head);
+            a2_cursors_free(&cur);
+            if (wrc != 0)
+                return store_error(r, "wake_log", session);
+        }
+    }
+    a2_worker_reply rp = {0};
+    while (!r->stopping) {
+        a2_claim_request req = {.holder = r->holder,
+                                .ttl_ms = r->ttl_ms,
+                                .consumers = r->consumers,
+                                .nconsumers = r->nconsumers,
+                                .max_failures = r->max_failures};
+        a2_claim_result cl = {0};
+        if (a2_store_claim(r->store, session, &req, &cl) != 0) {
+            a2_claim_result_free(&cl);
+            rc = store_error(r, "claim", session);
+            break;
+        }
+        if (cl.outcome == A2_CLAIM_SETTLED) {
+            st->retry_at = 0;
+            a2_claim_result_free(&cl);
+            break;
+        }
+        if (cl.outcome == A2_CLAIM_BUSY) {
+            st->retry_at = cl.retry_at;
+            a2_claim_result_free(&cl);
+            break;
+        }
+        size_t n = cl.heads.count;
+        a2_attempt_ref *refs = calloc(n ? n : 1, sizeof *refs);
+        unsigned char *done = calloc(n ? n : 1, 1);
+        if (!refs || !done) {
+            free(refs);
+            free(done);
+            a2_claim_result_free(&cl);
+            snprintf(r->last_error, sizeof r->last_error, "out of memory");
+            rc = A2_WORKER_ENOMEM;
+            break;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const a2_head *h = &cl.heads.items[i];
+            refs[i].consumer = h->dispatch.consumer;
+            refs[i].lane = h->dispatch.lane;
+            refs[i].index = h->event.index;
+            refs[i].attempt = h->dispatch.attempt_count;
+        }
+        st->claimed += n;
+        publish(r, session, refs, done, n);
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            reply_reset(&rp);
+            rp.head = &cl.heads.items[i];
+            int hrc = r->handler(r->ctx, &cl.heads.items[i], &rp);
+            rc = settle(r, session, &refs[i], hrc, &rp, st);
+            mark_done(r, i);
+        }
+        unpublish(r, st);
+        free(refs);
+        free(done);
+        a2_claim_result_free(&cl);
+        if (rc != 0)
+            break;
+    }
+    reply_free(&rp);
+    return rc;
+}
+
+int a2_worker_runner_pending(a2_worker_runner *r,
+                             void (*fn)(void *ctx, const char *session),
+                             void *ctx)
+{
+    if (!r || !fn)
+        return A2_WORKER_EINVAL;
+    int rc = ensure_store(r);
+    if (rc != 0)
+        return rc;
+    const char **names = calloc(r->nconsumers, sizeof *names);
+    if (!names)
+        return A2_WORKER_ENOMEM;
+    for (size_t i = 0; i < r->nconsumers; i++)
+        names[i] = r->consumers[i].name;
+    char *after = NULL;
+    int total = 0;
+    for (;;) {
+        a2_sessions page = {0};
+        if (a2_store_pending_sessions(r->store, names, r->nconsumers, after,
+                                      1000, &page) != 0) {
+            a2_sessions_free(&page);
+            rc = store_error(r, "pending_sessions", "the store");
+            break;
+        }
+        for (size_t i = 0; i < page.count; i++)
+            fn(ctx, page.items[i]);
+        total += (int)page.count;
+        free(after);
+        after = page.count == 1000 ? strdup(page.items[999]) : NULL;
+        a2_sessions_free(&page);
+        if (!after)
+            break;
+    }
+    free(after);
+    free(names);
+    return rc != 0 ? rc : total;
+}

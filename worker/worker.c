@@ -1,0 +1,939 @@
+/*
+ * a2_worker: the connection to a2-consumer (wire protocol v1), reconnects
+ * with backoff, the degraded sweep, and the event queue.
+ */
+#include "a2/worker.h"
+
+#include "a2/wire.h"
+#include "worker_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HANDSHAKE_TIMEOUT_MS 5000
+#define READ_CHUNK 65536
+#define SWEEP_PAGE 1000
+
+typedef enum {
+    ST_IDLE = 0,   /* not connected; next_connect_at says when to try */
+    ST_CONNECTING, /* non-blocking connect in progress */
+    ST_HANDSHAKE,  /* hello sent, waiting for welcome */
+    ST_READY,
+} conn_state;
+
+typedef struct {
+    char *consumer;
+    int log_filter;
+    char **types;
+    size_t ntypes;
+} subscription;
+
+typedef struct qevent {
+    a2_worker_event ev;
+    char *strs[8];
+    char **sessions;
+    size_t nsessions;
+    struct qevent *next;
+} qevent;
+
+struct a2_worker {
+    /* options */
+    char *connect;
+    char *token;
+    char *name;
+    char *db;
+    int sweep_ms;
+    int reconnect_min_ms;
+    int reconnect_max_ms;
+    int ping_ms;
+    a2_worker_log_fn log;
+    void *log_ctx;
+    int is_unix;
+    char *host;
+    char *port;
+    char *path;
+
+    subscription subs[A2_WORKER_MAX_SUBSCRIPTIONS];
+    size_t nsubs;
+    char *presence[A2_WORKER_MAX_SUBSCRIPTIONS];
+    size_t npresence;
+
+    /* connection */
+    conn_state state;
+    int fd;
+    a2_wire_reader *reader;
+    a2_wire_buf out;
+    int64_t next_connect_at;
+    int backoff_ms;
+    int64_t handshake_deadline;
+    int64_t next_ping_at;
+    int64_t pong_deadline; /* 0: no ping outstanding */
+    uint64_t ping_id;
+    int failing;           /* connect failures since the last welcome */
+    int started;           /* the first connect was attempted */
+
+    /* degraded sweep */
+    a2_store *store;
+    int64_t next_sweep_at; /* 0: not armed */
+
+    /* events */
+    qevent *head;
+    qevent *tail;
+    qevent *current; /* handed out by a2_worker_next, freed on the next call */
+
+    a2_worker_stats stats;
+    char last_error[512];
+};
+
+/* ── helpers ──────────────────────────────────────────────────────────── */
+
+int64_t a2__worker_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t a2__worker_real_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void a2__worker_logf(void (*log)(void *, const char *), void *ctx,
+                     const char *fmt, ...)
+{
+    if (!log)
+        return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    log(ctx, line);
+}
+
+void a2__worker_default_name(char *buf, size_t len)
+{
+    char host[256] = "worker";
+    if (gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "worker");
+    host[sizeof host - 1] = '\0';
+    snprintf(buf, len, "%s:%ld", host, (long)getpid());
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+#define WLOG(w, ...) a2__worker_logf((w)->log, (w)->log_ctx, __VA_ARGS__)
+
+static void set_error(a2_worker *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void set_error(a2_worker *w, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->last_error, sizeof w->last_error, fmt, ap);
+    va_end(ap);
+}
+
+/* ── the event queue ──────────────────────────────────────────────────── */
+
+static void qevent_free(qevent *q)
+{
+    if (!q)
+        return;
+    for (size_t i = 0; i < sizeof q->strs / sizeof q->strs[0]; i++)
+        free(q->strs[i]);
+    for (size_t i = 0; i < q->nsessions; i++)
+        free(q->sessions[i]);
+    free(q->sessions);
+    free(q);
+}
+
+/* Copies the strings of ev into a new queued event. 0 or ENOMEM. */
+static int enqueue(a2_worker *w, const a2_worker_event *ev)
+{
+    qevent *q = calloc(1, sizeof *q);
+    if (!q)
+        return A2_WORKER_ENOMEM;
+    q->ev = *ev;
+    const char **fields[] = {&q->ev.consumer,    &q->ev.session,
+                             &q->ev.cursor,      &q->ev.event_type,
+                             &q->ev.ns,          &q->ev.participant,
+                             &q->ev.fields_json, &q->ev.message};
+    for (size_t i = 0; i < 8; i++) {
+        if (!*fields[i])
+            continue;
+        q->strs[i] = strdup(*fields[i]);
+        if (!q->strs[i])
+            goto nomem;
+        *fields[i] = q->strs[i];
+    }
+    if (ev->nsessions > 0) {
+        q->sessions = calloc(ev->nsessions, sizeof *q->sessions);
+        if (!q->sessions)
+            goto nomem;
+        for (size_t i = 0; i < ev->nsessions; i++) {
+            q->sessions[i] = strdup(ev->sessions[i]);
+            if (!q->sessions[i])
+                goto nomem;
+            q->nsessions = i + 1;
+        }
+        q->ev.sessions = (const char *const *)q->sessions;
+    } else {
+        q->ev.sessions = NULL;
+    }
+    if (w->tail)
+        w->tail->next = q;
+    else
+        w->head = q;
+    w->tail = q;
+    return 0;
+nomem:
+    qevent_free(q);
+    return A2_WORKER_ENOMEM;
+}
+
+int a2_worker_next(a2_worker *w, a2_worker_event *ev)
+{
+    qevent_free(w->current);
+    w->current = NULL;
+    if (!w->head)
+        return 0;
+    qevent *q = w->head;
+    w->head = q->next;
+    if (!w->head)
+        w->tail = NULL;
+    q->next = NULL;
+    w->current = q;
+    *ev = q->ev;
+    return 1;
+}
+
+/* ── construction ─────────────────────────────────────────────────────── */
+
+static int parse_connect(a2_worker *w, const char *spec, char *err,
+                         size_t errlen)
+{
+    if (strncmp(spec, "unix:", 5) == 0) {
+        const char *p = spec + 5;
+        if (!*p || strlen(p) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+            snprintf(err, errlen, "bad socket path in '%s'", spec);
+            return -1;
+        }
+        w->is_unix = 1;
+        w->path = strdup(p);
+        return w->path ? 0 : -1;
+    }
+    if (strncmp(spec, "tcp:", 4) == 0) {
+        const char *hp = spec + 4;
+        const char *colon = strrchr(hp, ':');
+        if (!colon || colon == hp || !colon[1]) {
+            snprintf(err, errlen, "bad address '%s' (tcp:HOST:PORT)", spec);
+            return -1;
+        }
+        const char *h = hp;
+        size_t hl = (size_t)(colon - hp);
+        if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+            h++;
+            hl -= 2;
+        }
+        w->host = strndup(h, hl);
+        w->port = strdup(colon + 1);
+        if (!w->host || !w->port)
+            return -1;
+        char *end = NULL;
+        long port = strtol(w->port, &end, 10);
+        if (*end || port <= 0 || port > 65535) {
+            snprintf(err, errlen, "bad port in '%s'", spec);
+            return -1;
+        }
+        return 0;
+    }
+    snprintf(err, errlen, "bad address '%s' (unix:PATH or tcp:HOST:PORT)",
+             spec);
+    return -1;
+}
+
+a2_worker *a2_worker_new(const a2_worker_options *opts, char *err,
+                         size_t errlen)
+{
+    char dummy[8];
+    if (!err || errlen == 0) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    err[0] = '\0';
+    if (!opts) {
+        snprintf(err, errlen, "no options");
+        return NULL;
+    }
+    if (opts->degraded_sweep_ms < 0 || opts->reconnect_min_ms < 0 ||
+        opts->reconnect_max_ms < 0 || opts->ping_ms < 0) {
+        snprintf(err, errlen, "negative interval in options");
+        return NULL;
+    }
+    a2_worker *w = calloc(1, sizeof *w);
+    if (!w) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    w->fd = -1;
+    a2_wire_buf_init(&w->out);
+    char name[300];
+    if (!opts->name)
+        a2__worker_default_name(name, sizeof name);
+    w->connect = dup_or_null(opts->connect);
+    w->token = dup_or_null(opts->token);
+    w->name = strdup(opts->name ? opts->name : name);
+    w->db = dup_or_null(opts->db);
+    if ((opts->connect && !w->connect) || (opts->token && !w->token) ||
+        !w->name || (opts->db && !w->db)) {
+        snprintf(err, errlen, "out of memory");
+        goto error;
+    }
+    if (w->connect && parse_connect(w, w->connect, err, errlen) != 0) {
+        if (!err[0])
+            snprintf(err, errlen, "out of memory");
+        goto error;
+    }
+    if (w->connect && !w->is_unix && !w->token) {
+        snprintf(err, errlen, "a tcp: connection needs a token");
+        goto error;
+    }
+    w->sweep_ms = opts->degraded_sweep_ms ? opts->degraded_sweep_ms
+                                          : A2_WORKER_DEFAULT_SWEEP_MS;
+    w->reconnect_min_ms = opts->reconnect_min_ms
+                                  ? opts->reconnect_min_ms
+                                  : A2_WORKER_DEFAULT_RECONNECT_MIN_MS;
+    w->reconnect_max_ms = opts->reconnect_max_ms
+                                  ? opts->reconnect_max_ms
+                                  : A2_WORKER_DEFAULT_RECONNECT_MAX_MS;
+    if (w->reconnect_max_ms < w->reconnect_min_ms)
+        w->reconnect_max_ms = w->reconnect_min_ms;
+    w->ping_ms = opts->ping_ms ? opts->ping_ms : A2_WORKER_DEFAULT_PING_MS;
+    w->backoff_ms = w->reconnect_min_ms;
+    w->log = opts->log;
+    w->log_ctx = opts->log_ctx;
+    return w;
+error:
+    a2_worker_free(w);
+    return NULL;
+}
+
+static void close_conn(a2_worker *w)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    w->fd = -1;
+    a2_wire_reader_free(w->reader);
+    w->reader = NULL;
+    a2_wire_buf_free(&w->out);
+    w->pong_deadline = 0;
+}
+
+void a2_worker_free(a2_worker *w)
+{
+    if (!w)
+        return;
+    close_conn(w);
+    a2_store_close(w->store);
+    for (size_t i = 0; i < w->nsubs; i++) {
+        free(w->subs[i].consumer);
+        for (size_t j = 0; j < w->subs[i].ntypes; j++)
+            free(w->subs[i].types[j]);
+        free(w->subs[i].types);
+    }
+    for (size_t i = 0; i < w->npresence; i++)
+        free(w->presence[i]);
+    qevent_free(w->current);
+    while (w->head) {
+        qevent *q = w->head;
+        w->head = q->next;
+        qevent_free(q);
+    }
+    free(w->connect);
+    free(w->token);
+    free(w->name);
+    free(w->db);
+    free(w->host);
+    free(w->port);
+    free(w->path);
+    free(w);
+}
+
+/* ── subscriptions ────────────────────────────────────────────────────── */
+
+static int send_subscription(a2_worker *w, const subscription *s)
+{
+    int rc = a2_wire_encode_subscribe(&w->out, s->consumer,
+                                      (a2_wire_log_filter)s->log_filter,
+                                      (const char *const *)s->types,
+                                      s->ntypes);
+    return rc == 0 ? 0 : (rc == A2_WIRE_ENOMEM ? A2_WORKER_ENOMEM
+                                               : A2_WORKER_EINVAL);
+}
+
+int a2_worker_subscribe(a2_worker *w, const char *consumer, int log_filter,
+                        const char *const *types, size_t ntypes)
+{
+    if (!w || !consumer || !*consumer ||
+        (log_filter != A2_WIRE_LOG_NONE && log_filter != A2_WIRE_LOG_ALL &&
+         log_filter != A2_WIRE_LOG_TYPES) ||
+        (log_filter == A2_WIRE_LOG_TYPES && (!types || ntypes == 0)) ||
+        ntypes > A2_WIRE_MAX_ARRAY)
+        return A2_WORKER_EINVAL;
+    if (w->nsubs == A2_WORKER_MAX_SUBSCRIPTIONS)
+        return A2_WORKER_EINVAL;
+    subscription s = {0};
+    s.log_filter = log_filter;
+    s.consumer = strdup(consumer);
+    if (!s.consumer)
+        return A2_WORKER_ENOMEM;
+    if (log_filter == A2_WIRE_LOG_TYPES) {
+        s.types = calloc(ntypes, sizeof *s.types);
+        if (!s.types)
+            goto nomem;
+        for (size_t i = 0; i < ntypes; i++) {
+            if (!types[i] || !*types[i]) {
+                for (size_t j = 0; j < s.ntypes; j++)
+                    free(s.types[j]);
+                free(s.types);
+                free(s.consumer);
+                return A2_WORKER_EINVAL;
+            }
+            s.types[i] = strdup(types[i]);
+            if (!s.types[i])
+                goto nomem;
+            s.ntypes = i + 1;
+        }
+    }
+    w->subs[w->nsubs++] = s;
+    if (w->state == ST_HANDSHAKE || w->state == ST_READY)
+        return send_subscription(w, &s);
+    return 0;
+nomem:
+    for (size_t j = 0; j < s.ntypes; j++)
+        free(s.types[j]);
+    free(s.types);
+    free(s.consumer);
+    return A2_WORKER_ENOMEM;
+}
+
+int a2_worker_watch_presence(a2_worker *w, const char *ns)
+{
+    if (!w || !ns || !*ns || w->npresence == A2_WORKER_MAX_SUBSCRIPTIONS)
+        return A2_WORKER_EINVAL;
+    char *copy = strdup(ns);
+    if (!copy)
+        return A2_WORKER_ENOMEM;
+    w->presence[w->npresence++] = copy;
+    if (w->state == ST_HANDSHAKE || w->state == ST_READY) {
+        int rc = a2_wire_encode_presence_sub(&w->out, copy);
+        if (rc != 0)
+            return rc == A2_WIRE_ENOMEM ? A2_WORKER_ENOMEM : A2_WORKER_EINVAL;
+    }
+    return 0;
+}
+
+/* ── connection life ──────────────────────────────────────────────────── */
+
+/* The connection is down: report it (once per outage), schedule a reconnect
+ * with backoff, arm the degraded sweep. */
+static int went_down(a2_worker *w, const char *why)
+{
+    int was_up = w->state == ST_READY || w->state == ST_HANDSHAKE;
+    int was_ready = w->state == ST_READY;
+    close_conn(w);
+    w->state = ST_IDLE;
+    set_error(w, "%s", why);
+    int64_t now = a2__worker_mono_ms();
+    /* Jitter: up to a quarter of the backoff. */
+    int jitter = w->backoff_ms / 4 > 0 ? rand() % (w->backoff_ms / 4 + 1) : 0;
+    w->next_connect_at = now + w->backoff_ms + jitter;
+    int delay = w->backoff_ms + jitter;
+    w->backoff_ms = w->backoff_ms * 2 > w->reconnect_max_ms
+                            ? w->reconnect_max_ms
+                            : w->backoff_ms * 2;
+    int first = w->failing == 0;
+    w->failing++;
+    if (was_ready)
+        w->stats.disconnects++;
+    if (first || was_up) {
+        WLOG(w, "%s; reconnecting in %d ms", why, delay);
+        a2_worker_event ev = {.type = A2_WORKER_EV_DISCONNECTED,
+                              .message = why};
+        if (enqueue(w, &ev) != 0)
+            return A2_WORKER_ENOMEM;
+    }
+    if (w->db && !w->next_sweep_at) {
+        /* Never connected yet: sweep now; after an outage, the reconnect's
+         * resync covers the gap, so the first sweep waits one interval. */
+        w->next_sweep_at = w->stats.connects == 0 ? now : now + w->sweep_ms;
+    }
+    return 0;
+}
+
+static int send_hello(a2_worker *w)
+{
+    int rc = a2_wire_encode_hello(&w->out, w->name,
+                                  w->is_unix ? NULL : w->token);
+    for (size_t i = 0; rc == 0 && i < w->nsubs; i++)
+        rc = send_subscription(w, &w->subs[i]);
+    for (size_t i = 0; rc == 0 && i < w->npresence; i++) {
+        int r2 = a2_wire_encode_presence_sub(&w->out, w->presence[i]);
+        if (r2 != 0)
+            rc = r2 == A2_WIRE_ENOMEM ? A2_WORKER_ENOMEM : A2_WORKER_EINVAL;
+    }
+    return rc;
+}
+
+static int start_connect(a2_worker *w)
+{
+    char why[600];
+    w->started = 1;
+    w->reader = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
+    if (!w->reader)
+        return A2_WORKER_ENOMEM;
+    if (w->is_unix) {
+        struct sockaddr_un sa = {0};
+        sa.sun_family = AF_UNIX;
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", w->path);
+        w->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (w->fd < 0 ||
+            (connect(w->fd, (struct sockaddr *)&sa, sizeof sa) != 0 &&
+             errno != EINPROGRESS && errno != EAGAIN)) {
+            snprintf(why, sizeof why, "could not connect to %s: %s",
+                     w->connect, strerror(errno));
+            return went_down(w, why);
+        }
+    } else {
+        struct addrinfo hints = {0}, *ai = NULL;
+        hints.ai_socktype = SOCK_STREAM;
+        int gai = getaddrinfo(w->host, w->port, &hints, &ai);
+        if (gai != 0) {
+            snprintf(why, sizeof why, "could not resolve %s: %s", w->host,
+                     gai_strerror(gai));
+            return went_down(w, why);
+        }
+        int saved = 0;
+        for (struct addrinfo *a = ai; a; a = a->ai_next) {
+            w->fd = socket(a->ai_family,
+                           a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+            if (w->fd < 0) {
+                saved = errno;
+                continue;
+            }
+            if (connect(w->fd, a->ai_addr, a->ai_addrlen) == 0 ||
+                errno == EINPROGRESS)
+                break;
+            saved = errno;
+            close(w->fd);
+            w->fd = -1;
+        }
+        freeaddrinfo(ai);
+        if (w->fd < 0) {
+            snprintf(why, sizeof why, "could not connect to %s: %s",
+                     w->connect, strerror(saved));
+            return went_down(w, why);
+        }
+    }
+    w->state = ST_CONNECTING;
+    w->handshake_deadline = a2__worker_mono_ms() + HANDSHAKE_TIMEOUT_MS;
+    int rc = send_hello(w);
+    if (rc != 0)
+        return rc;
+    return 0;
+}
+
+/* Handles one frame from the consumer. */
+static int on_frame(a2_worker *w, const a2_wire_msg *m)
+{
+    a2_worker_event ev = {0};
+    w->stats.frames++;
+    switch (m->type) {
+    case A2_WIRE_WELCOME: {
+        if (w->state == ST_READY)
+            return 0;
+        w->state = ST_READY;
+        w->stats.connects++;
+        w->failing = 0;
+        w->backoff_ms = w->reconnect_min_ms;
+        w->next_sweep_at = 0;
+        w->next_ping_at = a2__worker_mono_ms() + w->ping_ms;
+        w->last_error[0] = '\0';
+        WLOG(w, "connected to a2-consumer at %s (lsn %X/%X)", w->connect,
+             (unsigned)(m->lsn >> 32), (unsigned)m->lsn);
+        ev.type = A2_WORKER_EV_CONNECTED;
+        ev.lsn = m->lsn;
+        int rc = enqueue(w, &ev);
+        /* Wake-ups may have been missed while away: resync every consumer. */
+        for (size_t i = 0; rc == 0 && i < w->nsubs; i++) {
+            a2_worker_event rs = {.type = A2_WORKER_EV_RESYNC,
+                                  .consumer = w->subs[i].consumer,
+                                  .all_sessions = true};
+            rc = enqueue(w, &rs);
+        }
+        return rc;
+    }
+    case A2_WIRE_WAKE:
+        ev.type = A2_WORKER_EV_WAKE;
+        ev.consumer = m->consumer;
+        ev.session = m->session;
+        ev.cursor = m->cursor;
+        ev.head = m->head;
+        ev.lsn = m->lsn;
+        return enqueue(w, &ev);
+    case A2_WIRE_LOG:
+        ev.type = A2_WORKER_EV_LOG;
+        ev.consumer = m->consumer;
+        ev.session = m->session;
+        ev.idx = m->idx;
+        ev.event_type = m->event_type;
+        ev.lsn = m->lsn;
+        return enqueue(w, &ev);
+    case A2_WIRE_CLEARED:
+        ev.type = A2_WORKER_EV_CLEARED;
+        ev.session = m->session;
+        ev.clear_index = m->clear_index;
+        ev.lsn = m->lsn;
+        return enqueue(w, &ev);
+    case A2_WIRE_RESYNC:
+        ev.type = A2_WORKER_EV_RESYNC;
+        ev.consumer = m->consumer;
+        ev.all_sessions = m->all_sessions != 0;
+        ev.sessions = m->all_sessions ? NULL : m->sessions;
+        ev.nsessions = m->all_sessions ? 0 : m->n_sessions;
+        return enqueue(w, &ev);
+    case A2_WIRE_PRESENCE:
+        ev.type = A2_WORKER_EV_PRESENCE;
+        ev.ns = m->ns;
+        ev.participant = m->participant;
+        ev.fields_json = m->fields_json;
+        return enqueue(w, &ev);
+    case A2_WIRE_PONG:
+        if (m->id == w->ping_id)
+            w->pong_deadline = 0;
+        return 0;
+    case A2_WIRE_ERROR: {
+        char why[600];
+        snprintf(why, sizeof why, "a2-consumer refused the worker: %s (%s)",
+                 m->message ? m->message : "no message",
+                 m->code ? m->code : "?");
+        return went_down(w, why);
+    }
+    default:
+        return 0;
+    }
+}
+
+static int do_read(a2_worker *w)
+{
+    char buf[READ_CHUNK];
+    for (int rounds = 0; rounds < 16; rounds++) {
+        ssize_t n = recv(w->fd, buf, sizeof buf, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (n <= 0) {
+            char why[300];
+            if (n == 0)
+                snprintf(why, sizeof why,
+                         "a2-consumer at %s closed the connection",
+                         w->connect);
+            else
+                snprintf(why, sizeof why,
+                         "could not read from a2-consumer at %s: %s",
+                         w->connect, strerror(errno));
+            return went_down(w, why);
+        }
+        int rc = a2_wire_reader_feed(w->reader, buf, (size_t)n);
+        if (rc == A2_WIRE_ENOMEM)
+            return A2_WORKER_ENOMEM;
+        a2_wire_msg m;
+        while (rc >= 0 && (rc = a2_wire_reader_next(w->reader, &m)) == 1) {
+            int r2 = on_frame(w, &m);
+            if (r2 != 0)
+                return r2;
+            if (w->state == ST_IDLE)
+                return 0; /* an error frame closed the connection */
+        }
+        if (rc < 0) {
+            char why[600];
+            snprintf(why, sizeof why, "bad frame from a2-consumer: %s",
+                     a2_wire_reader_error(w->reader));
+            return went_down(w, why);
+        }
+    }
+    return 0;
+}
+
+static int do_write(a2_worker *w)
+{
+    while (w->out.len > 0) {
+        ssize_t n = send(w->fd, w->out.data, w->out.len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (n < 0) {
+            char why[300];
+            snprintf(why, sizeof why,
+                     "could not write to a2-consumer at %s: %s", w->connect,
+                     strerror(errno));
+            return went_down(w, why);
+        }
+        a2_wire_buf_consume(&w->out, (size_t)n);
+    }
+    return 0;
+}
+
+/* The degraded sweep: pending sessions of every subscribed consumer. */
+static int sweep(a2_worker *w)
+{
+    w->stats.sweeps++;
+    if (!w->store) {
+        a2_store_error err = {0};
+        if (a2_store_open(&w->store, w->db, &err) != 0) {
+            WLOG(w, "degraded: a2-consumer unreachable and the store too: %s",
+                 err.message);
+            return 0;
+        }
+    }
+    size_t found = 0;
+    for (size_t i = 0; i < w->nsubs; i++) {
+        const char *consumer = w->subs[i].consumer;
+        char *after = NULL;
+        for (;;) {
+            a2_sessions page = {0};
+            if (a2_store_pending_sessions(w->store, &consumer, 1, after,
+                                          SWEEP_PAGE, &page) != 0) {
+                const a2_store_error *e = a2_store_last_error(w->store);
+                WLOG(w, "degraded: sweep of pending sessions failed: %s",
+                     e ? e->message : "unknown error");
+                if (e && e->code == A2_ESTORE_UNAVAILABLE) {
+                    a2_store_close(w->store);
+                    w->store = NULL;
+                }
+                a2_sessions_free(&page);
+                free(after);
+                return 0;
+            }
+            for (size_t j = 0; j < page.count; j++) {
+                a2_worker_event ev = {.type = A2_WORKER_EV_SWEEP,
+                                      .consumer = consumer,
+                                      .session = page.items[j]};
+                if (enqueue(w, &ev) != 0) {
+                    a2_sessions_free(&page);
+                    free(after);
+                    return A2_WORKER_ENOMEM;
+                }
+            }
+            found += page.count;
+            int last = page.count < SWEEP_PAGE;
+            free(after);
+            after = page.count ? strdup(page.items[page.count - 1]) : NULL;
+            a2_sessions_free(&page);
+            if (last || !after)
+                break;
+        }
+        free(after);
+    }
+    WLOG(w,
+         "degraded: a2-consumer unreachable (%s); swept %zu pending "
+         "session%s, next sweep in %d ms",
+         w->last_error[0] ? w->last_error : "not connected", found,
+         found == 1 ? "" : "s", w->sweep_ms);
+    return 0;
+}
+
+int a2_worker_process(a2_worker *w)
+{
+    if (!w)
+        return A2_WORKER_EINVAL;
+    int rc = 0;
+    int64_t now = a2__worker_mono_ms();
+    if (w->state == ST_IDLE && w->connect &&
+        (!w->started || now >= w->next_connect_at)) {
+        if ((rc = start_connect(w)) != 0)
+            return rc;
+    } else if (!w->connect && !w->started) {
+        w->started = 1;
+        if (w->db)
+            w->next_sweep_at = now;
+    }
+    if (w->fd >= 0) {
+        struct pollfd pfd = {w->fd, POLLIN, 0};
+        if (w->out.len > 0 || w->state == ST_CONNECTING)
+            pfd.events |= POLLOUT;
+        int pr = poll(&pfd, 1, 0);
+        if (pr < 0 && errno != EINTR)
+            return A2_WORKER_EIO;
+        if (pr > 0) {
+            if (w->state == ST_CONNECTING &&
+                (pfd.revents & (POLLOUT | POLLERR | POLLHUP))) {
+                int soerr = 0;
+                socklen_t sl = sizeof soerr;
+                if (getsockopt(w->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0)
+                    soerr = errno;
+                if (soerr != 0) {
+                    char why[600];
+                    snprintf(why, sizeof why, "could not connect to %s: %s",
+                             w->connect, strerror(soerr));
+                    return went_down(w, why);
+                }
+                w->state = ST_HANDSHAKE;
+            }
+            if (w->fd >= 0 && w->state != ST_CONNECTING &&
+                (pfd.revents & POLLOUT) && (rc = do_write(w)) != 0)
+                return rc;
+            if (w->fd >= 0 && w->state != ST_CONNECTING &&
+                (pfd.revents & (POLLIN | POLLHUP | POLLERR)) &&
+                (rc = do_read(w)) != 0)
+                return rc;
+        }
+    }
+    now = a2__worker_mono_ms();
+    if ((w->state == ST_CONNECTING || w->state == ST_HANDSHAKE) &&
+        now >= w->handshake_deadline) {
+        char why[600];
+        snprintf(why, sizeof why, "a2-consumer at %s sent no welcome in %d ms",
+                 w->connect, HANDSHAKE_TIMEOUT_MS);
+        return went_down(w, why);
+    }
+    if (w->state == ST_READY) {
+        if (w->pong_deadline && now >= w->pong_deadline) {
+            char why[600];
+            snprintf(why, sizeof why,
+                     "a2-consumer at %s did not answer a ping in %d ms",
+                     w->connect, w->ping_ms);
+            return went_down(w, why);
+        }
+        if (!w->pong_deadline && now >= w->next_ping_at) {
+            w->ping_id++;
+            if (a2_wire_encode_ping(&w->out, w->ping_id) != 0)
+                return A2_WORKER_ENOMEM;
+            w->pong_deadline = now + w->ping_ms;
+            w->next_ping_at = now + w->ping_ms;
+            if ((rc = do_write(w)) != 0)
+                return rc;
+        }
+    }
+    if (w->state != ST_READY && w->db && w->next_sweep_at &&
+        now >= w->next_sweep_at) {
+        w->next_sweep_at = now + w->sweep_ms;
+        if ((rc = sweep(w)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int a2_worker_fd(const a2_worker *w)
+{
+    return w ? w->fd : -1;
+}
+
+short a2_worker_poll_events(const a2_worker *w)
+{
+    if (!w || w->fd < 0)
+        return 0;
+    short ev = POLLIN;
+    if (w->out.len > 0 || w->state == ST_CONNECTING)
+        ev |= POLLOUT;
+    return ev;
+}
+
+static int64_t min_deadline(int64_t a, int64_t b)
+{
+    if (a <= 0)
+        return b;
+    if (b <= 0)
+        return a;
+    return a < b ? a : b;
+}
+
+int a2_worker_timeout(const a2_worker *w)
+{
+    if (!w)
+        return -1;
+    if (w->head)
+        return 0;
+    if (!w->started)
+        return 0;
+    int64_t d = 0;
+    if (w->state == ST_IDLE && w->connect)
+        d = min_deadline(d, w->next_connect_at);
+    if (w->state == ST_CONNECTING || w->state == ST_HANDSHAKE)
+        d = min_deadline(d, w->handshake_deadline);
+    if (w->state == ST_READY)
+        d = min_deadline(d, w->pong_deadline ? w->pong_deadline
+                                             : w->next_ping_at);
+    if (w->state != ST_READY && w->db && w->next_sweep_at)
+        d = min_deadline(d, w->next_sweep_at);
+    if (d <= 0)
+        return -1;
+    int64_t left = d - a2__worker_mono_ms();
+    if (left < 0)
+        return 0;
+    return left > 24 * 3600 * 1000 ? 24 * 3600 * 1000 : (int)left;
+}
+
+int a2_worker_wait(a2_worker *w, a2_worker_event *ev, int timeout_ms)
+{
+    if (!w || !ev)
+        return A2_WORKER_EINVAL;
+    int64_t until = timeout_ms >= 0 ? a2__worker_mono_ms() + timeout_ms : 0;
+    for (;;) {
+        if (a2_worker_next(w, ev) == 1)
+            return 1;
+        int rc = a2_worker_process(w);
+        if (rc != 0)
+            return rc;
+        if (a2_worker_next(w, ev) == 1)
+            return 1;
+        int t = a2_worker_timeout(w);
+        if (timeout_ms >= 0) {
+            int64_t left = until - a2__worker_mono_ms();
+            if (left <= 0)
+                return 0;
+            if (t < 0 || t > left)
+                t = (int)left;
+        }
+        struct pollfd pfd = {w->fd, a2_worker_poll_events(w), 0};
+        int pr = poll(&pfd, w->fd >= 0 ? 1 : 0, t);
+        if (pr < 0 && errno == EINTR)
+            return A2_WORKER_EINTR;
+        if (pr < 0)
+            return A2_WORKER_EIO;
+    }
+}
+
+bool a2_worker_connected(const a2_worker *w)
+{
+    return w && w->state == ST_READY;
+}
+
+const char *a2_worker_last_error(const a2_worker *w)
+{
+    return w ? w->last_error : "";
+}
+
+void a2_worker_get_stats(const a2_worker *w, a2_worker_stats *out)
+{
+    if (w && out)
+        *out = w->stats;
+}
