@@ -110,9 +110,8 @@ static int admit(a2c_queue *q)
     return A2C_QUEUE_QUEUED;
 }
 
-int a2c_queue_push_wake(a2c_queue *q, const char *consumer,
-                        const char *session, const char *cursor, int64_t head,
-                        uint64_t lsn)
+int a2c_queue_push_wake(a2c_queue *q, const char *consumer, const char *session,
+                        const char *cursor, int64_t head, uint64_t lsn)
 {
     size_t lc, ls, lk, klen;
     entry *e;

@@ -16,21 +16,29 @@
 
 typedef struct a2c_queue a2c_queue;
 
-/* Results of the pushes. */
-#define A2C_QUEUE_QUEUED 0    /* a new frame was queued */
-#define A2C_QUEUE_COALESCED 1 /* an existing wake was updated */
-#define A2C_QUEUE_OVERFLOW 2  /* the bound was hit: the queue was dropped now */
-#define A2C_QUEUE_DROPPED 3   /* already overflowed: the frame was dropped */
-#define A2C_QUEUE_ENOMEM (-2)
-#define A2C_QUEUE_EINVAL (-1) /* the frame could not be encoded */
+/*
+ * Results of the pushes:
+ *   QUEUED     a new frame was queued
+ *   COALESCED  an existing wake was updated
+ *   OVERFLOW   the bound was hit: the queue was dropped just now
+ *   DROPPED    already overflowed: the frame was dropped
+ *   ENOMEM     out of memory
+ *   EINVAL     the frame could not be encoded (limits, bad fields JSON)
+ */
+#define A2C_QUEUE_QUEUED    0
+#define A2C_QUEUE_COALESCED 1
+#define A2C_QUEUE_OVERFLOW  2
+#define A2C_QUEUE_DROPPED   3
+#define A2C_QUEUE_ENOMEM    (-2)
+#define A2C_QUEUE_EINVAL    (-1)
 
-/* A queue holding at most limit frames (limit >= 1). NULL when out of memory. */
+/* A queue holding at most limit frames (limit >= 1). NULL when out of memory.
+ */
 a2c_queue *a2c_queue_new(size_t limit);
 void a2c_queue_free(a2c_queue *q); /* NULL-safe */
 
-int a2c_queue_push_wake(a2c_queue *q, const char *consumer,
-                        const char *session, const char *cursor, int64_t head,
-                        uint64_t lsn);
+int a2c_queue_push_wake(a2c_queue *q, const char *consumer, const char *session,
+                        const char *cursor, int64_t head, uint64_t lsn);
 /* Any other message, encoded now. */
 int a2c_queue_push(a2c_queue *q, const a2_wire_msg *m);
 

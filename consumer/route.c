@@ -102,8 +102,7 @@ void a2c_map_free(a2c_map *m, void (*free_val)(void *))
     free(m);
 }
 
-static node **find(const a2c_map *m, const void *key, size_t klen,
-                   uint64_t h)
+static node **find(const a2c_map *m, const void *key, size_t klen, uint64_t h)
 {
     node **pp = &m->b[h & (m->nb - 1)];
     while (*pp) {
@@ -142,8 +141,7 @@ static void grow(a2c_map *m)
     m->nb = nb;
 }
 
-int a2c_map_put(a2c_map *m, const void *key, size_t klen, void *val,
-                void **old)
+int a2c_map_put(a2c_map *m, const void *key, size_t klen, void *val, void **old)
 {
     uint64_t h = a2c_route_hash(key, klen, 1);
     node **pp = find(m, key, klen, h);
@@ -195,8 +193,8 @@ size_t a2c_map_count(const a2c_map *m)
     return m ? m->count : 0;
 }
 
-int a2c_map_next(const a2c_map *m, size_t *it, void **entry,
-                 const char **key, size_t *klen, void **val)
+int a2c_map_next(const a2c_map *m, size_t *it, void **entry, const char **key,
+                 size_t *klen, void **val)
 {
     node *n = *entry;
 

@@ -49,7 +49,7 @@ size_t a2c_map_count(const a2c_map *m);
 
 /* Iteration; the map must not change meanwhile. Start with *it = 0; returns
  * 1 with key/val set, 0 at the end. The key is borrowed from the map. */
-int a2c_map_next(const a2c_map *m, size_t *it, void **entry,
-                 const char **key, size_t *klen, void **val);
+int a2c_map_next(const a2c_map *m, size_t *it, void **entry, const char **key,
+                 size_t *klen, void **val);
 
 #endif

@@ -28,18 +28,18 @@
 #include "route.h"
 #include "server.h"
 
-#define DEFAULT_QUEUE_LIMIT 10000
+#define DEFAULT_QUEUE_LIMIT      10000
 #define DEFAULT_HELLO_TIMEOUT_MS 5000
-#define LINGER_MS 500             /* CLOSING: how long to wait for the peer's EOF */
-#define ROUTED_MAX 4096           /* sessions remembered per worker for moves */
-#define MAX_SUBS 1024             /* subscriptions (consumers + namespaces) per worker */
-#define OUT_CHUNK (64 * 1024)     /* bytes encoded ahead of the socket */
-#define READ_CHUNK (64 * 1024)
-#define READS_PER_EVENT 4
-#define WRITES_PER_EVENT 16
-#define MAX_EVENTS 64
-#define MAX_ROUNDS 16
-#define ACCEPTS_PER_EVENT 64
+#define LINGER_MS                500 /* CLOSING: how long to wait for the peer's EOF */
+#define ROUTED_MAX               4096 /* sessions remembered per worker for moves */
+#define MAX_SUBS                 1024 /* subscriptions (consumers + namespaces) per worker */
+#define OUT_CHUNK                (64 * 1024) /* bytes encoded ahead of the socket */
+#define READ_CHUNK               (64 * 1024)
+#define READS_PER_EVENT          4
+#define WRITES_PER_EVENT         16
+#define MAX_EVENTS               64
+#define MAX_ROUNDS               16
+#define ACCEPTS_PER_EVENT        64
 
 enum { H_UNIX = 1, H_TCP, H_TIMER, H_WORKER };
 enum { W_NEW = 0, W_LIVE, W_CLOSING, W_DEAD };
@@ -179,9 +179,8 @@ static int push(a2c_server *srv, worker *w, const a2_wire_msg *m)
 
 static void push_resync_all(a2c_server *srv, worker *w, const char *consumer)
 {
-    a2_wire_msg m = {.type = A2_WIRE_RESYNC,
-                     .consumer = consumer,
-                     .all_sessions = 1};
+    a2_wire_msg m = {
+            .type = A2_WIRE_RESYNC, .consumer = consumer, .all_sessions = 1};
     (void)push(srv, w, &m);
 }
 
@@ -538,7 +537,8 @@ static void on_message(a2c_server *srv, worker *w, const a2_wire_msg *m)
         return;
     case A2_WIRE_SUBSCRIBE:
         if (!find_sub(w, m->consumer) && w->n_subs + w->n_ns >= MAX_SUBS) {
-            proto_error(srv, w, A2_WIRE_CODE_PROTOCOL, "too many subscriptions");
+            proto_error(srv, w, A2_WIRE_CODE_PROTOCOL,
+                        "too many subscriptions");
             return;
         }
         if (add_sub(w, m) != 0) {
@@ -549,7 +549,8 @@ static void on_message(a2c_server *srv, worker *w, const a2_wire_msg *m)
         return;
     case A2_WIRE_PRESENCE_SUB:
         if (w->n_subs + w->n_ns >= MAX_SUBS) {
-            proto_error(srv, w, A2_WIRE_CODE_PROTOCOL, "too many subscriptions");
+            proto_error(srv, w, A2_WIRE_CODE_PROTOCOL,
+                        "too many subscriptions");
             return;
         }
         if (add_ns(w, m->ns) != 0)
@@ -894,14 +895,16 @@ a2c_server *a2c_server_new(const a2c_server_options *opts, char *err,
 
     seterr(err, errlen, "%s", "");
     if (!opts || (!opts->unix_path && !opts->tcp_host)) {
-        seterr(err, errlen, "no listener: give a Unix socket path or a TCP host");
+        seterr(err, errlen,
+               "no listener: give a Unix socket path or a TCP host");
         return NULL;
     }
     if (opts->tcp_host && (!opts->token || !opts->token[0])) {
         seterr(err, errlen, "a token is required to listen on TCP");
         return NULL;
     }
-    if (opts->route != A2C_ROUTE_AFFINITY && opts->route != A2C_ROUTE_BROADCAST) {
+    if (opts->route != A2C_ROUTE_AFFINITY &&
+        opts->route != A2C_ROUTE_BROADCAST) {
         seterr(err, errlen, "unknown route mode %d", (int)opts->route);
         return NULL;
     }
@@ -914,11 +917,11 @@ a2c_server *a2c_server_new(const a2c_server_options *opts, char *err,
     srv->ltcp = (handle){H_TCP, -1};
     srv->timer = (handle){H_TIMER, -1};
     srv->route = opts->route;
-    srv->queue_limit = opts->queue_limit ? opts->queue_limit
-                                         : DEFAULT_QUEUE_LIMIT;
+    srv->queue_limit =
+            opts->queue_limit ? opts->queue_limit : DEFAULT_QUEUE_LIMIT;
     srv->hello_timeout_ms = opts->hello_timeout_ms > 0
-                                ? opts->hello_timeout_ms
-                                : DEFAULT_HELLO_TIMEOUT_MS;
+                                    ? opts->hello_timeout_ms
+                                    : DEFAULT_HELLO_TIMEOUT_MS;
     srv->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (srv->epfd < 0) {
         seterr(err, errlen, "could not create epoll: %s", strerror(errno));
@@ -1012,9 +1015,8 @@ static void route_msg(a2c_server *srv, const char *consumer,
     (void)push(srv, srv->cw[k], m);
 }
 
-void a2c_server_wake(a2c_server *srv, const char *consumer,
-                     const char *session, const char *cursor_key,
-                     int64_t head, uint64_t lsn)
+void a2c_server_wake(a2c_server *srv, const char *consumer, const char *session,
+                     const char *cursor_key, int64_t head, uint64_t lsn)
 {
     a2_wire_msg m = {.type = A2_WIRE_WAKE,
                      .consumer = consumer,
@@ -1027,9 +1029,8 @@ void a2c_server_wake(a2c_server *srv, const char *consumer,
     route_msg(srv, consumer, session, NULL, &m);
 }
 
-void a2c_server_log(a2c_server *srv, const char *consumer,
-                    const char *session, int64_t idx, const char *type,
-                    uint64_t lsn)
+void a2c_server_log(a2c_server *srv, const char *consumer, const char *session,
+                    int64_t idx, const char *type, uint64_t lsn)
 {
     a2_wire_msg m = {.type = A2_WIRE_LOG,
                      .consumer = consumer,

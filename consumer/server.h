@@ -12,10 +12,34 @@
  * drains.
  *
  * Routing. A wake-up for (consumer, session) goes to one live subscriber of
- * the consumer chosen by rendezvous hashing on the session (A2C_ROUTE_AFFINITY),
- * or to every subscriber (A2C_ROUTE_BROADCAST). When a worker leaves, the
- * sessions it was routed are moved: the remaining subscribers of its consumers
- * get a `resync` naming those sessions (or all, when unknown).
+ * the consumer chosen by rendezvous hashing on the session
+ * (A2C_ROUTE_AFFINITY), or to every subscriber (A2C_ROUTE_BROADCAST). When a
+ * worker leaves, the sessions it was routed are moved: the remaining
+ * subscribers of its consumers get a `resync` naming those sessions (or all,
+ * when unknown).
+ *
+ * Details of the implementation (server.c):
+ * - A worker's first frame must be `hello` with v = 1 (over TCP with the
+ *   token, compared in constant time); the reply is `welcome` {v, lsn}. Each
+ *   `subscribe` is answered with `resync` {consumer, nil}; `ping` with `pong`.
+ * - A bad frame (malformed, over 64 KiB, unknown or unexpected type, wrong
+ *   version or token, no hello in time) gets an `error` {code, message}
+ *   (codes A2_WIRE_CODE_* of a2/wire.h); the server then shuts the socket
+ *   for writing and closes it on EOF or after 500 ms, so the worker reads the
+ *   error rather than a reset. Other workers are not affected.
+ * - The worker identity for routing is the hash of its hello name; workers
+ *   should use unique names (two workers of the same name: the older one
+ *   takes every session until it leaves).
+ * - Up to 4096 distinct sessions routed to a worker are remembered for the
+ *   move on departure; past that, the move is a `resync` of all sessions
+ *   (always correct, less targeted).
+ * - A worker that never reads costs at most queue_limit frames plus 64 KiB.
+ *   On overflow the queue is dropped (stats.overflows counts it), frames are
+ *   dropped until the socket drains, then the worker gets one `resync`
+ *   {consumer, nil} per subscribed consumer. Presence patches dropped that
+ *   way are not replayed.
+ * - Stats count frames handed to the socket (wakes coalesced in a queue
+ *   count once).
  */
 #ifndef A2_CONSUMER_SERVER_H
 #define A2_CONSUMER_SERVER_H
@@ -31,18 +55,20 @@ typedef enum {
 } a2c_route;
 
 typedef struct {
-    const char *unix_path;  /* socket path; NULL for none */
-    const char *tcp_host;   /* NULL for no TCP listener */
-    const char *tcp_port;   /* "0" picks a free port (a2c_server_tcp_port) */
-    const char *token;      /* required when tcp_host is set */
+    const char *unix_path; /* socket path; NULL for none */
+    const char *tcp_host;  /* NULL for no TCP listener */
+    const char *tcp_port;  /* "0" picks a free port (a2c_server_tcp_port) */
+    const char *token;     /* required when tcp_host is set */
     a2c_route route;
-    size_t queue_limit;     /* frames queued per worker before overflow; 0 = default */
-    int hello_timeout_ms;   /* a worker that sends no hello in time is dropped; 0 = default */
+    /* Frames queued per worker before overflow; 0 = 10000. */
+    size_t queue_limit;
+    /* A worker that sends no hello in time is dropped; 0 = 5000 ms. */
+    int hello_timeout_ms;
 } a2c_server_options;
 
 /* Counters for metrics. */
 typedef struct {
-    uint64_t workers;         /* connected and said hello */
+    uint64_t workers; /* connected and said hello */
     uint64_t wakes_sent;
     uint64_t logs_sent;
     uint64_t cleared_sent;
@@ -59,7 +85,7 @@ typedef struct {
 a2c_server *a2c_server_new(const a2c_server_options *opts, char *err,
                            size_t errlen);
 
-/* Closes every connection and listener and removes the Unix socket. NULL-safe. */
+/* Closes every connection and listener, removes the Unix socket. NULL-safe. */
 void a2c_server_free(a2c_server *srv);
 
 /* The descriptor to poll for readability (an epoll fd). */
@@ -78,17 +104,15 @@ int a2c_server_run(a2c_server *srv);
 void a2c_server_set_lsn(a2c_server *srv, uint64_t lsn);
 
 /* `wake` for (consumer, session): routed to one subscriber (or all). */
-void a2c_server_wake(a2c_server *srv, const char *consumer,
-                     const char *session, const char *cursor_key,
-                     int64_t head, uint64_t lsn);
+void a2c_server_wake(a2c_server *srv, const char *consumer, const char *session,
+                     const char *cursor_key, int64_t head, uint64_t lsn);
 
 /* `log`: to the subscribers of consumer whose log types include type (nil
  * log_types = every type; a subscriber without log_types gets no `log`):
  * one of them by rendezvous hashing on the session (A2C_ROUTE_AFFINITY), or
  * all of them (A2C_ROUTE_BROADCAST). */
-void a2c_server_log(a2c_server *srv, const char *consumer,
-                    const char *session, int64_t idx, const char *type,
-                    uint64_t lsn);
+void a2c_server_log(a2c_server *srv, const char *consumer, const char *session,
+                    int64_t idx, const char *type, uint64_t lsn);
 
 /* `cleared`: to every worker that has subscribed at least one consumer (the
  * simplest correct rule: routing is per consumer, a clear is per session). */

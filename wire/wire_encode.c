@@ -471,35 +471,59 @@ int a2_wire_encode_error(a2_wire_buf *b, const char *code, const char *message)
 const char *a2_wire_type_name(a2_wire_type type)
 {
     switch (type) {
-    case A2_WIRE_HELLO: return "hello";
-    case A2_WIRE_SUBSCRIBE: return "subscribe";
-    case A2_WIRE_PRESENCE_SUB: return "presence";
-    case A2_WIRE_PING: return "ping";
-    case A2_WIRE_WELCOME: return "welcome";
-    case A2_WIRE_WAKE: return "wake";
-    case A2_WIRE_LOG: return "log";
-    case A2_WIRE_CLEARED: return "cleared";
-    case A2_WIRE_RESYNC: return "resync";
-    case A2_WIRE_PRESENCE: return "presence";
-    case A2_WIRE_PONG: return "pong";
-    case A2_WIRE_ERROR: return "error";
-    default: return "?";
+    case A2_WIRE_HELLO:
+        return "hello";
+    case A2_WIRE_SUBSCRIBE:
+        return "subscribe";
+    case A2_WIRE_PRESENCE_SUB:
+        return "presence";
+    case A2_WIRE_PING:
+        return "ping";
+    case A2_WIRE_WELCOME:
+        return "welcome";
+    case A2_WIRE_WAKE:
+        return "wake";
+    case A2_WIRE_LOG:
+        return "log";
+    case A2_WIRE_CLEARED:
+        return "cleared";
+    case A2_WIRE_RESYNC:
+        return "resync";
+    case A2_WIRE_PRESENCE:
+        return "presence";
+    case A2_WIRE_PONG:
+        return "pong";
+    case A2_WIRE_ERROR:
+        return "error";
+    default:
+        return "?";
     }
 }
 
 const char *a2_wire_strerror(int code)
 {
     switch (code) {
-    case 0: return "ok";
-    case A2_WIRE_EINVAL: return "invalid argument";
-    case A2_WIRE_ENOMEM: return "out of memory";
-    case A2_WIRE_EFORMAT: return "malformed frame";
-    case A2_WIRE_ETOOBIG: return "over a size limit";
-    case A2_WIRE_EDEPTH: return "nested too deep";
-    case A2_WIRE_EMISSING: return "missing key";
-    case A2_WIRE_ETYPE: return "wrong type";
-    case A2_WIRE_EUNKNOWN: return "unknown message";
-    case A2_WIRE_EVERSION: return "unsupported protocol version";
-    default: return "unknown error";
+    case 0:
+        return "ok";
+    case A2_WIRE_EINVAL:
+        return "invalid argument";
+    case A2_WIRE_ENOMEM:
+        return "out of memory";
+    case A2_WIRE_EFORMAT:
+        return "malformed frame";
+    case A2_WIRE_ETOOBIG:
+        return "over a size limit";
+    case A2_WIRE_EDEPTH:
+        return "nested too deep";
+    case A2_WIRE_EMISSING:
+        return "missing key";
+    case A2_WIRE_ETYPE:
+        return "wrong type";
+    case A2_WIRE_EUNKNOWN:
+        return "unknown message";
+    case A2_WIRE_EVERSION:
+        return "unsupported protocol version";
+    default:
+        return "unknown error";
     }
 }

@@ -18,10 +18,10 @@ size_t a2__wire_max_frame(a2_wire_from from);
  * calls so bytes arriving one at a time are scanned once.
  */
 typedef struct {
-    size_t pos;                         /* bytes of the frame scanned */
-    int depth;                          /* open containers */
-    int started;                        /* the frame's first header was read */
-    uint32_t rem[A2_WIRE_MAX_DEPTH];    /* elements left in each container */
+    size_t pos;                      /* bytes of the frame scanned */
+    int depth;                       /* open containers */
+    int started;                     /* the frame's first header was read */
+    uint32_t rem[A2_WIRE_MAX_DEPTH]; /* elements left in each container */
 } a2__wire_scan;
 
 void a2__wire_scan_reset(a2__wire_scan *s);

@@ -451,17 +451,17 @@ static const struct {
     a2_wire_type worker;   /* as sent by a worker */
     a2_wire_type consumer; /* as sent by the consumer */
 } types[] = {
-    {"hello", A2_WIRE_HELLO, A2_WIRE_NONE},
-    {"subscribe", A2_WIRE_SUBSCRIBE, A2_WIRE_NONE},
-    {"presence", A2_WIRE_PRESENCE_SUB, A2_WIRE_PRESENCE},
-    {"ping", A2_WIRE_PING, A2_WIRE_NONE},
-    {"welcome", A2_WIRE_NONE, A2_WIRE_WELCOME},
-    {"wake", A2_WIRE_NONE, A2_WIRE_WAKE},
-    {"log", A2_WIRE_NONE, A2_WIRE_LOG},
-    {"cleared", A2_WIRE_NONE, A2_WIRE_CLEARED},
-    {"resync", A2_WIRE_NONE, A2_WIRE_RESYNC},
-    {"pong", A2_WIRE_NONE, A2_WIRE_PONG},
-    {"error", A2_WIRE_NONE, A2_WIRE_ERROR},
+        {"hello", A2_WIRE_HELLO, A2_WIRE_NONE},
+        {"subscribe", A2_WIRE_SUBSCRIBE, A2_WIRE_NONE},
+        {"presence", A2_WIRE_PRESENCE_SUB, A2_WIRE_PRESENCE},
+        {"ping", A2_WIRE_PING, A2_WIRE_NONE},
+        {"welcome", A2_WIRE_NONE, A2_WIRE_WELCOME},
+        {"wake", A2_WIRE_NONE, A2_WIRE_WAKE},
+        {"log", A2_WIRE_NONE, A2_WIRE_LOG},
+        {"cleared", A2_WIRE_NONE, A2_WIRE_CLEARED},
+        {"resync", A2_WIRE_NONE, A2_WIRE_RESYNC},
+        {"pong", A2_WIRE_NONE, A2_WIRE_PONG},
+        {"error", A2_WIRE_NONE, A2_WIRE_ERROR},
 };
 
 static int parse_frame(a2_wire_reader *r, const msgpack_object *root,
@@ -500,7 +500,7 @@ static int parse_frame(a2_wire_reader *r, const msgpack_object *root,
     }
     if (m->type == A2_WIRE_NONE) {
         size_t n = t->via.str.size < sizeof tname - 1 ? t->via.str.size
-                                                        : sizeof tname - 1;
+                                                      : sizeof tname - 1;
         for (size_t i = 0; i < n; i++) {
             unsigned char c = (unsigned char)t->via.str.ptr[i];
             tname[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
@@ -540,7 +540,7 @@ int a2_wire_reader_next(a2_wire_reader *r, a2_wire_msg *out)
 
     msgpack_unpacked_init(&unp);
     msgpack_unpack_return ur = msgpack_unpack_next(
-        &unp, (const char *)r->buf + r->start, flen, &off);
+            &unp, (const char *)r->buf + r->start, flen, &off);
     if (ur == MSGPACK_UNPACK_NOMEM_ERROR) {
         rc = fail(r, A2_WIRE_ENOMEM, "out of memory");
         goto cleanup;

@@ -73,17 +73,45 @@ int a2__wire_scan_step(a2__wire_scan *s, const unsigned char *buf, size_t len,
             body = b & 0x1f;
         } else {
             switch (b) {
-            case 0xca: hdr = 5; break;
-            case 0xcb: hdr = 9; break;
-            case 0xcc: case 0xd0: hdr = 2; break;
-            case 0xcd: case 0xd1: hdr = 3; break;
-            case 0xce: case 0xd2: hdr = 5; break;
-            case 0xcf: case 0xd3: hdr = 9; break;
-            case 0xd9: hdr = 2; break;
-            case 0xda: hdr = 3; break;
-            case 0xdb: hdr = 5; break;
-            case 0xdc: case 0xde: hdr = 3; break;
-            case 0xdd: case 0xdf: hdr = 5; break;
+            case 0xca:
+                hdr = 5;
+                break;
+            case 0xcb:
+                hdr = 9;
+                break;
+            case 0xcc:
+            case 0xd0:
+                hdr = 2;
+                break;
+            case 0xcd:
+            case 0xd1:
+                hdr = 3;
+                break;
+            case 0xce:
+            case 0xd2:
+                hdr = 5;
+                break;
+            case 0xcf:
+            case 0xd3:
+                hdr = 9;
+                break;
+            case 0xd9:
+                hdr = 2;
+                break;
+            case 0xda:
+                hdr = 3;
+                break;
+            case 0xdb:
+                hdr = 5;
+                break;
+            case 0xdc:
+            case 0xde:
+                hdr = 3;
+                break;
+            case 0xdd:
+            case 0xdf:
+                hdr = 5;
+                break;
             case 0xc1:
                 *why = "invalid msgpack type byte 0xc1";
                 return A2_WIRE_EFORMAT;

@@ -39,33 +39,63 @@
 
 #define A2_WIRE_VERSION 1
 
-/* Hard limits (bytes or elements). Encoders refuse to exceed them, readers
- * reject input exceeding them. */
-#define A2_WIRE_MAX_WORKER_FRAME (64 * 1024)          /* one frame from a worker */
-#define A2_WIRE_MAX_CONSUMER_FRAME (1024 * 1024)      /* one frame from the consumer */
-#define A2_WIRE_MAX_STRING 4096   /* any string value or key, in bytes */
-#define A2_WIRE_MAX_ARRAY 4096    /* log_types, sessions */
-#define A2_WIRE_MAX_FIELDS 1024   /* entries of a presence `fields` map */
-#define A2_WIRE_MAX_DEPTH 16      /* nesting of maps/arrays, the frame's map is 1 */
+/*
+ * Hard limits (bytes or elements). Encoders refuse to exceed them, readers
+ * reject input exceeding them:
+ *   MAX_WORKER_FRAME    one frame from a worker
+ *   MAX_CONSUMER_FRAME  one frame from the consumer
+ *   MAX_STRING          any string value or key, in bytes
+ *   MAX_ARRAY           any array (log_types, sessions, presence values)
+ *   MAX_FIELDS          any map (the frame, a presence `fields` map)
+ *   MAX_DEPTH           nesting of maps and arrays; the frame's map is 1
+ */
+#define A2_WIRE_MAX_WORKER_FRAME   (64 * 1024)
+#define A2_WIRE_MAX_CONSUMER_FRAME (1024 * 1024)
+#define A2_WIRE_MAX_STRING         4096
+#define A2_WIRE_MAX_ARRAY          4096
+#define A2_WIRE_MAX_FIELDS         1024
+#define A2_WIRE_MAX_DEPTH          16
 
-/* Error codes (negative). */
-#define A2_WIRE_EAGAIN 0      /* not an error: a2_wire_reader_next needs more bytes */
-#define A2_WIRE_EINVAL (-1)   /* bad argument (NULL where a value is required) */
-#define A2_WIRE_ENOMEM (-2)   /* out of memory */
-#define A2_WIRE_EFORMAT (-3)  /* not msgpack, not a map, non-string key, NUL in string, duplicate key */
-#define A2_WIRE_ETOOBIG (-4)  /* frame, string, array or map over its limit */
-#define A2_WIRE_EDEPTH (-5)   /* nesting deeper than A2_WIRE_MAX_DEPTH */
-#define A2_WIRE_EMISSING (-6) /* a required key is absent */
-#define A2_WIRE_ETYPE (-7)    /* a key has the wrong type (or fields JSON is not an object) */
-#define A2_WIRE_EUNKNOWN (-8) /* `t` names no message of this direction */
-#define A2_WIRE_EVERSION (-9) /* `v` of hello/welcome is not A2_WIRE_VERSION */
+/*
+ * Return codes. A2_WIRE_EAGAIN is 0, not an error: what
+ * a2_wire_reader_next returns when it needs more bytes. The others:
+ *   EINVAL    bad argument (NULL where a value is required)
+ *   ENOMEM    out of memory
+ *   EFORMAT   not msgpack, not a map, a non-string key, a NUL byte inside a
+ *             string, a duplicate key, a binary or extension value
+ *   ETOOBIG   a frame, string, array or map over its limit
+ *   EDEPTH    nesting deeper than A2_WIRE_MAX_DEPTH
+ *   EMISSING  a required key is absent
+ *   ETYPE     a key has the wrong type; fields JSON is not an object
+ *   EUNKNOWN  `t` names no message of this direction
+ *   EVERSION  `v` of hello or welcome is not A2_WIRE_VERSION
+ */
+#define A2_WIRE_EAGAIN   0
+#define A2_WIRE_EINVAL   (-1)
+#define A2_WIRE_ENOMEM   (-2)
+#define A2_WIRE_EFORMAT  (-3)
+#define A2_WIRE_ETOOBIG  (-4)
+#define A2_WIRE_EDEPTH   (-5)
+#define A2_WIRE_EMISSING (-6)
+#define A2_WIRE_ETYPE    (-7)
+#define A2_WIRE_EUNKNOWN (-8)
+#define A2_WIRE_EVERSION (-9)
 
-/* Values of the `code` key of `error` frames sent by a2-consumer. */
-#define A2_WIRE_CODE_PROTOCOL "protocol"   /* malformed or unexpected frame */
-#define A2_WIRE_CODE_TOO_BIG "too_big"     /* frame over A2_WIRE_MAX_WORKER_FRAME */
-#define A2_WIRE_CODE_VERSION "version"     /* unsupported protocol version */
-#define A2_WIRE_CODE_AUTH "auth"           /* missing or wrong token */
-#define A2_WIRE_CODE_TIMEOUT "timeout"     /* no hello in time */
+/*
+ * Values of the `code` key of the `error` frames a2-consumer sends before it
+ * closes a connection:
+ *   protocol  a malformed or unexpected frame
+ *   too_big   a frame over A2_WIRE_MAX_WORKER_FRAME (or a string/array over
+ *             its limit)
+ *   version   an unsupported protocol version in hello
+ *   auth      a missing or wrong token (TCP)
+ *   timeout   no hello in time
+ */
+#define A2_WIRE_CODE_PROTOCOL "protocol"
+#define A2_WIRE_CODE_TOO_BIG  "too_big"
+#define A2_WIRE_CODE_VERSION  "version"
+#define A2_WIRE_CODE_AUTH     "auth"
+#define A2_WIRE_CODE_TIMEOUT  "timeout"
 
 /* The two directions; a reader accepts only the messages of its peer. */
 typedef enum {
@@ -107,31 +137,31 @@ typedef enum {
  */
 typedef struct {
     a2_wire_type type;
-    uint64_t v;               /* hello, welcome: protocol version */
-    const char *name;         /* hello: worker name */
-    const char *token;        /* hello: NULL when absent */
-    const char *consumer;     /* subscribe, wake, log, resync */
-    a2_wire_log_filter log_filter;   /* subscribe */
-    const char *const *log_types;    /* subscribe, when A2_WIRE_LOG_TYPES */
+    uint64_t v;                    /* hello, welcome: protocol version */
+    const char *name;              /* hello: worker name */
+    const char *token;             /* hello: NULL when absent */
+    const char *consumer;          /* subscribe, wake, log, resync */
+    a2_wire_log_filter log_filter; /* subscribe */
+    const char *const *log_types;  /* subscribe, when A2_WIRE_LOG_TYPES */
     size_t n_log_types;
-    const char *ns;           /* presence (both directions) */
-    uint64_t id;              /* ping, pong */
-    uint64_t lsn;             /* welcome, wake, log, cleared */
-    const char *session;      /* wake, log, cleared */
-    const char *cursor;       /* wake: cursor key */
-    int64_t head;             /* wake */
-    int64_t idx;              /* log */
-    const char *event_type;   /* log: key `type` */
-    int64_t clear_index;      /* cleared */
-    int all_sessions;         /* resync: 1 when sessions is nil (every session) */
+    const char *ns;         /* presence (both directions) */
+    uint64_t id;            /* ping, pong */
+    uint64_t lsn;           /* welcome, wake, log, cleared */
+    const char *session;    /* wake, log, cleared */
+    const char *cursor;     /* wake: cursor key */
+    int64_t head;           /* wake */
+    int64_t idx;            /* log */
+    const char *event_type; /* log: key `type` */
+    int64_t clear_index;    /* cleared */
+    int all_sessions;       /* resync: 1 when sessions is nil (every session) */
     const char *const *sessions; /* resync, when !all_sessions */
     size_t n_sessions;
-    const char *participant;  /* presence patch */
+    const char *participant; /* presence patch */
     /* presence patch: `fields` as JSON object text, a null member meaning
      * deleted. Values are any msgpack/JSON value (no binary, ext or NaN). */
     const char *fields_json;
-    const char *code;         /* error: A2_WIRE_CODE_* */
-    const char *message;      /* error: one line for humans */
+    const char *code;    /* error: A2_WIRE_CODE_* */
+    const char *message; /* error: one line for humans */
 } a2_wire_msg;
 
 /* A growable byte buffer that encoders append frames to. Zero-initialise it
@@ -156,8 +186,8 @@ void a2_wire_buf_consume(a2_wire_buf *b, size_t n);
  * object, or nests too deep), A2_WIRE_ENOMEM. On error b is unchanged. A
  * hello or welcome with v == 0 is sent with A2_WIRE_VERSION.
  */
-__attribute__((warn_unused_result)) int
-a2_wire_encode(a2_wire_buf *b, const a2_wire_msg *msg);
+__attribute__((warn_unused_result)) int a2_wire_encode(a2_wire_buf *b,
+                                                       const a2_wire_msg *msg);
 
 /* Convenience encoders: same returns as a2_wire_encode. */
 __attribute__((warn_unused_result)) int
@@ -165,14 +195,14 @@ a2_wire_encode_hello(a2_wire_buf *b, const char *name, const char *token);
 /* log_types: A2_WIRE_LOG_NONE ignores types/n; A2_WIRE_LOG_ALL sends nil. */
 __attribute__((warn_unused_result)) int
 a2_wire_encode_subscribe(a2_wire_buf *b, const char *consumer,
-                         a2_wire_log_filter filter,
-                         const char *const *types, size_t n);
+                         a2_wire_log_filter filter, const char *const *types,
+                         size_t n);
 __attribute__((warn_unused_result)) int
 a2_wire_encode_presence_sub(a2_wire_buf *b, const char *ns);
-__attribute__((warn_unused_result)) int
-a2_wire_encode_ping(a2_wire_buf *b, uint64_t id);
-__attribute__((warn_unused_result)) int
-a2_wire_encode_welcome(a2_wire_buf *b, uint64_t lsn);
+__attribute__((warn_unused_result)) int a2_wire_encode_ping(a2_wire_buf *b,
+                                                            uint64_t id);
+__attribute__((warn_unused_result)) int a2_wire_encode_welcome(a2_wire_buf *b,
+                                                               uint64_t lsn);
 __attribute__((warn_unused_result)) int
 a2_wire_encode_wake(a2_wire_buf *b, const char *consumer, const char *session,
                     const char *cursor, int64_t head, uint64_t lsn);
@@ -180,17 +210,17 @@ __attribute__((warn_unused_result)) int
 a2_wire_encode_log(a2_wire_buf *b, const char *consumer, const char *session,
                    int64_t idx, const char *type, uint64_t lsn);
 __attribute__((warn_unused_result)) int
-a2_wire_encode_cleared(a2_wire_buf *b, const char *session,
-                       int64_t clear_index, uint64_t lsn);
+a2_wire_encode_cleared(a2_wire_buf *b, const char *session, int64_t clear_index,
+                       uint64_t lsn);
 /* sessions == NULL sends nil (every session); else n names. */
 __attribute__((warn_unused_result)) int
 a2_wire_encode_resync(a2_wire_buf *b, const char *consumer,
                       const char *const *sessions, size_t n);
 __attribute__((warn_unused_result)) int
-a2_wire_encode_presence(a2_wire_buf *b, const char *ns,
-                        const char *participant, const char *fields_json);
-__attribute__((warn_unused_result)) int
-a2_wire_encode_pong(a2_wire_buf *b, uint64_t id);
+a2_wire_encode_presence(a2_wire_buf *b, const char *ns, const char *participant,
+                        const char *fields_json);
+__attribute__((warn_unused_result)) int a2_wire_encode_pong(a2_wire_buf *b,
+                                                            uint64_t id);
 __attribute__((warn_unused_result)) int
 a2_wire_encode_error(a2_wire_buf *b, const char *code, const char *message);
 
@@ -222,8 +252,8 @@ a2_wire_reader_feed(a2_wire_reader *r, const void *buf, size_t len);
  * same code (a2_wire_reader_error says why); close the connection. Oversize
  * frames are detected from their headers, before they are buffered whole.
  */
-__attribute__((warn_unused_result)) int
-a2_wire_reader_next(a2_wire_reader *r, a2_wire_msg *out);
+__attribute__((warn_unused_result)) int a2_wire_reader_next(a2_wire_reader *r,
+                                                            a2_wire_msg *out);
 
 /* The reader's error as one line ("" before any error). Borrowed from r. */
 const char *a2_wire_reader_error(const a2_wire_reader *r);

@@ -130,7 +130,9 @@ static void test_map(void **state)
     assert_non_null(m);
     for (int i = 0; i < 5000; i++) {
         int n = snprintf(k, sizeof k, "k%d", i);
-        assert_int_equal(a2c_map_put(m, k, (size_t)n, (void *)(intptr_t)(i + 1), &old), 0);
+        assert_int_equal(
+                a2c_map_put(m, k, (size_t)n, (void *)(intptr_t)(i + 1), &old),
+                0);
         assert_null(old);
     }
     assert_int_equal(a2c_map_count(m), 5000);
@@ -190,12 +192,17 @@ static void test_queue_coalesce(void **state)
     uint64_t sent[32] = {0};
     a2_wire_msg pong = {.type = A2_WIRE_PONG, .id = 5};
 
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 1, 10), A2C_QUEUE_QUEUED);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s2", "k", 1, 11), A2C_QUEUE_QUEUED);
+    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 1, 10),
+                     A2C_QUEUE_QUEUED);
+    assert_int_equal(a2c_queue_push_wake(q, "c", "s2", "k", 1, 11),
+                     A2C_QUEUE_QUEUED);
     assert_int_equal(a2c_queue_push(q, &pong), A2C_QUEUE_QUEUED);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 5, 12), A2C_QUEUE_COALESCED);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k2", 2, 13), A2C_QUEUE_QUEUED);
-    assert_int_equal(a2c_queue_push_wake(q, "d", "s1", "k", 3, 14), A2C_QUEUE_QUEUED);
+    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 5, 12),
+                     A2C_QUEUE_COALESCED);
+    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k2", 2, 13),
+                     A2C_QUEUE_QUEUED);
+    assert_int_equal(a2c_queue_push_wake(q, "d", "s1", "k", 3, 14),
+                     A2C_QUEUE_QUEUED);
     assert_int_equal(a2c_queue_len(q), 5);
 
     size_t n = drain_all(q, got, sess, 16, sent);
@@ -214,10 +221,12 @@ static void test_queue_coalesce(void **state)
     assert_int_equal(sent[A2_WIRE_PONG], 1);
 
     /* after draining, the same key queues anew */
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 6, 15), A2C_QUEUE_QUEUED);
+    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 6, 15),
+                     A2C_QUEUE_QUEUED);
     a2c_queue_clear(q);
     assert_int_equal(a2c_queue_len(q), 0);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 7, 16), A2C_QUEUE_QUEUED);
+    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 7, 16),
+                     A2C_QUEUE_QUEUED);
     a2c_queue_free(q);
     a2c_queue_free(NULL);
 }
@@ -229,26 +238,32 @@ static void test_queue_overflow(void **state)
     a2_wire_msg got[16];
     char sess[16][32];
     char s[32];
-    a2_wire_msg bad = {.type = A2_WIRE_PRESENCE, .ns = "n", .participant = "p",
+    a2_wire_msg bad = {.type = A2_WIRE_PRESENCE,
+                       .ns = "n",
+                       .participant = "p",
                        .fields_json = "[1]"};
 
     for (int i = 0; i < 10; i++) {
         session_name(s, sizeof s, i);
-        assert_int_equal(a2c_queue_push_wake(q, "c", s, "k", i, 1), A2C_QUEUE_QUEUED);
+        assert_int_equal(a2c_queue_push_wake(q, "c", s, "k", i, 1),
+                         A2C_QUEUE_QUEUED);
     }
     /* coalescing still works at the bound */
     assert_int_equal(a2c_queue_push_wake(q, "c", "session-3", "k", 33, 2),
                      A2C_QUEUE_COALESCED);
     assert_false(a2c_queue_overflowed(q));
     /* the 11th distinct frame drops the queue */
-    assert_int_equal(a2c_queue_push_wake(q, "c", "other", "k", 1, 1), A2C_QUEUE_OVERFLOW);
+    assert_int_equal(a2c_queue_push_wake(q, "c", "other", "k", 1, 1),
+                     A2C_QUEUE_OVERFLOW);
     assert_true(a2c_queue_overflowed(q));
     assert_int_equal(a2c_queue_len(q), 0);
     /* while overflowed everything is dropped */
-    assert_int_equal(a2c_queue_push_wake(q, "c", "x", "k", 1, 1), A2C_QUEUE_DROPPED);
+    assert_int_equal(a2c_queue_push_wake(q, "c", "x", "k", 1, 1),
+                     A2C_QUEUE_DROPPED);
     assert_int_equal(a2c_queue_len(q), 0);
     a2c_queue_clear_overflow(q);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "session-3", "k", 1, 1), A2C_QUEUE_QUEUED);
+    assert_int_equal(a2c_queue_push_wake(q, "c", "session-3", "k", 1, 1),
+                     A2C_QUEUE_QUEUED);
     assert_int_equal(drain_all(q, got, sess, 16, NULL), 1);
     assert_int_equal(got[0].head, 1);
     /* an unencodable frame is refused without queueing */
@@ -268,7 +283,8 @@ static void test_queue_drain_chunks(void **state)
 
     for (int i = 0; i < 1000; i++) {
         session_name(s, sizeof s, i);
-        assert_int_equal(a2c_queue_push_wake(q, "c", s, "k", i, 1), A2C_QUEUE_QUEUED);
+        assert_int_equal(a2c_queue_push_wake(q, "c", s, "k", i, 1),
+                         A2C_QUEUE_QUEUED);
     }
     moved = a2c_queue_drain(q, &out, 1000, NULL);
     assert_true(moved > 0 && moved < 1000);
@@ -281,14 +297,14 @@ static void test_queue_drain_chunks(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_distribution),
-        cmocka_unit_test(test_stability),
-        cmocka_unit_test(test_same_name_ties),
-        cmocka_unit_test(test_hash),
-        cmocka_unit_test(test_map),
-        cmocka_unit_test(test_queue_coalesce),
-        cmocka_unit_test(test_queue_overflow),
-        cmocka_unit_test(test_queue_drain_chunks),
+            cmocka_unit_test(test_distribution),
+            cmocka_unit_test(test_stability),
+            cmocka_unit_test(test_same_name_ties),
+            cmocka_unit_test(test_hash),
+            cmocka_unit_test(test_map),
+            cmocka_unit_test(test_queue_coalesce),
+            cmocka_unit_test(test_queue_overflow),
+            cmocka_unit_test(test_queue_drain_chunks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -351,7 +351,8 @@ static void test_affinity_and_move(void **state)
     a2c_server_get_stats(srv, &st);
     assert_int_equal(st.wakes_sent, 600);
 
-    /* beta leaves: alpha and gamma get a resync naming exactly beta's sessions */
+    /* beta leaves: alpha and gamma get a resync naming exactly beta's sessions
+     */
     cl_free(cs[1]);
     int moved[300] = {0}, nmoved = 0;
     for (int k = 0; k < 3; k += 2) {
@@ -712,8 +713,8 @@ static void test_listeners(void **state)
     assert_non_null(srv);
     char port[16];
     snprintf(port, sizeof port, "%d", a2c_server_tcp_port(srv));
-    a2c_server_options busy = {.tcp_host = "127.0.0.1", .tcp_port = port,
-                               .token = "x"};
+    a2c_server_options busy = {
+            .tcp_host = "127.0.0.1", .tcp_port = port, .token = "x"};
     assert_null(a2c_server_new(&busy, err, sizeof err));
     assert_non_null(strstr(err, "could not bind tcp:127.0.0.1"));
     a2c_server_free(srv);
@@ -738,14 +739,18 @@ static void test_listeners(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_handshake_ping, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_affinity_and_move, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_broadcast, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_log_cleared_presence_resync, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_protocol_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_overflow_resync, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_listeners, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_handshake_ping, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_affinity_and_move, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_broadcast, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_log_cleared_presence_resync,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_protocol_errors, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_overflow_resync, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_listeners, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,7 +50,6 @@ static void expect_error(a2_wire_from from, const void *bytes, size_t n,
     a2_wire_reader_free(r);
 }
 
-
 /* Packs a map from alternating key/value specs: values "s:..." string,
  * "u:N" unsigned, "i:N" signed, "n" nil, "b" true, "a2" array of 2 ints. */
 static void pack_map(msgpack_sbuffer *sb, int n, const char *const *kv)
@@ -107,22 +106,31 @@ static void test_errors_semantic(void **state)
     expect_map_error(C, 2, (const char *[]){"t", "s:ping", "id", "u:1"},
                      A2_WIRE_EUNKNOWN, "ping");
     /* hello: wrong version, missing v, v wrong type, name missing, token int */
-    expect_map_error(W, 3, (const char *[]){"t", "s:hello", "v", "u:2", "name", "s:w"},
-                     A2_WIRE_EVERSION, "version 2");
+    expect_map_error(
+            W, 3, (const char *[]){"t", "s:hello", "v", "u:2", "name", "s:w"},
+            A2_WIRE_EVERSION, "version 2");
     expect_map_error(W, 2, (const char *[]){"t", "s:hello", "name", "s:w"},
                      A2_WIRE_EMISSING, "missing key v");
-    expect_map_error(W, 3, (const char *[]){"t", "s:hello", "v", "s:1", "name", "s:w"},
-                     A2_WIRE_ETYPE, "key v");
-    expect_map_error(W, 3, (const char *[]){"t", "s:hello", "v", "i:-1", "name", "s:w"},
-                     A2_WIRE_ETYPE, "key v");
+    expect_map_error(
+            W, 3, (const char *[]){"t", "s:hello", "v", "s:1", "name", "s:w"},
+            A2_WIRE_ETYPE, "key v");
+    expect_map_error(
+            W, 3, (const char *[]){"t", "s:hello", "v", "i:-1", "name", "s:w"},
+            A2_WIRE_ETYPE, "key v");
     expect_map_error(W, 2, (const char *[]){"t", "s:hello", "v", "u:1"},
                      A2_WIRE_EMISSING, "name");
-    expect_map_error(W, 4, (const char *[]){"t", "s:hello", "v", "u:1", "name", "s:w", "token", "u:5"},
+    expect_map_error(W, 4,
+                     (const char *[]){"t", "s:hello", "v", "u:1", "name", "s:w",
+                                      "token", "u:5"},
                      A2_WIRE_ETYPE, "token");
     /* subscribe: log_types of the wrong type or with a non-string */
-    expect_map_error(W, 3, (const char *[]){"t", "s:subscribe", "consumer", "s:c", "log_types", "b"},
+    expect_map_error(W, 3,
+                     (const char *[]){"t", "s:subscribe", "consumer", "s:c",
+                                      "log_types", "b"},
                      A2_WIRE_ETYPE, "log_types");
-    expect_map_error(W, 3, (const char *[]){"t", "s:subscribe", "consumer", "s:c", "log_types", "a2"},
+    expect_map_error(W, 3,
+                     (const char *[]){"t", "s:subscribe", "consumer", "s:c",
+                                      "log_types", "a2"},
                      A2_WIRE_ETYPE, "non-string");
     expect_map_error(W, 1, (const char *[]){"t", "s:subscribe"},
                      A2_WIRE_EMISSING, "consumer");
@@ -131,36 +139,55 @@ static void test_errors_semantic(void **state)
     expect_map_error(W, 2, (const char *[]){"t", "s:ping", "id", "n"},
                      A2_WIRE_ETYPE, "id");
     /* consumer side */
-    expect_map_error(C, 3, (const char *[]){"t", "s:welcome", "v", "u:7", "lsn", "u:1"},
-                     A2_WIRE_EVERSION, "version");
+    expect_map_error(
+            C, 3, (const char *[]){"t", "s:welcome", "v", "u:7", "lsn", "u:1"},
+            A2_WIRE_EVERSION, "version");
     expect_map_error(C, 2, (const char *[]){"t", "s:welcome", "v", "u:1"},
                      A2_WIRE_EMISSING, "lsn");
-    expect_map_error(C, 6, (const char *[]){"t", "s:wake", "consumer", "s:c", "session", "s:s", "cursor", "s:k", "head", "u:18446744073709551615", "lsn", "u:1"},
+    expect_map_error(C, 6,
+                     (const char *[]){"t", "s:wake", "consumer", "s:c",
+                                      "session", "s:s", "cursor", "s:k", "head",
+                                      "u:18446744073709551615", "lsn", "u:1"},
                      A2_WIRE_ETYPE, "head");
-    expect_map_error(C, 6, (const char *[]){"t", "s:wake", "consumer", "s:c", "session", "s:s", "cursor", "s:k", "head", "i:1", "lsn", "i:-1"},
+    expect_map_error(C, 6,
+                     (const char *[]){"t", "s:wake", "consumer", "s:c",
+                                      "session", "s:s", "cursor", "s:k", "head",
+                                      "i:1", "lsn", "i:-1"},
                      A2_WIRE_ETYPE, "lsn");
-    expect_map_error(C, 5, (const char *[]){"t", "s:log", "consumer", "s:c", "session", "s:s", "idx", "i:1", "lsn", "u:1"},
+    expect_map_error(C, 5,
+                     (const char *[]){"t", "s:log", "consumer", "s:c",
+                                      "session", "s:s", "idx", "i:1", "lsn",
+                                      "u:1"},
                      A2_WIRE_EMISSING, "type");
-    expect_map_error(C, 3, (const char *[]){"t", "s:cleared", "session", "s:s", "lsn", "u:1"},
-                     A2_WIRE_EMISSING, "clear_index");
+    expect_map_error(
+            C, 3,
+            (const char *[]){"t", "s:cleared", "session", "s:s", "lsn", "u:1"},
+            A2_WIRE_EMISSING, "clear_index");
     expect_map_error(C, 2, (const char *[]){"t", "s:resync", "consumer", "s:c"},
                      A2_WIRE_EMISSING, "sessions");
-    expect_map_error(C, 3, (const char *[]){"t", "s:resync", "consumer", "s:c", "sessions", "s:x"},
+    expect_map_error(C, 3,
+                     (const char *[]){"t", "s:resync", "consumer", "s:c",
+                                      "sessions", "s:x"},
                      A2_WIRE_ETYPE, "sessions");
-    expect_map_error(C, 4, (const char *[]){"t", "s:presence", "ns", "s:n", "participant", "s:p", "fields", "a2"},
+    expect_map_error(C, 4,
+                     (const char *[]){"t", "s:presence", "ns", "s:n",
+                                      "participant", "s:p", "fields", "a2"},
                      A2_WIRE_ETYPE, "fields");
-    expect_map_error(C, 3, (const char *[]){"t", "s:presence", "ns", "s:n", "participant", "s:p"},
+    expect_map_error(C, 3,
+                     (const char *[]){"t", "s:presence", "ns", "s:n",
+                                      "participant", "s:p"},
                      A2_WIRE_EMISSING, "fields");
     expect_map_error(C, 2, (const char *[]){"t", "s:error", "code", "s:x"},
                      A2_WIRE_EMISSING, "message");
-    expect_map_error(C, 1, (const char *[]){"t", "s:pong"},
-                     A2_WIRE_EMISSING, "id");
+    expect_map_error(C, 1, (const char *[]){"t", "s:pong"}, A2_WIRE_EMISSING,
+                     "id");
     /* duplicate key */
-    expect_map_error(W, 3, (const char *[]){"t", "s:ping", "id", "u:1", "id", "u:2"},
+    expect_map_error(W, 3,
+                     (const char *[]){"t", "s:ping", "id", "u:1", "id", "u:2"},
                      A2_WIRE_EFORMAT, "duplicate");
 }
 
-#define EXPECT_LIT(from, lit, code, needle) \
+#define EXPECT_LIT(from, lit, code, needle)                                    \
     expect_error(from, lit, sizeof(lit) - 1, code, needle)
 
 static void test_errors_framing(void **state)
@@ -180,18 +207,15 @@ static void test_errors_framing(void **state)
     /* non-string key */
     EXPECT_LIT(W, "\x81\x01\x02", A2_WIRE_EFORMAT, "non-string key");
     /* NUL inside a string */
-    EXPECT_LIT(W, "\x82\xa1t\xa4ping\xa2id\xa2\x61\x00", A2_WIRE_ETYPE,
-                 "id");
-    EXPECT_LIT(W, "\x82\xa1t\xa8presence\xa2ns\xa2\x61\x00",
-                 A2_WIRE_EFORMAT, "NUL");
+    EXPECT_LIT(W, "\x82\xa1t\xa4ping\xa2id\xa2\x61\x00", A2_WIRE_ETYPE, "id");
+    EXPECT_LIT(W, "\x82\xa1t\xa8presence\xa2ns\xa2\x61\x00", A2_WIRE_EFORMAT,
+               "NUL");
     /* map32 claiming 4 billion entries: rejected from its header */
     EXPECT_LIT(W, "\xdf\xff\xff\xff\xff", A2_WIRE_ETOOBIG, "map");
     /* array32 inside claiming too many */
-    EXPECT_LIT(W, "\x81\xa1t\xdd\x00\x01\x00\x00", A2_WIRE_ETOOBIG,
-                 "array");
+    EXPECT_LIT(W, "\x81\xa1t\xdd\x00\x01\x00\x00", A2_WIRE_ETOOBIG, "array");
     /* str32 longer than the string limit */
-    EXPECT_LIT(W, "\x81\xa1t\xdb\x00\x00\x20\x00", A2_WIRE_ETOOBIG,
-                 "string");
+    EXPECT_LIT(W, "\x81\xa1t\xdb\x00\x00\x20\x00", A2_WIRE_ETOOBIG, "string");
     /* nesting past the depth limit */
     {
         unsigned char deep[64];
@@ -242,14 +266,22 @@ static void test_errors_framing(void **state)
         a2_wire_reader_free(r);
     }
     /* presence fields that JSON cannot carry */
-    EXPECT_LIT(C, "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
-                 "\xa6\x66ields\x81\xa1x\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00", A2_WIRE_ETYPE, "finite");
-    EXPECT_LIT(C, "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
-                 "\xa6\x66ields\x81\xa1x\xa1\xff", A2_WIRE_ETYPE, "UTF-8");
-    EXPECT_LIT(C, "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
-                 "\xa6\x66ields\x81\x01\x02", A2_WIRE_ETYPE, "key");
-    EXPECT_LIT(C, "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
-                 "\xa6\x66ields\x81\xa1x\xcf\xff\xff\xff\xff\xff\xff\xff\xff", A2_WIRE_ETYPE, "range");
+    EXPECT_LIT(C,
+               "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
+               "\xa6\x66ields\x81\xa1x\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00",
+               A2_WIRE_ETYPE, "finite");
+    EXPECT_LIT(C,
+               "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
+               "\xa6\x66ields\x81\xa1x\xa1\xff",
+               A2_WIRE_ETYPE, "UTF-8");
+    EXPECT_LIT(C,
+               "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
+               "\xa6\x66ields\x81\x01\x02",
+               A2_WIRE_ETYPE, "key");
+    EXPECT_LIT(C,
+               "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
+               "\xa6\x66ields\x81\xa1x\xcf\xff\xff\xff\xff\xff\xff\xff\xff",
+               A2_WIRE_ETYPE, "range");
 }
 
 static void test_encode_errors(void **state)
@@ -271,8 +303,9 @@ static void test_encode_errors(void **state)
     assert_int_equal(a2_wire_encode_wake(&b, "c", NULL, "k", 1, 1),
                      A2_WIRE_EINVAL);
     assert_int_equal(a2_wire_encode_hello(&b, longs, NULL), A2_WIRE_ETOOBIG);
-    assert_int_equal(a2_wire_encode_resync(&b, "c", many, A2_WIRE_MAX_ARRAY + 1),
-                     A2_WIRE_ETOOBIG);
+    assert_int_equal(
+            a2_wire_encode_resync(&b, "c", many, A2_WIRE_MAX_ARRAY + 1),
+            A2_WIRE_ETOOBIG);
     assert_int_equal(a2_wire_encode_presence(&b, "n", "p", "[1]"),
                      A2_WIRE_ETYPE);
     assert_int_equal(a2_wire_encode_presence(&b, "n", "p", "{bad"),
@@ -287,13 +320,13 @@ static void test_encode_errors(void **state)
         longs[4000] = '\0';
         for (int i = 0; i < 20; i++)
             types[i] = longs;
-        assert_int_equal(a2_wire_encode_subscribe(&b, "c", A2_WIRE_LOG_TYPES,
-                                                  types, 20),
-                         A2_WIRE_ETOOBIG);
+        assert_int_equal(
+                a2_wire_encode_subscribe(&b, "c", A2_WIRE_LOG_TYPES, types, 20),
+                A2_WIRE_ETOOBIG);
         assert_int_equal(b.len, 0);
-        assert_int_equal(a2_wire_encode_subscribe(&b, "c", A2_WIRE_LOG_TYPES,
-                                                  types, 10),
-                         0);
+        assert_int_equal(
+                a2_wire_encode_subscribe(&b, "c", A2_WIRE_LOG_TYPES, types, 10),
+                0);
         assert_true(b.len > 40000);
     }
     /* a failed encode leaves earlier frames alone */
@@ -356,9 +389,9 @@ static void test_subscribe(void **state)
     a2_wire_reader *r;
     const char *types[] = {"chat.msg", "chat.edit"};
 
-    assert_int_equal(a2_wire_encode_subscribe(&b, "mailer", A2_WIRE_LOG_NONE,
-                                              NULL, 0),
-                     0);
+    assert_int_equal(
+            a2_wire_encode_subscribe(&b, "mailer", A2_WIRE_LOG_NONE, NULL, 0),
+            0);
     r = read_one(A2_WIRE_FROM_WORKER, &b, &m);
     assert_int_equal(m.type, A2_WIRE_SUBSCRIBE);
     assert_string_equal(m.consumer, "mailer");
@@ -367,7 +400,7 @@ static void test_subscribe(void **state)
 
     b.len = 0;
     assert_int_equal(
-        a2_wire_encode_subscribe(&b, "idx", A2_WIRE_LOG_ALL, NULL, 0), 0);
+            a2_wire_encode_subscribe(&b, "idx", A2_WIRE_LOG_ALL, NULL, 0), 0);
     r = read_one(A2_WIRE_FROM_WORKER, &b, &m);
     assert_int_equal(m.log_filter, A2_WIRE_LOG_ALL);
     assert_int_equal(m.n_log_types, 0);
@@ -375,7 +408,8 @@ static void test_subscribe(void **state)
 
     b.len = 0;
     assert_int_equal(
-        a2_wire_encode_subscribe(&b, "idx", A2_WIRE_LOG_TYPES, types, 2), 0);
+            a2_wire_encode_subscribe(&b, "idx", A2_WIRE_LOG_TYPES, types, 2),
+            0);
     r = read_one(A2_WIRE_FROM_WORKER, &b, &m);
     assert_int_equal(m.log_filter, A2_WIRE_LOG_TYPES);
     assert_int_equal(m.n_log_types, 2);
@@ -416,18 +450,18 @@ static void test_consumer_messages(void **state)
 
     assert_int_equal(a2_wire_encode_welcome(&b, 0x16B3748ULL), 0);
     assert_int_equal(
-        a2_wire_encode_wake(&b, "mailer", "s1", "main", 42, UINT64_MAX), 0);
+            a2_wire_encode_wake(&b, "mailer", "s1", "main", 42, UINT64_MAX), 0);
     assert_int_equal(
-        a2_wire_encode_log(&b, "idx", "s2", INT64_MAX, "chat.msg", 7), 0);
+            a2_wire_encode_log(&b, "idx", "s2", INT64_MAX, "chat.msg", 7), 0);
     assert_int_equal(a2_wire_encode_cleared(&b, "s3", -1, 8), 0);
     assert_int_equal(a2_wire_encode_resync(&b, "mailer", sessions, 3), 0);
     assert_int_equal(a2_wire_encode_resync(&b, "mailer", NULL, 0), 0);
     assert_int_equal(a2_wire_encode_resync(&b, "mailer", sessions, 0), 0);
-    assert_int_equal(a2_wire_encode_presence(
-                         &b, "room", "alice",
-                         "{\"typing\":true,\"gone\":null,\"n\":-3,"
-                         "\"x\":1.5,\"o\":{\"a\":[1,\"b\"]}}"),
-                     0);
+    assert_int_equal(
+            a2_wire_encode_presence(&b, "room", "alice",
+                                    "{\"typing\":true,\"gone\":null,\"n\":-3,"
+                                    "\"x\":1.5,\"o\":{\"a\":[1,\"b\"]}}"),
+            0);
     assert_int_equal(a2_wire_encode_pong(&b, 99), 0);
     assert_int_equal(a2_wire_encode_error(&b, A2_WIRE_CODE_AUTH, "bad token"),
                      0);
@@ -529,14 +563,14 @@ static void test_byte_at_a_time(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hello),
-        cmocka_unit_test(test_subscribe),
-        cmocka_unit_test(test_presence_sub_ping),
-        cmocka_unit_test(test_consumer_messages),
-        cmocka_unit_test(test_byte_at_a_time),
-        cmocka_unit_test(test_errors_semantic),
-        cmocka_unit_test(test_errors_framing),
-        cmocka_unit_test(test_encode_errors),
+            cmocka_unit_test(test_hello),
+            cmocka_unit_test(test_subscribe),
+            cmocka_unit_test(test_presence_sub_ping),
+            cmocka_unit_test(test_consumer_messages),
+            cmocka_unit_test(test_byte_at_a_time),
+            cmocka_unit_test(test_errors_semantic),
+            cmocka_unit_test(test_errors_framing),
+            cmocka_unit_test(test_encode_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

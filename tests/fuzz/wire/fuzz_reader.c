@@ -48,8 +48,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    a2_wire_from from = (data[0] & 1) ? A2_WIRE_FROM_CONSUMER
-                                      : A2_WIRE_FROM_WORKER;
+    a2_wire_from from =
+            (data[0] & 1) ? A2_WIRE_FROM_CONSUMER : A2_WIRE_FROM_WORKER;
     size_t chunk = data[0] >> 1;
     a2_wire_reader *r = a2_wire_reader_new(from);
     a2_wire_msg m;

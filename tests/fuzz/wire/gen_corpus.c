@@ -26,12 +26,12 @@ static void put(const char *dir, const char *name, unsigned char ctl,
     fclose(f);
 }
 
-#define ENC(call)                                                            \
-    do {                                                                     \
-        if ((call) != 0) {                                                   \
-            fprintf(stderr, "encode failed: %s\n", #call);                   \
-            exit(1);                                                         \
-        }                                                                    \
+#define ENC(call)                                                              \
+    do {                                                                       \
+        if ((call) != 0) {                                                     \
+            fprintf(stderr, "encode failed: %s\n", #call);                     \
+            exit(1);                                                           \
+        }                                                                      \
     } while (0)
 
 int main(int argc, char **argv)
@@ -41,11 +41,11 @@ int main(int argc, char **argv)
     const char *sessions[] = {"s1", "s2"};
     const char *d = argc > 1 ? argv[1] : ".";
 
-#define ONE(name, ctl, call)                                                 \
-    do {                                                                     \
-        b.len = 0;                                                           \
-        ENC(call);                                                           \
-        put(d, name, ctl, b.data, b.len);                                    \
+#define ONE(name, ctl, call)                                                   \
+    do {                                                                       \
+        b.len = 0;                                                             \
+        ENC(call);                                                             \
+        put(d, name, ctl, b.data, b.len);                                      \
     } while (0)
 
     ONE("hello", 0, a2_wire_encode_hello(&b, "worker-1", "tok"));
