@@ -13,7 +13,9 @@
  * in the exact state the operation acts on (a head, an attempt). Under the
  * session lock an append never waits on a cursor row: starting an idle lane
  * or log cursor inserts a new run (keyed by its first head, the epoch) and
- * retires the idle one with skip locked.
+ * retires the idle one with skip locked. Statements that lock several cursor
+ * rows lock them in primary-key order (cursor_key, consumer, epoch), which no
+ * update changes, so two of them never wait on each other in a cycle.
  */
 #ifndef A2_STORE_SQL_H
 #define A2_STORE_SQL_H
@@ -132,8 +134,8 @@
     "a2_cursors cur on cur.session_id = " SESSION " and cur.cursor_key = "  \
     "cause.cursor_key and cur.consumer = cause.consumer and cur.head = "    \
     "cause.idx and cur.attempt_count = cause.attempt and cur.failed_at is " \
-    "null where cause.idx > " CLEAR_INDEX " order by cur.head, "            \
-    "cur.consumer for share of cur) select jsonb_build_object('abort', "    \
+    "null where cause.idx > " CLEAR_INDEX " order by cur.cursor_key, "      \
+    "cur.consumer, cur.epoch for share of cur) select jsonb_build_object('abort', "    \
     "'superseded', 'ord', cause.ord) from cause where cause.ord not in "    \
     "(select ord from held) order by cause.ord limit 1"
 
@@ -286,8 +288,9 @@
 #define SQL_CLAIM                                                           \
     "with eligible as materialized (select cur.consumer, cur.cursor_key, "  \
     "cur.epoch " ELIGIBLE " and (cur.claim_expires_at is null or "          \
-    "cur.claim_expires_at <= " P_BIGINT("now") ") order by cur.head, "      \
-    "cur.consumer for update of cur), claimed as (update a2_cursors cur "   \
+    "cur.claim_expires_at <= " P_BIGINT("now") ") order by "               \
+    "cur.cursor_key, cur.consumer, cur.epoch for update of cur), claimed "  \
+    "as (update a2_cursors cur "                                            \
     "set attempt_count = cur.attempt_count + 1, failure_count = "           \
     "cur.failure_count + case when cur.claim_holder is null then 0 else 1 " \
     "end, failed_at = case when " EXHAUSTED " then " P_BIGINT("now")        \
@@ -304,10 +307,11 @@
     "clear_index, (select coalesce(max(idx), 0) from a2_events where "      \
     "session_id = " SESSION ") as session_head from claimed left join "     \
     "a2_events event on event.session_id = " SESSION " and event.idx = "    \
-    "claimed.head) select r from (select 0 as ord, to_jsonb(heads) as r "   \
-    "from heads union all select 1, jsonb_build_object('stop', 'claimed') " \
-    "where exists (select 1 from heads) and not exists (select 1 from "     \
-    "heads where failed_at is not null)) claim order by ord"
+    "claimed.head) select r from (select 0 as ord, heads.head as h, "      \
+    "heads.consumer as c, to_jsonb(heads) as r from heads union all select" \
+    " 1, null, null, jsonb_build_object('stop', 'claimed') where exists "   \
+    "(select 1 from heads) and not exists (select 1 from heads where "      \
+    "failed_at is not null)) claim order by ord, h, c collate \"C\""
 
 /* Releases the snapshot pins of heads dead-lettered at now. */
 #define SQL_RELEASE_DEAD                                                    \
@@ -349,8 +353,8 @@
     "listed.idx and cur.attempt_count = listed.attempt where "              \
     "cur.session_id = " SESSION " and listed.idx > " CLEAR_INDEX " and "    \
     "cur.failed_at is null and cur.claim_holder = " P_TEXT("holder")        \
-    " and cur.claim_expires_at > " P_BIGINT("now") " order by cur.head, "   \
-    "cur.consumer for update of cur), renewed as (update a2_cursors cur "   \
+    " and cur.claim_expires_at > " P_BIGINT("now") " order by "            \
+    "cur.cursor_key, cur.consumer, cur.epoch for update of cur), renewed as (update a2_cursors cur "   \
     "set claim_expires_at = " P_BIGINT("expiresAt") " from target, listed " \
     "where cur.session_id = " SESSION " and cur.cursor_key = "              \
     "target.cursor_key and cur.consumer = target.consumer and cur.epoch = " \

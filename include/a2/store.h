@@ -11,7 +11,15 @@
  *
  * Threading: one a2_store owns one connection and is not thread-safe. Use one
  * store per thread (each opens its own connection); a store may move between
- * threads when calls on it never overlap.
+ * threads when calls on it never overlap. A store whose connection broke
+ * reports A2_ESTORE_UNAVAILABLE once and connects again on its next call.
+ *
+ * Locks: appends, clears, wake_log and redrive-skip take the session's
+ * advisory lock first; a completion locks its cursor row first and then the
+ * session lock (when it appends, or its lane/log cursor goes idle). An append
+ * with a cause waits (for share) on that cause's cursor row, so a worker
+ * must not run a completion and a caused append of the same attempt at the
+ * same time on two connections.
  *
  * Errors: every function that can fail returns 0 or a negative a2_store_code.
  * After a failed call, a2_store_last_error() describes it (code, SQLSTATE,
