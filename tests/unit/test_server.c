@@ -667,6 +667,93 @@ static void test_overflow_resync(void **state)
     a2c_server_free(srv);
 }
 
+/* Past the bound of remembered sessions, a departure resyncs everything. */
+static void test_move_unknown(void **state)
+{
+    (void)state;
+    a2c_server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
+    client *a = cl_unix(), *b = cl_unix();
+    char s[32];
+    int na = 0, nb = 0, rc;
+
+    cl_hello(a, srv, "a", NULL);
+    cl_hello(b, srv, "b", NULL);
+    cl_subscribe(a, srv, "c", A2_WIRE_LOG_NONE, NULL, 0);
+    cl_subscribe(b, srv, "c", A2_WIRE_LOG_NONE, NULL, 0);
+    for (int round = 0; round < 10; round++) {
+        for (int i = round * 1000; i < (round + 1) * 1000; i++) {
+            snprintf(s, sizeof s, "s%d", i);
+            a2c_server_wake(srv, "c", s, "k", 1, 1);
+        }
+        while ((rc = cl_next(a, srv, 20)) == 1)
+            na++;
+        while ((rc = cl_next(b, srv, 20)) == 1)
+            nb++;
+    }
+    while (cl_next(a, srv, 100) == 1)
+        na++;
+    while (cl_next(b, srv, 100) == 1)
+        nb++;
+    assert_int_equal(na + nb, 10000);
+    assert_true(nb > 4096); /* more than b's routed sessions remembered */
+    cl_free(b);
+    const a2_wire_msg *m = cl_expect(a, srv, A2_WIRE_RESYNC);
+    assert_string_equal(m->consumer, "c");
+    assert_true(m->all_sessions);
+    cl_expect_quiet(a, srv, 100);
+    cl_free(a);
+    a2c_server_free(srv);
+}
+
+/* `log` in affinity mode: one matching subscriber per session, by hash. */
+static void test_log_affinity(void **state)
+{
+    (void)state;
+    a2c_server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
+    client *a = cl_unix(), *b = cl_unix(), *other = cl_unix();
+    const char *types[] = {"x"};
+    int owner[100];
+    char s[32];
+
+    cl_hello(a, srv, "a", NULL);
+    cl_hello(b, srv, "b", NULL);
+    cl_hello(other, srv, "other", NULL);
+    cl_subscribe(a, srv, "idx", A2_WIRE_LOG_ALL, NULL, 0);
+    cl_subscribe(b, srv, "idx", A2_WIRE_LOG_TYPES, types, 1);
+    cl_subscribe(other, srv, "idx", A2_WIRE_LOG_TYPES, types, 1);
+    cl_free(other); /* gone before any log: never a candidate */
+    pump_for(srv, 50);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 100; i++) {
+            snprintf(s, sizeof s, "s%d", i);
+            a2c_server_log(srv, "idx", s, i, "x", 1);
+        }
+        int seen[100] = {0}, n = 0;
+        client *cs[2] = {a, b};
+        for (int k = 0; k < 2; k++)
+            while (cl_next(cs[k], srv, 100) == 1) {
+                int i;
+                assert_int_equal(cs[k]->m.type, A2_WIRE_LOG);
+                assert_int_equal(sscanf(cs[k]->m.session, "s%d", &i), 1);
+                assert_int_equal(seen[i], 0);
+                seen[i] = k + 1;
+                if (round == 0)
+                    owner[i] = k + 1;
+                else
+                    assert_int_equal(owner[i], k + 1);
+                n++;
+            }
+        assert_int_equal(n, 100);
+    }
+    /* type y: only a (nil log_types) follows it */
+    a2c_server_log(srv, "idx", "s1", 1, "y", 1);
+    assert_string_equal(cl_expect(a, srv, A2_WIRE_LOG)->event_type, "y");
+    cl_expect_quiet(b, srv, 50);
+    cl_free(a);
+    cl_free(b);
+    a2c_server_free(srv);
+}
+
 static void test_listeners(void **state)
 {
     (void)state;
@@ -750,6 +837,8 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(test_overflow_resync, setup,
                                             teardown),
+            cmocka_unit_test_setup_teardown(test_move_unknown, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_log_affinity, setup, teardown),
             cmocka_unit_test_setup_teardown(test_listeners, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
