@@ -1576,6 +1576,7 @@ int a2_store_complete(a2_store *s, const char *session,
         rc = nomem(s);
         goto done;
     }
+    bool concurrent = attempt->lane == NULL;
     const char *held_only[] = {SQL_HOLD};
     const char *appending[] = {
         SQL_HOLD,
@@ -1587,9 +1588,11 @@ int a2_store_complete(a2_store *s, const char *session,
         w.queued ? SQL_QUEUE_LANES : NULL,
         w.queued ? SQL_START_LANES : NULL,
         w.logs ? SQL_WAKE_LOGS : NULL,
-        SQL_COMPLETE_APPENDED,
+        concurrent ? SQL_COMPLETE_APPENDED_EVENT : SQL_COMPLETE_APPENDED,
     };
-    const char *plain[] = {SQL_HOLD, SQL_LOCK_IF_IDLE, SQL_COMPLETE};
+    /* A concurrent cursor never goes idle with a next head to find. */
+    const char *plain[] = {SQL_HOLD, concurrent ? NULL : SQL_LOCK_IF_IDLE,
+                           concurrent ? SQL_COMPLETE_EVENT : SQL_COMPLETE};
     if (dup)
         rc = a2__store_batch(s, held_only, 1, p, &rows, &abort_row);
     else if (appends)

@@ -420,7 +420,8 @@
  * marks a lane event done (with the receipt when LANE_RECEIPT), releases
  * the head's pins and unkept history, and gives the cursor its next head.
  */
-#define ADVANCE(cond, lane_receipt, run_receipt, missing)                   \
+#define ADVANCE_AS(cond, lane_receipt, run_receipt, missing, next_head,    \
+                   types)                                                   \
     "with target as materialized (select cur.* from a2_cursors cur where "  \
     cond " and " INDEX " > " CLEAR_INDEX " order by cur.cursor_key limit 1" \
     " for update of cur), done as (update a2_lane_events lane set done = "  \
@@ -438,14 +439,25 @@
     "not (pin.event_index = target.head and pin.consumer = "                \
     "target.consumer and pin.cursor_key = target.cursor_key)) returning "   \
     "1), moved as (update a2_cursors cur set position = target.head, head " \
-    "= " NEXT_HEAD_OF("target") ", " FRESH_DISPATCH ", types = case when "  \
-    "target.kind = 'log' then " LOG_TYPES_OF("target") " else cur.types "   \
-    "end" run_receipt " from target where cur.session_id = " SESSION " and" \
+    "= " next_head ", " FRESH_DISPATCH ", types = " types run_receipt       \
+    " from target where cur.session_id = " SESSION " and"                   \
     " cur.cursor_key = target.cursor_key and cur.consumer = "               \
     "target.consumer and cur.epoch = target.epoch returning cur.head) "     \
     "select case when exists (select 1 from moved) then "                   \
     "jsonb_build_object('advanced', true) else jsonb_build_object("         \
     missing ") end"
+
+#define ADVANCE(cond, lane_receipt, run_receipt, missing)                   \
+    ADVANCE_AS(cond, lane_receipt, run_receipt, missing,                    \
+               NEXT_HEAD_OF("target"),                                      \
+               "case when target.kind = 'log' then " LOG_TYPES_OF("target") \
+               " else cur.types end")
+
+/* A concurrent cursor (key "#<index>") has no next head and no types: the
+ * same statement without the lane and log lookups, cheaper to plan. */
+#define ADVANCE_EVENT(cond, lane_receipt, run_receipt, missing)             \
+    ADVANCE_AS(cond " and cur.kind = 'event'", lane_receipt, run_receipt,   \
+               missing, "null", "cur.types")
 
 #define LANE_RECEIPT                                                        \
     ", completed_attempt = " P_INT("attempt") ", returned_event_ids = "     \
@@ -460,6 +472,12 @@
 #define SQL_COMPLETE                                                        \
     ADVANCE(HELD_BY("cur"), LANE_RECEIPT, RUN_RECEIPT,                      \
             "'stop', 'superseded'")
+#define SQL_COMPLETE_EVENT                                                  \
+    ADVANCE_EVENT(HELD_BY("cur"), LANE_RECEIPT, RUN_RECEIPT,                \
+                  "'stop', 'superseded'")
+#define SQL_COMPLETE_APPENDED_EVENT                                         \
+    ADVANCE_EVENT(HELD_BY("cur"), LANE_RECEIPT, RUN_RECEIPT,                \
+                  "'abort', 'superseded'")
 #define SQL_COMPLETE_APPENDED                                               \
     ADVANCE(HELD_BY("cur"), LANE_RECEIPT, RUN_RECEIPT,                      \
             "'abort', 'superseded'")
