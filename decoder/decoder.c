@@ -121,7 +121,7 @@ enum vtype { V_NULL, V_BOOL, V_NUM, V_STR, V_OTHER };
 
 /* One element of a "columns" or "identity" array, as scanned. */
 typedef struct centry {
-    a2_change_text name;
+    a2_change_text name; /* may point into the line: not NUL-terminated */
     unsigned char vt;
     bool b;
     bool num_int; /* V_NUM without fraction or exponent */
@@ -131,6 +131,8 @@ typedef struct centry {
 
 typedef struct colarray {
     centry e[A2_DECODER_MAX_COLUMNS];
+    int map[A2_CURSOR_NCOLS]; /* spec column -> entry (-1: absent), once indexed */
+    bool indexed;
     size_t n;
     size_t off; /* offset of the array */
     bool seen;
@@ -171,11 +173,51 @@ fail(a2_decoder_error *err, int code, size_t off, const char *fmt, ...)
 
 #define OFF(s) ((size_t)((s)->p - (s)->base))
 
-static void skip_ws(scan *s)
+static inline void skip_ws(scan *s)
 {
+    if (s->p < s->end && *s->p > ' ')
+        return; /* wal2json writes no whitespace */
     while (s->p < s->end &&
            (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t'))
         s->p++;
+}
+
+/* Consumes the n bytes of lit when the input starts with them: the first
+ * 8 as one word (lit is a constant, so this folds), the rest bytewise. */
+static inline bool starts(scan *s, const char *lit, size_t n)
+{
+    size_t i = 0;
+    if ((size_t)(s->end - s->p) < n)
+        return false;
+    if (n >= 8) {
+        uint64_t a, b;
+        memcpy(&a, s->p, 8);
+        memcpy(&b, lit, 8);
+        if (a != b)
+            return false;
+        i = 8;
+    }
+    for (; i < n; i++)
+        if (s->p[i] != (unsigned char)lit[i])
+            return false;
+    s->p += n;
+    return true;
+}
+
+static inline bool same_bytes(const char *a, const char *b, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        if (x != y)
+            return false;
+    }
+    for (; i < n; i++)
+        if (a[i] != b[i])
+            return false;
+    return true;
 }
 
 static int expect(scan *s, unsigned char c, const char *what)
@@ -250,9 +292,60 @@ static size_t utf8_len(const unsigned char *p, const unsigned char *end)
     return n;
 }
 
+/* Bytes a string holds as they are: printable ASCII except '"' and '\\'. */
+static const unsigned char plain[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+};
+
+#define ONES UINT64_C(0x0101010101010101)
+#define HIGHS UINT64_C(0x8080808080808080)
+
+/* Nonzero when one of the 8 bytes of v is not plain. Each term is the
+ * classic exact-presence test: a byte below 0x20 (hasless), a '"' or a
+ * '\\' (haszero of v xor the byte), a byte at or above 0x80 (its high bit). */
+static inline uint64_t not_plain8(uint64_t v)
+{
+    uint64_t q = v ^ (ONES * '"');
+    uint64_t b = v ^ (ONES * '\\');
+    return (((v - ONES * 0x20) & ~v) | ((q - ONES) & ~q) | ((b - ONES) & ~b) | v) & HIGHS;
+}
+
+/* The end of the run of plain bytes at p: 8 bytes at a time, then bytewise. */
+static inline const unsigned char *plain_run(const unsigned char *p,
+                                             const unsigned char *end)
+{
+    while (end - p >= 8) {
+        uint64_t v, m;
+        memcpy(&v, p, 8);
+        m = not_plain8(v);
+        if (m) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            /* The tests have no false positives below the first true hit,
+             * so the lowest flagged byte is the first non-plain one. */
+            return p + (__builtin_ctzll(m) >> 3);
+#else
+            break;
+#endif
+        }
+        p += 8;
+    }
+    while (p < end && plain[*p])
+        p++;
+    return p;
+}
+
 /*
  * Scans the string at s->p (a '"'), unescaping it into the arena. The
- * result is NUL-terminated. keep == false gives the arena space back.
+ * result is NUL-terminated. keep == false gives the arena space back, and a
+ * string without escapes or non-ASCII bytes is then not copied at all: out
+ * points into the line (not NUL-terminated; for comparing only).
  */
 static int scan_string(scan *s, a2_change_text *out, bool keep)
 {
@@ -262,10 +355,36 @@ static int scan_string(scan *s, a2_change_text *out, bool keep)
     char *start = d->buf + d->used;
     char *dst = start;
 
+    /* The string, unescaped, fits in what is left of the line; the arena
+     * holds the line's length, and its use never passes the bytes scanned. */
+    if (d->used + (size_t)(end - s->p) > d->cap)
+        return fail(&d->err, A2_EDEC_NOMEM, (size_t)(s->p - s->base),
+                    "internal: string arena bound exceeded");
+
+    /* Fast path: a run of plain bytes up to the closing quote. */
+    p = plain_run(p, end);
+    size_t n = (size_t)(p - (s->p + 1));
+    if (p < end && *p == '"') {
+        if (keep) {
+            memcpy(start, s->p + 1, n);
+            start[n] = '\0';
+            out->ptr = start;
+            d->used += n + 1;
+        } else {
+            out->ptr = (const char *)s->p + 1;
+        }
+        out->len = n;
+        s->p = p + 1;
+        return 0;
+    }
+    memcpy(dst, s->p + 1, n);
+    dst += n;
+
     for (;;) {
-        /* Fast path: plain printable ASCII. */
-        while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
-            *dst++ = (char)*p++;
+        const unsigned char *run = p;
+        p = plain_run(p, end);
+        memcpy(dst, run, (size_t)(p - run));
+        dst += p - run;
         if (p >= end)
             return fail(&d->err, A2_EDEC_SYNTAX, (size_t)(s->p - s->base),
                         "unterminated string");
@@ -352,13 +471,13 @@ static int scan_string(scan *s, a2_change_text *out, bool keep)
         if (c < 0x20)
             return fail(&d->err, A2_EDEC_SYNTAX, (size_t)(p - s->base),
                         "control character in string");
-        size_t n = utf8_len(p, end);
-        if (n == 0)
+        size_t u = utf8_len(p, end);
+        if (u == 0)
             return fail(&d->err, A2_EDEC_UTF8, (size_t)(p - s->base),
                         "invalid UTF-8 in string");
-        memcpy(dst, p, n);
-        dst += n;
-        p += n;
+        memcpy(dst, p, u);
+        dst += u;
+        p += u;
     }
     *dst = '\0';
     out->ptr = start;
@@ -411,9 +530,8 @@ static int scan_number(scan *s, a2_change_text *out, bool *is_int)
 
 static int scan_literal(scan *s, const char *lit, size_t n)
 {
-    if ((size_t)(s->end - s->p) < n || memcmp(s->p, lit, n) != 0)
+    if (!starts(s, lit, n))
         return fail(&s->d->err, A2_EDEC_SYNTAX, OFF(s), "unexpected byte");
-    s->p += n;
     return 0;
 }
 
@@ -522,6 +640,38 @@ static bool key_is(const a2_change_text *k, const char *lit)
     return k->len == n && memcmp(k->ptr, lit, n) == 0;
 }
 
+/* Scans a column's value (any JSON value) into ce. */
+static int scan_cvalue(scan *s, centry *ce)
+{
+    ce->voff = OFF(s);
+    if (s->p >= s->end)
+        return fail(&s->d->err, A2_EDEC_SYNTAX, OFF(s),
+                    "unexpected end of line, expected a value");
+    switch (*s->p) {
+    case '"':
+        ce->vt = V_STR;
+        return scan_string(s, &ce->s, true);
+    case 'n':
+        ce->vt = V_NULL;
+        return scan_literal(s, "null", 4);
+    case 't':
+        ce->vt = V_BOOL;
+        ce->b = true;
+        return scan_literal(s, "true", 4);
+    case 'f':
+        ce->vt = V_BOOL;
+        ce->b = false;
+        return scan_literal(s, "false", 5);
+    case '{':
+    case '[':
+        ce->vt = V_OTHER;
+        return skip_value(s, 3);
+    default:
+        ce->vt = V_NUM;
+        return scan_number(s, &ce->s, &ce->num_int);
+    }
+}
+
 /* One column object {"name":..,"type":..,"value":..}; depth 3. */
 static int scan_column(scan *s, centry *ce)
 {
@@ -538,11 +688,25 @@ static int scan_column(scan *s, centry *ce)
         goto done;
     }
     do {
-        size_t koff = OFF(s);
-        if (scan_key(s, &key) < 0)
-            return s->d->err.code;
+        size_t koff;
+        int kid;
         skip_ws(s);
-        if (key_is(&key, "name")) {
+        koff = OFF(s);
+        /* wal2json's own keys, as it writes them, without unescaping. */
+        if (starts(s, "\"name\":", 7)) {
+            kid = 1;
+        } else if (starts(s, "\"value\":", 8)) {
+            kid = 2;
+        } else if (starts(s, "\"type\":\"", 8)) {
+            s->p--; /* the type's opening quote */
+            kid = 0;
+        } else {
+            if (scan_key(s, &key) < 0)
+                return s->d->err.code;
+            kid = key_is(&key, "name") ? 1 : key_is(&key, "value") ? 2 : 0;
+        }
+        skip_ws(s);
+        if (kid == 1) {
             if (have_name)
                 return fail(&s->d->err, A2_EDEC_VALUE, koff, "duplicate key \"name\"");
             if (s->p >= s->end || *s->p != '"') {
@@ -555,45 +719,12 @@ static int scan_column(scan *s, centry *ce)
             if (scan_string(s, &ce->name, true) < 0)
                 return s->d->err.code;
             have_name = true;
-        } else if (key_is(&key, "value")) {
+        } else if (kid == 2) {
             if (have_value)
                 return fail(&s->d->err, A2_EDEC_VALUE, koff, "duplicate key \"value\"");
             have_value = true;
-            ce->voff = OFF(s);
-            if (s->p >= s->end)
-                return fail(&s->d->err, A2_EDEC_SYNTAX, OFF(s),
-                            "unexpected end of line, expected a value");
-            switch (*s->p) {
-            case '"':
-                ce->vt = V_STR;
-                r = scan_string(s, &ce->s, true);
-                break;
-            case 'n':
-                ce->vt = V_NULL;
-                r = scan_literal(s, "null", 4);
-                break;
-            case 't':
-                ce->vt = V_BOOL;
-                ce->b = true;
-                r = scan_literal(s, "true", 4);
-                break;
-            case 'f':
-                ce->vt = V_BOOL;
-                ce->b = false;
-                r = scan_literal(s, "false", 5);
-                break;
-            case '{':
-            case '[':
-                ce->vt = V_OTHER;
-                r = skip_value(s, 3);
-                break;
-            default:
-                ce->vt = V_NUM;
-                r = scan_number(s, &ce->s, &ce->num_int);
-                break;
-            }
-            if (r < 0)
-                return r;
+            if (scan_cvalue(s, ce) < 0)
+                return s->d->err.code;
         } else if (skip_value(s, 3) < 0) {
             return s->d->err.code;
         }
@@ -605,7 +736,50 @@ done:
         return fail(&s->d->err, A2_EDEC_MISSING, start, "column without \"name\"");
     if (!have_value)
         return fail(&s->d->err, A2_EDEC_MISSING, start,
-                    "column \"%.64s\" without \"value\"", ce->name.ptr);
+                    "column \"%.*s\" without \"value\"",
+                    (int)(ce->name.len > 64 ? 64 : ce->name.len), ce->name.ptr);
+    return 0;
+}
+
+/*
+ * The column exactly as wal2json writes it, {"name":"..","type":"..",
+ * "value":..}, with plain (unescaped ASCII) name and type. Returns 1 when it
+ * matched, 0 to take the generic path from the same place, or an error.
+ */
+static int scan_column_fast(scan *s, centry *ce)
+{
+    const unsigned char *start = s->p, *p, *q;
+    size_t used = s->d->used;
+    if (!starts(s, "{\"name\":\"", 9))
+        return 0;
+    p = s->p;
+    q = plain_run(p, s->end);
+    if (q >= s->end || *q != '"')
+        goto generic;
+    ce->name.ptr = (const char *)p;
+    ce->name.len = (size_t)(q - p);
+    s->p = q + 1;
+    if (!starts(s, ",\"type\":\"", 9))
+        goto generic;
+    q = plain_run(s->p, s->end);
+    if (q >= s->end || *q != '"')
+        goto generic;
+    s->p = q + 1;
+    if (!starts(s, ",\"value\":", 9))
+        goto generic;
+    if (scan_cvalue(s, ce) < 0)
+        return s->d->err.code;
+    if (s->p < s->end && *s->p == '}') {
+        s->p++;
+        return 1;
+    }
+generic:
+    /* Give back what the value kept: the generic path scans it again, and
+     * the arena's bound (its use never passes the bytes scanned) needs each
+     * string kept once. */
+    s->p = start;
+    s->d->used = used;
+    memset(ce, 0, sizeof *ce);
     return 0;
 }
 
@@ -632,7 +806,9 @@ static int scan_columns(scan *s, colarray *ca, const char *what)
                         "\"%s\": more than %d columns", what, A2_DECODER_MAX_COLUMNS);
         centry *ce = &ca->e[ca->n];
         memset(ce, 0, sizeof *ce);
-        if (scan_column(s, ce) < 0)
+        skip_ws(s);
+        int fast = scan_column_fast(s, ce);
+        if (fast < 0 || (fast == 0 && scan_column(s, ce) < 0))
             return s->d->err.code;
         ca->n++;
     } while ((r = next_member(s, ']')) == 1);
@@ -641,24 +817,20 @@ static int scan_columns(scan *s, colarray *ca, const char *what)
 
 /* ---- values ---- */
 
-/* Parses an integer slice exactly; 0, or A2_EDEC_RANGE on overflow. */
+/* Parses an integer slice (a JSON integer: -?digits) exactly; 0, or
+ * A2_EDEC_RANGE when it does not fit an int64. */
 static int parse_i64(const char *p, size_t n, int64_t *out)
 {
-    bool neg = false;
+    bool neg = n > 0 && p[0] == '-';
+    size_t i = neg ? 1 : 0;
     uint64_t v = 0;
-    uint64_t limit = (uint64_t)INT64_MAX;
-    size_t i = 0;
-    if (n > 0 && p[0] == '-') {
-        neg = true;
-        limit = (uint64_t)INT64_MAX + 1;
-        i = 1;
-    }
-    for (; i < n; i++) {
-        unsigned dgt = (unsigned)(p[i] - '0');
-        if (v > (limit - dgt) / 10)
-            return A2_EDEC_RANGE;
-        v = v * 10 + dgt;
-    }
+    /* Up to 19 digits fit in a uint64 without overflow (10^19 < 2^64). */
+    if (n - i > 19)
+        return A2_EDEC_RANGE;
+    for (; i < n; i++)
+        v = v * 10 + (uint64_t)(p[i] - '0');
+    if (v > (uint64_t)INT64_MAX + (neg ? 1 : 0))
+        return A2_EDEC_RANGE;
     if (neg)
         *out = v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
     else
@@ -777,23 +949,37 @@ static int parse_timestamp(const char *p, size_t n, int64_t *out)
 
 /* ---- rows ---- */
 
-static int find_col(const tablespec *t, const a2_change_text *name)
+/* The spec index of column `name`; wal2json sends columns in table order,
+ * so the one after the previous match (*guess) is tried first. */
+static int find_col(const tablespec *t, const a2_change_text *name, size_t *guess)
 {
+    size_t g = *guess;
+    if (g < t->ncols && t->cols[g].len == name->len &&
+        same_bytes(t->cols[g].name, name->ptr, name->len)) {
+        *guess = g + 1;
+        return (int)g;
+    }
     for (size_t i = 0; i < t->ncols; i++)
         if (t->cols[i].len == name->len &&
-            memcmp(t->cols[i].name, name->ptr, name->len) == 0)
+            same_bytes(t->cols[i].name, name->ptr, name->len)) {
+            *guess = i + 1;
             return (int)i;
+        }
     return -1;
 }
 
-/* Maps each known column to its entry in ca (-1 when absent). */
-static int index_cols(a2_decoder *d, const tablespec *t, const colarray *ca,
-                      int *map)
+/* Maps each known column to its entry in ca (-1 when absent), once. */
+static int index_cols(a2_decoder *d, const tablespec *t, colarray *ca)
 {
+    int *map = ca->map;
+    size_t guess = 0;
+    if (ca->indexed)
+        return 0;
+    ca->indexed = true;
     for (size_t i = 0; i < t->ncols; i++)
         map[i] = -1;
     for (size_t k = 0; k < ca->n; k++) {
-        int c = find_col(t, &ca->e[k].name);
+        int c = find_col(t, &ca->e[k].name, &guess);
         if (c < 0)
             continue; /* a column a2 does not know: skipped */
         if (map[c] >= 0)
@@ -871,15 +1057,15 @@ enum rowmode {
 };
 
 static int fill_row(a2_decoder *d, const tablespec *t, a2_row *row,
-                    const colarray *prim, const colarray *fb, enum rowmode mode)
+                    colarray *prim, colarray *fb, enum rowmode mode)
 {
-    int pmap[A2_CURSOR_NCOLS], fmap[A2_CURSOR_NCOLS];
+    const int *pmap = prim->map, *fmap = fb ? fb->map : NULL;
     uint32_t present = 0;
 
     memset(row, 0, sizeof *row);
-    if (index_cols(d, t, prim, pmap) < 0)
+    if (index_cols(d, t, prim) < 0)
         return d->err.code;
-    if (fb && index_cols(d, t, fb, fmap) < 0)
+    if (fb && index_cols(d, t, fb) < 0)
         return d->err.code;
     for (size_t i = 0; i < t->ncols; i++) {
         const colspec *c = &t->cols[i];
@@ -931,18 +1117,31 @@ enum {
     KEY_PK = 1u << 13
 };
 
+#define TOP(name, bit) {name, sizeof(name) - 1, bit}
 static const struct {
     const char *name;
+    size_t len;
     unsigned bit;
 } top_keys[] = {
-    {"action", KEY_ACTION},       {"xid", KEY_XID},
-    {"timestamp", KEY_TIMESTAMP}, {"lsn", KEY_LSN},
-    {"nextlsn", KEY_NEXTLSN},     {"schema", KEY_SCHEMA},
-    {"table", KEY_TABLE},         {"columns", KEY_COLUMNS},
-    {"identity", KEY_IDENTITY},   {"transactional", KEY_TRANSACTIONAL},
-    {"prefix", KEY_PREFIX},       {"content", KEY_CONTENT},
-    {"origin", KEY_ORIGIN},       {"pk", KEY_PK},
+    TOP("action", KEY_ACTION),       TOP("xid", KEY_XID),
+    TOP("timestamp", KEY_TIMESTAMP), TOP("lsn", KEY_LSN),
+    TOP("nextlsn", KEY_NEXTLSN),     TOP("schema", KEY_SCHEMA),
+    TOP("table", KEY_TABLE),         TOP("columns", KEY_COLUMNS),
+    TOP("identity", KEY_IDENTITY),   TOP("transactional", KEY_TRANSACTIONAL),
+    TOP("prefix", KEY_PREFIX),       TOP("content", KEY_CONTENT),
+    TOP("origin", KEY_ORIGIN),       TOP("pk", KEY_PK),
 };
+#undef TOP
+
+/* The KEY_* bit of a top-level key, 0 for one a2 skips. */
+static unsigned top_key(const a2_change_text *k)
+{
+    for (size_t i = 0; i < sizeof top_keys / sizeof top_keys[0]; i++)
+        if (k->len == top_keys[i].len && k->ptr[0] == top_keys[i].name[0] &&
+            same_bytes(k->ptr, top_keys[i].name, k->len))
+            return top_keys[i].bit;
+    return 0;
+}
 
 /* A string member, or null when nullable. */
 static int member_string(scan *s, const char *key, bool nullable,
@@ -986,14 +1185,10 @@ static int parse_top(scan *s, unsigned *seen)
         if (scan_key(s, &key) < 0)
             return d->err.code;
         skip_ws(s);
-        for (size_t i = 0; i < sizeof top_keys / sizeof top_keys[0]; i++)
-            if (key_is(&key, top_keys[i].name)) {
-                bit = top_keys[i].bit;
-                break;
-            }
+        bit = top_key(&key);
         if (bit & *seen)
-            return fail(&d->err, A2_EDEC_VALUE, koff, "duplicate key \"%s\"",
-                        key.ptr);
+            return fail(&d->err, A2_EDEC_VALUE, koff, "duplicate key \"%.*s\"",
+                        (int)(key.len > 32 ? 32 : key.len), key.ptr);
         *seen |= bit;
         size_t voff = OFF(s);
         switch (bit) {
@@ -1238,6 +1433,7 @@ int a2_decoder_decode(a2_decoder *d, const char *line, size_t len,
     d->change.xid.null = true;
     d->cols.n = d->ident.n = 0;
     d->cols.seen = d->ident.seen = false;
+    d->cols.indexed = d->ident.indexed = false;
     d->err.code = 0;
     d->err.offset = 0;
     d->err.message[0] = '\0';
