@@ -201,25 +201,71 @@ static const struct option help_only[] = {
 
 /* ── append ───────────────────────────────────────────────────────────── */
 
+#define MAX_LOG_CONSUMERS 16
+
+/* "NAME" or "NAME:TYPE,TYPE": a log consumer whose cursor is named
+ * "lane:log" (as a2-worker --log names it). *owned and *types are the
+ * caller's to free. */
+static int parse_log_consumer(const char *arg, a2_consumer *c,
+                              a2_log_spec *l, char **owned, char ***types)
+{
+    *owned = strdup(arg);
+    *types = NULL;
+    if (!*owned)
+        return -1;
+    char *colon = strchr(*owned, ':');
+    if (colon)
+        *colon = '\0';
+    memset(l, 0, sizeof *l);
+    l->lane = "log";
+    c->name = *owned;
+    c->log = l;
+    if (!**owned)
+        return -1;
+    if (!colon)
+        return 0;
+    size_t n = 1;
+    for (char *p = colon + 1; *p; p++)
+        n += *p == ',';
+    *types = calloc(n, sizeof **types);
+    if (!*types)
+        return -1;
+    char *save = NULL;
+    for (char *t = strtok_r(colon + 1, ",", &save); t;
+         t = strtok_r(NULL, ",", &save))
+        (*types)[l->ntypes++] = t;
+    l->types = (const char *const *)*types;
+    return l->ntypes ? 0 : -1;
+}
+
 int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"id", required_argument, NULL, 'i'},
         {"target", required_argument, NULL, 't'},
+        {"log-consumer", required_argument, NULL, 'g'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     static const char help[] =
         "usage: a2 append SESSION TYPE [PAYLOAD] [--id ID] "
-        "[--target CONSUMER[:LANE]]...\n"
+        "[--target CONSUMER[:LANE]]... [--log-consumer NAME[:TYPES]]...\n"
         "  PAYLOAD is JSON (default null); --id makes a retry idempotent;\n"
         "  each --target dispatches the event to a consumer: alone "
-        "(CONSUMER) or in a FIFO lane (CONSUMER:LANE)\n";
+        "(CONSUMER) or in a FIFO lane (CONSUMER:LANE);\n"
+        "  each --log-consumer starts that log consumer's cursor here if the "
+        "event's type is one of TYPES\n  (comma-separated; all types when "
+        "omitted)\n";
     int rc = A2__CLI_OK, c;
     const char *id = NULL;
     a2_target targets[MAX_TARGETS];
     char *owned[MAX_TARGETS];
     size_t ntargets = 0;
+    a2_consumer logc[MAX_LOG_CONSUMERS];
+    a2_log_spec logs[MAX_LOG_CONSUMERS];
+    char *logowned[MAX_LOG_CONSUMERS];
+    char **logtypes[MAX_LOG_CONSUMERS];
+    size_t nlogc = 0;
     a2_store *store = NULL;
     a2_events out = {0};
     optind = 0;
@@ -232,6 +278,23 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
                 goto done;
             }
             id = optarg;
+        } else if (c == 'g') {
+            if (nlogc == MAX_LOG_CONSUMERS) {
+                rc = a2__cli_usage(cli, "at most %d log consumers",
+                                   MAX_LOG_CONSUMERS);
+                goto done;
+            }
+            if (parse_log_consumer(optarg, &logc[nlogc], &logs[nlogc],
+                                   &logowned[nlogc], &logtypes[nlogc]) != 0) {
+                free(logowned[nlogc]);
+                free(logtypes[nlogc]);
+                rc = a2__cli_usage(cli,
+                                   "bad log consumer '%s' (NAME or "
+                                   "NAME:TYPE,TYPE...)",
+                                   optarg);
+                goto done;
+            }
+            nlogc++;
         } else if (c == 't') {
             if (ntargets == MAX_TARGETS) {
                 rc = a2__cli_usage(cli, "at most %d targets", MAX_TARGETS);
@@ -288,7 +351,9 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
                           .id = id,
                           .targets = ntargets ? targets : NULL,
                           .ntargets = ntargets};
-    if (a2_store_append(store, session, &ev, 1, NULL, &out) != 0) {
+    a2_append_options ao = {.consumers = logc, .nconsumers = nlogc};
+    if (a2_store_append(store, session, &ev, 1, nlogc ? &ao : NULL, &out) !=
+        0) {
         rc = store_failed(cli, store, "append");
         goto done;
     }
@@ -312,6 +377,10 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
 done:
     for (size_t i = 0; i < ntargets; i++)
         free(owned[i]);
+    for (size_t i = 0; i < nlogc; i++) {
+        free(logowned[i]);
+        free(logtypes[i]);
+    }
     a2_events_free(&out);
     a2_store_close(store);
     return rc;

@@ -32,6 +32,8 @@ extern char **environ;
 #define MAX_STDOUT (16 * 1024 * 1024)
 #define STDERR_TAIL 2048
 #define STORE_RETRY_MS 1000
+#define WAKE_RECHECKS 3
+#define WAKE_RECHECK_MS 20
 
 static const char usage_text[] =
     "usage: a2-worker --consumer NAME --exec CMD [options]\n"
@@ -76,6 +78,8 @@ typedef struct job {
     int running;  /* a thread works it */
     int again;    /* woken while running: run once more */
     int64_t at;   /* retry timer (monotonic ms), 0: none */
+    int hinted;   /* a wake-up named work here */
+    int rechecks; /* runs that found nothing after a wake-up */
     struct job *next;
 } job;
 
@@ -187,7 +191,8 @@ static job *find_job(app *a, const char *session)
 }
 
 /* Queues session for a run (under mu). */
-static void schedule_locked(app *a, const char *session, int wake_log)
+static void schedule_locked(app *a, const char *session, int wake_log,
+                            int hinted)
 {
     if (a->stopping)
         return;
@@ -203,6 +208,10 @@ static void schedule_locked(app *a, const char *session, int wake_log)
         a->jobs = j;
     }
     j->wake_log |= wake_log;
+    if (hinted && !j->hinted) {
+        j->hinted = 1;
+        j->rechecks = 0;
+    }
     j->at = 0;
     if (j->running)
         j->again = 1;
@@ -212,10 +221,10 @@ static void schedule_locked(app *a, const char *session, int wake_log)
     }
 }
 
-static void schedule(app *a, const char *session, int wake_log)
+static void schedule(app *a, const char *session, int wake_log, int hinted)
 {
     pthread_mutex_lock(&a->mu);
-    schedule_locked(a, session, wake_log);
+    schedule_locked(a, session, wake_log, hinted);
     pthread_mutex_unlock(&a->mu);
 }
 
@@ -664,6 +673,12 @@ static void *slot_main(void *arg)
             } else if (st.retry_at > 0) {
                 int64_t delay = st.retry_at - real_ms();
                 j->at = mono_ms() + (delay > 0 ? delay : 0) + 5;
+            } else if (j->hinted && st.claimed == 0 &&
+                       j->rechecks < WAKE_RECHECKS) {
+                /* A wake-up can outrun the visibility of its commit to
+                 * new snapshots: look again shortly, a bounded few times. */
+                j->at = mono_ms() + (WAKE_RECHECK_MS << j->rechecks);
+                j->rechecks++;
             } else {
                 unlink_job(a, j);
             }
@@ -706,7 +721,7 @@ static void resync_all(app *a)
         }
         pthread_mutex_lock(&a->mu);
         for (size_t i = 0; i < page.count; i++)
-            schedule_locked(a, page.items[i], 0);
+            schedule_locked(a, page.items[i], 0, 0);
         pthread_mutex_unlock(&a->mu);
         total += page.count;
         free(after);
@@ -729,16 +744,16 @@ static void on_event(app *a, const a2_worker_event *ev)
         if (!a->quiet)
             say("a2-worker: wake %s %s head %lld", ev->session,
                 ev->cursor ? ev->cursor : "", (long long)ev->head);
-        schedule(a, ev->session, 0);
+        schedule(a, ev->session, 0, 1);
         break;
     case A2_WORKER_EV_LOG:
         if (!a->quiet)
             say("a2-worker: log %s #%lld %s", ev->session, (long long)ev->idx,
                 ev->event_type ? ev->event_type : "");
-        schedule(a, ev->session, 1);
+        schedule(a, ev->session, 1, 1);
         break;
     case A2_WORKER_EV_SWEEP:
-        schedule(a, ev->session, is_log);
+        schedule(a, ev->session, is_log, 0);
         break;
     case A2_WORKER_EV_RESYNC:
         if (ev->all_sessions) {
@@ -748,7 +763,7 @@ static void on_event(app *a, const a2_worker_event *ev)
                 say("a2-worker: resync of %zu session%s", ev->nsessions,
                     ev->nsessions == 1 ? "" : "s");
             for (size_t i = 0; i < ev->nsessions; i++)
-                schedule(a, ev->sessions[i], is_log);
+                schedule(a, ev->sessions[i], is_log, 0);
         }
         break;
     case A2_WORKER_EV_CLEARED:

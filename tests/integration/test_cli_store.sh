@@ -18,6 +18,13 @@ checks=$((checks + 1)); [ "$(sql "select payload::text from a2_events where sess
 # A clear-type event is refused as bad input.
 expect 2 "$A2" append s1 a2.cleared; contains "append:" err
 
+# --log-consumer starts a log cursor when the type is one it follows.
+expect 0 "$A2" append s3 order.placed '{}' --log-consumer auditor:order.placed,invoice.sent --log-consumer other:x
+checks=$((checks + 1))
+[ "$(sql "select string_agg(consumer || ':' || kind || ':' || cursor_key || ':' || head, ' ') from a2_cursors where session_id = 's3'")" = "auditor:log:lane:log:1" ] || fail "log cursor not started"
+expect 2 "$A2" append s3 x --log-consumer ':a'; contains "bad log consumer" err
+expect 2 "$A2" append s3 x --log-consumer 'a:'
+
 # read: table, --after/--limit, --json.
 expect 0 "$A2" read s1; contains "order.created"; contains "pay-1"; contains '{"n": 1}'
 checks=$((checks + 1)); [ "$(printf '%s\n' "$out" | wc -l)" = 4 ] || fail "read table lines: $out"
