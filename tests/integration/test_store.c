@@ -911,6 +911,55 @@ static void test_complete_duplicate_ids(void **state)
     a2_complete_result_free(&comp);
 }
 
+static void test_claim_through_exclude_served(void **state)
+{
+    fx *f = *state;
+    a2_target tg[2] = {{.consumer = "c1"}, {.consumer = "c2"}};
+    a2_append_event ev[3] = {{.type = "x", .targets = tg, .ntargets = 2},
+                             {.type = "x", .targets = tg, .ntargets = 2},
+                             {.type = "x", .targets = tg, .ntargets = 2}};
+    a2_consumer served = {.name = "c1"};
+    a2_append_options opts = {.consumers = &served, .nconsumers = 1};
+    a2_events out;
+    OK(a2_store_append(f->s, f->session, ev, 3, &opts, &out));
+    assert_true(out.has_pending);
+    a2_events_free(&out);
+    /* A writer serving neither consumer starts work it does not serve. */
+    a2_consumer other = {.name = "c9"};
+    opts.consumers = &other;
+    OK(a2_store_append(f->s, f->session, NULL, 0, &opts, &out));
+    assert_false(out.has_pending);
+    a2_events_free(&out);
+    /* through: heads at or below index 2; exclude #1 of c1; served c1. */
+    a2_head_ref skip = {.consumer = "c1", .index = 1};
+    a2_claim_request req = claim_req("w");
+    req.through = 2;
+    req.exclude = &skip;
+    req.nexclude = 1;
+    req.consumers = &served;
+    req.nconsumers = 1;
+    a2_claim_result cr;
+    OK(a2_store_claim(f->s, f->session, &req, &cr));
+    assert_int_equal(cr.outcome, A2_CLAIM_CLAIMED);
+    assert_int_equal(cr.heads.count, 1);
+    assert_int_equal(cr.heads.items[0].event.index, 2);
+    assert_string_equal(cr.heads.items[0].dispatch.consumer, "c1");
+    a2_claim_result_free(&cr);
+    /* Every consumer, no bound: the rest, ordered by index then consumer. */
+    req = claim_req("w");
+    OK(a2_store_claim(f->s, f->session, &req, &cr));
+    assert_int_equal(cr.heads.count, 5);
+    int64_t prev = 0;
+    for (size_t i = 0; i < cr.heads.count; i++) {
+        assert_true(cr.heads.items[i].event.index >= prev);
+        prev = cr.heads.items[i].event.index;
+    }
+    assert_string_equal(cr.heads.items[0].dispatch.consumer, "c1");
+    assert_string_equal(cr.heads.items[1].dispatch.consumer, "c2");
+    assert_int_equal(cr.session_head, 3);
+    a2_claim_result_free(&cr);
+}
+
 /* ── clear, reclaim ──────────────────────────────────────────────────── */
 
 static void test_clear_supersedes_claims(void **state)
@@ -1242,6 +1291,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_complete_duplicate_ids, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_claim_through_exclude_served,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_clear_supersedes_claims, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_clear_by_consumer, setup, teardown),
