@@ -356,8 +356,13 @@ void a2_claim_result_free(a2_claim_result *r);
 /*
  * Claims every eligible head of the session for holder: unclaimed heads and
  * lapsed claims (a takeover: attempt + 1, failure + 1). A takeover that
- * spends the last of max_failures dead-letters the head instead. A lane runs
- * one head at a time, in index order.
+ * spends the last of max_failures dead-letters the head instead (those are
+ * in out->dead_lettered, whatever the outcome). A lane runs one head at a
+ * time, in index order. Outcomes: CLAIMED (out->heads), else BUSY when a
+ * live claim or retry hold blocks an eligible head (out->retry_at: when the
+ * earliest ends), else SETTLED. Racing claims lock cursor rows in one fixed
+ * order and never deadlock; a head another claim is taking is waited for and
+ * then re-checked.
  */
 A2_STORE_MUST_CHECK int a2_store_claim(a2_store *store, const char *session,
                                        const a2_claim_request *req,
