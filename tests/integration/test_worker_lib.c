@@ -1,0 +1,657 @@
+/*
+ * liba2worker against a scripted a2-consumer (a Unix socket speaking wire v1
+ * from the test) and a real database: handshake and subscriptions, every
+ * event type, reconnect with backoff and resync, the degraded sweep running
+ * only while disconnected, refused and broken connections, ping timeouts;
+ * the runner's claim -> handle -> complete/fail with lease renewal.
+ */
+#include "a2/store.h"
+#include "a2/wire.h"
+#include "a2/worker.h"
+#include "a2test.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    char dir[64];
+    char path[100];
+    char spec[110];
+    int lfd;
+    int fd;
+    a2_wire_reader *reader;
+} fake;
+
+static void fake_init(fake *f)
+{
+    memset(f, 0, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/a2-wl.XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->path, sizeof f->path, "%s/sock", f->dir);
+    snprintf(f->spec, sizeof f->spec, "unix:%s", f->path);
+    f->lfd = -1;
+    f->fd = -1;
+}
+
+static void fake_listen(fake *f)
+{
+    struct sockaddr_un sa = {0};
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, f->path, strlen(f->path) + 1);
+    unlink(f->path);
+    f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    assert_true(f->lfd >= 0);
+    assert_int_equal(bind(f->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(f->lfd, 8), 0);
+}
+
+static void fake_drop(fake *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    f->fd = -1;
+    a2_wire_reader_free(f->reader);
+    f->reader = NULL;
+}
+
+static void fake_free(fake *f)
+{
+    fake_drop(f);
+    if (f->lfd >= 0)
+        close(f->lfd);
+    unlink(f->path);
+    rmdir(f->dir);
+}
+
+/* Drives the worker (without taking its events) for ms. */
+static void drive(a2_worker *w, int ms)
+{
+    int64_t end = a2_test_now_ms() + ms;
+    while (a2_test_now_ms() < end) {
+        assert_int_equal(a2_worker_process(w), 0);
+        struct pollfd p = {a2_worker_fd(w), a2_worker_poll_events(w), 0};
+        int t = a2_worker_timeout(w);
+        if (t < 0 || t > 10)
+            t = 10;
+        poll(&p, a2_worker_fd(w) >= 0 ? 1 : 0, t);
+    }
+}
+
+/* Accepts the worker's connection, driving the worker meanwhile. */
+static void fake_accept(fake *f, a2_worker *w, int ms)
+{
+    int64_t end = a2_test_now_ms() + ms;
+    while (a2_test_now_ms() < end) {
+        f->fd = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (f->fd >= 0)
+            break;
+        drive(w, 10);
+    }
+    if (f->fd < 0)
+        fail_msg("the worker did not connect within %d ms", ms);
+    f->reader = a2_wire_reader_new(A2_WIRE_FROM_WORKER);
+    assert_non_null(f->reader);
+}
+
+/* The next frame from the worker into *m (borrowed until the next call). */
+static void fake_read(fake *f, a2_worker *w, a2_wire_msg *m, int ms)
+{
+    int64_t end = a2_test_now_ms() + ms;
+    for (;;) {
+        int rc = a2_wire_reader_next(f->reader, m);
+        assert_true(rc >= 0);
+        if (rc == 1)
+            return;
+        char buf[4096];
+        ssize_t n = read(f->fd, buf, sizeof buf);
+        if (n > 0) {
+            assert_int_equal(a2_wire_reader_feed(f->reader, buf, (size_t)n), 0);
+            continue;
+        }
+        if (n == 0)
+            fail_msg("the worker closed the connection");
+        if (a2_test_now_ms() > end)
+            fail_msg("no frame from the worker within %d ms", ms);
+        drive(w, 5);
+    }
+}
+
+static void fake_send(fake *f, a2_wire_buf *b)
+{
+    size_t off = 0;
+    while (off < b->len) {
+        ssize_t n = write(f->fd, b->data + off, b->len - off);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        assert_true(n > 0);
+        off += (size_t)n;
+    }
+    a2_wire_buf_consume(b, b->len);
+}
+
+/* The next event within ms, which must be of type want. */
+static void expect_event(a2_worker *w, a2_worker_event *ev, int want, int ms)
+{
+    int rc = a2_worker_wait(w, ev, ms);
+    if (rc != 1)
+        fail_msg("wanted event %d within %d ms, got rc %d (last error: %s)",
+                 want, ms, rc, a2_worker_last_error(w));
+    if (ev->type != want)
+        fail_msg("wanted event %d, got %d (%s)", want, ev->type,
+                 ev->message ? ev->message : "");
+}
+
+/* Handshake: hello and the subscriptions, then welcome. */
+static void handshake(fake *f, a2_worker *w, size_t nsubs)
+{
+    a2_wire_msg m;
+    fake_read(f, w, &m, 2000);
+    assert_int_equal(m.type, A2_WIRE_HELLO);
+    for (size_t i = 0; i < nsubs; i++) {
+        fake_read(f, w, &m, 2000);
+        assert_int_equal(m.type, A2_WIRE_SUBSCRIBE);
+    }
+    a2_wire_buf b = {0};
+    assert_int_equal(a2_wire_encode_welcome(&b, 42), 0);
+    fake_send(f, &b);
+    a2_wire_buf_free(&b);
+}
+
+static void test_options(void **state)
+{
+    (void)state;
+    char err[256];
+    a2_worker_options o = {.connect = "http://x"};
+    assert_null(a2_worker_new(&o, err, sizeof err));
+    assert_non_null(strstr(err, "unix:PATH or tcp:HOST:PORT"));
+    o.connect = "tcp:127.0.0.1:5000";
+    assert_null(a2_worker_new(&o, err, sizeof err));
+    assert_non_null(strstr(err, "token"));
+    o.connect = "tcp:127.0.0.1:99999";
+    o.token = "t";
+    assert_null(a2_worker_new(&o, err, sizeof err));
+    assert_non_null(strstr(err, "bad port"));
+    o.connect = "unix:";
+    assert_null(a2_worker_new(&o, err, sizeof err));
+    assert_null(a2_worker_new(NULL, err, sizeof err));
+    a2_worker_options neg = {.connect = "unix:/x", .degraded_sweep_ms = -1};
+    assert_null(a2_worker_new(&neg, err, sizeof err));
+    a2_worker_free(NULL);
+
+    a2_worker_options ok = {.connect = "unix:/nonexistent/a2.sock"};
+    a2_worker *w = a2_worker_new(&ok, err, sizeof err);
+    assert_non_null(w);
+    assert_int_equal(a2_worker_subscribe(w, "", 0, NULL, 0), A2_WORKER_EINVAL);
+    assert_int_equal(a2_worker_subscribe(w, "c", A2_WIRE_LOG_TYPES, NULL, 0),
+                     A2_WORKER_EINVAL);
+    assert_int_equal(a2_worker_subscribe(w, "c", 7, NULL, 0), A2_WORKER_EINVAL);
+    const char *bad[] = {"a", ""};
+    assert_int_equal(a2_worker_subscribe(w, "c", A2_WIRE_LOG_TYPES, bad, 2),
+                     A2_WORKER_EINVAL);
+    assert_int_equal(a2_worker_watch_presence(w, ""), A2_WORKER_EINVAL);
+    assert_false(a2_worker_connected(w));
+    a2_worker_free(w);
+
+    a2_worker_runner_options ro = {0};
+    assert_null(a2_worker_runner_new(&ro, err, sizeof err));
+    assert_non_null(strstr(err, "handler"));
+}
+
+static void test_events(void **state)
+{
+    (void)state;
+    fake f;
+    fake_init(&f);
+    fake_listen(&f);
+    char err[256];
+    a2_worker_options o = {.connect = f.spec, .name = "t-events"};
+    a2_worker *w = a2_worker_new(&o, err, sizeof err);
+    assert_non_null(w);
+    assert_int_equal(a2_worker_subscribe(w, "mailer", A2_WIRE_LOG_NONE, NULL, 0),
+                     0);
+    const char *types[] = {"order.placed", "invoice.sent"};
+    assert_int_equal(
+            a2_worker_subscribe(w, "auditor", A2_WIRE_LOG_TYPES, types, 2), 0);
+    assert_int_equal(a2_worker_subscribe(w, "all", A2_WIRE_LOG_ALL, NULL, 0),
+                     0);
+    assert_int_equal(a2_worker_watch_presence(w, "room-1"), 0);
+    assert_int_equal(a2_worker_timeout(w), 0); /* not started: process now */
+    fake_accept(&f, w, 2000);
+
+    a2_wire_msg m;
+    fake_read(&f, w, &m, 2000);
+    assert_int_equal(m.type, A2_WIRE_HELLO);
+    assert_string_equal(m.name, "t-events");
+    assert_null(m.token);
+    fake_read(&f, w, &m, 2000);
+    assert_int_equal(m.type, A2_WIRE_SUBSCRIBE);
+    assert_string_equal(m.consumer, "mailer");
+    assert_int_equal(m.log_filter, A2_WIRE_LOG_NONE);
+    fake_read(&f, w, &m, 2000);
+    assert_string_equal(m.consumer, "auditor");
+    assert_int_equal(m.log_filter, A2_WIRE_LOG_TYPES);
+    assert_int_equal(m.n_log_types, 2);
+    assert_string_equal(m.log_types[1], "invoice.sent");
+    fake_read(&f, w, &m, 2000);
+    assert_string_equal(m.consumer, "all");
+    assert_int_equal(m.log_filter, A2_WIRE_LOG_ALL);
+    fake_read(&f, w, &m, 2000);
+    assert_int_equal(m.type, A2_WIRE_PRESENCE_SUB);
+    assert_string_equal(m.ns, "room-1");
+
+    a2_wire_buf b = {0};
+    assert_int_equal(a2_wire_encode_welcome(&b, 0x1234), 0);
+    fake_send(&f, &b);
+    a2_worker_event ev;
+    expect_event(w, &ev, A2_WORKER_EV_CONNECTED, 2000);
+    assert_int_equal(ev.lsn, 0x1234);
+    assert_true(a2_worker_connected(w));
+    const char *want[] = {"mailer", "auditor", "all"};
+    for (int i = 0; i < 3; i++) {
+        expect_event(w, &ev, A2_WORKER_EV_RESYNC, 2000);
+        assert_string_equal(ev.consumer, want[i]);
+        assert_true(ev.all_sessions);
+    }
+    assert_true(a2_worker_fd(w) >= 0);
+    assert_true(a2_worker_poll_events(w) & POLLIN);
+
+    /* A subscription added while connected goes out at once. */
+    assert_int_equal(a2_worker_subscribe(w, "late", A2_WIRE_LOG_NONE, NULL, 0),
+                     0);
+    fake_read(&f, w, &m, 2000);
+    assert_int_equal(m.type, A2_WIRE_SUBSCRIBE);
+    assert_string_equal(m.consumer, "late");
+
+    const char *sessions[] = {"s-a", "s-b"};
+    assert_int_equal(a2_wire_encode_wake(&b, "mailer", "s1", "#3", 3, 100), 0);
+    assert_int_equal(
+            a2_wire_encode_log(&b, "auditor", "s2", 7, "order.placed", 101), 0);
+    assert_int_equal(a2_wire_encode_cleared(&b, "s3", 9, 102), 0);
+    assert_int_equal(a2_wire_encode_resync(&b, "mailer", sessions, 2), 0);
+    assert_int_equal(
+            a2_wire_encode_presence(&b, "room-1", "ann", "{\"typing\":true}"),
+            0);
+    assert_int_equal(a2_wire_encode_pong(&b, 999), 0); /* unknown id: ignored */
+    fake_send(&f, &b);
+
+    expect_event(w, &ev, A2_WORKER_EV_WAKE, 2000);
+    assert_string_equal(ev.consumer, "mailer");
+    assert_string_equal(ev.session, "s1");
+    assert_string_equal(ev.cursor, "#3");
+    assert_int_equal(ev.head, 3);
+    assert_int_equal(ev.lsn, 100);
+    expect_event(w, &ev, A2_WORKER_EV_LOG, 2000);
+    assert_string_equal(ev.session, "s2");
+    assert_int_equal(ev.idx, 7);
+    assert_string_equal(ev.event_type, "order.placed");
+    expect_event(w, &ev, A2_WORKER_EV_CLEARED, 2000);
+    assert_string_equal(ev.session, "s3");
+    assert_int_equal(ev.clear_index, 9);
+    expect_event(w, &ev, A2_WORKER_EV_RESYNC, 2000);
+    assert_false(ev.all_sessions);
+    assert_int_equal(ev.nsessions, 2);
+    assert_string_equal(ev.sessions[0], "s-a");
+    assert_string_equal(ev.sessions[1], "s-b");
+    expect_event(w, &ev, A2_WORKER_EV_PRESENCE, 2000);
+    assert_string_equal(ev.ns, "room-1");
+    assert_string_equal(ev.participant, "ann");
+    assert_non_null(strstr(ev.fields_json, "typing"));
+    assert_int_equal(a2_worker_wait(w, &ev, 100), 0);
+
+    a2_worker_stats st;
+    a2_worker_get_stats(w, &st);
+    assert_int_equal(st.connects, 1);
+    assert_true(st.frames >= 7);
+    a2_wire_buf_free(&b);
+    a2_worker_free(w);
+    fake_free(&f);
+}
+
+static void append_for(const char *session, const char *consumer,
+                       const char *lane)
+{
+    a2_store *s = NULL;
+    a2_store_error err = {0};
+    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
+    a2_target t = {.consumer = consumer, .lane = lane};
+    a2_append_event e = {.type = "job", .payload = "{\"n\":1}", .targets = &t,
+                         .ntargets = 1};
+    a2_events out = {0};
+    assert_int_equal(a2_store_append(s, session, &e, 1, NULL, &out), 0);
+    a2_events_free(&out);
+    a2_store_close(s);
+}
+
+typedef struct {
+    char lines[64][300];
+    int n;
+} logbuf;
+
+static void capture(void *ctx, const char *line)
+{
+    logbuf *lb = ctx;
+    if (lb->n < 64)
+        snprintf(lb->lines[lb->n++], sizeof lb->lines[0], "%s", line);
+}
+
+static int logged(const logbuf *lb, const char *needle)
+{
+    for (int i = 0; i < lb->n; i++)
+        if (strstr(lb->lines[i], needle))
+            return 1;
+    return 0;
+}
+
+static void test_reconnect_and_sweep(void **state)
+{
+    (void)state;
+    append_for("sweep-1", "sweeper", NULL);
+    append_for("sweep-2", "sweeper", "main");
+    append_for("other", "somebody-else", NULL);
+    fake f;
+    fake_init(&f);
+    logbuf lb = {0};
+    char err[256];
+    a2_worker_options o = {.connect = f.spec,
+                           .db = a2_test_db(),
+                           .degraded_sweep_ms = 200,
+                           .reconnect_min_ms = 40,
+                           .reconnect_max_ms = 120,
+                           .log = capture,
+                           .log_ctx = &lb};
+    a2_worker *w = a2_worker_new(&o, err, sizeof err);
+    assert_non_null(w);
+    assert_int_equal(a2_worker_subscribe(w, "sweeper", 0, NULL, 0), 0);
+
+    /* No consumer: one DISCONNECTED, then the sweep finds both sessions. */
+    a2_worker_event ev;
+    expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 2000);
+    assert_non_null(strstr(ev.message, "could not connect to unix:"));
+    expect_event(w, &ev, A2_WORKER_EV_SWEEP, 2000);
+    assert_string_equal(ev.consumer, "sweeper");
+    assert_string_equal(ev.session, "sweep-1");
+    expect_event(w, &ev, A2_WORKER_EV_SWEEP, 2000);
+    assert_string_equal(ev.session, "sweep-2");
+    /* The next sweep comes one interval later, not sooner. */
+    int64_t t0 = a2_test_now_ms();
+    expect_event(w, &ev, A2_WORKER_EV_SWEEP, 2000);
+    int64_t gap = a2_test_now_ms() - t0;
+    assert_true(gap >= 150);
+    assert_string_equal(ev.session, "sweep-1");
+    expect_event(w, &ev, A2_WORKER_EV_SWEEP, 2000);
+    assert_true(logged(&lb, "degraded: a2-consumer unreachable"));
+    assert_true(logged(&lb, "swept 2 pending sessions"));
+    assert_false(a2_worker_connected(w));
+
+    /* The consumer comes up: reconnect within the backoff, resync. */
+    fake_listen(&f);
+    fake_accept(&f, w, 2000);
+    handshake(&f, w, 1);
+    for (;;) {
+        assert_int_equal(a2_worker_wait(w, &ev, 2000), 1);
+        if (ev.type == A2_WORKER_EV_CONNECTED)
+            break;
+        assert_int_equal(ev.type, A2_WORKER_EV_SWEEP); /* queued before */
+    }
+    expect_event(w, &ev, A2_WORKER_EV_RESYNC, 2000);
+    assert_string_equal(ev.consumer, "sweeper");
+    /* Connected: no sweep at all. */
+    a2_worker_stats before, after;
+    a2_worker_get_stats(w, &before);
+    assert_int_equal(a2_worker_wait(w, &ev, 700), 0);
+    a2_worker_get_stats(w, &after);
+    assert_int_equal(after.sweeps, before.sweeps);
+
+    /* The consumer goes away: DISCONNECTED, reconnect, resync again. */
+    fake_drop(&f);
+    expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 2000);
+    assert_non_null(strstr(ev.message, "closed the connection"));
+    fake_accept(&f, w, 2000);
+    handshake(&f, w, 1);
+    expect_event(w, &ev, A2_WORKER_EV_CONNECTED, 2000);
+    expect_event(w, &ev, A2_WORKER_EV_RESYNC, 2000);
+    a2_worker_get_stats(w, &after);
+    assert_int_equal(after.connects, 2);
+    assert_int_equal(after.disconnects, 1);
+    /* After an outage the first sweep waits one interval (the reconnect's
+     * resync covers the gap): none ran during that quick outage. */
+    assert_int_equal(after.sweeps, before.sweeps);
+
+    /* A refusal (error frame) disconnects with its reason; a bad frame too. */
+    a2_wire_buf b = {0};
+    assert_int_equal(a2_wire_encode_error(&b, A2_WIRE_CODE_AUTH, "wrong token"),
+                     0);
+    fake_send(&f, &b);
+    expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 2000);
+    assert_non_null(strstr(ev.message, "wrong token"));
+    assert_non_null(strstr(a2_worker_last_error(w), "auth"));
+    fake_drop(&f);
+    fake_accept(&f, w, 2000);
+    handshake(&f, w, 1);
+    expect_event(w, &ev, A2_WORKER_EV_CONNECTED, 2000);
+    expect_event(w, &ev, A2_WORKER_EV_RESYNC, 2000);
+    unsigned char junk[] = {0xc1, 0xc1, 0xc1};
+    assert_int_equal(write(f.fd, junk, sizeof junk), (ssize_t)sizeof junk);
+    expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 2000);
+    assert_non_null(strstr(ev.message, "bad frame"));
+    a2_wire_buf_free(&b);
+    a2_worker_free(w);
+    fake_free(&f);
+}
+
+static void test_ping_timeout(void **state)
+{
+    (void)state;
+    fake f;
+    fake_init(&f);
+    fake_listen(&f);
+    char err[256];
+    a2_worker_options o = {.connect = f.spec, .ping_ms = 150};
+    a2_worker *w = a2_worker_new(&o, err, sizeof err);
+    assert_non_null(w);
+    assert_int_equal(a2_worker_subscribe(w, "c", 0, NULL, 0), 0);
+    fake_accept(&f, w, 2000);
+    handshake(&f, w, 1);
+    a2_worker_event ev;
+    expect_event(w, &ev, A2_WORKER_EV_CONNECTED, 2000);
+    expect_event(w, &ev, A2_WORKER_EV_RESYNC, 2000);
+    /* Answer the first ping: the connection stays. */
+    a2_wire_msg m;
+    fake_read(&f, w, &m, 1000);
+    assert_int_equal(m.type, A2_WIRE_PING);
+    a2_wire_buf b = {0};
+    assert_int_equal(a2_wire_encode_pong(&b, m.id), 0);
+    fake_send(&f, &b);
+    assert_int_equal(a2_worker_wait(w, &ev, 100), 0);
+    assert_true(a2_worker_connected(w));
+    /* Ignore the next: the worker gives up on this connection. */
+    fake_read(&f, w, &m, 1000);
+    assert_int_equal(m.type, A2_WIRE_PING);
+    expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 1000);
+    assert_non_null(strstr(ev.message, "did not answer a ping"));
+    a2_wire_buf_free(&b);
+    a2_worker_free(w);
+    fake_free(&f);
+}
+
+/* ── the runner ───────────────────────────────────────────────────────── */
+
+typedef struct {
+    int calls;
+    int sleep_ms;
+    int fail;
+    int attempts[8];
+} hctx;
+
+static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
+{
+    hctx *h = ctx;
+    if (h->calls < 8)
+        h->attempts[h->calls] = head->dispatch.attempt_count;
+    h->calls++;
+    if (h->sleep_ms) {
+        struct timespec ts = {h->sleep_ms / 1000,
+                              (long)(h->sleep_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (h->fail) {
+        a2_worker_reply_error(reply, "handler said no");
+        return 1;
+    }
+    assert_int_equal(a2_worker_reply_add(reply, "", NULL, NULL),
+                     A2_WORKER_EINVAL);
+    assert_int_equal(a2_worker_reply_add(reply, "t", "{bad", NULL),
+                     A2_WORKER_EINVAL);
+    assert_int_equal(a2_worker_reply_add(reply, "done", "{\"ok\":true}", NULL),
+                     0);
+    assert_int_equal(a2_worker_reply_add(reply, "done.too", NULL, "my-id"), 0);
+    return 0;
+}
+
+static void test_runner(void **state)
+{
+    (void)state;
+    append_for("run-1", "runner", NULL);
+    hctx h = {.sleep_ms = 1200};
+    a2_consumer c = {.name = "runner"};
+    char err[512];
+    logbuf lb = {0};
+    a2_worker_runner_options o = {.db = a2_test_db(),
+                                  .holder = "test-holder",
+                                  .consumers = &c,
+                                  .nconsumers = 1,
+                                  .ttl_ms = 300,
+                                  .max_failures = 2,
+                                  .retry_after_ms = -1,
+                                  .handler = handler,
+                                  .ctx = &h,
+                                  .log = capture,
+                                  .log_ctx = &lb};
+    a2_worker_runner *r = a2_worker_runner_new(&o, err, sizeof err);
+    assert_non_null(r);
+    assert_string_equal(a2_worker_runner_holder(r), "test-holder");
+
+    /* A 1.2 s handler on a 300 ms lease: renewed, completed, one attempt. */
+    a2_worker_run_stats st;
+    assert_int_equal(a2_worker_runner_run(r, "run-1", false, &st), 0);
+    assert_int_equal(st.claimed, 1);
+    assert_int_equal(st.completed, 1);
+    assert_true(st.renewals >= 2);
+    assert_int_equal(st.retry_at, 0);
+    assert_int_equal(h.calls, 1);
+    assert_int_equal(h.attempts[0], 1);
+    PGconn *conn = a2_test_connect();
+    char *got = a2_test_scalar(
+            conn, "select string_agg(event_type || ':' || event_id || ':' || "
+                  "(cause->>'consumer') || '/' || (cause->>'attempt'), ' ' "
+                  "order by idx) from a2_events where session_id = 'run-1' "
+                  "and cause is not null");
+    assert_string_equal(got, "done:ret-runner-1-1:runner/1 done.too:my-id:runner/1");
+    free(got);
+    /* Nothing left: settled. */
+    assert_int_equal(a2_worker_runner_run(r, "run-1", false, &st), 0);
+    assert_int_equal(st.claimed, 0);
+
+    /* Failures without a retry hold: retried at once, then dead-lettered
+     * at max_failures (2), all in one run. */
+    append_for("run-2", "runner", "lane-a");
+    h = (hctx){.fail = 1};
+    assert_int_equal(a2_worker_runner_run(r, "run-2", false, &st), 0);
+    assert_int_equal(st.claimed, 2);
+    assert_int_equal(st.failed, 1);
+    assert_int_equal(st.dead_lettered, 1);
+    assert_int_equal(st.retry_at, 0);
+    assert_int_equal(h.calls, 2);
+    assert_int_equal(h.attempts[1], 2);
+    got = a2_test_scalar(conn, "select failure_count || ' ' || last_error "
+                               "from a2_cursors where session_id = 'run-2' "
+                               "and failed_at is not null");
+    assert_string_equal(got, "2 handler said no");
+    free(got);
+    assert_true(logged(&lb, "dead-lettered run-2 runner #1 after 2 failures"));
+
+    /* With a retry hold, the run stops busy until the hold ends. */
+    append_for("run-4", "runner", NULL);
+    h = (hctx){.fail = 1};
+    o.retry_after_ms = 60000;
+    o.holder = NULL;
+    a2_worker_runner *r2 = a2_worker_runner_new(&o, err, sizeof err);
+    assert_non_null(r2);
+    int64_t before = (int64_t)time(NULL) * 1000;
+    assert_int_equal(a2_worker_runner_run(r2, "run-4", false, &st), 0);
+    assert_int_equal(st.failed, 1);
+    assert_int_equal(h.calls, 1);
+    assert_true(st.retry_at >= before + 59000);
+    assert_true(st.retry_at <= before + 62000);
+    a2_worker_runner_free(r2);
+
+    /* A stopped runner claims nothing. */
+    append_for("run-3", "runner", NULL);
+    a2_worker_runner_stop(r);
+    assert_int_equal(a2_worker_runner_run(r, "run-3", false, &st),
+                     A2_WORKER_ESTOPPED);
+    assert_int_equal(a2_worker_runner_run(r, "", false, &st), A2_WORKER_EINVAL);
+    a2_worker_runner_free(r);
+
+    /* A runner whose database is gone fails to start with the reason. */
+    o.db = "host=127.0.0.1 port=1 connect_timeout=2";
+    assert_null(a2_worker_runner_new(&o, err, sizeof err));
+    assert_non_null(strstr(err, "could not connect to the store"));
+    PQfinish(conn);
+}
+
+/* Pending sessions for a resync, paged through the runner's connection. */
+static void seen(void *ctx, const char *session)
+{
+    int *n = ctx;
+    if (strncmp(session, "pend-", 5) == 0)
+        (*n)++;
+}
+
+static void test_runner_pending(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 3; i++) {
+        char s[32];
+        snprintf(s, sizeof s, "pend-%d", i);
+        append_for(s, "pender", NULL);
+    }
+    hctx h = {0};
+    a2_consumer c = {.name = "pender"};
+    char err[256];
+    a2_worker_runner_options o = {.db = a2_test_db(), .consumers = &c,
+                                  .nconsumers = 1, .handler = handler,
+                                  .ctx = &h};
+    a2_worker_runner *r = a2_worker_runner_new(&o, err, sizeof err);
+    assert_non_null(r);
+    int n = 0;
+    assert_int_equal(a2_worker_runner_pending(r, seen, &n), 3);
+    assert_int_equal(n, 3);
+    a2_worker_runner_free(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_options),
+        cmocka_unit_test(test_events),
+        cmocka_unit_test(test_reconnect_and_sweep),
+        cmocka_unit_test(test_ping_timeout),
+        cmocka_unit_test(test_runner),
+        cmocka_unit_test(test_runner_pending),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
