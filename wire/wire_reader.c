@@ -49,13 +49,19 @@ a2_wire_reader *a2_wire_reader_new(a2_wire_from from)
     return r;
 }
 
+/* Chunks up to this size are kept from one message to the next. */
+#define KEEP_CHUNK (64 * 1024)
+
 static void release_message(a2_wire_reader *r)
 {
-    while (r->arena) {
+    /* The oldest chunk is last; keep it (when small) for the next message. */
+    while (r->arena && (r->arena->next || r->arena->cap > KEEP_CHUNK)) {
         chunk *n = r->arena->next;
         free(r->arena);
         r->arena = n;
     }
+    if (r->arena)
+        r->arena->used = 0;
     free(r->fields_json);
     r->fields_json = NULL;
 }
@@ -65,6 +71,7 @@ void a2_wire_reader_free(a2_wire_reader *r)
     if (!r)
         return;
     release_message(r);
+    free(r->arena);
     free(r->buf);
     free(r);
 }
