@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -960,6 +961,77 @@ static void test_claim_through_exclude_served(void **state)
     a2_claim_result_free(&cr);
 }
 
+typedef struct claim_job {
+    fx *f;
+    a2_claim_result cr;
+    int rc;
+    uint64_t trips;
+} claim_job;
+
+static void *claim_thread(void *arg)
+{
+    claim_job *j = arg;
+    a2_claim_request req = claim_req("late");
+    uint64_t before = a2_store_round_trips(j->f->s);
+    j->rc = a2_store_claim(j->f->s, j->f->session, &req, &j->cr);
+    j->trips = a2_store_round_trips(j->f->s) - before;
+    return NULL;
+}
+
+/* A claim that waited on a cursor row which moved to an event committed
+ * after the claim's snapshot reads that event in a second statement. */
+static void test_claim_waits_for_moved_head(void **state)
+{
+    fx *f = *state;
+    a2_target tg = {.consumer = "c1", .lane = "L"};
+    a2_events out;
+    OK(append1(f, f->session, "first", NULL, NULL, &tg, 1, &out));
+    a2_events_free(&out);
+    /* Prepare the statement, so the claim below is one call. */
+    OK(a2_store_read(f->s, f->session, NULL, &out));
+    a2_events_free(&out);
+    PGconn *mover = a2_test_connect();
+    a2_test_exec(mover, "begin");
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "insert into a2_events (session_id, idx, event_type, payload, "
+             "event_id, created_at) values ('%s', 2, 'second', '{\"m\": 2}', "
+             "'moved', 1)",
+             f->session);
+    a2_test_exec(mover, sql);
+    snprintf(sql, sizeof sql,
+             "update a2_cursors set head = 2, position = 1 where session_id = "
+             "'%s' and cursor_key = 'lane:L'",
+             f->session);
+    a2_test_exec(mover, sql);
+    claim_job job = {.f = f};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, claim_thread, &job), 0);
+    /* Wait until the claim blocks on the row lock. */
+    int64_t waiting = 0;
+    for (int i = 0; i < 500 && waiting == 0; i++) {
+        usleep(10000);
+        waiting = a2_test_int(f->db, "select count(*) from pg_stat_activity "
+                                     "where wait_event_type = 'Lock' and datname = "
+                                     "current_database() and "
+                                     "query like '%a2_batch%'");
+    }
+    assert_int_equal(waiting, 1);
+    a2_test_exec(mover, "commit");
+    PQfinish(mover);
+    pthread_join(th, NULL);
+    if (job.rc != 0)
+        fail_msg("claim: %s", a2_store_last_error(f->s)->message);
+    assert_int_equal(job.cr.outcome, A2_CLAIM_CLAIMED);
+    assert_int_equal(job.cr.heads.count, 1);
+    assert_int_equal(job.cr.heads.items[0].event.index, 2);
+    assert_string_equal(job.cr.heads.items[0].event.type, "second");
+    assert_string_equal(job.cr.heads.items[0].event.payload, "{\"m\": 2}");
+    assert_string_equal(job.cr.heads.items[0].event.id, "moved");
+    assert_int_equal(job.trips, 2);
+    a2_claim_result_free(&job.cr);
+}
+
 /* ── clear, reclaim ──────────────────────────────────────────────────── */
 
 static void test_clear_supersedes_claims(void **state)
@@ -1293,6 +1365,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_claim_through_exclude_served,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_waits_for_moved_head, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_clear_supersedes_claims, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_clear_by_consumer, setup, teardown),
