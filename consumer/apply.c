@@ -577,7 +577,7 @@ a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
             if (teq(e->event_type, A2_STORE_CLEAR_TYPE))
                 add_action(ap, ACT_CLEARED, tdup(e->session_id), NULL, NULL,
                            NULL, e->idx, 0, 0);
-            else if (ap->nlog > 0)
+            else /* a log cursor may start later in this transaction */
                 add_action(ap, ACT_LOG, tdup(e->session_id),
                            tdup(e->event_type), NULL, NULL, e->idx, 0, 0);
         }

@@ -1,0 +1,998 @@
+/*
+ * a2-consumer: streams the WAL of an a2 database through a logical slot
+ * (wal2json), writes the audit trail of every cursor transition, pushes
+ * wake-ups to the workers and keeps the lease and retry timers.
+ *
+ * One thread, one poll() loop over: the replication socket, the worker
+ * server, the metrics listener, a signalfd, and the nearest deadline (timer,
+ * status update, group fsync, heartbeat, reconnect).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "a2/decoder.h"
+#include "apply.h"
+#include "audit.h"
+#include "metrics.h"
+#include "repl.h"
+#include "server.h"
+#include "timers.h"
+
+#define FSYNC_GROUP_MS 10
+#define FSYNC_GROUP_LINES 1000
+#define STATE_INTERVAL_MS 1000
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 10000
+#define MAX_MESSAGES_PER_TURN 5000
+
+typedef struct {
+    /* options */
+    const char *conninfo;
+    const char *slot;
+    const char *plugin;
+    const char *audit_path;
+    const char *unix_path;
+    char *tcp_host, *tcp_port;
+    char *metrics_host, *metrics_port;
+    char *token;
+    a2c_route route;
+    int status_interval_ms;
+    int heartbeat_ms;
+
+    /* state */
+    PGconn *db;
+    a2c_repl *repl;
+    a2c_audit *audit;
+    a2c_audit_resume resume;
+    a2c_timers *timers;
+    a2c_apply *apply;
+    a2_decoder *dec;
+    a2c_server *srv;
+    a2c_metrics *met;
+    int sigfd;
+    int stop;
+
+    int streaming;
+    int64_t reconnect_at_ms;
+    int backoff_ms;
+    char down_reason[256];
+    int need_resync;
+
+    uint64_t received;     /* highest LSN seen on the stream */
+    uint64_t flush_sent;
+    int64_t last_status_ms;
+    int64_t last_activity_ms;
+    int64_t last_heartbeat_ms;
+    double lag_seconds;
+
+    uint64_t reconnects;
+    uint64_t decode_errors;
+    uint64_t gaps;
+} daemon_t;
+
+static int64_t
+mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t
+wall_ms(void)
+{
+    return a2c_now_us() / 1000;
+}
+
+__attribute__((format(printf, 1, 2))) static void
+logline(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "a2-consumer: %s\n", buf);
+}
+
+#define LSN_ARGS(l) (unsigned)((l) >> 32), (unsigned)(l)
+
+static void
+usage(FILE *f)
+{
+    fprintf(f,
+            "a2-consumer streams an a2 database's WAL (logical slot, wal2json), "
+            "pushes\nwake-ups to workers and writes the audit trail of cursor "
+            "transitions.\n\n"
+            "Usage:\n  a2-consumer [OPTION]...\n\n"
+            "Options:\n"
+            "  --db CONNINFO          libpq conninfo or URI (else A2_DB, else "
+            "PG* variables)\n"
+            "  --slot NAME            logical replication slot (default a2)\n"
+            "  --listen unix:PATH     worker socket (mode 0660)\n"
+            "  --listen tcp:HOST:PORT worker TCP listener (needs --token-file)\n"
+            "  --token-file FILE      token TCP workers must send in hello\n"
+            "  --audit FILE           audit trail (JSON lines); FILE.lsn holds "
+            "its position\n"
+            "  --metrics tcp:HOST:PORT  Prometheus /metrics and /healthz\n"
+            "  --route affinity|broadcast  wake-up routing (default affinity)\n"
+            "  --status-interval MS   standby status update interval (default "
+            "10000)\n"
+            "  --heartbeat-interval MS  heartbeat when the stream is idle "
+            "(default 10000)\n"
+            "  --help                 show this help\n\n"
+            "Signals: SIGTERM/SIGINT stop cleanly, SIGHUP reopens the audit "
+            "file.\n"
+            "Exit status: 0 on a clean stop, 1 on a runtime error, 2 on a "
+            "usage error.\n");
+}
+
+__attribute__((format(printf, 1, 2))) static int
+usage_error(const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "a2-consumer: %s\n"
+                    "Try \"a2-consumer --help\" for more information.\n",
+            buf);
+    return 2;
+}
+
+/* Splits "tcp:HOST:PORT" (HOST may be [v6]); 0 or -1. */
+static int
+split_tcp(const char *spec, char **host, char **port)
+{
+    if (strncmp(spec, "tcp:", 4) != 0)
+        return -1;
+    const char *hp = spec + 4;
+    const char *colon = strrchr(hp, ':');
+    if (!colon || colon == hp || !colon[1])
+        return -1;
+    const char *h = hp;
+    size_t hl = (size_t)(colon - hp);
+    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+        h++;
+        hl -= 2;
+    }
+    for (const char *p = colon + 1; *p; p++)
+        if (*p < '0' || *p > '9')
+            return -1;
+    *host = strndup(h, hl);
+    *port = strdup(colon + 1);
+    return (*host && *port) ? 0 : -1;
+}
+
+static int
+parse_ms(const char *s, int min, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > INT_MAX)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static char *
+read_token(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "could not open token file \"%s\": %s", path,
+                 strerror(errno));
+        return NULL;
+    }
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' ||
+                     buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    if (n == 0) {
+        snprintf(err, errlen, "token file \"%s\" is empty", path);
+        return NULL;
+    }
+    return strdup(buf);
+}
+
+/* ---- sink: from the applier to the worker server ---- */
+
+static void
+sink_wake(void *ctx, const char *consumer, const char *session,
+          const char *cursor_key, int64_t head, uint64_t lsn)
+{
+    daemon_t *d = ctx;
+    a2c_server_wake(d->srv, consumer, session, cursor_key, head, lsn);
+}
+
+static void
+sink_log(void *ctx, const char *consumer, const char *session, int64_t idx,
+         const char *type, uint64_t lsn)
+{
+    daemon_t *d = ctx;
+    a2c_server_log(d->srv, consumer, session, idx, type, lsn);
+}
+
+static void
+sink_cleared(void *ctx, const char *session, int64_t clear_index,
+             uint64_t lsn)
+{
+    daemon_t *d = ctx;
+    a2c_server_cleared(d->srv, session, clear_index, lsn);
+}
+
+static void
+sink_presence(void *ctx, const char *ns, const char *participant,
+              const char *fields_json)
+{
+    daemon_t *d = ctx;
+    a2c_server_presence(d->srv, ns, participant, fields_json);
+}
+
+static void
+sink_resync(void *ctx)
+{
+    daemon_t *d = ctx;
+    d->need_resync = 1;
+}
+
+/* ---- database ---- */
+
+static int
+ensure_db(daemon_t *d, char *err, size_t errlen)
+{
+    if (d->db && PQstatus(d->db) == CONNECTION_OK)
+        return 0;
+    if (d->db) {
+        PQreset(d->db);
+        if (PQstatus(d->db) == CONNECTION_OK)
+            return 0;
+        PQfinish(d->db);
+        d->db = NULL;
+    }
+    d->db = a2c_db_connect(d->conninfo, err, errlen);
+    return d->db ? 0 : -1;
+}
+
+/* Reads the live claims and retry holds, and the log consumers, once. */
+static int
+rebuild_timers(daemon_t *d, char *err, size_t errlen)
+{
+    if (ensure_db(d, err, errlen) != 0)
+        return -1;
+    PGresult *res = PQexec(
+        d->db, "select session_id, consumer, cursor_key, epoch, head, "
+               "claim_expires_at from a2_cursors "
+               "where claim_expires_at is not null and head is not null "
+               "and failed_at is null");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        snprintf(err, errlen, "could not read the live claims: %s",
+                 PQerrorMessage(d->db));
+        err[strcspn(err, "\n")] = '\0';
+        PQclear(res);
+        return -1;
+    }
+    a2c_timers_clear(d->timers);
+    for (int i = 0; i < PQntuples(res); i++) {
+        if (a2c_timers_set(d->timers, PQgetvalue(res, i, 0),
+                           PQgetvalue(res, i, 1), PQgetvalue(res, i, 2),
+                           strtoll(PQgetvalue(res, i, 3), NULL, 10),
+                           strtoll(PQgetvalue(res, i, 4), NULL, 10),
+                           strtoll(PQgetvalue(res, i, 5), NULL, 10)) != 0) {
+            snprintf(err, errlen, "out of memory");
+            PQclear(res);
+            return -1;
+        }
+    }
+    PQclear(res);
+    res = PQexec(d->db,
+                 "select distinct consumer from a2_cursors where kind = 'log'");
+    if (PQresultStatus(res) == PGRES_TUPLES_OK)
+        for (int i = 0; i < PQntuples(res); i++)
+            (void)a2c_apply_add_log_consumer(d->apply, PQgetvalue(res, i, 0));
+    PQclear(res);
+    return 0;
+}
+
+/* ---- replication ---- */
+
+static void
+stream_down(daemon_t *d, const char *reason)
+{
+    if (d->repl) {
+        a2c_repl_close(d->repl);
+        d->repl = NULL;
+    }
+    a2c_apply_abort_txn(d->apply);
+    d->streaming = 0;
+    snprintf(d->down_reason, sizeof d->down_reason, "%s", reason);
+    if (d->backoff_ms < BACKOFF_MIN_MS)
+        d->backoff_ms = BACKOFF_MIN_MS;
+    d->reconnect_at_ms = mono_ms() + d->backoff_ms;
+    logline("%s; reconnecting in %d ms", reason, d->backoff_ms);
+    d->backoff_ms *= 2;
+    if (d->backoff_ms > BACKOFF_MAX_MS)
+        d->backoff_ms = BACKOFF_MAX_MS;
+}
+
+/* Drops and recreates an invalidated slot, records the gap. */
+static int
+recreate_slot(daemon_t *d, const char *why, char *err, size_t errlen)
+{
+    if (a2c_db_drop_slot(d->db, d->slot, err, errlen) != 0)
+        return -1;
+    int created;
+    uint64_t consistent;
+    char st[6];
+    if (a2c_repl_create_slot(d->repl, d->slot, d->plugin, &created,
+                             &consistent, err, errlen, st) != 0)
+        return -1;
+    uint64_t from = a2c_apply_applied(d->apply);
+    logline("replication slot \"%s\" was %s; recreated at %X/%X, changes "
+            "after %X/%X are lost",
+            d->slot, why, LSN_ARGS(consistent), LSN_ARGS(from));
+    if (a2c_apply_gap(d->apply, from, consistent, why, err, errlen) != 0)
+        return -1;
+    d->gaps++;
+    d->need_resync = 1;
+    return 0;
+}
+
+/*
+ * Connects and starts streaming. Returns 0, -1 on a transient failure (retry
+ * later), -2 on a fatal one (only at startup).
+ */
+static int
+stream_up(daemon_t *d, int startup, char *err, size_t errlen)
+{
+    a2c_slot_info info;
+    if (ensure_db(d, err, errlen) != 0)
+        return startup ? -2 : -1;
+    /* After a lost connection, "is active for PID" (the old walsender has
+     * not noticed yet) and the like are retried with backoff. */
+    if (a2c_db_check(d->db, d->slot, d->plugin, &info, err, errlen) != 0)
+        return startup ? -2 : -1;
+    d->repl = a2c_repl_connect(d->conninfo, err, errlen);
+    if (!d->repl)
+        return startup ? -2 : -1;
+    char st[6] = "";
+    if (!info.exists) {
+        int created;
+        uint64_t consistent;
+        if (a2c_repl_create_slot(d->repl, d->slot, d->plugin, &created,
+                                 &consistent, err, errlen, st) != 0)
+            goto fail;
+        if (created) {
+            logline("created replication slot \"%s\" at %X/%X", d->slot,
+                    LSN_ARGS(consistent));
+            uint64_t applied = a2c_apply_applied(d->apply);
+            if (applied > 0 && consistent > applied) {
+                if (a2c_apply_gap(d->apply, applied, consistent,
+                                  "slot missing", err, errlen) != 0)
+                    goto fail;
+                d->gaps++;
+                d->need_resync = 1;
+            }
+        }
+    } else if (info.lost) {
+        if (recreate_slot(d, "invalidated", err, errlen) != 0)
+            goto fail;
+    }
+    uint64_t start = a2c_apply_applied(d->apply);
+    if (a2c_repl_start(d->repl, d->slot, start, err, errlen, st) != 0) {
+        if (strcmp(st, "55000") == 0 && strstr(err, "cannot read from")) {
+            if (recreate_slot(d, "invalidated", err, errlen) != 0)
+                goto fail;
+            start = a2c_apply_applied(d->apply);
+            if (a2c_repl_start(d->repl, d->slot, start, err, errlen, st) == 0)
+                goto started;
+        }
+        goto fail;
+    }
+started:
+    d->streaming = 1;
+    d->backoff_ms = BACKOFF_MIN_MS;
+    d->down_reason[0] = '\0';
+    d->last_activity_ms = mono_ms();
+    d->last_status_ms = 0;
+    logline("streaming from slot \"%s\" at %X/%X", d->slot, LSN_ARGS(start));
+    return 0;
+fail:
+    a2c_repl_close(d->repl);
+    d->repl = NULL;
+    return startup ? -2 : -1;
+}
+
+static uint64_t
+flush_lsn(const daemon_t *d)
+{
+    if (d->audit)
+        return a2c_audit_durable(d->audit);
+    return a2c_apply_applied(d->apply);
+}
+
+static int
+send_status(daemon_t *d, int reply, char *err, size_t errlen)
+{
+    uint64_t flush = flush_lsn(d);
+    if (flush < d->flush_sent)
+        flush = d->flush_sent;
+    uint64_t write = d->received > flush ? d->received : flush;
+    if (a2c_repl_feedback(d->repl, write, flush, reply, err, errlen) != 0)
+        return -1;
+    d->flush_sent = flush;
+    d->last_status_ms = mono_ms();
+    return 0;
+}
+
+static int
+handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
+               size_t errlen)
+{
+    if (m->type == 'k') {
+        if (m->wal_end > d->received)
+            d->received = m->wal_end;
+        if (!a2c_apply_in_txn(d->apply)) {
+            a2c_apply_note_position(d->apply, m->wal_end);
+            d->lag_seconds = 0;
+        }
+        if (m->reply_requested)
+            *reply = 1;
+        return 0;
+    }
+    if (m->data_start > d->received)
+        d->received = m->data_start;
+    d->last_activity_ms = mono_ms();
+    const a2_change *c = NULL;
+    if (a2_decoder_decode(d->dec, m->data, m->len, &c) != 0) {
+        const a2_decoder_error *e = a2_decoder_last_error(d->dec);
+        d->decode_errors++;
+        logline("could not decode the change at %X/%X: %s (byte %zu)",
+                LSN_ARGS(m->data_start), e->message, e->offset);
+        d->need_resync = 1;
+        return 0;
+    }
+    int rc = a2c_apply_change(d->apply, c, m->data_start, err, errlen);
+    if (rc < 0)
+        return -1;
+    if (rc > 0)
+        logline("%s", err);
+    if (c->action == A2_ACTION_COMMIT && c->has_time)
+        d->lag_seconds = (double)(a2c_now_us() - c->time_us) / 1e6;
+    return 0;
+}
+
+/* ---- metrics ---- */
+
+static void
+appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void
+appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(*buf ? *buf + *len : NULL, *buf ? *cap - *len : 0,
+                          fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if (*buf && *len + (size_t)n < *cap) {
+            *len += (size_t)n;
+            return;
+        }
+        size_t ncap = *cap ? *cap * 2 : 4096;
+        while (ncap < *len + (size_t)n + 1)
+            ncap *= 2;
+        char *nb = realloc(*buf, ncap);
+        if (!nb)
+            return;
+        *buf = nb;
+        *cap = ncap;
+    }
+}
+
+static char *
+render_metrics(void *ctx, int health, int *healthy)
+{
+    daemon_t *d = ctx;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    *healthy = d->streaming;
+    if (health) {
+        if (d->streaming)
+            appendf(&buf, &len, &cap, "ok\n");
+        else
+            appendf(&buf, &len, &cap, "replication down: %s\n",
+                    d->down_reason[0] ? d->down_reason : "starting");
+        return buf;
+    }
+    a2c_apply_stats as;
+    a2c_apply_get_stats(d->apply, &as);
+    a2c_server_stats ss;
+    a2c_server_get_stats(d->srv, &ss);
+    uint64_t current = 0;
+    char err[256];
+    if (ensure_db(d, err, sizeof err) == 0) {
+        PGresult *res = PQexec(d->db, "select pg_current_wal_lsn()");
+        if (PQresultStatus(res) == PGRES_TUPLES_OK)
+            (void)a2c_lsn_parse(PQgetvalue(res, 0, 0), &current);
+        PQclear(res);
+    }
+    uint64_t flush = d->flush_sent;
+    uint64_t lag = current > flush ? current - flush : 0;
+#define G(name, help, type, fmt, val)                                        \
+    appendf(&buf, &len, &cap,                                                \
+            "# HELP " name " " help "\n# TYPE " name " " type "\n" name " " fmt \
+            "\n",                                                            \
+            val)
+    G("a2_consumer_up", "1 while streaming from the slot", "gauge", "%d",
+      d->streaming);
+    G("a2_consumer_lag_bytes", "WAL bytes between the server and the confirmed "
+      "flush position", "gauge", "%" PRIu64, lag);
+    G("a2_consumer_lag_seconds", "age of the last applied commit when applied",
+      "gauge", "%.3f", d->lag_seconds);
+    G("a2_consumer_confirmed_lsn", "flush LSN last confirmed to the server",
+      "gauge", "%" PRIu64, flush);
+    G("a2_consumer_applied_lsn", "end LSN of the last applied commit", "gauge",
+      "%" PRIu64, a2c_apply_applied(d->apply));
+    G("a2_consumer_changes_decoded_total", "row changes decoded", "counter",
+      "%" PRIu64, as.changes);
+    G("a2_consumer_transactions_total", "transactions applied", "counter",
+      "%" PRIu64, as.transactions);
+    G("a2_consumer_decode_errors_total", "messages that did not decode",
+      "counter", "%" PRIu64, d->decode_errors);
+    appendf(&buf, &len, &cap,
+            "# HELP a2_consumer_wakeups_sent_total wake-ups sent to workers\n"
+            "# TYPE a2_consumer_wakeups_sent_total counter\n"
+            "a2_consumer_wakeups_sent_total{type=\"wake\"} %" PRIu64 "\n"
+            "a2_consumer_wakeups_sent_total{type=\"log\"} %" PRIu64 "\n"
+            "a2_consumer_wakeups_sent_total{type=\"cleared\"} %" PRIu64 "\n"
+            "a2_consumer_wakeups_sent_total{type=\"resync\"} %" PRIu64 "\n"
+            "a2_consumer_wakeups_sent_total{type=\"presence\"} %" PRIu64 "\n",
+            ss.wakes_sent, ss.logs_sent, ss.cleared_sent, ss.resyncs_sent,
+            ss.presence_sent);
+    G("a2_consumer_timer_wakeups_total", "wake-ups caused by lapsed leases "
+      "and retry times", "counter", "%" PRIu64, as.timer_wakes);
+    G("a2_consumer_workers", "workers connected", "gauge", "%" PRIu64,
+      ss.workers);
+    G("a2_consumer_queue_overflows_total", "worker queues dropped for a "
+      "resync", "counter", "%" PRIu64, ss.overflows);
+    G("a2_consumer_protocol_errors_total", "workers disconnected for bad "
+      "frames", "counter", "%" PRIu64, ss.protocol_errors);
+    G("a2_consumer_timers_pending", "lease and retry timers pending", "gauge",
+      "%zu", a2c_timers_count(d->timers));
+    G("a2_consumer_audit_lines_total", "audit lines written", "counter",
+      "%" PRIu64, as.audit_lines);
+    G("a2_consumer_reconnects_total", "replication reconnects", "counter",
+      "%" PRIu64, d->reconnects);
+    G("a2_consumer_gaps_total", "slots recreated with a data gap", "counter",
+      "%" PRIu64, d->gaps);
+#undef G
+    return buf;
+}
+
+/* ---- main loop ---- */
+
+static int
+sync_audit(daemon_t *d, int force, char *err, size_t errlen)
+{
+    if (!d->audit || !a2c_audit_dirty(d->audit))
+        return 0;
+    int64_t since = a2c_audit_dirty_since(d->audit);
+    if (!force && mono_ms() - since < FSYNC_GROUP_MS &&
+        a2c_audit_pending_lines(d->audit) < FSYNC_GROUP_LINES)
+        return 0;
+    return a2c_audit_sync(d->audit, STATE_INTERVAL_MS, err, errlen);
+}
+
+static int
+handle_signals(daemon_t *d)
+{
+    struct signalfd_siginfo si;
+    while (read(d->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGHUP) {
+            char err[512];
+            if (d->audit && a2c_audit_reopen(d->audit, err, sizeof err) != 0)
+                logline("%s", err);
+            else if (d->audit)
+                logline("reopened audit file \"%s\"", d->audit_path);
+        } else {
+            d->stop = 1;
+        }
+    }
+    return 0;
+}
+
+static int
+run(daemon_t *d)
+{
+    char err[1024];
+    for (;;) {
+        if (d->stop)
+            break;
+        int64_t now = mono_ms();
+        /* deadlines */
+        int64_t timeout = 1000;
+        int64_t next_timer = a2c_timers_next(d->timers);
+        if (next_timer != INT64_MAX) {
+            int64_t t = next_timer - wall_ms();
+            if (t < timeout)
+                timeout = t < 0 ? 0 : t;
+        }
+        if (d->streaming) {
+            int64_t t = d->last_status_ms + d->status_interval_ms - now;
+            if (t < timeout)
+                timeout = t < 0 ? 0 : t;
+            t = d->last_activity_ms + d->heartbeat_ms - now;
+            if (t < timeout)
+                timeout = t < 0 ? 0 : t;
+        } else {
+            int64_t t = d->reconnect_at_ms - now;
+            if (t < timeout)
+                timeout = t < 0 ? 0 : t;
+        }
+        if (d->audit && a2c_audit_dirty(d->audit)) {
+            int64_t t = a2c_audit_dirty_since(d->audit) + FSYNC_GROUP_MS - now;
+            if (t < timeout)
+                timeout = t < 0 ? 0 : t;
+        }
+
+        struct pollfd pfd[4];
+        int n = 0, irepl = -1, isrv, imet = -1, isig;
+        isig = n;
+        pfd[n++] = (struct pollfd){d->sigfd, POLLIN, 0};
+        isrv = n;
+        pfd[n++] = (struct pollfd){a2c_server_fd(d->srv), POLLIN, 0};
+        if (d->met) {
+            imet = n;
+            pfd[n++] = (struct pollfd){a2c_metrics_fd(d->met), POLLIN, 0};
+        }
+        if (d->streaming) {
+            irepl = n;
+            pfd[n++] = (struct pollfd){a2c_repl_socket(d->repl), POLLIN, 0};
+        }
+        int pr = poll(pfd, (nfds_t)n, (int)timeout);
+        if (pr < 0 && errno != EINTR) {
+            logline("could not poll: %s", strerror(errno));
+            return 1;
+        }
+        if (pr > 0 && (pfd[isig].revents & POLLIN))
+            handle_signals(d);
+        if (d->stop)
+            break;
+        if (pr > 0 && pfd[isrv].revents) {
+            if (a2c_server_run(d->srv) != 0) {
+                logline("the worker server failed");
+                return 1;
+            }
+        }
+        if (imet >= 0 && pr > 0 && (pfd[imet].revents & POLLIN))
+            a2c_metrics_handle(d->met);
+
+        /* reconnect */
+        if (!d->streaming && mono_ms() >= d->reconnect_at_ms) {
+            d->reconnects++;
+            if (stream_up(d, 0, err, sizeof err) != 0)
+                stream_down(d, err);
+        }
+
+        /* stream */
+        int reply = 0;
+        (void)irepl;
+        if (d->streaming) {
+            for (int i = 0; i < MAX_MESSAGES_PER_TURN; i++) {
+                a2c_msg m;
+                int rc = a2c_repl_read(d->repl, &m, err, sizeof err);
+                if (rc == 0)
+                    break;
+                if (rc < 0) {
+                    stream_down(d, err);
+                    break;
+                }
+                if (handle_message(d, &m, &reply, err, sizeof err) != 0) {
+                    logline("%s", err);
+                    return 1;
+                }
+            }
+        }
+
+        if (d->need_resync) {
+            d->need_resync = 0;
+            if (rebuild_timers(d, err, sizeof err) != 0)
+                logline("%s", err);
+            a2c_server_resync_all(d->srv);
+        }
+
+        a2c_apply_fire_timers(d->apply, wall_ms());
+
+        now = mono_ms();
+        int status_due = d->streaming &&
+                         now - d->last_status_ms >= d->status_interval_ms;
+        if (sync_audit(d, reply || status_due, err, sizeof err) != 0) {
+            logline("%s", err);
+            return 1;
+        }
+        a2c_server_set_lsn(d->srv, a2c_apply_applied(d->apply));
+        if (d->streaming && (reply || status_due)) {
+            if (send_status(d, 0, err, sizeof err) != 0)
+                stream_down(d, err);
+        }
+        /* heartbeat: a quiet database still moves the slot */
+        if (d->streaming && now - d->last_activity_ms >= d->heartbeat_ms &&
+            now - d->last_heartbeat_ms >= d->heartbeat_ms) {
+            d->last_heartbeat_ms = now;
+            d->last_activity_ms = now;
+            if (ensure_db(d, err, sizeof err) != 0 ||
+                a2c_db_heartbeat(d->db, err, sizeof err) != 0)
+                logline("%s", err);
+        }
+    }
+    /* clean stop */
+    if (sync_audit(d, 1, err, sizeof err) != 0)
+        logline("%s", err);
+    if (d->streaming) {
+        uint64_t flush = flush_lsn(d);
+        if (flush < d->flush_sent)
+            flush = d->flush_sent;
+        a2c_repl_stop(d->repl,
+                      d->received > flush ? d->received : flush, flush);
+        logline("stopped at %X/%X", LSN_ARGS(flush));
+    }
+    return 0;
+}
+
+static void
+cleanup(daemon_t *d)
+{
+    a2c_repl_close(d->repl);
+    a2c_server_free(d->srv);
+    a2c_metrics_free(d->met);
+    a2c_apply_free(d->apply);
+    a2c_timers_free(d->timers);
+    a2c_audit_close(d->audit);
+    a2_decoder_free(d->dec);
+    if (d->db)
+        PQfinish(d->db);
+    if (d->sigfd >= 0)
+        close(d->sigfd);
+    free(d->tcp_host);
+    free(d->tcp_port);
+    free(d->metrics_host);
+    free(d->metrics_port);
+    free(d->token);
+}
+
+int
+main(int argc, char **argv)
+{
+    daemon_t d;
+    memset(&d, 0, sizeof d);
+    d.sigfd = -1;
+    d.slot = "a2";
+    d.plugin = "wal2json";
+    d.status_interval_ms = 10000;
+    d.heartbeat_ms = 10000;
+    d.route = A2C_ROUTE_AFFINITY;
+    const char *token_file = NULL;
+    int rc = 1;
+    char err[1024];
+
+    enum { O_DB = 256, O_SLOT, O_LISTEN, O_TOKEN, O_AUDIT, O_METRICS, O_ROUTE,
+           O_STATUS, O_HB, O_PLUGIN, O_HELP };
+    static const struct option longopts[] = {
+        {"db", required_argument, NULL, O_DB},
+        {"slot", required_argument, NULL, O_SLOT},
+        {"listen", required_argument, NULL, O_LISTEN},
+        {"token-file", required_argument, NULL, O_TOKEN},
+        {"audit", required_argument, NULL, O_AUDIT},
+        {"metrics", required_argument, NULL, O_METRICS},
+        {"route", required_argument, NULL, O_ROUTE},
+        {"status-interval", required_argument, NULL, O_STATUS},
+        {"heartbeat-interval", required_argument, NULL, O_HB},
+        {"plugin", required_argument, NULL, O_PLUGIN},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_DB:
+            d.conninfo = optarg;
+            break;
+        case O_SLOT:
+            if (!*optarg) {
+                rc = usage_error("invalid slot name \"%s\"", optarg);
+                goto done;
+            }
+            d.slot = optarg;
+            break;
+        case O_LISTEN:
+            if (strncmp(optarg, "unix:", 5) == 0 && optarg[5]) {
+                d.unix_path = optarg + 5;
+            } else if (strncmp(optarg, "tcp:", 4) == 0) {
+                free(d.tcp_host);
+                free(d.tcp_port);
+                d.tcp_host = d.tcp_port = NULL;
+                if (split_tcp(optarg, &d.tcp_host, &d.tcp_port) != 0) {
+                    rc = usage_error("invalid --listen address \"%s\"", optarg);
+                    goto done;
+                }
+            } else {
+                rc = usage_error("invalid --listen address \"%s\" (expected "
+                                 "unix:PATH or tcp:HOST:PORT)",
+                                 optarg);
+                goto done;
+            }
+            break;
+        case O_TOKEN:
+            token_file = optarg;
+            break;
+        case O_AUDIT:
+            d.audit_path = optarg;
+            break;
+        case O_METRICS:
+            free(d.metrics_host);
+            free(d.metrics_port);
+            d.metrics_host = d.metrics_port = NULL;
+            if (split_tcp(optarg, &d.metrics_host, &d.metrics_port) != 0) {
+                rc = usage_error("invalid --metrics address \"%s\" (expected "
+                                 "tcp:HOST:PORT)",
+                                 optarg);
+                goto done;
+            }
+            break;
+        case O_ROUTE:
+            if (strcmp(optarg, "affinity") == 0)
+                d.route = A2C_ROUTE_AFFINITY;
+            else if (strcmp(optarg, "broadcast") == 0)
+                d.route = A2C_ROUTE_BROADCAST;
+            else {
+                rc = usage_error("invalid --route \"%s\" (expected affinity "
+                                 "or broadcast)",
+                                 optarg);
+                goto done;
+            }
+            break;
+        case O_STATUS:
+            if (parse_ms(optarg, 1, &d.status_interval_ms) != 0) {
+                rc = usage_error("invalid --status-interval \"%s\"", optarg);
+                goto done;
+            }
+            break;
+        case O_HB:
+            if (parse_ms(optarg, 1, &d.heartbeat_ms) != 0) {
+                rc = usage_error("invalid --heartbeat-interval \"%s\"", optarg);
+                goto done;
+            }
+            break;
+        case O_PLUGIN:
+            d.plugin = optarg;
+            break;
+        case O_HELP:
+            usage(stdout);
+            rc = 0;
+            goto done;
+        case ':':
+            rc = usage_error("option \"%s\" needs a value", argv[optind - 1]);
+            goto done;
+        default:
+            rc = usage_error("unknown option \"%s\"", argv[optind - 1]);
+            goto done;
+        }
+    }
+    if (optind < argc) {
+        rc = usage_error("unexpected argument \"%s\"", argv[optind]);
+        goto done;
+    }
+    if (d.tcp_host && !token_file) {
+        rc = usage_error("%s", "--listen tcp: needs --token-file");
+        goto done;
+    }
+    if (!d.unix_path && !d.tcp_host) {
+        rc = usage_error("%s", "no worker listener: give --listen unix:PATH "
+                               "or --listen tcp:HOST:PORT");
+        goto done;
+    }
+    if (!d.conninfo)
+        d.conninfo = getenv("A2_DB");
+
+    if (token_file) {
+        d.token = read_token(token_file, err, sizeof err);
+        if (!d.token) {
+            logline("%s", err);
+            goto done;
+        }
+    }
+
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    d.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (d.sigfd < 0) {
+        logline("could not create signalfd: %s", strerror(errno));
+        goto done;
+    }
+
+    if (d.audit_path) {
+        d.audit = a2c_audit_open(d.audit_path, &d.resume, err, sizeof err);
+        if (!d.audit) {
+            logline("%s", err);
+            goto done;
+        }
+        if (d.resume.truncated_bytes)
+            logline("cut a torn last line of %zu bytes from audit file \"%s\"",
+                    d.resume.truncated_bytes, d.audit_path);
+    }
+    d.timers = a2c_timers_new();
+    d.dec = a2_decoder_new();
+    a2c_sink sink = {&d, sink_wake, sink_log, sink_cleared, sink_presence,
+                     sink_resync};
+    d.apply = a2c_apply_new(d.audit, d.timers, &sink, &d.resume);
+    if (!d.timers || !d.dec || !d.apply) {
+        logline("out of memory");
+        goto done;
+    }
+
+    int up = stream_up(&d, 1, err, sizeof err);
+    if (up != 0) {
+        logline("%s", err);
+        goto done;
+    }
+    if (rebuild_timers(&d, err, sizeof err) != 0) {
+        logline("%s", err);
+        goto done;
+    }
+
+    a2c_server_options so = {
+        .unix_path = d.unix_path,
+        .tcp_host = d.tcp_host,
+        .tcp_port = d.tcp_port,
+        .token = d.token,
+        .route = d.route,
+    };
+    d.srv = a2c_server_new(&so, err, sizeof err);
+    if (!d.srv) {
+        logline("%s", err);
+        goto done;
+    }
+    if (d.metrics_host) {
+        d.met = a2c_metrics_new(d.metrics_host, d.metrics_port,
+                                render_metrics, &d, err, sizeof err);
+        if (!d.met) {
+            logline("%s", err);
+            goto done;
+        }
+    }
+    logline("ready: %zu timers, resume after %X/%X", a2c_timers_count(d.timers),
+            LSN_ARGS(a2c_apply_applied(d.apply)));
+    a2c_server_resync_all(d.srv);
+    d.need_resync = 0;
+    rc = run(&d);
+done:
+    cleanup(&d);
+    return rc;
+}

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# a2-consumer: usage errors exit 2, bad configuration exits 1 with one clear
+# stderr line naming the cause. Needs A2_TEST_DB, A2_BIN (tests/run).
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${A2_BIN:?}/a2-consumer
+db=${A2_TEST_DB:?}
+tmp=$(mktemp -d /tmp/a2-tc-config.XXXXXX)
+pg2=""
+bg=""
+failures=0
+admin=$(echo "$db" | sed -e 's/dbname=[^ ]*/dbname=postgres/')
+
+cleanup() {
+    [ -n "$bg" ] && kill "$bg" 2>/dev/null && wait "$bg" 2>/dev/null
+    [ -n "$pg2" ] && "$top/deploy/pg-dev" destroy "$pg2" >/dev/null 2>&1
+    psql "$admin" -qc "drop database if exists a2_tc_noschema" >/dev/null 2>&1
+    psql "$admin" -qc "drop role if exists a2_tc_norepl" >/dev/null 2>&1
+    psql "$db" -qAtc "select pg_drop_replication_slot(slot_name) from pg_replication_slots where slot_name like 'tc\_%' and not active" >/dev/null 2>&1
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL: $*"
+    failures=$((failures + 1))
+}
+
+# expect CODE PATTERN ARGS...: runs a2-consumer, checks the exit status, that
+# stderr is exactly one line, and that it matches PATTERN (grep -E).
+expect() {
+    local code=$1 pattern=$2
+    shift 2
+    timeout 30 "$bin" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    local lines
+    lines=$(grep -c '' "$tmp/err")
+    if [ "$rc" -ne "$code" ]; then
+        fail "$* → exit $rc, wanted $code; stderr: $(cat "$tmp/err")"
+    elif [ "$code" -eq 1 ] && [ "$lines" -ne 1 ]; then
+        fail "$* → $lines stderr lines, wanted 1: $(cat "$tmp/err")"
+    elif ! grep -Eq "$pattern" "$tmp/err"; then
+        fail "$* → stderr does not match /$pattern/: $(cat "$tmp/err")"
+    else
+        echo "ok: exit $code: $(head -n 1 "$tmp/err")"
+    fi
+}
+
+sock="unix:$tmp/w.sock"
+
+# --help
+if timeout 10 "$bin" --help >"$tmp/out" 2>"$tmp/err" && grep -q -- "--status-interval" "$tmp/out" && [ ! -s "$tmp/err" ]; then
+    echo "ok: --help"
+else
+    fail "--help"
+fi
+
+# usage errors: exit 2
+expect 2 'unknown option "--nope"' --nope
+expect 2 'invalid --route "sideways"' --db "$db" --listen "$sock" --route sideways
+expect 2 'needs --token-file' --db "$db" --listen tcp:127.0.0.1:0
+expect 2 'no worker listener' --db "$db"
+expect 2 'invalid --status-interval "0"' --db "$db" --listen "$sock" --status-interval 0
+expect 2 'invalid --listen address "udp:x"' --db "$db" --listen udp:x
+expect 2 'invalid --metrics address' --db "$db" --listen "$sock" --metrics localhost
+expect 2 'unexpected argument "extra"' --db "$db" --listen "$sock" extra
+expect 2 'needs a value' --db "$db" --listen
+
+# runtime errors: exit 1, one line
+expect 1 '^a2-consumer: could not open audit file "/nonexistent/dir/audit": No such file or directory$' \
+    --db "$db" --slot tc_audit --listen "$sock" --audit /nonexistent/dir/audit
+expect 1 'could not open token file' --db "$db" --listen tcp:127.0.0.1:0 --token-file "$tmp/missing"
+expect 1 '^a2-consumer: could not connect to the database: ' \
+    --db "host=127.0.0.1 port=1 dbname=x user=postgres connect_timeout=2" --listen "$sock"
+
+# schema missing
+psql "$admin" -qc "create database a2_tc_noschema" >/dev/null
+noschema=$(echo "$db" | sed -e 's/dbname=[^ ]*/dbname=a2_tc_noschema/')
+expect 1 'the a2 schema is missing in database "a2_tc_noschema" \(no table a2_clears, a2_cursors, a2_events, a2_lane_events, a2_presence\)' \
+    --db "$noschema" --slot tc_schema --listen "$sock"
+
+# no REPLICATION attribute
+psql "$admin" -qc "drop role if exists a2_tc_norepl" >/dev/null 2>&1
+psql "$admin" -qc "create role a2_tc_norepl login" >/dev/null
+norepl="$db user=a2_tc_norepl"
+expect 1 'role "a2_tc_norepl" lacks the REPLICATION attribute' --db "$norepl" --slot tc_norepl --listen "$sock"
+
+# no wal2json (an output plugin that is not installed)
+expect 1 'output plugin a2_no_such_plugin is not installed: could not access file "a2_no_such_plugin"' \
+    --db "$db" --slot tc_noplugin --listen "$sock" --plugin a2_no_such_plugin
+n=$(psql "$db" -qAtc "select count(*) from pg_replication_slots where slot_name = 'tc_noplugin'")
+[ "$n" = 0 ] || fail "a slot was left behind by the failed start"
+
+# a slot of another plugin
+psql "$db" -qAtc "select pg_create_logical_replication_slot('tc_decoding', 'test_decoding')" >/dev/null
+expect 1 'replication slot "tc_decoding" uses output plugin "test_decoding", not wal2json' \
+    --db "$db" --slot tc_decoding --listen "$sock"
+
+# a slot of another database
+psql "$admin" -qAtc "select pg_create_logical_replication_slot('tc_otherdb', 'wal2json')" >/dev/null
+expect 1 'replication slot "tc_otherdb" belongs to database "postgres"' \
+    --db "$db" --slot tc_otherdb --listen "$sock"
+psql "$admin" -qAtc "select pg_drop_replication_slot('tc_otherdb')" >/dev/null
+
+# slot active elsewhere: a first consumer streams from it
+"$bin" --db "$db" --slot tc_busy --listen "unix:$tmp/busy.sock" --audit "$tmp/busy.audit" 2>"$tmp/busy.log" &
+bg=$!
+for _ in $(seq 1 200); do grep -q "ready:" "$tmp/busy.log" && break; sleep 0.05; done
+expect 1 'replication slot "tc_busy" is active for PID [0-9]+' --db "$db" --slot tc_busy --listen "$sock"
+kill "$bg"
+wait "$bg"
+rc=$?
+bg=""
+[ "$rc" -eq 0 ] || fail "SIGTERM → exit $rc, wanted 0"
+grep -q "stopped at" "$tmp/busy.log" || fail "no clean stop logged: $(cat "$tmp/busy.log")"
+
+# wal_level=replica: a second throwaway cluster
+pg2=$(mktemp -d /tmp/a2-tc-replica.XXXXXX)
+if PG_DEV_WAL_LEVEL=replica "$top/deploy/pg-dev" start "$pg2" >/dev/null 2>&1; then
+    url2=$("$top/deploy/pg-dev" url "$pg2")
+    psql "$url2" -qf "$top/sql/schema.sql" >/dev/null 2>&1
+    expect 1 'wal_level is "replica": logical decoding needs wal_level=logical' \
+        --db "$url2" --listen "$sock"
+else
+    fail "could not start a second cluster with wal_level=replica"
+fi
+
+if [ "$failures" -ne 0 ]; then
+    echo "test_consumer_config: $failures failures"
+    exit 1
+fi
+echo "test_consumer_config: all passed"

@@ -1,0 +1,408 @@
+/*
+ * a2-consumer's audit is exactly once: kill -9 of the consumer in the middle
+ * of a burst, and PostgreSQL restarted (fast and immediate) under it. A
+ * test-only trigger records every row version of a2_cursors; the audit must
+ * hold each of them once, in the same order.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+
+#include "test_consumer_util.h"
+
+static PGconn *db;
+
+static const char *const trigger_sql =
+    "set client_min_messages = warning;"
+    "drop table if exists tc_versions;"
+    "create table tc_versions(seq bigserial primary key, op text, "
+    "  session_id text, consumer text, cursor_key text, epoch bigint, "
+    "  head bigint, attempt integer, holder text);"
+    "create or replace function tc_record() returns trigger language plpgsql "
+    "as $$ begin "
+    "  if tg_op = 'DELETE' then "
+    "    insert into tc_versions(op, session_id, consumer, cursor_key, epoch, "
+    "      head, attempt, holder) values ('delete', old.session_id, "
+    "      old.consumer, old.cursor_key, old.epoch, old.head, "
+    "      old.attempt_count, old.claim_holder); return old; "
+    "  end if; "
+    "  insert into tc_versions(op, session_id, consumer, cursor_key, epoch, "
+    "    head, attempt, holder) values (lower(tg_op), new.session_id, "
+    "    new.consumer, new.cursor_key, new.epoch, new.head, "
+    "    new.attempt_count, new.claim_holder); return new; "
+    "end $$;"
+    "drop trigger if exists tc_versions on a2_cursors;"
+    "create trigger tc_versions after insert or update or delete on "
+    "a2_cursors for each row execute function tc_record();";
+
+static int
+setup(void **state)
+{
+    (void)state;
+    db = a2_test_connect();
+    a2_test_exec(db, "truncate a2_events, a2_cursors, a2_clears");
+    a2_test_exec(db, trigger_sql);
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    (void)state;
+    a2_test_exec(db, "set client_min_messages = warning");
+    a2_test_exec(db, "drop trigger if exists tc_versions on a2_cursors");
+    PQfinish(db);
+    return 0;
+}
+
+/* One row version as a comparable line. */
+static void
+sig(char *out, size_t len, const char *op, const char *session,
+    const char *cursor, long long epoch, const char *head, const char *attempt,
+    const char *holder)
+{
+    snprintf(out, len, "%s|%s|%s|%lld|%s|%s|%s", op, session, cursor, epoch,
+             head, attempt, holder);
+}
+
+/* The trigger's versions, in order; returns how many. */
+static int
+trigger_sigs(char ***out)
+{
+    PGresult *r = PQexec(db,
+                         "select op, session_id, cursor_key, epoch, "
+                         "coalesce(head::text, 'null'), attempt::text, "
+                         "coalesce(holder, 'null') from tc_versions "
+                         "order by seq");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    int n = PQntuples(r);
+    char **v = calloc((size_t)n + 1, sizeof *v);
+    for (int i = 0; i < n; i++) {
+        char b[512];
+        sig(b, sizeof b, PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+            PQgetvalue(r, i, 2), atoll(PQgetvalue(r, i, 3)),
+            PQgetvalue(r, i, 4), PQgetvalue(r, i, 5), PQgetvalue(r, i, 6));
+        v[i] = strdup(b);
+    }
+    PQclear(r);
+    *out = v;
+    return n;
+}
+
+static const char *
+jtext(json_t *o, const char *key, char *buf, size_t len)
+{
+    json_t *v = json_object_get(o, key);
+    if (json_is_string(v))
+        return json_string_value(v);
+    if (json_is_integer(v)) {
+        snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+        return buf;
+    }
+    return "null";
+}
+
+/* The audit's row versions, in file order; returns how many. */
+static int
+audit_sigs(const char *path, char ***out)
+{
+    char *text = tc_read_file(path);
+    int cap = 1024, n = 0;
+    char **v = calloc((size_t)cap, sizeof *v);
+    for (char *line = text ? strtok(text, "\n") : NULL; line;
+         line = strtok(NULL, "\n")) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (!j)
+            fail_msg("audit line is not JSON: %s", line);
+        const char *op = json_string_value(json_object_get(j, "op"));
+        json_t *row = json_object_get(j, strcmp(op, "delete") == 0 ? "before"
+                                                                   : "after");
+        char h[32], a[32], hb[128], b[512];
+        sig(b, sizeof b, op, json_string_value(json_object_get(j, "session")),
+            json_string_value(json_object_get(j, "cursor")),
+            (long long)json_integer_value(json_object_get(j, "epoch")),
+            jtext(row, "head", h, sizeof h), jtext(row, "attempt", a, sizeof a),
+            jtext(row, "holder", hb, sizeof hb));
+        if (n + 1 >= cap) {
+            cap *= 2;
+            v = realloc(v, (size_t)cap * sizeof *v);
+        }
+        v[n++] = strdup(b);
+        json_decref(j);
+    }
+    v[n] = NULL;
+    free(text);
+    *out = v;
+    return n;
+}
+
+static void
+free_sigs(char **v)
+{
+    for (int i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* Waits until the audit has as many lines as the trigger recorded. */
+static void
+wait_caught_up(const char *path, int timeout_ms)
+{
+    int64_t t0 = a2_test_now_ms();
+    for (;;) {
+        int want = (int)a2_test_int(db, "select count(*) from tc_versions");
+        int have = tc_count_in_file(path, "\n");
+        if (have >= want)
+            return;
+        if (a2_test_now_ms() - t0 > timeout_ms)
+            fail_msg("audit has %d lines, the trigger %d", have, want);
+        tc_sleep_ms(50);
+    }
+}
+
+static void
+assert_exactly_once(const char *path)
+{
+    char **want, **have;
+    int nw = trigger_sigs(&want);
+    int nh = audit_sigs(path, &have);
+    for (int i = 0; i < nw && i < nh; i++)
+        if (strcmp(want[i], have[i]) != 0)
+            fail_msg("version %d: audit has %s, trigger %s", i, have[i],
+                     want[i]);
+    if (nw != nh)
+        fail_msg("audit has %d versions, the trigger %d", nh, nw);
+    assert_true(nw > 0);
+    free_sigs(want);
+    free_sigs(have);
+}
+
+/* A burst of n statements on a2_cursors from its own connection: inserts,
+ * claims, completions and deletes, some grouped in one transaction. */
+static void
+burst(int from, int n)
+{
+    PGconn *c = a2_test_connect();
+    char sql[1024];
+    for (int i = from; i < from + n; i++) {
+        int s = i % 17;
+        switch (i % 4) {
+        case 0:
+            snprintf(sql, sizeof sql,
+                     "insert into a2_cursors(session_id, consumer, cursor_key, "
+                     "epoch, kind, head) values ('s%d', 'c', '#%d', %d, "
+                     "'event', %d)",
+                     s, i, i, i);
+            break;
+        case 1:
+            snprintf(sql, sizeof sql,
+                     "update a2_cursors set attempt_count = attempt_count + 1, "
+                     "claim_holder = 'w%d', claim_expires_at = 9999999999999 "
+                     "where cursor_key = '#%d'",
+                     i, i - 1);
+            break;
+        case 2:
+            snprintf(sql, sizeof sql,
+                     "begin; update a2_cursors set head = null, claim_holder "
+                     "= null, claim_expires_at = null where cursor_key = "
+                     "'#%d'; insert into a2_cursors(session_id, consumer, "
+                     "cursor_key, epoch, kind, head) values ('s%d', 'c', "
+                     "'#%d', %d, 'event', %d); commit",
+                     i - 2, s, i, i, i);
+            break;
+        default:
+            snprintf(sql, sizeof sql,
+                     "delete from a2_cursors where cursor_key = '#%d'", i - 3);
+            break;
+        }
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK)
+            fprintf(stderr, "burst: %s", PQerrorMessage(c));
+        PQclear(r);
+    }
+    PQfinish(c);
+}
+
+static void
+test_kill9_mid_burst(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_init(&d, "tc_kill9");
+    tc_start(&d);
+    pid_t child = fork();
+    if (child == 0) {
+        burst(0, 2400);
+        _exit(0);
+    }
+    /* kill -9 three times while the burst runs, restarting each time */
+    int delays[] = {150, 300, 250};
+    for (int k = 0; k < 3; k++) {
+        tc_sleep_ms(delays[k]);
+        tc_kill9(&d);
+        tc_sleep_ms(30);
+        tc_start(&d);
+    }
+    int st;
+    waitpid(child, &st, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    wait_caught_up(d.audit, 30000);
+    assert_int_equal(tc_stop(&d), 0);
+    assert_exactly_once(d.audit);
+
+    /* a restart with nothing new writes nothing */
+    int lines = tc_count_in_file(d.audit, "\n");
+    tc_start(&d);
+    tc_worker w;
+    tc_msg m;
+    tc_worker_open(&w, d.sock, "w1", "c", NULL);
+    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
+    /* the pending heads are still claimable: a new head wakes the worker */
+    burst(2400, 1);
+    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    assert_string_equal(m.cursor, "#2400");
+    tc_worker_close(&w);
+    wait_caught_up(d.audit, 10000);
+    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(tc_count_in_file(d.audit, "\n"), lines + 1);
+    assert_exactly_once(d.audit);
+    tc_cleanup(&d);
+}
+
+static void
+pg_restart(const char *mode)
+{
+    const char *pgdev = getenv("A2_TEST_PGDEV");
+    const char *top = getenv("A2_TOP");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s/deploy/pg-dev restart %s %s >/dev/null",
+             top ? top : ".", pgdev, mode);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void
+restart_under_consumer(const char *mode, const char *slot)
+{
+    tc_daemon d;
+    tc_worker w;
+    tc_msg m;
+    tc_init(&d, slot);
+    tc_start(&d);
+    tc_worker_open(&w, d.sock, "w1", "c", NULL);
+    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
+    burst(0, 200);
+    wait_caught_up(d.audit, 20000);
+    tc_sleep_ms(300); /* let a status update confirm it */
+    PQfinish(db);
+    pg_restart(mode);
+    db = a2_test_connect();
+    burst(200, 200);
+    wait_caught_up(d.audit, 30000);
+    /* the worker keeps its connection and gets wake-ups after the restart */
+    burst(400, 1);
+    int64_t t0 = a2_test_now_ms();
+    int found = 0;
+    while (!found && a2_test_now_ms() - t0 < 10000) {
+        if (!tc_wait_for(&w, "wake", 10000, &m))
+            break;
+        found = strcmp(m.cursor, "#400") == 0;
+    }
+    assert_true(found);
+    tc_worker_close(&w);
+    wait_caught_up(d.audit, 10000);
+    assert_int_equal(tc_stop(&d), 0);
+    assert_exactly_once(d.audit);
+    assert_true(tc_count_in_file(d.log, "streaming from slot") >= 2);
+    assert_true(tc_count_in_file(d.log, "reconnecting in") >= 1);
+    tc_cleanup(&d);
+}
+
+static void
+test_postgres_fast_restart(void **state)
+{
+    (void)state;
+    restart_under_consumer("fast", "tc_pgfast");
+}
+
+static void
+test_postgres_crash_restart(void **state)
+{
+    (void)state;
+    restart_under_consumer("immediate", "tc_pgcrash");
+}
+
+/*
+ * A slot invalidated by max_slot_wal_keep_size while the consumer is down:
+ * it is recreated, the gap is one explicit audit record, streaming goes on.
+ */
+static void
+test_invalidated_slot_gap(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker w;
+    tc_msg m;
+    tc_init(&d, "tc_lost");
+    tc_start(&d);
+    burst(0, 1);
+    wait_caught_up(d.audit, 10000);
+    assert_int_equal(tc_stop(&d), 0);
+
+    a2_test_exec(db, "alter system set max_slot_wal_keep_size = '1MB'");
+    a2_test_exec(db, "select pg_reload_conf()");
+    char *status = NULL;
+    for (int i = 0; i < 20; i++) {
+        a2_test_exec(db, "create table if not exists tc_filler(x int)");
+        a2_test_exec(db, "insert into tc_filler values (1)");
+        a2_test_exec(db, "select pg_switch_wal()");
+        a2_test_exec(db, "checkpoint");
+        free(status);
+        status = a2_test_scalar(db, "select wal_status from "
+                                    "pg_replication_slots where slot_name = "
+                                    "'tc_lost'");
+        if (status && strcmp(status, "lost") == 0)
+            break;
+    }
+    a2_test_exec(db, "alter system reset max_slot_wal_keep_size");
+    a2_test_exec(db, "select pg_reload_conf()");
+    assert_non_null(status);
+    assert_string_equal(status, "lost");
+    free(status);
+
+    tc_start(&d);
+    assert_int_equal(tc_count_in_file(d.log, "was invalidated; recreated"), 1);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"gap\""), 1);
+    tc_worker_open(&w, d.sock, "w1", "c", NULL);
+    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
+    burst(4, 1);
+    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    assert_string_equal(m.cursor, "#4");
+    tc_worker_close(&w);
+    assert_int_equal(tc_stop(&d), 0);
+    /* the line after the gap is the new change */
+    char *text = tc_read_file(d.audit);
+    char *gap = strstr(text, "\"transition\":\"gap\"");
+    assert_non_null(gap);
+    assert_non_null(strstr(gap, "\"cursor\":\"#4\""));
+    free(text);
+    a2_test_exec(db, "drop table if exists tc_filler");
+    tc_cleanup(&d);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_kill9_mid_burst, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_postgres_fast_restart, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_postgres_crash_restart, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_invalidated_slot_gap, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

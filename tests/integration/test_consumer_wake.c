@@ -1,0 +1,416 @@
+/*
+ * a2-consumer on a real PostgreSQL with a real slot: wake-ups, timers, log
+ * and cleared, metrics, heartbeats, SIGHUP and a clean stop. Row changes are
+ * made with SQL on the a2 tables (the store writes the same rows).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <netinet/in.h>
+
+#include "test_consumer_util.h"
+
+static PGconn *db;
+
+static int
+setup(void **state)
+{
+    (void)state;
+    db = a2_test_connect();
+    a2_test_exec(db, "truncate a2_events, a2_cursors, a2_clears, a2_presence");
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    (void)state;
+    PQfinish(db);
+    return 0;
+}
+
+static void
+sqlf(const char *fmt, ...)
+{
+    char sql[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    a2_test_exec(db, sql);
+}
+
+static void
+open_worker(tc_worker *w, tc_daemon *d, const char *name,
+            const char *consumer, const char *log_type)
+{
+    tc_msg m;
+    tc_worker_open(w, d->sock, name, consumer, log_type);
+    if (!tc_wait_for(w, "welcome", 5000, &m))
+        fail_msg("no welcome");
+}
+
+/* Inserts event idx of session and an event cursor run for it. */
+static void
+append_event(const char *session, int idx, const char *consumer)
+{
+    sqlf("insert into a2_events(session_id, idx, event_type, event_id, "
+         "created_at) values ('%s', %d, 'job', 'e%d', 1)",
+         session, idx, idx);
+    sqlf("insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
+         "kind, head) values ('%s', '%s', '#%d', %d, 'event', %d)",
+         session, consumer, idx, idx, idx);
+}
+
+static void
+test_append_and_complete_wake(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker w;
+    tc_msg m;
+    tc_init(&d, "tc_wake");
+    tc_start(&d);
+    open_worker(&w, &d, "w1", "c", NULL);
+
+    /* append → wake */
+    append_event("s1", 1, "c");
+    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    assert_string_equal(m.consumer, "c");
+    assert_string_equal(m.session, "s1");
+    assert_string_equal(m.cursor, "#1");
+    assert_int_equal(m.head, 1);
+
+    /* a lane: started at head 2, completed → wake for its next head 3 */
+    sqlf("insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
+         "kind, lane, head) values ('s1', 'c', 'lane:main', 2, 'lane', "
+         "'main', 2)");
+    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    assert_string_equal(m.cursor, "lane:main");
+    assert_int_equal(m.head, 2);
+    sqlf("update a2_cursors set claim_holder = 'w1', attempt_count = 1, "
+         "first_claimed_at = 1, last_claimed_at = 1, "
+         "claim_expires_at = %" PRId64 " where cursor_key = 'lane:main'",
+         tc_wall_ms() + 60000);
+    sqlf("update a2_cursors set claim_holder = null, claim_expires_at = null, "
+         "attempt_count = 0, first_claimed_at = null, last_claimed_at = null, "
+         "position = 2, head = 3 where cursor_key = 'lane:main'");
+    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    assert_string_equal(m.cursor, "lane:main");
+    assert_int_equal(m.head, 3);
+    /* the claim's lease timer was cancelled by the completion: no wake */
+    assert_int_equal(tc_next(&w, 300, &m), 0);
+
+    /* the audit has the four transitions, named */
+    tc_worker_close(&w);
+    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"started\""), 2);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"claimed\""), 1);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"completed\""), 1);
+    tc_cleanup(&d);
+}
+
+/*
+ * The store's row changes on s1 #1: a claim with a lease (holder set), a
+ * failure with a retry hold (holder null), or a renewal (renew).
+ */
+static int64_t
+hold(const char *holder, int ms)
+{
+    int64_t at = tc_wall_ms() + ms;
+    if (holder)
+        sqlf("update a2_cursors set claim_holder = '%s', attempt_count = "
+             "attempt_count + 1, claim_expires_at = %" PRId64 ", "
+             "first_claimed_at = coalesce(first_claimed_at, 1), "
+             "last_claimed_at = %" PRId64
+             " where session_id = 's1' and cursor_key = '#1'",
+             holder, at, tc_wall_ms());
+    else
+        sqlf("update a2_cursors set claim_holder = null, failure_count = "
+             "failure_count + 1, last_error = 'boom', last_failed_at = 1, "
+             "last_failed_attempt = attempt_count, claim_expires_at = "
+             "%" PRId64 " where session_id = 's1' and cursor_key = '#1'",
+             at);
+    return at;
+}
+
+static int64_t
+renew(int ms)
+{
+    int64_t at = tc_wall_ms() + ms;
+    sqlf("update a2_cursors set claim_expires_at = %" PRId64
+         " where session_id = 's1' and cursor_key = '#1'",
+         at);
+    return at;
+}
+
+static void
+test_retry_after_and_lease_lapse(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker w;
+    tc_msg m;
+    tc_init(&d, "tc_timers");
+    tc_start(&d);
+    open_worker(&w, &d, "w1", "c", NULL);
+    append_event("s1", 1, "c");
+    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+
+    /* claimed, then failed with retry-after 300 ms */
+    hold("w1", 60000);
+    int64_t due = hold(NULL, 300);
+    assert_true(tc_wait_for(&w, "wake", 3000, &m));
+    int64_t got = tc_wall_ms();
+    assert_int_equal(m.head, 1);
+    assert_string_equal(m.cursor, "#1");
+    if (got < due)
+        fail_msg("retry wake %" PRId64 " ms early", due - got);
+    if (got > due + 250)
+        fail_msg("retry wake %" PRId64 " ms late", got - due);
+
+    /* claimed with a 300 ms lease left to lapse → takeover wake */
+    due = hold("w2", 300);
+    assert_true(tc_wait_for(&w, "wake", 3000, &m));
+    got = tc_wall_ms();
+    if (got < due)
+        fail_msg("takeover wake %" PRId64 " ms early", due - got);
+    if (got > due + 250)
+        fail_msg("takeover wake %" PRId64 " ms late", got - due);
+
+    /* claimed again and renewed twice: one timer, at the last expiry */
+    due = hold(NULL, 0);
+    assert_true(tc_wait_for(&w, "wake", 3000, &m));
+    hold("w3", 60000);
+    renew(5000);
+    due = renew(400);
+    assert_true(tc_wait_for(&w, "wake", 3000, &m));
+    got = tc_wall_ms();
+    assert_true(got >= due);
+    assert_int_equal(tc_next(&w, 300, &m), 0);
+
+    /* dead-lettered: no wake; retried (failed_at cleared) → wake */
+    sqlf("update a2_cursors set claim_holder = null, claim_expires_at = null, "
+         "failed_at = 1 where cursor_key = '#1'");
+    assert_int_equal(tc_next(&w, 500, &m), 0);
+    sqlf("update a2_cursors set failed_at = null, failure_count = 0 "
+         "where cursor_key = '#1'");
+    assert_true(tc_wait_for(&w, "wake", 3000, &m));
+    assert_int_equal(m.head, 1);
+
+    tc_worker_close(&w);
+    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"failed\""), 2);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"claimed\""), 3);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"renewed\""), 2);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"retried\""), 1);
+    tc_cleanup(&d);
+}
+
+/* A claim made while the consumer is down is found by the startup query. */
+static void
+test_timers_rebuilt_on_start(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker w;
+    tc_msg m;
+    tc_init(&d, "tc_rebuild");
+    tc_start(&d);
+    append_event("s1", 1, "c");
+    assert_int_equal(tc_stop(&d), 0);
+    int64_t due = hold("gone", 1500);
+    tc_start(&d);
+    open_worker(&w, &d, "w1", "c", NULL);
+    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    assert_true(tc_wall_ms() >= due);
+    assert_string_equal(m.cursor, "#1");
+    tc_worker_close(&w);
+    assert_int_equal(tc_stop(&d), 0);
+    assert_true(tc_count_in_file(d.log, "ready: 1 timers") == 1);
+    tc_cleanup(&d);
+}
+
+static void
+test_log_and_cleared(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker lw, ew;
+    tc_msg m;
+    tc_init(&d, "tc_log");
+    tc_start(&d);
+    open_worker(&lw, &d, "logw", "lg", "user_msg");
+    open_worker(&ew, &d, "evw", "c", NULL);
+    /* the log consumer's cursor exists (the store starts it on append) */
+    sqlf("insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
+         "kind, lane, head, types) values ('s2', 'lg', 'lane:log', 0, 'log', "
+         "'log', null, '[\"user_msg\"]')");
+    sqlf("insert into a2_events(session_id, idx, event_type, event_id, "
+         "created_at) values ('s2', 1, 'noise', 'n1', 1), ('s2', 2, "
+         "'user_msg', 'u2', 1)");
+    assert_true(tc_wait_for(&lw, "log", 5000, &m));
+    assert_string_equal(m.consumer, "lg");
+    assert_string_equal(m.session, "s2");
+    assert_int_equal(m.idx, 2);
+    assert_string_equal(m.type, "user_msg");
+    /* only its types: no log for idx 1 */
+    assert_int_equal(tc_wait_for(&lw, "log", 400, &m), 0);
+
+    /* clear → cleared, to the session's subscribers */
+    append_event("s2", 3, "c");
+    assert_true(tc_wait_for(&ew, "wake", 5000, &m));
+    sqlf("begin; insert into a2_events(session_id, idx, event_type, event_id, "
+         "created_at) values ('s2', 4, 'a2.cleared', 'clr4', 1); "
+         "insert into a2_clears values ('s2', 4) on conflict (session_id) do "
+         "update set clear_index = excluded.clear_index; commit");
+    assert_true(tc_wait_for(&ew, "cleared", 5000, &m));
+    assert_string_equal(m.session, "s2");
+    assert_int_equal(m.clear_index, 4);
+    tc_worker_close(&lw);
+    tc_worker_close(&ew);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
+static char *
+http_get(int port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        return NULL;
+    }
+    char req[256];
+    snprintf(req, sizeof req, "GET %s HTTP/1.0\r\n\r\n", path);
+    tc_send_raw(fd, req, strlen(req));
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    ssize_t r;
+    while ((r = recv(fd, buf + len, cap - len - 1, 0)) > 0)
+        len += (size_t)r;
+    buf[len] = '\0';
+    close(fd);
+    return buf;
+}
+
+static int
+free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, (struct sockaddr *)&sa, sizeof sa);
+    socklen_t sl = sizeof sa;
+    getsockname(fd, (struct sockaddr *)&sa, &sl);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static void
+test_metrics_heartbeat_and_stop(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker w;
+    tc_msg m;
+    int port = free_port();
+    char metrics[64];
+    snprintf(metrics, sizeof metrics, "tcp:127.0.0.1:%d", port);
+    const char *extra[] = {"--metrics", metrics, "--heartbeat-interval", "200",
+                           NULL};
+    tc_init(&d, "tc_metrics");
+    tc_start_args(&d, 0, extra);
+    open_worker(&w, &d, "w1", "c", NULL);
+    append_event("s1", 1, "c");
+    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+
+    char *h = http_get(port, "/healthz");
+    assert_non_null(h);
+    assert_non_null(strstr(h, "200 OK"));
+    free(h);
+    char *body = http_get(port, "/metrics");
+    assert_non_null(body);
+    assert_non_null(strstr(body, "a2_consumer_up 1"));
+    assert_non_null(strstr(body, "a2_consumer_changes_decoded_total 2"));
+    assert_non_null(strstr(body, "a2_consumer_audit_lines_total 1"));
+    assert_non_null(strstr(body, "a2_consumer_workers 1"));
+    assert_non_null(strstr(body, "a2_consumer_wakeups_sent_total{type=\"wake\"} 1"));
+    assert_non_null(strstr(body, "a2_consumer_lag_bytes "));
+    assert_non_null(strstr(body, "a2_consumer_timers_pending 0"));
+    free(body);
+    h = http_get(port, "/nope");
+    assert_non_null(strstr(h, "404"));
+    free(h);
+
+    /* a quiet database: heartbeats still move the slot */
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "select (confirmed_flush_lsn - '0/0')::bigint from "
+             "pg_replication_slots where slot_name = '%s'",
+             d.slot);
+    tc_sleep_ms(500);
+    int64_t before = a2_test_int(db, sql);
+    tc_sleep_ms(1500);
+    int64_t after = a2_test_int(db, sql);
+    if (after <= before)
+        fail_msg("slot did not move while idle: %" PRId64 " → %" PRId64,
+                 before, after);
+
+    /* SIGHUP reopens the audit file */
+    char rotated[160];
+    snprintf(rotated, sizeof rotated, "%s.1", d.audit);
+    assert_int_equal(rename(d.audit, rotated), 0);
+    kill(d.pid, SIGHUP);
+    tc_sleep_ms(200);
+    append_event("s1", 2, "c");
+    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    tc_sleep_ms(100);
+    assert_int_equal(tc_count_in_file(rotated, "\"cursor\":\"#1\""), 1);
+    assert_int_equal(tc_count_in_file(rotated, "\"cursor\":\"#2\""), 0);
+    assert_int_equal(tc_count_in_file(d.audit, "\"cursor\":\"#2\""), 1);
+
+    /* clean stop: final feedback confirms the last transaction */
+    tc_worker_close(&w);
+    assert_int_equal(tc_stop(&d), 0);
+    char *audit = tc_read_file(d.audit);
+    json_t *j = json_loads(audit, JSON_DISABLE_EOF_CHECK, NULL);
+    free(audit);
+    assert_non_null(j);
+    snprintf(sql, sizeof sql,
+             "select confirmed_flush_lsn >= '%s'::pg_lsn from "
+             "pg_replication_slots where slot_name = '%s'",
+             json_string_value(json_object_get(j, "lsn")), d.slot);
+    json_decref(j);
+    char *ok = a2_test_scalar(db, sql);
+    assert_string_equal(ok, "t");
+    free(ok);
+    assert_int_equal(tc_count_in_file(d.log, "stopped at"), 1);
+    tc_cleanup(&d);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_append_and_complete_wake, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_retry_after_and_lease_lapse,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timers_rebuilt_on_start, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_log_and_cleared, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_metrics_heartbeat_and_stop, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,243 @@
+/*
+ * a2-consumer's worker side on a real database: affinity routing and the
+ * move of a leaving worker's sessions, and workers that misbehave (garbage,
+ * an oversize frame, a wrong token, silence) are disconnected with an
+ * `error` while the others keep receiving.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "test_consumer_util.h"
+
+static PGconn *db;
+
+static int
+setup(void **state)
+{
+    (void)state;
+    db = a2_test_connect();
+    a2_test_exec(db, "truncate a2_events, a2_cursors, a2_clears");
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    (void)state;
+    PQfinish(db);
+    return 0;
+}
+
+static void
+new_head(int session, int head)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
+             "kind, head) values ('s%d', 'c', '#%d', %d, 'event', %d)",
+             session, head, head, head);
+    a2_test_exec(db, sql);
+}
+
+#define NS 12
+
+/*
+ * Reads wakes from both workers until n arrived; owner[s] gets the index of
+ * the worker that got session s (checks it never changes when set).
+ */
+static void
+collect(tc_worker *w, int nw, int n, int *owner)
+{
+    int got = 0;
+    int64_t t0 = a2_test_now_ms();
+    while (got < n) {
+        if (a2_test_now_ms() - t0 > 10000)
+            fail_msg("only %d of %d wakes arrived", got, n);
+        for (int i = 0; i < nw; i++) {
+            tc_msg m;
+            if (w[i].fd < 0 || tc_next(&w[i], 20, &m) != 1)
+                continue;
+            if (strcmp(m.t, "wake") != 0)
+                continue;
+            int s = atoi(m.session + 1);
+            assert_true(s >= 0 && s < NS);
+            if (owner[s] >= 0 && owner[s] != i)
+                fail_msg("session s%d went to worker %d, then %d", s,
+                         owner[s], i);
+            owner[s] = i;
+            got++;
+        }
+    }
+}
+
+static void
+test_affinity_and_move(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker w[2];
+    tc_msg m;
+    tc_init(&d, "tc_affinity");
+    tc_start(&d);
+    tc_worker_open(&w[0], d.sock, "wa", "c", NULL);
+    tc_worker_open(&w[1], d.sock, "wb", "c", NULL);
+    assert_true(tc_wait_for(&w[0], "welcome", 5000, &m));
+    assert_true(tc_wait_for(&w[1], "welcome", 5000, &m));
+    tc_sleep_ms(100); /* both subscriptions in */
+    int owner[NS];
+    for (int s = 0; s < NS; s++)
+        owner[s] = -1;
+    for (int s = 0; s < NS; s++)
+        new_head(s, 1);
+    collect(w, 2, NS, owner);
+    for (int s = 0; s < NS; s++)
+        new_head(s, 2);
+    collect(w, 2, NS, owner); /* same worker per session */
+    int on0 = 0;
+    for (int s = 0; s < NS; s++)
+        on0 += owner[s] == 0;
+    if (on0 == 0 || on0 == NS)
+        fail_msg("rendezvous hashing put all %d sessions on one worker", NS);
+
+    /* worker 0 leaves: worker 1 gets a resync for its sessions */
+    tc_worker_close(&w[0]);
+    assert_true(tc_wait_for(&w[1], "resync", 5000, &m));
+    assert_string_equal(m.consumer, "c");
+    if (!m.all_sessions) {
+        int named = 0;
+        for (int i = 0; i < m.n_sessions && i < 8; i++) {
+            int s = atoi(m.sessions[i] + 1);
+            assert_int_equal(owner[s], 0);
+            named++;
+        }
+        assert_true(named > 0);
+    }
+    /* and from now on every session's wake-ups */
+    for (int s = 0; s < NS; s++)
+        owner[s] = -1;
+    for (int s = 0; s < NS; s++)
+        new_head(s, 3);
+    collect(w, 2, NS, owner);
+    for (int s = 0; s < NS; s++)
+        assert_int_equal(owner[s], 1);
+    tc_worker_close(&w[1]);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
+/* Reads until an `error` then the close; returns the error code. */
+static void
+expect_error_and_close(tc_worker *w, const char *code, int timeout_ms)
+{
+    tc_msg m;
+    int64_t t0 = a2_test_now_ms();
+    int seen = 0;
+    for (;;) {
+        int left = timeout_ms - (int)(a2_test_now_ms() - t0);
+        if (left <= 0)
+            fail_msg("no %s", seen ? "close after the error" : "error");
+        int rc = tc_next(w, left, &m);
+        if (rc < 0) {
+            if (!seen)
+                fail_msg("closed without an error frame");
+            return;
+        }
+        if (rc == 1 && strcmp(m.t, "error") == 0) {
+            assert_string_equal(m.code, code);
+            assert_true(strlen(m.message) > 0);
+            seen = 1;
+        }
+    }
+}
+
+static void
+test_bad_workers_are_dropped(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker good, bad;
+    tc_msg m;
+    char tokfile[160];
+    int port = tc_free_port();
+    char listen[64];
+    snprintf(listen, sizeof listen, "tcp:127.0.0.1:%d", port);
+    tc_init(&d, "tc_badworkers");
+    snprintf(tokfile, sizeof tokfile, "%s/token", d.dir);
+    FILE *f = fopen(tokfile, "w");
+    fputs("s3cret\n", f);
+    fclose(f);
+    const char *extra[] = {"--listen", listen, "--token-file", tokfile, NULL};
+    tc_start_args(&d, 0, extra);
+    tc_worker_open(&good, d.sock, "good", "c", NULL);
+    assert_true(tc_wait_for(&good, "welcome", 5000, &m));
+
+    /* garbage: a byte msgpack never uses */
+    tc_worker_open_fd(&bad, tc_connect(d.sock), "garbage", NULL, NULL, NULL);
+    tc_send_raw(bad.fd, "\xc1\xc1\xc1", 3);
+    expect_error_and_close(&bad, "protocol", 5000);
+    tc_worker_close(&bad);
+
+    /* an oversize frame: a 100 000-byte string in a map */
+    tc_worker_open_fd(&bad, tc_connect(d.sock), "big", NULL, NULL, NULL);
+    size_t n = 100000;
+    char *big = malloc(n + 16);
+    big[0] = (char)0x81; /* map of 1 */
+    big[1] = (char)0xa1;
+    big[2] = 'x';
+    big[3] = (char)0xdb; /* str32 */
+    big[4] = 0;
+    big[5] = (char)((n >> 16) & 0xff);
+    big[6] = (char)((n >> 8) & 0xff);
+    big[7] = (char)(n & 0xff);
+    memset(big + 8, 'a', n);
+    tc_send_raw(bad.fd, big, n + 8);
+    free(big);
+    expect_error_and_close(&bad, "too_big", 5000);
+    tc_worker_close(&bad);
+
+    /* TCP with a wrong token, then the right one */
+    tc_worker_open_fd(&bad, tc_connect_tcp(port), "intruder", "wrong", "c",
+                      NULL);
+    expect_error_and_close(&bad, "auth", 5000);
+    tc_worker_close(&bad);
+    tc_worker tcpw;
+    tc_worker_open_fd(&tcpw, tc_connect_tcp(port), "tcpw", "s3cret", "c2",
+                      NULL);
+    assert_true(tc_wait_for(&tcpw, "welcome", 5000, &m));
+
+    /* silence: no hello within the hello timeout */
+    bad.fd = tc_connect(d.sock);
+    msgpack_unpacker_init(&bad.up, 1 << 16);
+    expect_error_and_close(&bad, "timeout", 15000);
+    tc_worker_close(&bad);
+
+    /* the good workers kept their connections and still receive */
+    new_head(1, 1);
+    assert_true(tc_wait_for(&good, "wake", 5000, &m));
+    assert_string_equal(m.session, "s1");
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
+             "kind, head) values ('s9', 'c2', '#7', 7, 'event', 7)");
+    a2_test_exec(db, sql);
+    assert_true(tc_wait_for(&tcpw, "wake", 5000, &m));
+    assert_string_equal(m.consumer, "c2");
+    tc_worker_close(&good);
+    tc_worker_close(&tcpw);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_affinity_and_move, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_bad_workers_are_dropped, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
