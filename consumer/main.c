@@ -626,6 +626,7 @@ static int
 run(daemon_t *d)
 {
     char err[1024];
+    int more = 0;
     for (;;) {
         if (d->stop)
             break;
@@ -670,6 +671,8 @@ run(daemon_t *d)
             irepl = n;
             pfd[n++] = (struct pollfd){a2c_repl_socket(d->repl), POLLIN, 0};
         }
+        if (more)
+            timeout = 0; /* libpq may hold messages the socket no longer shows */
         int pr = poll(pfd, (nfds_t)n, (int)timeout);
         if (pr < 0 && errno != EINTR) {
             logline("could not poll: %s", strerror(errno));
@@ -698,12 +701,15 @@ run(daemon_t *d)
         /* stream */
         int reply = 0;
         (void)irepl;
+        more = 0;
         if (d->streaming) {
             for (int i = 0; i < MAX_MESSAGES_PER_TURN; i++) {
                 a2c_msg m;
                 int rc = a2c_repl_read(d->repl, &m, err, sizeof err);
                 if (rc == 0)
                     break;
+                if (i == MAX_MESSAGES_PER_TURN - 1)
+                    more = 1;
                 if (rc < 0) {
                     stream_down(d, err);
                     break;

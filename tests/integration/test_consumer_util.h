@@ -253,6 +253,9 @@ typedef struct {
     char type[128];
     char code[64];
     char message[256];
+    char ns[64];
+    char participant[64];
+    char fields[512]; /* "k=v;..." with v a string, number, or "nil" */
     int64_t head, idx, clear_index;
     int all_sessions;
     int n_sessions;
@@ -362,6 +365,23 @@ tc_worker_open(tc_worker *w, const char *sock, const char *name,
     tc_worker_open_fd(w, tc_connect(sock), name, NULL, consumer, log_type);
 }
 
+/* Subscribes a worker to the presence patches of namespace ns. */
+static inline void
+tc_presence_sub(tc_worker *w, const char *ns)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 2);
+    pk_str(&pk, "t");
+    pk_str(&pk, "presence");
+    pk_str(&pk, "ns");
+    pk_str(&pk, ns);
+    tc_send_raw(w->fd, sb.data, sb.size);
+    msgpack_sbuffer_destroy(&sb);
+}
+
 static inline void
 tc_worker_close(tc_worker *w)
 {
@@ -415,6 +435,26 @@ flatten(msgpack_object o, tc_msg *m)
             copy_str(m->code, sizeof m->code, v);
         else if (!strcmp(key, "message"))
             copy_str(m->message, sizeof m->message, v);
+        else if (!strcmp(key, "ns"))
+            copy_str(m->ns, sizeof m->ns, v);
+        else if (!strcmp(key, "participant"))
+            copy_str(m->participant, sizeof m->participant, v);
+        else if (!strcmp(key, "fields") && v.type == MSGPACK_OBJECT_MAP) {
+            size_t off = 0;
+            for (uint32_t j = 0; j < v.via.map.size; j++) {
+                char fk[64] = "", fv[128] = "nil";
+                copy_str(fk, sizeof fk, v.via.map.ptr[j].key);
+                msgpack_object val = v.via.map.ptr[j].val;
+                if (val.type == MSGPACK_OBJECT_STR)
+                    copy_str(fv, sizeof fv, val);
+                else if (val.type != MSGPACK_OBJECT_NIL)
+                    snprintf(fv, sizeof fv, "%" PRId64, obj_int(val));
+                int w = snprintf(m->fields + off, sizeof m->fields - off,
+                                 "%s=%s;", fk, fv);
+                if (w > 0 && (size_t)w < sizeof m->fields - off)
+                    off += (size_t)w;
+            }
+        }
         else if (!strcmp(key, "head"))
             m->head = obj_int(v);
         else if (!strcmp(key, "idx"))

@@ -277,6 +277,39 @@ test_log_and_cleared(void **state)
     tc_cleanup(&d);
 }
 
+static void
+test_presence_patch(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker w, other;
+    tc_msg m;
+    tc_init(&d, "tc_presence");
+    tc_start(&d);
+    open_worker(&w, &d, "pw", "c", NULL);
+    open_worker(&other, &d, "ow", "c", NULL);
+    tc_presence_sub(&w, "room");
+    tc_presence_sub(&other, "hall");
+    tc_sleep_ms(100);
+    sqlf("begin; insert into a2_presence values ('room', 'p1', 'status', "
+         "'\"online\"', null, 1, 9999999999999), ('room', 'p1', 'typing', "
+         "'\"yes\"', null, 1, 9999999999999); commit");
+    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    assert_string_equal(m.ns, "room");
+    assert_string_equal(m.participant, "p1");
+    assert_string_equal(m.fields, "status=online;typing=yes;");
+    /* a field expired (deleted) → nil */
+    sqlf("delete from a2_presence where field = 'typing'");
+    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    assert_string_equal(m.fields, "typing=nil;");
+    /* the other namespace's worker got nothing */
+    assert_int_equal(tc_wait_for(&other, "presence", 300, &m), 0);
+    tc_worker_close(&w);
+    tc_worker_close(&other);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
 static char *
 http_get(int port, const char *path)
 {
@@ -409,6 +442,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_timers_rebuilt_on_start, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_log_and_cleared, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_presence_patch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics_heartbeat_and_stop, setup,
                                         teardown),
     };
