@@ -13,7 +13,7 @@
 #include <time.h>
 
 #define BATCH_STATEMENT_NAME "a2_store_batch"
-#define BATCH_SQL "select r from a2_batch($1::text[], $2::jsonb) as r"
+#define BATCH_SQL            "select r from a2_batch($1::text[], $2::jsonb) as r"
 
 /* ── errors ──────────────────────────────────────────────────────────── */
 
@@ -67,7 +67,8 @@ int a2__store_fail(a2_store *s, int code, const char *fmt, ...)
 }
 
 static int fail_state(a2_store *s, int code, const char *sqlstate,
-                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+                      const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
 static int fail_state(a2_store *s, int code, const char *sqlstate,
                       const char *fmt, ...)
 {
@@ -142,7 +143,10 @@ void a2_store_set_ids(a2_store *store, a2_store_id_fn fn, void *ctx)
     store->ids_ctx = fn ? ctx : NULL;
 }
 
-int64_t a2__store_now(a2_store *s) { return s->clock(s->clock_ctx); }
+int64_t a2__store_now(a2_store *s)
+{
+    return s->clock(s->clock_ctx);
+}
 
 int a2__store_new_id(a2_store *s, char *buf, size_t len)
 {
@@ -193,8 +197,7 @@ int a2_store_open(a2_store **out, const char *conninfo, a2_store_error *err)
         if (err) {
             err->code = rc;
             err->sqlstate[0] = '\0';
-            snprintf(err->message, sizeof err->message,
-                     "out must not be NULL");
+            snprintf(err->message, sizeof err->message, "out must not be NULL");
         }
         return rc;
     }
@@ -304,8 +307,8 @@ static bool connection_lost(a2_store *s, const char *sqlstate)
 static int result_error(a2_store *s, PGresult *res)
 {
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-    const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)
-                          : NULL;
+    const char *msg =
+            res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
     if (!msg)
         msg = s->conn ? PQerrorMessage(s->conn) : "no connection";
     if (connection_lost(s, state))
@@ -331,7 +334,8 @@ static int ensure_ready(a2_store *s)
     }
     if (s->prepared)
         return 0;
-    PGresult *res = PQprepare(s->conn, BATCH_STATEMENT_NAME, BATCH_SQL, 2, NULL);
+    PGresult *res =
+            PQprepare(s->conn, BATCH_STATEMENT_NAME, BATCH_SQL, 2, NULL);
     s->round_trips++;
     int rc = 0;
     if (PQresultStatus(res) != PGRES_COMMAND_OK)
@@ -383,13 +387,13 @@ int a2__store_batch(a2_store *s, const char *const *statements, size_t n,
             json_error_t jerr;
             *abort_row = json_loads(detail, 0, &jerr);
             if (*abort_row && json_is_object(*abort_row)) {
-                rc = fail_state(s, A2_ESTORE_FAILED, state,
-                                "store operation aborted: %s",
-                                json_string_value(json_object_get(
-                                    *abort_row, "abort"))
-                                    ? json_string_value(json_object_get(
-                                          *abort_row, "abort"))
-                                    : "abort");
+                rc = fail_state(
+                        s, A2_ESTORE_FAILED, state,
+                        "store operation aborted: %s",
+                        json_string_value(json_object_get(*abort_row, "abort"))
+                                ? json_string_value(
+                                          json_object_get(*abort_row, "abort"))
+                                : "abort");
                 rc = A2__ABORTED;
                 goto done;
             }
@@ -441,7 +445,10 @@ struct a2_store_arena {
     bool failed;
 };
 
-a2_store_arena *a2__arena_new(void) { return calloc(1, sizeof(a2_store_arena)); }
+a2_store_arena *a2__arena_new(void)
+{
+    return calloc(1, sizeof(a2_store_arena));
+}
 
 void a2__arena_free(a2_store_arena *a)
 {
@@ -481,7 +488,10 @@ void *a2__arena_alloc(a2_store_arena *a, size_t size)
     return p;
 }
 
-bool a2__arena_failed(const a2_store_arena *a) { return !a || a->failed; }
+bool a2__arena_failed(const a2_store_arena *a)
+{
+    return !a || a->failed;
+}
 
 char *a2__arena_strdup(a2_store_arena *a, const char *s)
 {

@@ -30,7 +30,7 @@ struct a2_store {
 
 /* Sets the store's error (printf-style message) and returns code. */
 int a2__store_fail(a2_store *s, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+        __attribute__((format(printf, 3, 4)));
 
 /* Clears the store's error; returns 0. */
 int a2__store_ok(a2_store *s);

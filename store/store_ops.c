@@ -11,7 +11,7 @@
 #include <string.h>
 
 #define MAX_PENDING_LIMIT 10000
-#define ID_BUF 256
+#define ID_BUF            256
 
 /* ── input checks ────────────────────────────────────────────────────── */
 
@@ -61,8 +61,8 @@ static int check_name(a2_store *s, const char *what, const char *v)
                               "%s is longer than %d bytes", what,
                               A2_STORE_MAX_NAME);
     if (!utf8_valid(v))
-        return a2__store_fail(s, A2_EINVALID_ARGUMENT,
-                              "%s is not valid UTF-8", what);
+        return a2__store_fail(s, A2_EINVALID_ARGUMENT, "%s is not valid UTF-8",
+                              what);
     return 0;
 }
 
@@ -176,9 +176,11 @@ static int check_events(a2_store *s, const a2_append_event *ev, size_t n,
                                   "more than %d targets on one event",
                                   A2_STORE_MAX_TARGETS);
         for (size_t t = 0; t < ev[i].ntargets; t++) {
-            rc = check_name(s, "a target's consumer", ev[i].targets[t].consumer);
+            rc = check_name(s, "a target's consumer",
+                            ev[i].targets[t].consumer);
             if (rc == 0)
-                rc = check_opt_name(s, "a target's lane", ev[i].targets[t].lane);
+                rc = check_opt_name(s, "a target's lane",
+                                    ev[i].targets[t].lane);
             if (rc)
                 return rc;
         }
@@ -307,14 +309,14 @@ static bool enqueue(const a2_append_event *ev, size_t n,
                 w->started = true;
             if (!tg->lane) {
                 ok = json_array_append_new(
-                         singles, json_pack("{s:s, s:I}", "consumer",
-                                            tg->consumer, "ord", ord)) == 0;
+                             singles, json_pack("{s:s, s:I}", "consumer",
+                                                tg->consumer, "ord", ord)) == 0;
                 continue;
             }
-            ok = json_array_append_new(
-                     queued, json_pack("{s:s, s:s, s:I}", "consumer",
-                                       tg->consumer, "lane", tg->lane, "ord",
-                                       ord)) == 0;
+            ok = json_array_append_new(queued,
+                                       json_pack("{s:s, s:s, s:I}", "consumer",
+                                                 tg->consumer, "lane", tg->lane,
+                                                 "ord", ord)) == 0;
             bool seen = false;
             size_t k;
             json_t *l;
@@ -328,11 +330,11 @@ static bool enqueue(const a2_append_event *ev, size_t n,
             }
             if (ok && !seen)
                 ok = json_array_append_new(
-                         lanes,
-                         json_pack("{s:s, s:o, s:s, s:I}", "consumer",
-                                   tg->consumer, "cursor_key",
-                                   cursor_key_of(tg->lane, 0), "lane",
-                                   tg->lane, "ord", ord)) == 0;
+                             lanes,
+                             json_pack("{s:s, s:o, s:s, s:I}", "consumer",
+                                       tg->consumer, "cursor_key",
+                                       cursor_key_of(tg->lane, 0), "lane",
+                                       tg->lane, "ord", ord)) == 0;
         }
     }
     for (size_t c = 0; ok && c < ncons; c++) {
@@ -346,12 +348,12 @@ static bool enqueue(const a2_append_event *ev, size_t n,
         if (first == n)
             continue;
         ok = json_array_append_new(
-                 logs, json_pack("{s:s, s:o, s:s, s:I, s:o, s:b}", "consumer",
-                                 cons[c].name, "cursor_key",
-                                 cursor_key_of(log->lane, 0), "lane",
-                                 log->lane, "ord", (json_int_t)first + 1,
-                                 "types", types_json(log), "backfill",
-                                 log->backfill)) == 0;
+                     logs, json_pack("{s:s, s:o, s:s, s:I, s:o, s:b}",
+                                     "consumer", cons[c].name, "cursor_key",
+                                     cursor_key_of(log->lane, 0), "lane",
+                                     log->lane, "ord", (json_int_t)first + 1,
+                                     "types", types_json(log), "backfill",
+                                     log->backfill)) == 0;
     }
     if (ok) {
         w->singles = json_array_size(singles) > 0;
@@ -380,11 +382,10 @@ static json_t *event_rows(const a2_append_event *ev, size_t n, char **ids,
     json_t *rows = json_array();
     for (size_t i = 0; rows && i < n; i++) {
         const a2_cause *c = cause_all ? cause_all : ev[i].cause;
-        json_t *row = json_pack("{s:I, s:s, s:o, s:s, s:o}", "ord",
-                                (json_int_t)i + 1, "type", ev[i].type,
-                                "payload", str_or_null(ev[i].payload), "id",
-                                ids[i], "cause",
-                                c ? cause_json(c) : json_null());
+        json_t *row = json_pack(
+                "{s:I, s:s, s:o, s:s, s:o}", "ord", (json_int_t)i + 1, "type",
+                ev[i].type, "payload", str_or_null(ev[i].payload), "id", ids[i],
+                "cause", c ? cause_json(c) : json_null());
         if (json_array_append_new(rows, row) != 0) {
             json_decref(rows);
             return NULL;
@@ -423,7 +424,10 @@ static void decode_event(a2_store_arena *a, const json_t *row, const char *pfx,
 #undef KEY
 }
 
-static int as_int(int64_t v) { return v == A2_STORE_NONE ? 0 : (int)v; }
+static int as_int(int64_t v)
+{
+    return v == A2_STORE_NONE ? 0 : (int)v;
+}
 
 static void decode_dispatch(a2_store_arena *a, const json_t *row,
                             a2_dispatch *d)
@@ -454,8 +458,8 @@ static void fresh_dispatch(a2_store_arena *a, const json_t *row, a2_dispatch *d)
     d->kind = a2__row_str(a, row, "kind");
     d->epoch = a2__row_int(row, "epoch");
     d->first_claimed_at = d->last_claimed_at = d->claim_expires_at =
-        d->last_failed_at = d->last_failed_attempt = d->failed_at =
-            A2_STORE_NONE;
+            d->last_failed_at = d->last_failed_attempt = d->failed_at =
+                    A2_STORE_NONE;
 }
 
 /* A cursor run as cursors() reports it, given the clear marker. */
@@ -478,7 +482,8 @@ static void decode_cursor(a2_store_arena *a, const json_t *row,
     }
     if (is_log) {
         const json_t *t = json_object_get(row, "types");
-        char *text = json_dumps(t ? t : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
+        char *text =
+                json_dumps(t ? t : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
         c->types = a2__arena_strdup(a, text ? text : "null");
         free(text);
     }
@@ -666,7 +671,8 @@ static int inserted_events(a2_store *s, const char *session,
         e->session_id = a2__arena_strdup(a, session);
         e->index = base + 1 + (int64_t)i;
         e->type = a2__arena_strdup(a, ev[i].type);
-        e->payload = a2__arena_strdup(a, ev[i].payload ? ev[i].payload : "null");
+        e->payload =
+                a2__arena_strdup(a, ev[i].payload ? ev[i].payload : "null");
         e->id = a2__arena_strdup(a, ids[i]);
         e->created_at = now;
         const a2_cause *c = cause_all ? cause_all : ev[i].cause;
@@ -754,7 +760,7 @@ int a2_store_append(a2_store *s, const char *session,
         if (rc == 0) {
             rc = events_init(s, out, 0);
             out->has_pending =
-                a2__row_bool(json_array_get(rows, 0), "has_pending");
+                    a2__row_bool(json_array_get(rows, 0), "has_pending");
         }
         goto done;
     }
@@ -766,7 +772,8 @@ int a2_store_append(a2_store *s, const char *session,
     bool ok = supplied && causes;
     for (size_t i = 0; ok && i < nevents; i++)
         if (events[i].id)
-            ok = json_array_append_new(supplied, json_string(events[i].id)) == 0;
+            ok = json_array_append_new(supplied, json_string(events[i].id)) ==
+                 0;
     /* Distinct causes, each fenced once. */
     for (size_t i = 0; ok && i < nevents; i++) {
         const a2_cause *c = events[i].cause;
@@ -783,13 +790,12 @@ int a2_store_append(a2_store *s, const char *session,
         if (seen)
             continue;
         ok = json_array_append_new(
-                 causes,
-                 json_pack("{s:I, s:s, s:o, s:I, s:i, s:I}", "ord",
-                           (json_int_t)json_array_size(causes) + 1, "consumer",
-                           c->consumer, "cursor_key",
-                           cursor_key_of(c->lane, c->index), "idx",
-                           (json_int_t)c->index, "attempt", c->attempt, "src",
-                           (json_int_t)i)) == 0;
+                     causes, json_pack("{s:I, s:s, s:o, s:I, s:i, s:I}", "ord",
+                                       (json_int_t)json_array_size(causes) + 1,
+                                       "consumer", c->consumer, "cursor_key",
+                                       cursor_key_of(c->lane, c->index), "idx",
+                                       (json_int_t)c->index, "attempt",
+                                       c->attempt, "src", (json_int_t)i)) == 0;
     }
     size_t nsupplied = supplied ? json_array_size(supplied) : 0;
     size_t ncauses = causes ? json_array_size(causes) : 0;
@@ -797,9 +803,9 @@ int a2_store_append(a2_store *s, const char *session,
     ok = ok && set(p, "ids", json_incref(supplied)) &&
          set(p, "causes", json_incref(causes)) &&
          set(p, "count", json_integer((json_int_t)nevents)) &&
-         set(p, "origin", opts->origin_index > 0
-                              ? json_integer(opts->origin_index)
-                              : json_null()) &&
+         set(p, "origin",
+             opts->origin_index > 0 ? json_integer(opts->origin_index)
+                                    : json_null()) &&
          set(p, "events", event_rows(events, nevents, ids, NULL)) &&
          set(p, "now", json_integer(now)) &&
          enqueue(events, nevents, opts->consumers, opts->nconsumers, p, &w);
@@ -811,15 +817,15 @@ int a2_store_append(a2_store *s, const char *session,
         goto done;
     }
     const char *st[] = {
-        SQL_LOCK_SESSION,
-        SQL_APPEND_CHECKS,
-        ncauses ? SQL_FENCE : NULL,
-        nsupplied ? SQL_REUSE_IDS : NULL,
-        SQL_INSERT_EVENTS,
-        w.singles ? SQL_START_EVENTS : NULL,
-        w.queued ? SQL_QUEUE_LANES : NULL,
-        w.queued ? SQL_START_LANES : NULL,
-        w.logs ? SQL_WAKE_LOGS : NULL,
+            SQL_LOCK_SESSION,
+            SQL_APPEND_CHECKS,
+            ncauses ? SQL_FENCE : NULL,
+            nsupplied ? SQL_REUSE_IDS : NULL,
+            SQL_INSERT_EVENTS,
+            w.singles ? SQL_START_EVENTS : NULL,
+            w.queued ? SQL_QUEUE_LANES : NULL,
+            w.queued ? SQL_START_LANES : NULL,
+            w.logs ? SQL_WAKE_LOGS : NULL,
     };
     rc = a2__store_batch(s, st, sizeof st / sizeof *st, p, &rows, &abort_row);
     if (rc == A2__ABORTED) {
@@ -841,12 +847,12 @@ int a2_store_append(a2_store *s, const char *session,
             int64_t ord = a2__row_int(abort_row, "ord");
             json_t *c = json_array_get(causes_kept, (size_t)(ord - 1));
             rc = a2__store_fail(
-                s, A2_ESUPERSEDED_ATTEMPT,
-                "attempt %" PRId64 " of %s at index %" PRId64
-                " in session \"%s\" is superseded",
-                a2__row_int(c, "attempt"),
-                row_text(c, "consumer") ? row_text(c, "consumer") : "?",
-                a2__row_int(c, "idx"), session);
+                    s, A2_ESUPERSEDED_ATTEMPT,
+                    "attempt %" PRId64 " of %s at index %" PRId64
+                    " in session \"%s\" is superseded",
+                    a2__row_int(c, "attempt"),
+                    row_text(c, "consumer") ? row_text(c, "consumer") : "?",
+                    a2__row_int(c, "idx"), session);
         } else if (strcmp(why, "held") == 0) {
             rc = a2__store_fail(s, A2_ESTORE_UNAVAILABLE,
                                 "an event id being reused is still held by "
@@ -866,7 +872,8 @@ int a2_store_append(a2_store *s, const char *session,
     json_array_foreach(rows, k, r)
     {
         const char *stop = row_text(r, "stop");
-        if ((stop && strcmp(stop, "replay") == 0) || json_object_get(r, "base")) {
+        if ((stop && strcmp(stop, "replay") == 0) ||
+            json_object_get(r, "base")) {
             checked = r;
             break;
         }
@@ -913,8 +920,8 @@ static int decode_event_rows(a2_store *s, json_t *rows, a2_events *out)
     return a2__arena_failed(out->arena_) ? nomem(s) : 0;
 }
 
-int a2_store_read(a2_store *s, const char *session,
-                  const a2_read_options *opts, a2_events *out)
+int a2_store_read(a2_store *s, const char *session, const a2_read_options *opts,
+                  a2_events *out)
 {
     if (!s || !out)
         return A2_EINVALID_ARGUMENT;
@@ -944,8 +951,9 @@ int a2_store_read(a2_store *s, const char *session,
             json_array_append_new(types, json_string(opts->types[i]));
     }
     if (!set(p, "after", json_integer(opts->after)) ||
-        !set(p, "limit", opts->limit ? json_integer((json_int_t)opts->limit)
-                                     : json_null()) ||
+        !set(p, "limit",
+             opts->limit ? json_integer((json_int_t)opts->limit)
+                         : json_null()) ||
         !set(p, "types", types)) {
         rc = nomem(s);
         goto done;
@@ -1033,8 +1041,8 @@ int a2_store_dead_letters(a2_store *s, const char *session, a2_heads *out)
     if (rc == 0) {
         size_t k;
         json_t *r;
-        json_array_foreach(rows, k, r) decode_head(out->arena_, r,
-                                                   &out->items[k]);
+        json_array_foreach(rows, k, r)
+                decode_head(out->arena_, r, &out->items[k]);
         out->count = json_array_size(rows);
         if (a2__arena_failed(out->arena_))
             rc = nomem(s);
@@ -1100,9 +1108,9 @@ int a2_store_wake_log(a2_store *s, const char *session,
         c->dispatch.kind = "log";
         c->dispatch.epoch = A2_STORE_NONE;
         c->dispatch.first_claimed_at = c->dispatch.last_claimed_at =
-            c->dispatch.claim_expires_at = c->dispatch.last_failed_at =
-                c->dispatch.last_failed_attempt = c->dispatch.failed_at =
-                    A2_STORE_NONE;
+                c->dispatch.claim_expires_at = c->dispatch.last_failed_at =
+                        c->dispatch.last_failed_attempt =
+                                c->dispatch.failed_at = A2_STORE_NONE;
         c->position = head;
         c->head = A2_STORE_NONE;
         json_t *t = types_json(log);
@@ -1174,11 +1182,11 @@ int a2_store_claim(a2_store *s, const char *session,
     json_t *excluded = json_array();
     for (size_t i = 0; excluded && i < req->nexclude; i++)
         if (json_array_append_new(
-                excluded,
-                json_pack("{s:s, s:o}", "consumer", req->exclude[i].consumer,
-                          "cursor_key",
-                          cursor_key_of(req->exclude[i].lane,
-                                        req->exclude[i].index))) != 0) {
+                    excluded,
+                    json_pack("{s:s, s:o}", "consumer",
+                              req->exclude[i].consumer, "cursor_key",
+                              cursor_key_of(req->exclude[i].lane,
+                                            req->exclude[i].index))) != 0) {
             json_decref(excluded);
             excluded = NULL;
         }
@@ -1186,12 +1194,12 @@ int a2_store_claim(a2_store *s, const char *session,
         !set(p, "served", served_json(req->consumers, req->nconsumers)) ||
         !set(p, "excluded", excluded) ||
         !set(p, "holder", json_string(req->holder)) ||
-        !set(p, "expiresAt", json_integer(req->expires_at_ms
-                                              ? req->expires_at_ms
-                                              : now + req->ttl_ms)) ||
-        !set(p, "maxFailures", req->max_failures
-                                   ? json_integer(req->max_failures)
-                                   : json_null()) ||
+        !set(p, "expiresAt",
+             json_integer(req->expires_at_ms ? req->expires_at_ms
+                                             : now + req->ttl_ms)) ||
+        !set(p, "maxFailures",
+             req->max_failures ? json_integer(req->max_failures)
+                               : json_null()) ||
         !set(p, "through",
              req->through ? json_integer(req->through) : json_null())) {
         rc = nomem(s);
@@ -1336,10 +1344,10 @@ int a2_store_renew(a2_store *s, const char *session, const char *holder,
         rc = nomem(s);
         goto done;
     }
-    out->renewed = a2__arena_alloc(out->arena_,
-                                   (nclaims ? nclaims : 1) * sizeof(a2_head_ref));
-    out->superseded = a2__arena_alloc(
-        out->arena_, (nclaims ? nclaims : 1) * sizeof(a2_head_ref));
+    out->renewed = a2__arena_alloc(out->arena_, (nclaims ? nclaims : 1) *
+                                                        sizeof(a2_head_ref));
+    out->superseded = a2__arena_alloc(out->arena_, (nclaims ? nclaims : 1) *
+                                                           sizeof(a2_head_ref));
     for (size_t i = 0; i < nclaims; i++)
         order[i] = (sorted_ref){&claims[i], i};
     qsort(order, nclaims, sizeof *order, cmp_ref);
@@ -1347,12 +1355,13 @@ int a2_store_renew(a2_store *s, const char *session, const char *holder,
     bool ok = out->renewed && out->superseded;
     for (size_t i = 0; ok && i < nclaims; i++) {
         const a2_attempt_ref *c = order[i].ref;
-        ok = json_array_append_new(
-                 list, json_pack("{s:I, s:s, s:o, s:I, s:i}", "ord",
-                                 (json_int_t)i + 1, "consumer", c->consumer,
-                                 "cursor_key", cursor_key_of(c->lane, c->index),
-                                 "idx", (json_int_t)c->index, "attempt",
-                                 c->attempt)) == 0;
+        ok = json_array_append_new(list,
+                                   json_pack("{s:I, s:s, s:o, s:I, s:i}", "ord",
+                                             (json_int_t)i + 1, "consumer",
+                                             c->consumer, "cursor_key",
+                                             cursor_key_of(c->lane, c->index),
+                                             "idx", (json_int_t)c->index,
+                                             "attempt", c->attempt)) == 0;
     }
     if (!ok || !set(p, "claims", json_incref(list)) ||
         !set(p, "holder", json_string(holder)) ||
@@ -1423,7 +1432,8 @@ static int settle_unheld(a2_store *s, const char *session,
     int rc = 0;
     for (size_t i = 0; idl && i < n; i++)
         json_array_append_new(idl, json_string(ids[i]));
-    if (!p || !idl || !set(p, "cursorKey", cursor_key_of(at->lane, at->index)) ||
+    if (!p || !idl ||
+        !set(p, "cursorKey", cursor_key_of(at->lane, at->index)) ||
         !set(p, "consumer", json_string(at->consumer)) ||
         !set(p, "lane", str_or_null(at->lane)) ||
         !set(p, "index", json_integer(at->index)) ||
@@ -1472,7 +1482,8 @@ static int settle_unheld(a2_store *s, const char *session,
         goto done;
     bool match = json_is_array(done_ids) && json_array_size(done_ids) == n;
     for (size_t i = 0; match && i < n; i++)
-        match = same_text(json_string_value(json_array_get(done_ids, i)), ids[i]);
+        match = same_text(json_string_value(json_array_get(done_ids, i)),
+                          ids[i]);
     if (!match) {
         rc = a2__store_fail(s, A2_EPARTIAL_DUPLICATE_BATCH,
                             "completed attempt does not match the returned "
@@ -1558,15 +1569,16 @@ int a2_store_complete(a2_store *s, const char *session,
     for (size_t i = 0; idl && i < nevents; i++)
         json_array_append_new(idl, json_string(ids[i]));
     bool appends = nevents > 0 && !dup;
-    bool ok = idl && set(p, "ids", idl) &&
-              set_retype(p, attempt->consumer, consumers, nconsumers) &&
-              set(p, "cursorKey", cursor_key_of(attempt->lane, attempt->index)) &&
-              set(p, "consumer", json_string(attempt->consumer)) &&
-              set(p, "index", json_integer(attempt->index)) &&
-              set(p, "attempt", json_integer(attempt->attempt)) &&
-              set(p, "count", json_integer((json_int_t)nevents)) &&
-              set(p, "now", json_integer(now)) &&
-              set(p, "clearType", json_string(A2_STORE_CLEAR_TYPE));
+    bool ok =
+            idl && set(p, "ids", idl) &&
+            set_retype(p, attempt->consumer, consumers, nconsumers) &&
+            set(p, "cursorKey", cursor_key_of(attempt->lane, attempt->index)) &&
+            set(p, "consumer", json_string(attempt->consumer)) &&
+            set(p, "index", json_integer(attempt->index)) &&
+            set(p, "attempt", json_integer(attempt->attempt)) &&
+            set(p, "count", json_integer((json_int_t)nevents)) &&
+            set(p, "now", json_integer(now)) &&
+            set(p, "clearType", json_string(A2_STORE_CLEAR_TYPE));
     if (ok && appends) {
         ok = set(p, "events", event_rows(events, nevents, ids, &cause)) &&
              enqueue(events, nevents, consumers, nconsumers, p, &w);
@@ -1579,16 +1591,16 @@ int a2_store_complete(a2_store *s, const char *session,
     bool concurrent = attempt->lane == NULL;
     const char *held_only[] = {SQL_HOLD};
     const char *appending[] = {
-        SQL_HOLD,
-        SQL_LOCK_SESSION,
-        SQL_RETURN_CHECKS,
-        SQL_REUSE_IDS,
-        SQL_INSERT_EVENTS,
-        w.singles ? SQL_START_EVENTS : NULL,
-        w.queued ? SQL_QUEUE_LANES : NULL,
-        w.queued ? SQL_START_LANES : NULL,
-        w.logs ? SQL_WAKE_LOGS : NULL,
-        concurrent ? SQL_COMPLETE_APPENDED_EVENT : SQL_COMPLETE_APPENDED,
+            SQL_HOLD,
+            SQL_LOCK_SESSION,
+            SQL_RETURN_CHECKS,
+            SQL_REUSE_IDS,
+            SQL_INSERT_EVENTS,
+            w.singles ? SQL_START_EVENTS : NULL,
+            w.queued ? SQL_QUEUE_LANES : NULL,
+            w.queued ? SQL_START_LANES : NULL,
+            w.logs ? SQL_WAKE_LOGS : NULL,
+            concurrent ? SQL_COMPLETE_APPENDED_EVENT : SQL_COMPLETE_APPENDED,
     };
     /* A concurrent cursor never goes idle with a next head to find. */
     const char *plain[] = {SQL_HOLD, concurrent ? NULL : SQL_LOCK_IF_IDLE,
@@ -1635,8 +1647,8 @@ int a2_store_complete(a2_store *s, const char *session,
                             "more than once");
         goto done;
     }
-    const char *last = row_text(json_array_get(rows, json_array_size(rows) - 1),
-                                "stop");
+    const char *last =
+            row_text(json_array_get(rows, json_array_size(rows) - 1), "stop");
     if (last && strcmp(last, "superseded") == 0) {
         out->outcome = A2_ATTEMPT_SUPERSEDED;
         goto done;
@@ -1699,9 +1711,9 @@ int a2_store_fail(a2_store *s, const char *session,
         !set(p, "error", json_string(req->error ? req->error : "")) ||
         !set(p, "maxFailures", json_integer(req->max_failures)) ||
         !set(p, "now", json_integer(now)) ||
-        !set(p, "retryAt", req->retry_after_ms > 0
-                               ? json_integer(now + req->retry_after_ms)
-                               : json_null())) {
+        !set(p, "retryAt",
+             req->retry_after_ms > 0 ? json_integer(now + req->retry_after_ms)
+                                     : json_null())) {
         rc = nomem(s);
         goto done;
     }
@@ -1780,7 +1792,7 @@ int a2_store_redrive(a2_store *s, const char *session, const char *consumer,
         goto done;
     out->redriven = a2__row_bool(row_with(rows, "redriven"), "redriven");
     out->has_pending = a2__row_bool(
-        json_array_get(rows, json_array_size(rows) - 1), "has_pending");
+            json_array_get(rows, json_array_size(rows) - 1), "has_pending");
 done:
     json_decref(rows);
     json_decref(p);
@@ -1812,12 +1824,13 @@ int a2_store_clear(a2_store *s, const char *session, int64_t if_last_index,
     if (!set(p, "causeKey",
              cause ? cursor_key_of(cause->lane, cause->index) : json_null()) ||
         !set(p, "causeConsumer", str_or_null(cause ? cause->consumer : NULL)) ||
-        !set(p, "causeIndex", cause ? json_integer(cause->index) : json_null()) ||
+        !set(p, "causeIndex",
+             cause ? json_integer(cause->index) : json_null()) ||
         !set(p, "causeAttempt",
              cause ? json_integer(cause->attempt) : json_null()) ||
-        !set(p, "ifLast", if_last_index == A2_STORE_NONE
-                              ? json_null()
-                              : json_integer(if_last_index)) ||
+        !set(p, "ifLast",
+             if_last_index == A2_STORE_NONE ? json_null()
+                                            : json_integer(if_last_index)) ||
         !set(p, "clearType", json_string(A2_STORE_CLEAR_TYPE)) ||
         !set(p, "markerId", json_string(marker_id)) ||
         !set(p, "now", json_integer(now))) {

@@ -20,6 +20,9 @@
 #ifndef A2_STORE_SQL_H
 #define A2_STORE_SQL_H
 
+/* Statement texts are laid out by hand. */
+/* clang-format off */
+
 /* ── parameter accessors ─────────────────────────────────────────────── */
 
 #define P_TEXT(k) "($1->>'" k "')"
@@ -799,5 +802,7 @@
     "cur.claim_expires_at <= " P_BIGINT("now") ") order by cur.session_id " \
     "limit " P_BIGINT("limit") ") per) s order by s.session_id limit "      \
     P_BIGINT("limit")
+
+/* clang-format on */
 
 #endif

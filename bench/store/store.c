@@ -148,8 +148,12 @@ static double run_cell(op_kind op, int conns, int nsessions, const char *run)
     job jobs[16];
     volatile int go = 0;
     for (int i = 0; i < conns; i++) {
-        jobs[i] = (job){.op = op, .no = i, .nsessions = nsessions, .run = run,
-                        .deadline = 1e300, .go = &go};
+        jobs[i] = (job){.op = op,
+                        .no = i,
+                        .nsessions = nsessions,
+                        .run = run,
+                        .deadline = 1e300,
+                        .go = &go};
         if (pthread_create(&th[i], NULL, worker, &jobs[i]) != 0)
             die("thread", "could not start");
     }
@@ -183,16 +187,18 @@ static void prepare_heads(const char *run, int nsessions, int total)
     if (a2_store_open(&s, db, &err) != 0)
         die("open", err.message);
     int per = total / nsessions;
-    static const char *lanes[16] = {"l0", "l1", "l2",  "l3",  "l4",  "l5",
-                                    "l6", "l7", "l8",  "l9",  "l10", "l11",
+    static const char *lanes[16] = {"l0",  "l1",  "l2",  "l3", "l4",  "l5",
+                                    "l6",  "l7",  "l8",  "l9", "l10", "l11",
                                     "l12", "l13", "l14", "l15"};
     a2_target tg[16];
     for (int i = 0; i < 16; i++)
         tg[i] = (a2_target){.consumer = "bench", .lane = lanes[i]};
     a2_append_event *ev = calloc((size_t)per, sizeof *ev);
     for (int i = 0; i < per; i++)
-        ev[i] = (a2_append_event){.type = "job", .payload = "{\"n\": 1}",
-                                  .targets = &tg[i % 16], .ntargets = 1};
+        ev[i] = (a2_append_event){.type = "job",
+                                  .payload = "{\"n\": 1}",
+                                  .targets = &tg[i % 16],
+                                  .ntargets = 1};
     for (int k = 0; k < nsessions; k++) {
         char session[64];
         snprintf(session, sizeof session, "%s-%d", run, k);
@@ -219,15 +225,15 @@ static void round_trips(FILE *csv)
     uint64_t before;
     int rc;
     printf("\nround trips per operation (after the connection's first call)\n");
-#define MEASURE(name, call)                                                 \
-    do {                                                                    \
-        before = a2_store_round_trips(s);                                   \
-        rc = (call);                                                        \
-        printf("  %-18s %" PRIu64 "%s\n", name,                             \
-               a2_store_round_trips(s) - before, rc ? "  (failed)" : "");   \
-        if (csv)                                                            \
-            fprintf(csv, "round_trips,%s,%" PRIu64 "\n", name,              \
-                    a2_store_round_trips(s) - before);                      \
+#define MEASURE(name, call)                                                    \
+    do {                                                                       \
+        before = a2_store_round_trips(s);                                      \
+        rc = (call);                                                           \
+        printf("  %-18s %" PRIu64 "%s\n", name,                                \
+               a2_store_round_trips(s) - before, rc ? "  (failed)" : "");      \
+        if (csv)                                                               \
+            fprintf(csv, "round_trips,%s,%" PRIu64 "\n", name,                 \
+                    a2_store_round_trips(s) - before);                         \
     } while (0)
     a2_events ev;
     rc = a2_store_read(s, session, NULL, &ev); /* prepares the statement */
@@ -235,10 +241,12 @@ static void round_trips(FILE *csv)
     a2_target tg[2] = {{.consumer = "c"}, {.consumer = "d", .lane = "L"}};
     const char *types[] = {"job"};
     a2_log_spec log = {.lane = "log", .types = types, .ntypes = 1};
-    a2_consumer cons[3] = {{.name = "c"}, {.name = "d"}, {.name = "g", .log = &log}};
+    a2_consumer cons[3] = {
+            {.name = "c"}, {.name = "d"}, {.name = "g", .log = &log}};
     a2_append_options opts = {.consumers = cons, .nconsumers = 3};
-    a2_append_event e[2] = {{.type = "job", .id = "rt-1", .targets = tg, .ntargets = 2},
-                            {.type = "job", .id = "rt-2", .targets = tg, .ntargets = 2}};
+    a2_append_event e[2] = {
+            {.type = "job", .id = "rt-1", .targets = tg, .ntargets = 2},
+            {.type = "job", .id = "rt-2", .targets = tg, .ntargets = 2}};
     MEASURE("append", a2_store_append(s, session, e, 2, &opts, &ev));
     a2_events_free(&ev);
     MEASURE("append (replay)", a2_store_append(s, session, e, 2, &opts, &ev));
@@ -261,9 +269,11 @@ static void round_trips(FILE *csv)
     a2_renew_result_free(&rr);
     a2_append_event kid = {.type = "kid", .id = "rt-kid"};
     a2_complete_result comp;
-    MEASURE("complete", a2_store_complete(s, session, &at, &kid, 1, NULL, 0, &comp));
+    MEASURE("complete",
+            a2_store_complete(s, session, &at, &kid, 1, NULL, 0, &comp));
     a2_complete_result_free(&comp);
-    MEASURE("complete (retry)", a2_store_complete(s, session, &at, &kid, 1, NULL, 0, &comp));
+    MEASURE("complete (retry)",
+            a2_store_complete(s, session, &at, &kid, 1, NULL, 0, &comp));
     a2_complete_result_free(&comp);
     a2_attempt_ref lane = {"d", "L", 1, 1};
     a2_fail_request fr = {.error = "x", .max_failures = 1};
@@ -273,14 +283,16 @@ static void round_trips(FILE *csv)
     MEASURE("dead_letters", a2_store_dead_letters(s, session, &dl));
     a2_heads_free(&dl);
     a2_redrive_result rd;
-    MEASURE("redrive", a2_store_redrive(s, session, "d", 1, A2_REDRIVE_SKIP, NULL, 0, &rd));
+    MEASURE("redrive", a2_store_redrive(s, session, "d", 1, A2_REDRIVE_SKIP,
+                                        NULL, 0, &rd));
     a2_clear_result clr;
     MEASURE("clear", a2_store_clear(s, session, A2_STORE_NONE, NULL, &clr));
     a2_reclaim_result rcl;
     MEASURE("reclaim", a2_store_reclaim(s, session, &rcl));
     const char *names[] = {"c", "d"};
     a2_sessions ss;
-    MEASURE("pending_sessions", a2_store_pending_sessions(s, names, 2, NULL, 100, &ss));
+    MEASURE("pending_sessions",
+            a2_store_pending_sessions(s, names, 2, NULL, 100, &ss));
     a2_sessions_free(&ss);
 #undef MEASURE
     a2_store_close(s);
@@ -331,8 +343,8 @@ int main(int argc, char **argv)
         for (size_t si = 0; si < 2; si++) {
             char run[32];
             cell++;
-            if (only_conns && (conns[ci] != only_conns ||
-                               sessions[si] != only_sessions))
+            if (only_conns &&
+                (conns[ci] != only_conns || sessions[si] != only_sessions))
                 continue;
             snprintf(run, sizeof run, "raw%d", cell);
             double raw = run_cell(OP_RAW, conns[ci], sessions[si], run);

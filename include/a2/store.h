@@ -56,11 +56,12 @@
 #define A2_STORE_CLEAR_TYPE "a2.cleared"
 
 /* Input limits (A2_EINVALID_ARGUMENT past them). */
-#define A2_STORE_MAX_EVENTS 10000      /* events in one append or completion */
-#define A2_STORE_MAX_TARGETS 256       /* targets of one event */
-#define A2_STORE_MAX_NAME 1024         /* bytes of a session, id, type, consumer, lane, holder */
-#define A2_STORE_MAX_PAYLOAD (64 << 20) /* bytes of one payload's JSON text */
-#define A2_STORE_MAX_ERROR_TEXT 65536  /* bytes of a failure's error text */
+#define A2_STORE_MAX_EVENTS  10000 /* events in one append or completion */
+#define A2_STORE_MAX_TARGETS 256   /* targets of one event */
+#define A2_STORE_MAX_NAME                                                      \
+    1024 /* bytes of a session, id, type, consumer, lane, holder */
+#define A2_STORE_MAX_PAYLOAD    (64 << 20) /* bytes of one payload's JSON text */
+#define A2_STORE_MAX_ERROR_TEXT 65536      /* bytes of a failure's error text */
 
 /* Result codes: 0 or one of these. */
 typedef enum a2_store_code {
@@ -73,7 +74,8 @@ typedef enum a2_store_code {
     /* The a2 tables or a2_batch are missing: apply sql/schema.sql. */
     A2_ESCHEMA_MISSING = -3,
     /* An append or completion mixes ids already stored with fresh ones, or
-     * repeats an id, or a retried completion does not match the committed one. */
+     * repeats an id, or a retried completion does not match the committed one.
+     */
     A2_EPARTIAL_DUPLICATE_BATCH = -4,
     /* A cause's attempt no longer owns its head (taken over, completed,
      * dead-lettered or cleared). */
@@ -171,27 +173,27 @@ typedef struct a2_event {
     const char *type;
     const char *payload; /* JSON text as the server renders jsonb */
     const char *id;
-    int64_t created_at;  /* epoch ms from the store's clock */
+    int64_t created_at; /* epoch ms from the store's clock */
     bool has_cause;
-    a2_cause cause;      /* valid when has_cause */
+    a2_cause cause; /* valid when has_cause */
 } a2_event;
 
 /* An event to append (or to return from a completion). */
 typedef struct a2_append_event {
-    const char *type;            /* required, non-empty, not A2_STORE_CLEAR_TYPE */
-    const char *payload;         /* JSON text; NULL stores JSON null */
-    const char *id;              /* NULL: generated (required in completions) */
-    const a2_cause *cause;       /* NULL: none (ignored in completions) */
-    const a2_target *targets;    /* may be NULL when ntargets is 0 */
+    const char *type;         /* required, non-empty, not A2_STORE_CLEAR_TYPE */
+    const char *payload;      /* JSON text; NULL stores JSON null */
+    const char *id;           /* NULL: generated (required in completions) */
+    const a2_cause *cause;    /* NULL: none (ignored in completions) */
+    const a2_target *targets; /* may be NULL when ntargets is 0 */
     size_t ntargets;
 } a2_append_event;
 
 /* A log consumer's specification. */
 typedef struct a2_log_spec {
-    const char *lane;              /* names the log cursor (key "lane:<lane>") */
-    const char *const *types;      /* the types it follows; NULL: every type */
+    const char *lane;         /* names the log cursor (key "lane:<lane>") */
+    const char *const *types; /* the types it follows; NULL: every type */
     size_t ntypes;
-    bool backfill;                 /* a new cursor starts at the beginning of the log */
+    bool backfill; /* a new cursor starts at the beginning of the log */
 } a2_log_spec;
 
 /* A consumer the caller serves. */
@@ -203,20 +205,20 @@ typedef struct a2_consumer {
 /* A cursor's dispatch state. */
 typedef struct a2_dispatch {
     const char *consumer;
-    const char *lane;        /* NULL for a concurrent cursor */
+    const char *lane; /* NULL for a concurrent cursor */
     const char *cursor_key;
-    const char *kind;        /* "event", "lane" or "log" */
+    const char *kind; /* "event", "lane" or "log" */
     int64_t epoch;
     int attempt_count;
-    int64_t first_claimed_at;   /* A2_STORE_NONE when null, as below */
+    int64_t first_claimed_at; /* A2_STORE_NONE when null, as below */
     int64_t last_claimed_at;
-    const char *claim_holder;   /* NULL when unclaimed */
-    int64_t claim_expires_at;   /* lease end, or retry hold after a failure */
+    const char *claim_holder; /* NULL when unclaimed */
+    int64_t claim_expires_at; /* lease end, or retry hold after a failure */
     int failure_count;
     int64_t last_failed_at;
     int64_t last_failed_attempt;
-    const char *last_error;     /* NULL when none */
-    int64_t failed_at;          /* set when dead-lettered */
+    const char *last_error; /* NULL when none */
+    int64_t failed_at;      /* set when dead-lettered */
 } a2_dispatch;
 
 /* A head: its event and its cursor's dispatch state. */
@@ -229,9 +231,10 @@ typedef struct a2_head {
 /* A cursor run as cursors() reports it. */
 typedef struct a2_cursor {
     a2_dispatch dispatch;
-    int64_t position;      /* the last index it passed */
-    int64_t head;          /* A2_STORE_NONE when idle */
-    const char *types;     /* a log cursor's types as JSON (array or null); NULL otherwise */
+    int64_t position;  /* the last index it passed */
+    int64_t head;      /* A2_STORE_NONE when idle */
+    const char *types; /* a log cursor's types as JSON (array or null); NULL
+                          otherwise */
 } a2_cursor;
 
 /* ── results ──────────────────────────────────────────────────────────── */
@@ -242,7 +245,8 @@ typedef struct a2_events {
     a2_event *items;
     size_t count;
     bool has_pending; /* append: a served consumer has work in the session */
-    bool replayed;    /* append/complete: every id was there; these are the committed rows */
+    bool replayed;    /* append/complete: every id was there; these are the
+                         committed rows */
     a2_store_arena *arena_;
 } a2_events;
 void a2_events_free(a2_events *r);
@@ -326,16 +330,16 @@ A2_STORE_MUST_CHECK int a2_store_wake_log(a2_store *store, const char *session,
                                           int64_t *head_out);
 
 typedef struct a2_claim_request {
-    const char *holder;     /* required */
-    int64_t ttl_ms;         /* > 0, unless expires_at_ms is set */
-    int64_t expires_at_ms;  /* 0: now + ttl_ms */
+    const char *holder;         /* required */
+    int64_t ttl_ms;             /* > 0, unless expires_at_ms is set */
+    int64_t expires_at_ms;      /* 0: now + ttl_ms */
     const a2_head_ref *exclude; /* heads not to take */
     size_t nexclude;
     const a2_consumer *consumers; /* served; NULL: every consumer */
     size_t nconsumers;
-    int max_failures;       /* 0: no limit; else >= 1: a takeover spending the
-                               last failure dead-letters the head */
-    int64_t through;        /* 0: none; else only heads at or below it */
+    int max_failures; /* 0: no limit; else >= 1: a takeover spending the
+                         last failure dead-letters the head */
+    int64_t through;  /* 0: none; else only heads at or below it */
 } a2_claim_request;
 
 typedef enum a2_claim_outcome {
@@ -345,8 +349,9 @@ typedef enum a2_claim_outcome {
 } a2_claim_outcome;
 
 typedef struct a2_claim_result {
-    int outcome;            /* a2_claim_outcome */
-    a2_heads heads;         /* CLAIMED: by index, then consumer; attempt_count is the attempt */
+    int outcome;    /* a2_claim_outcome */
+    a2_heads heads; /* CLAIMED: by index, then consumer; attempt_count is the
+                       attempt */
     int64_t session_head;   /* CLAIMED: the session's head index */
     int64_t retry_at;       /* BUSY: epoch ms */
     a2_heads dead_lettered; /* heads a takeover dead-lettered (any outcome) */
@@ -376,9 +381,10 @@ typedef struct a2_attempt_ref {
 } a2_attempt_ref;
 
 typedef struct a2_renew_result {
-    a2_head_ref *renewed;    /* claims extended */
+    a2_head_ref *renewed; /* claims extended */
     size_t nrenewed;
-    a2_head_ref *superseded; /* claims this holder lost (taken over, done, cleared) */
+    a2_head_ref *superseded; /* claims this holder lost (taken over, done,
+                                cleared) */
     size_t nsuperseded;
     a2_store_arena *arena_;
 } a2_renew_result;
@@ -386,12 +392,10 @@ void a2_renew_result_free(a2_renew_result *r);
 
 /* Extends holder's live claims to now + ttl_ms (or expires_at_ms when not
  * 0). A claim neither renewed nor superseded is in neither list. */
-A2_STORE_MUST_CHECK int a2_store_renew(a2_store *store, const char *session,
-                                       const char *holder,
-                                       const a2_attempt_ref *claims,
-                                       size_t nclaims, int64_t ttl_ms,
-                                       int64_t expires_at_ms,
-                                       a2_renew_result *out);
+A2_STORE_MUST_CHECK int
+a2_store_renew(a2_store *store, const char *session, const char *holder,
+               const a2_attempt_ref *claims, size_t nclaims, int64_t ttl_ms,
+               int64_t expires_at_ms, a2_renew_result *out);
 
 typedef enum a2_attempt_outcome {
     A2_ATTEMPT_COMPLETED = 1,
@@ -401,8 +405,8 @@ typedef enum a2_attempt_outcome {
 } a2_attempt_outcome;
 
 typedef struct a2_complete_result {
-    int outcome;         /* COMPLETED or SUPERSEDED */
-    a2_events events;    /* COMPLETED: the returned events as stored */
+    int outcome;      /* COMPLETED or SUPERSEDED */
+    a2_events events; /* COMPLETED: the returned events as stored */
 } a2_complete_result;
 void a2_complete_result_free(a2_complete_result *r);
 
@@ -420,22 +424,20 @@ void a2_complete_result_free(a2_complete_result *r);
  * The unheld path (a stale attempt or a retry) reads once more: two round
  * trips.
  */
-A2_STORE_MUST_CHECK int a2_store_complete(a2_store *store, const char *session,
-                                          const a2_attempt_ref *attempt,
-                                          const a2_append_event *events,
-                                          size_t nevents,
-                                          const a2_consumer *consumers,
-                                          size_t nconsumers,
-                                          a2_complete_result *out);
+A2_STORE_MUST_CHECK int
+a2_store_complete(a2_store *store, const char *session,
+                  const a2_attempt_ref *attempt, const a2_append_event *events,
+                  size_t nevents, const a2_consumer *consumers,
+                  size_t nconsumers, a2_complete_result *out);
 
 typedef struct a2_fail_request {
-    const char *error;       /* the failure's text (NULL: empty) */
-    int max_failures;        /* >= 1: the failure count that dead-letters */
-    int64_t retry_after_ms;  /* >= 0: hold the head this long (0: no hold) */
+    const char *error;      /* the failure's text (NULL: empty) */
+    int max_failures;       /* >= 1: the failure count that dead-letters */
+    int64_t retry_after_ms; /* >= 0: hold the head this long (0: no hold) */
 } a2_fail_request;
 
 typedef struct a2_fail_result {
-    int outcome;          /* FAILED, DEAD_LETTERED or SUPERSEDED */
+    int outcome; /* FAILED, DEAD_LETTERED or SUPERSEDED */
     int failure_count;
 } a2_fail_result;
 
@@ -447,9 +449,8 @@ A2_STORE_MUST_CHECK int a2_store_fail(a2_store *store, const char *session,
                                       a2_fail_result *out);
 
 /* The session's dead-lettered heads above the clear marker. */
-A2_STORE_MUST_CHECK int a2_store_dead_letters(a2_store *store,
-                                              const char *session,
-                                              a2_heads *out);
+A2_STORE_MUST_CHECK int
+a2_store_dead_letters(a2_store *store, const char *session, a2_heads *out);
 
 typedef enum a2_redrive_action {
     A2_REDRIVE_RETRY = 1, /* run the head again (failures reset) */
@@ -463,12 +464,10 @@ typedef struct a2_redrive_result {
 
 /* Retries or skips consumer's dead letter at index. consumers: served
  * (NULL: every consumer). */
-A2_STORE_MUST_CHECK int a2_store_redrive(a2_store *store, const char *session,
-                                         const char *consumer, int64_t index,
-                                         int action,
-                                         const a2_consumer *consumers,
-                                         size_t nconsumers,
-                                         a2_redrive_result *out);
+A2_STORE_MUST_CHECK int
+a2_store_redrive(a2_store *store, const char *session, const char *consumer,
+                 int64_t index, int action, const a2_consumer *consumers,
+                 size_t nconsumers, a2_redrive_result *out);
 
 typedef struct a2_clear_result {
     bool cleared;        /* false: if_last_index no longer matches the head */
@@ -513,8 +512,9 @@ void a2_sessions_free(a2_sessions *r);
  * marker). A worker calls it on a resync; page with the last id returned.
  * Served by the a2_cursors_pending index.
  */
-A2_STORE_MUST_CHECK int a2_store_pending_sessions(
-    a2_store *store, const char *const *consumers, size_t nconsumers,
-    const char *after, size_t limit, a2_sessions *out);
+A2_STORE_MUST_CHECK int
+a2_store_pending_sessions(a2_store *store, const char *const *consumers,
+                          size_t nconsumers, const char *after, size_t limit,
+                          a2_sessions *out);
 
 #endif

@@ -1,22 +1,24 @@
 /*
  * liba2store against a real PostgreSQL: every outcome of every operation.
  */
+#include "../../store/store_sql.h"
 #include "a2/store.h"
 #include "a2test.h"
-#include "../../store/store_sql.h"
 
+/* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+/* clang-format on */
 
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
-#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct fx {
     a2_store *s;
@@ -26,7 +28,10 @@ typedef struct fx {
     int ids;
 } fx;
 
-static int64_t fx_clock(void *ctx) { return ((fx *)ctx)->now; }
+static int64_t fx_clock(void *ctx)
+{
+    return ((fx *)ctx)->now;
+}
 
 static int setup(void **state)
 {
@@ -54,16 +59,16 @@ static int teardown(void **state)
     return 0;
 }
 
-#define OK(expr)                                                            \
-    do {                                                                    \
-        int rc_ = (expr);                                                   \
-        if (rc_ != 0)                                                       \
-            fail_msg("%s: %s (%s)", #expr, a2_store_code_name(rc_),         \
-                     a2_store_last_error(f->s)->message);                   \
+#define OK(expr)                                                               \
+    do {                                                                       \
+        int rc_ = (expr);                                                      \
+        if (rc_ != 0)                                                          \
+            fail_msg("%s: %s (%s)", #expr, a2_store_code_name(rc_),            \
+                     a2_store_last_error(f->s)->message);                      \
     } while (0)
 
 static int64_t count_sql(fx *f, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+        __attribute__((format(printf, 2, 3)));
 static int64_t count_sql(fx *f, const char *fmt, ...)
 {
     char sql[2048];
@@ -79,8 +84,11 @@ static int append1(fx *f, const char *session, const char *type,
                    const char *payload, const char *id,
                    const a2_target *targets, size_t ntargets, a2_events *out)
 {
-    a2_append_event ev = {.type = type, .payload = payload, .id = id,
-                          .targets = targets, .ntargets = ntargets};
+    a2_append_event ev = {.type = type,
+                          .payload = payload,
+                          .id = id,
+                          .targets = targets,
+                          .ntargets = ntargets};
     return a2_store_append(f->s, session, &ev, 1, NULL, out);
 }
 
@@ -154,16 +162,17 @@ static void test_invalid_arguments(void **state)
                      A2_EINVALID_ARGUMENT);
     a2_complete_result comp;
     a2_append_event child = {.type = "child"}; /* no id */
-    assert_int_equal(a2_store_complete(f->s, f->session, &at, &child, 1, NULL,
-                                       0, &comp),
-                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(
+            a2_store_complete(f->s, f->session, &at, &child, 1, NULL, 0, &comp),
+            A2_EINVALID_ARGUMENT);
     at.attempt = 0;
-    assert_int_equal(a2_store_complete(f->s, f->session, &at, NULL, 0, NULL, 0,
-                                       &comp),
-                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(
+            a2_store_complete(f->s, f->session, &at, NULL, 0, NULL, 0, &comp),
+            A2_EINVALID_ARGUMENT);
     a2_redrive_result rd;
-    assert_int_equal(a2_store_redrive(f->s, f->session, "c", 1, 7, NULL, 0, &rd),
-                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(
+            a2_store_redrive(f->s, f->session, "c", 1, 7, NULL, 0, &rd),
+            A2_EINVALID_ARGUMENT);
     a2_sessions ss;
     const char *cons[] = {"c"};
     assert_int_equal(a2_store_pending_sessions(f->s, cons, 1, NULL, 0, &ss),
@@ -176,8 +185,9 @@ static void test_invalid_arguments(void **state)
     /* None of these reached the server, and nothing was written. */
     assert_int_equal(a2_store_round_trips(f->s), trips);
     assert_int_equal(a2_store_last_error(f->s)->code, A2_EINVALID_ARGUMENT);
-    assert_int_equal(count_sql(f, "select count(*) from a2_events where "
-                                  "session_id = '%s'",
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_events where "
+                               "session_id = '%s'",
                                f->session),
                      0);
 }
@@ -199,8 +209,8 @@ static void test_schema_missing(void **state)
     fx *f = *state;
     a2_test_exec(f->db, "create schema if not exists a2_empty");
     char conninfo[1024];
-    snprintf(conninfo, sizeof conninfo,
-             "%s options='-c search_path=a2_empty'", a2_test_db());
+    snprintf(conninfo, sizeof conninfo, "%s options='-c search_path=a2_empty'",
+             a2_test_db());
     a2_store *s = NULL;
     a2_store_error err;
     assert_int_equal(a2_store_open(&s, conninfo, &err), 0);
@@ -235,9 +245,10 @@ static void test_append_read(void **state)
 {
     fx *f = *state;
     a2_append_event ev[3] = {
-        {.type = "a", .payload = "{\"n\": 1}"},
-        {.type = "b", .payload = "[1, 2.5, \"x\", null, 12345678901234567890]"},
-        {.type = "a"},
+            {.type = "a", .payload = "{\"n\": 1}"},
+            {.type = "b",
+             .payload = "[1, 2.5, \"x\", null, 12345678901234567890]"},
+            {.type = "a"},
     };
     a2_events out;
     uint64_t trips = a2_store_round_trips(f->s);
@@ -287,11 +298,11 @@ static void test_hostile_values_round_trip(void **state)
 {
     fx *f = *state;
     const char *hostile[] = {
-        "'; drop table a2_events; --",
-        "$1",
-        "-- comment",
-        "quote\"double'single\\back",
-        "uni\xc3\xa9\xe2\x82\xac",
+            "'; drop table a2_events; --",
+            "$1",
+            "-- comment",
+            "quote\"double'single\\back",
+            "uni\xc3\xa9\xe2\x82\xac",
     };
     for (size_t i = 0; i < sizeof hostile / sizeof *hostile; i++) {
         char session[128], payload[512];
@@ -328,7 +339,8 @@ static void test_hostile_values_round_trip(void **state)
         a2_claim_request req = claim_req(hostile[i]);
         OK(a2_store_claim(f->s, session, &req, &cr));
         assert_int_equal(cr.outcome, A2_CLAIM_CLAIMED);
-        assert_string_equal(cr.heads.items[0].dispatch.claim_holder, hostile[i]);
+        assert_string_equal(cr.heads.items[0].dispatch.claim_holder,
+                            hostile[i]);
         a2_claim_result_free(&cr);
     }
     assert_int_equal(a2_test_int(f->db, "select count(*) from "
@@ -356,8 +368,9 @@ static void test_replay_and_duplicates(void **state)
     assert_string_equal(out.items[1].id, "id-2");
     assert_int_equal(out.items[1].created_at, f->now - 5000);
     a2_events_free(&out);
-    assert_int_equal(count_sql(f, "select count(*) from a2_events where "
-                                  "session_id = '%s'",
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_events where "
+                               "session_id = '%s'",
                                f->session),
                      2);
 
@@ -380,8 +393,9 @@ static void test_replay_and_duplicates(void **state)
     assert_int_equal(a2_store_append(f->s, f->session, twice, 2, NULL, &out),
                      A2_EPARTIAL_DUPLICATE_BATCH);
     assert_int_equal(a2_store_round_trips(f->s), trips);
-    assert_int_equal(count_sql(f, "select count(*) from a2_events where "
-                                  "session_id = '%s'",
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_events where "
+                               "session_id = '%s'",
                                f->session),
                      2);
     /* Ids are per session. */
@@ -494,9 +508,9 @@ static void test_lane_order(void **state)
     fx *f = *state;
     a2_target tg = {.consumer = "c1", .lane = "L"};
     a2_append_event ev[3] = {
-        {.type = "x", .targets = &tg, .ntargets = 1},
-        {.type = "x", .targets = &tg, .ntargets = 1},
-        {.type = "x", .targets = &tg, .ntargets = 1},
+            {.type = "x", .targets = &tg, .ntargets = 1},
+            {.type = "x", .targets = &tg, .ntargets = 1},
+            {.type = "x", .targets = &tg, .ntargets = 1},
     };
     a2_events out;
     OK(a2_store_append(f->s, f->session, ev, 3, NULL, &out));
@@ -522,8 +536,8 @@ static void test_lane_order(void **state)
         assert_int_equal(cr.outcome, A2_CLAIM_BUSY);
         a2_claim_result_free(&cr);
         a2_complete_result comp;
-        a2_attempt_ref at = {.consumer = "c1", .lane = "L", .index = want,
-                             .attempt = 1};
+        a2_attempt_ref at = {
+                .consumer = "c1", .lane = "L", .index = want, .attempt = 1};
         OK(a2_store_complete(f->s, f->session, &at, NULL, 0, NULL, 0, &comp));
         assert_int_equal(comp.outcome, A2_ATTEMPT_COMPLETED);
         a2_complete_result_free(&comp);
@@ -551,9 +565,10 @@ static void test_log_cursor(void **state)
     a2_log_spec log = {.lane = "log", .types = types, .ntypes = 1};
     a2_consumer cons = {.name = "logger", .log = &log};
     a2_append_options opts = {.consumers = &cons, .nconsumers = 1};
-    a2_append_event ev[4] = {
-        {.type = "other"}, {.type = "wanted"}, {.type = "other"},
-        {.type = "wanted"}};
+    a2_append_event ev[4] = {{.type = "other"},
+                             {.type = "wanted"},
+                             {.type = "other"},
+                             {.type = "wanted"}};
     a2_events out;
     OK(a2_store_append(f->s, f->session, ev, 4, &opts, &out));
     assert_true(out.has_pending);
@@ -570,8 +585,10 @@ static void test_log_cursor(void **state)
         assert_string_equal(cr.heads.items[0].event.type, "wanted");
         assert_string_equal(cr.heads.items[0].dispatch.kind, "log");
         seen[i] = cr.heads.items[0].event.index;
-        a2_attempt_ref at = {.consumer = "logger", .lane = "log",
-                             .index = seen[i], .attempt = 1};
+        a2_attempt_ref at = {.consumer = "logger",
+                             .lane = "log",
+                             .index = seen[i],
+                             .attempt = 1};
         a2_claim_result_free(&cr);
         a2_complete_result comp;
         OK(a2_store_complete(f->s, f->session, &at, NULL, 0, &cons, 1, &comp));
@@ -631,8 +648,8 @@ static void test_takeover_and_supersede(void **state)
     assert_int_equal(cr.heads.items[0].dispatch.attempt_count, 1);
     a2_claim_result_free(&cr);
     /* Renew while live. */
-    a2_attempt_ref old = {.consumer = "c1", .lane = "L", .index = 1,
-                          .attempt = 1};
+    a2_attempt_ref old = {
+            .consumer = "c1", .lane = "L", .index = 1, .attempt = 1};
     a2_renew_result rr;
     f->now += 500;
     OK(a2_store_renew(f->s, f->session, "old", &old, 1, 1000, 0, &rr));
@@ -731,11 +748,11 @@ static void test_fail_retry_dead_letter_redrive(void **state)
     a2_claim_request req = claim_req("w");
     OK(a2_store_claim(f->s, f->session, &req, &cr));
     a2_claim_result_free(&cr);
-    a2_attempt_ref at = {.consumer = "c1", .lane = "L", .index = 1,
-                         .attempt = 1};
+    a2_attempt_ref at = {
+            .consumer = "c1", .lane = "L", .index = 1, .attempt = 1};
     a2_fail_result fr;
-    a2_fail_request freq = {.error = "e1", .max_failures = 2,
-                            .retry_after_ms = 5000};
+    a2_fail_request freq = {
+            .error = "e1", .max_failures = 2, .retry_after_ms = 5000};
     uint64_t trips = a2_store_round_trips(f->s);
     OK(a2_store_fail(f->s, f->session, &at, &freq, &fr));
     assert_int_equal(a2_store_round_trips(f->s) - trips, 1);
@@ -813,9 +830,9 @@ static void test_no_such_event(void **state)
     assert_int_equal(a2_store_fail(f->s, f->session, &at, &freq, &fr),
                      A2_ENO_SUCH_EVENT);
     a2_complete_result comp;
-    assert_int_equal(a2_store_complete(f->s, f->session, &at, NULL, 0, NULL, 0,
-                                       &comp),
-                     A2_ENO_SUCH_EVENT);
+    assert_int_equal(
+            a2_store_complete(f->s, f->session, &at, NULL, 0, NULL, 0, &comp),
+            A2_ENO_SUCH_EVENT);
 }
 
 static void test_complete_with_children(void **state)
@@ -830,10 +847,12 @@ static void test_complete_with_children(void **state)
     OK(a2_store_claim(f->s, f->session, &req, &cr));
     a2_claim_result_free(&cr);
     a2_target next = {.consumer = "c2", .lane = "M"};
-    a2_append_event kids[2] = {
-        {.type = "kid", .id = "k1", .payload = "{\"a\": 1}",
-         .targets = &next, .ntargets = 1},
-        {.type = "kid", .id = "k2"}};
+    a2_append_event kids[2] = {{.type = "kid",
+                                .id = "k1",
+                                .payload = "{\"a\": 1}",
+                                .targets = &next,
+                                .ntargets = 1},
+                               {.type = "kid", .id = "k2"}};
     a2_attempt_ref at = {.consumer = "c1", .index = 1, .attempt = 1};
     a2_complete_result comp;
     uint64_t trips = a2_store_round_trips(f->s);
@@ -865,14 +884,15 @@ static void test_complete_with_children(void **state)
     a2_complete_result_free(&comp);
     /* A retry with other children does not match. */
     kids[1].id = "k3";
-    assert_int_equal(a2_store_complete(f->s, f->session, &at, kids, 2, NULL, 0,
-                                       &comp),
-                     A2_EPARTIAL_DUPLICATE_BATCH);
-    assert_int_equal(a2_store_complete(f->s, f->session, &at, kids, 1, NULL, 0,
-                                       &comp),
-                     A2_EPARTIAL_DUPLICATE_BATCH);
-    assert_int_equal(count_sql(f, "select count(*) from a2_events where "
-                                  "session_id = '%s'",
+    assert_int_equal(
+            a2_store_complete(f->s, f->session, &at, kids, 2, NULL, 0, &comp),
+            A2_EPARTIAL_DUPLICATE_BATCH);
+    assert_int_equal(
+            a2_store_complete(f->s, f->session, &at, kids, 1, NULL, 0, &comp),
+            A2_EPARTIAL_DUPLICATE_BATCH);
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_events where "
+                               "session_id = '%s'",
                                f->session),
                      3);
 }
@@ -893,18 +913,20 @@ static void test_complete_duplicate_ids(void **state)
     a2_attempt_ref at = {.consumer = "c1", .index = 1, .attempt = 1};
     a2_complete_result comp;
     /* The same id twice. */
-    a2_append_event twice[2] = {{.type = "k", .id = "d"}, {.type = "k", .id = "d"}};
-    assert_int_equal(a2_store_complete(f->s, f->session, &at, twice, 2, NULL, 0,
-                                       &comp),
-                     A2_EPARTIAL_DUPLICATE_BATCH);
+    a2_append_event twice[2] = {{.type = "k", .id = "d"},
+                                {.type = "k", .id = "d"}};
+    assert_int_equal(
+            a2_store_complete(f->s, f->session, &at, twice, 2, NULL, 0, &comp),
+            A2_EPARTIAL_DUPLICATE_BATCH);
     /* An id a live event owns. */
     a2_append_event owned = {.type = "k", .id = "taken"};
-    assert_int_equal(a2_store_complete(f->s, f->session, &at, &owned, 1, NULL,
-                                       0, &comp),
-                     A2_EPARTIAL_DUPLICATE_BATCH);
+    assert_int_equal(
+            a2_store_complete(f->s, f->session, &at, &owned, 1, NULL, 0, &comp),
+            A2_EPARTIAL_DUPLICATE_BATCH);
     /* Nothing was written; the head is still held and completes. */
-    assert_int_equal(count_sql(f, "select count(*) from a2_events where "
-                                  "session_id = '%s'",
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_events where "
+                               "session_id = '%s'",
                                f->session),
                      2);
     OK(a2_store_complete(f->s, f->session, &at, NULL, 0, NULL, 0, &comp));
@@ -1011,10 +1033,11 @@ static void test_claim_waits_for_moved_head(void **state)
     int64_t waiting = 0;
     for (int i = 0; i < 500 && waiting == 0; i++) {
         usleep(10000);
-        waiting = a2_test_int(f->db, "select count(*) from pg_stat_activity "
-                                     "where wait_event_type = 'Lock' and datname = "
-                                     "current_database() and "
-                                     "query like '%a2_batch%'");
+        waiting = a2_test_int(f->db,
+                              "select count(*) from pg_stat_activity "
+                              "where wait_event_type = 'Lock' and datname = "
+                              "current_database() and "
+                              "query like '%a2_batch%'");
     }
     assert_int_equal(waiting, 1);
     a2_test_exec(mover, "commit");
@@ -1061,8 +1084,9 @@ static void test_clear_supersedes_claims(void **state)
     OK(a2_store_clear(f->s, f->session, 2, NULL, &clr));
     assert_true(clr.cleared);
     assert_int_equal(clr.clear_index, 3);
-    assert_int_equal(count_sql(f, "select count(*) from a2_events where "
-                                  "session_id = '%s' and event_type = '%s'",
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_events where "
+                               "session_id = '%s' and event_type = '%s'",
                                f->session, A2_STORE_CLEAR_TYPE),
                      1);
     /* Every claimed head is superseded. */
@@ -1072,8 +1096,8 @@ static void test_clear_supersedes_claims(void **state)
     assert_int_equal(comp.outcome, A2_ATTEMPT_SUPERSEDED);
     a2_fail_result fr;
     a2_fail_request freq = {.error = "x", .max_failures = 3};
-    at = (a2_attempt_ref){.consumer = "c2", .lane = "L", .index = 1,
-                          .attempt = 1};
+    at = (a2_attempt_ref){
+            .consumer = "c2", .lane = "L", .index = 1, .attempt = 1};
     OK(a2_store_fail(f->s, f->session, &at, &freq, &fr));
     assert_int_equal(fr.outcome, A2_ATTEMPT_SUPERSEDED);
     a2_renew_result rr;
@@ -1128,16 +1152,17 @@ static void test_clear_by_consumer(void **state)
     a2_claim_result_free(&cr);
     a2_clear_result clr;
     a2_cause stale = {.consumer = "c1", .index = 1, .attempt = 7};
-    assert_int_equal(a2_store_clear(f->s, f->session, A2_STORE_NONE, &stale,
-                                    &clr),
-                     A2_ESUPERSEDED_ATTEMPT);
+    assert_int_equal(
+            a2_store_clear(f->s, f->session, A2_STORE_NONE, &stale, &clr),
+            A2_ESUPERSEDED_ATTEMPT);
     a2_cause cause = {.consumer = "c1", .index = 1, .attempt = 1};
     OK(a2_store_clear(f->s, f->session, A2_STORE_NONE, &cause, &clr));
     assert_true(clr.cleared);
     assert_int_equal(clr.clear_index, 2);
     /* Its own head was released. */
-    assert_int_equal(count_sql(f, "select count(*) from a2_cursors where "
-                                  "session_id = '%s' and head is not null",
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_cursors where "
+                               "session_id = '%s' and head is not null",
                                f->session),
                      0);
     /* Clearing with nothing after the marker writes no second marker. */
@@ -1158,8 +1183,9 @@ static void test_id_reuse_below_marker(void **state)
     assert_false(out.replayed);
     assert_int_equal(out.items[0].index, 3);
     a2_events_free(&out);
-    assert_int_equal(count_sql(f, "select count(*) from a2_events where "
-                                  "session_id = '%s' and event_id = 'same'",
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_events where "
+                               "session_id = '%s' and event_id = 'same'",
                                f->session),
                      1);
     /* Now it is owned again: a replay. */
@@ -1186,8 +1212,9 @@ static void test_id_reuse_held(void **state)
              "for update",
              f->session);
     a2_test_exec(other, sql);
-    assert_int_equal(append1(f, f->session, "x", NULL, "held-id", NULL, 0, &out),
-                     A2_ESTORE_UNAVAILABLE);
+    assert_int_equal(
+            append1(f, f->session, "x", NULL, "held-id", NULL, 0, &out),
+            A2_ESTORE_UNAVAILABLE);
     assert_non_null(strstr(a2_store_last_error(f->s)->message, "held"));
     a2_test_exec(other, "rollback");
     PQfinish(other);
@@ -1225,30 +1252,36 @@ static void test_reclaim(void **state)
     assert_true(rr.done);
     assert_int_equal(total, 300);
     assert_true(calls >= 2); /* batches of 256 */
-    assert_int_equal(count_sql(f, "select count(*) from a2_events where "
-                                  "session_id = '%s' and idx < 301",
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_events where "
+                               "session_id = '%s' and idx < 301",
                                f->session),
                      0);
-    assert_int_equal(count_sql(f, "select count(*) from a2_events where "
-                                  "session_id = '%s'",
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_events where "
+                               "session_id = '%s'",
                                f->session),
                      3);
-    assert_int_equal(count_sql(f, "select count(*) from a2_lane_events where "
-                                  "session_id = '%s' and idx < 301",
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_lane_events where "
+                               "session_id = '%s' and idx < 301",
                                f->session),
                      0);
-    assert_int_equal(count_sql(f, "select count(*) from a2_lane_events where "
-                                  "session_id = '%s'",
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_lane_events where "
+                               "session_id = '%s'",
                                f->session),
                      2);
-    assert_int_equal(count_sql(f, "select count(*) from a2_cursors where "
-                                  "session_id = '%s' and coalesce(head, "
-                                  "position) < 301",
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_cursors where "
+                               "session_id = '%s' and coalesce(head, "
+                               "position) < 301",
                                f->session),
                      0);
     /* The work above the marker is intact: #302, #303 and the lane run. */
-    assert_int_equal(count_sql(f, "select count(*) from a2_cursors where "
-                                  "session_id = '%s' and head > 301",
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_cursors where "
+                               "session_id = '%s' and head > 301",
                                f->session),
                      3);
     OK(a2_store_read(f->s, f->session, NULL, &out));
@@ -1288,8 +1321,8 @@ static void test_pending_sessions(void **state)
     a2_claim_result_free(&cr);
     a2_attempt_ref at = {.consumer = consumer, .index = 1, .attempt = 1};
     a2_fail_result fr;
-    a2_fail_request freq = {.error = "x", .max_failures = 5,
-                            .retry_after_ms = 60000};
+    a2_fail_request freq = {
+            .error = "x", .max_failures = 5, .retry_after_ms = 60000};
     OK(a2_store_fail(f->s, s3, &at, &freq, &fr));
     freq.max_failures = 1;
     OK(a2_store_fail(f->s, s4, &at, &freq, &fr));
@@ -1320,9 +1353,10 @@ static void test_pending_sessions(void **state)
     a2_sessions_free(&ss);
     /* Served by the a2_cursors_pending index, without reading a2_events. */
     a2_test_exec(f->db, "prepare pending_plan(jsonb) as " SQL_PENDING_SESSIONS);
-    PGresult *res = PQexec(f->db, "explain execute pending_plan('{\"consumers\":"
-                                  "[\"a\",\"b\"],\"after\":\"x\",\"limit\":"
-                                  "10,\"now\":0}')");
+    PGresult *res =
+            PQexec(f->db, "explain execute pending_plan('{\"consumers\":"
+                          "[\"a\",\"b\"],\"after\":\"x\",\"limit\":"
+                          "10,\"now\":0}')");
     assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
     bool index_used = false;
     for (int i = 0; i < PQntuples(res); i++) {
@@ -1338,43 +1372,50 @@ static void test_pending_sessions(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_invalid_arguments, setup, teardown),
-        cmocka_unit_test(test_open_unavailable),
-        cmocka_unit_test_setup_teardown(test_schema_missing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_connection_lost, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_append_read, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_hostile_values_round_trip, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_replay_and_duplicates, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_injected_ids, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_concurrent_target_claim_complete,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_lane_order, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_log_cursor, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_takeover_and_supersede, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_max_failures_on_takeover, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_fail_retry_dead_letter_redrive,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_no_such_event, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_complete_with_children, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_complete_duplicate_ids, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_claim_through_exclude_served,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_claim_waits_for_moved_head, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_clear_supersedes_claims, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_clear_by_consumer, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_id_reuse_below_marker, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_id_reuse_held, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_reclaim, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_pending_sessions, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_invalid_arguments, setup,
+                                            teardown),
+            cmocka_unit_test(test_open_unavailable),
+            cmocka_unit_test_setup_teardown(test_schema_missing, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_connection_lost, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_append_read, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_hostile_values_round_trip,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_replay_and_duplicates, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_injected_ids, setup, teardown),
+            cmocka_unit_test_setup_teardown(
+                    test_concurrent_target_claim_complete, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_lane_order, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_log_cursor, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_takeover_and_supersede, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_max_failures_on_takeover,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_fail_retry_dead_letter_redrive,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_no_such_event, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_complete_with_children, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_complete_duplicate_ids, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_claim_through_exclude_served,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_claim_waits_for_moved_head,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_clear_supersedes_claims, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_clear_by_consumer, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_id_reuse_below_marker, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_id_reuse_held, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_reclaim, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_pending_sessions, setup,
+                                            teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

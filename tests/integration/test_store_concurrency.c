@@ -7,10 +7,12 @@
 #include "a2/store.h"
 #include "a2test.h"
 
+/* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+/* clang-format on */
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -33,7 +35,7 @@ static a2_store *open_store(void)
 }
 
 static int64_t q_int(PGconn *db, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+        __attribute__((format(printf, 2, 3)));
 static int64_t q_int(PGconn *db, const char *fmt, ...)
 {
     char sql[4096];
@@ -46,7 +48,7 @@ static int64_t q_int(PGconn *db, const char *fmt, ...)
 
 /* ── appends ─────────────────────────────────────────────────────────── */
 
-#define APPEND_THREADS 16
+#define APPEND_THREADS     16
 #define APPENDS_PER_THREAD 25
 
 typedef struct append_job {
@@ -76,8 +78,10 @@ static void *append_worker(void *arg)
         a2_append_event ev[3];
         a2_target tg = {.consumer = "c", .lane = "L"};
         for (size_t k = 0; k < n; k++)
-            ev[k] = (a2_append_event){.type = "t", .payload = "{\"k\": 1}",
-                                      .targets = &tg, .ntargets = 1};
+            ev[k] = (a2_append_event){.type = "t",
+                                      .payload = "{\"k\": 1}",
+                                      .targets = &tg,
+                                      .ntargets = 1};
         a2_events out;
         int rc = a2_store_append(s, session, ev, n, NULL, &out);
         if (rc != 0) {
@@ -118,30 +122,36 @@ static void run_appenders(int nsessions)
     for (int k = 0; k < nsessions; k++) {
         char session[96];
         snprintf(session, sizeof session, "%s-app%d-%d", prefix, nsessions, k);
-        int64_t n = q_int(db, "select count(*) from a2_events where "
-                              "session_id = '%s'",
+        int64_t n = q_int(db,
+                          "select count(*) from a2_events where "
+                          "session_id = '%s'",
                           session);
         assert_true(n > 0);
         /* Dense 1..n, no duplicates. */
-        assert_int_equal(q_int(db, "select max(idx) from a2_events where "
-                                   "session_id = '%s'",
+        assert_int_equal(q_int(db,
+                               "select max(idx) from a2_events where "
+                               "session_id = '%s'",
                                session),
                          n);
-        assert_int_equal(q_int(db, "select count(distinct idx) from "
-                                   "a2_events where session_id = '%s'",
+        assert_int_equal(q_int(db,
+                               "select count(distinct idx) from "
+                               "a2_events where session_id = '%s'",
                                session),
                          n);
-        assert_int_equal(q_int(db, "select min(idx) from a2_events where "
-                                   "session_id = '%s'",
+        assert_int_equal(q_int(db,
+                               "select min(idx) from a2_events where "
+                               "session_id = '%s'",
                                session),
                          1);
         /* Every event queued in the lane, one run started. */
-        assert_int_equal(q_int(db, "select count(*) from a2_lane_events "
-                                   "where session_id = '%s'",
+        assert_int_equal(q_int(db,
+                               "select count(*) from a2_lane_events "
+                               "where session_id = '%s'",
                                session),
                          n);
-        assert_int_equal(q_int(db, "select count(*) from a2_cursors where "
-                                   "session_id = '%s' and head is not null",
+        assert_int_equal(q_int(db,
+                               "select count(*) from a2_cursors where "
+                               "session_id = '%s' and head is not null",
                                session),
                          1);
         seen += n;
@@ -165,8 +175,8 @@ static void test_appends_many_sessions(void **state)
 /* ── claim races ─────────────────────────────────────────────────────── */
 
 #define RACE_SESSIONS 4
-#define RACE_EVENTS 250 /* per session: 1000 heads, plus the log's */
-#define CLAIMERS 8
+#define RACE_EVENTS   250 /* per session: 1000 heads, plus the log's */
+#define CLAIMERS      8
 
 typedef struct lane_state {
     int64_t expected[RACE_EVENTS + 1]; /* the lane's events, in order */
@@ -193,7 +203,7 @@ static const char *race_log_types[] = {"even"};
 static a2_consumer race_consumers[3];
 
 static void race_violation(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
+        __attribute__((format(printf, 1, 2)));
 static void race_violation(const char *fmt, ...)
 {
     va_list ap;
@@ -223,7 +233,8 @@ static void *claimer(void *arg)
             int sess = (k + no) % RACE_SESSIONS;
             char session[96];
             snprintf(session, sizeof session, "%s-race-%d", prefix, sess);
-            a2_claim_request req = {.holder = holder, .ttl_ms = 600000,
+            a2_claim_request req = {.holder = holder,
+                                    .ttl_ms = 600000,
                                     .consumers = race_consumers,
                                     .nconsumers = 3};
             a2_claim_result cr;
@@ -247,8 +258,7 @@ static void *claimer(void *arg)
                     continue;
                 if (strcmp(h->dispatch.consumer, "lg") == 0 &&
                     strcmp(h->event.type, "even") != 0)
-                    race_violation("log cursor took a %s event",
-                                   h->event.type);
+                    race_violation("log cursor took a %s event", h->event.type);
                 lane_state *l = &R.lanes[sess][lane_slot(h)];
                 if (l->running)
                     race_violation("lane %s of %s ran two heads at once",
@@ -271,8 +281,7 @@ static void *claimer(void *arg)
                     pthread_mutex_unlock(&R.mu);
                 }
                 a2_attempt_ref at = {h->dispatch.consumer, h->dispatch.lane,
-                                     h->event.index,
-                                     h->dispatch.attempt_count};
+                                     h->event.index, h->dispatch.attempt_count};
                 a2_complete_result comp;
                 int rc = a2_store_complete(s, session, &at, NULL, 0,
                                            race_consumers, 3, &comp);
@@ -285,7 +294,7 @@ static void *claimer(void *arg)
                     race_violation("completion of %" PRId64 " superseded",
                                    h->event.index);
                 } else {
-                    int slot = strcmp(h->dispatch.consumer, "cc") == 0 ? 0
+                    int slot = strcmp(h->dispatch.consumer, "cc") == 0   ? 0
                                : strcmp(h->dispatch.consumer, "cl") == 0 ? 1
                                                                          : 2;
                     R.done_count[sess][h->event.index][slot]++;
@@ -309,8 +318,8 @@ static void test_claim_race(void **state)
     (void)state;
     memset(&R, 0, sizeof R);
     pthread_mutex_init(&R.mu, NULL);
-    race_log = (a2_log_spec){.lane = "log", .types = race_log_types,
-                             .ntypes = 1};
+    race_log =
+            (a2_log_spec){.lane = "log", .types = race_log_types, .ntypes = 1};
     race_consumers[0] = (a2_consumer){.name = "cc"};
     race_consumers[1] = (a2_consumer){.name = "cl"};
     race_consumers[2] = (a2_consumer){.name = "lg", .log = &race_log};
@@ -325,9 +334,11 @@ static void test_claim_race(void **state)
         for (int i = 1; i <= RACE_EVENTS; i++) {
             const a2_target *t = i % 3 == 0 ? &tcc : i % 3 == 1 ? &tl1 : &tl2;
             ev[i - 1] = (a2_append_event){.type = i % 2 ? "odd" : "even",
-                                          .targets = t, .ntargets = 1};
+                                          .targets = t,
+                                          .ntargets = 1};
             if (i % 3)
-                R.lanes[sess][i % 3 - 1].expected[R.lanes[sess][i % 3 - 1].n++] = i;
+                R.lanes[sess][i % 3 - 1]
+                        .expected[R.lanes[sess][i % 3 - 1].n++] = i;
             if (i % 2 == 0)
                 R.lanes[sess][2].expected[R.lanes[sess][2].n++] = i;
         }
@@ -353,7 +364,8 @@ static void test_claim_race(void **state)
     if (R.violations)
         fail_msg("%d violations: %s", R.violations, R.violation);
     /* Every head ran exactly once: 1000 targets plus 500 log heads. */
-    assert_int_equal(R.completions, RACE_SESSIONS * (RACE_EVENTS + RACE_EVENTS / 2));
+    assert_int_equal(R.completions,
+                     RACE_SESSIONS * (RACE_EVENTS + RACE_EVENTS / 2));
     for (int sess = 0; sess < RACE_SESSIONS; sess++) {
         for (int i = 1; i <= RACE_EVENTS; i++) {
             assert_int_equal(R.done_count[sess][i][i % 3 == 0 ? 0 : 1], 1);
@@ -363,13 +375,15 @@ static void test_claim_race(void **state)
             assert_int_equal(R.lanes[sess][l].next, R.lanes[sess][l].n);
     }
     PGconn *db = a2_test_connect();
-    assert_int_equal(q_int(db, "select count(*) from a2_cursors where "
-                               "session_id like '%s-race-%%' and head is not "
-                               "null",
+    assert_int_equal(q_int(db,
+                           "select count(*) from a2_cursors where "
+                           "session_id like '%s-race-%%' and head is not "
+                           "null",
                            prefix),
                      0);
-    assert_int_equal(q_int(db, "select count(*) from a2_lane_events where "
-                               "session_id like '%s-race-%%' and not done",
+    assert_int_equal(q_int(db,
+                           "select count(*) from a2_lane_events where "
+                           "session_id like '%s-race-%%' and not done",
                            prefix),
                      0);
     PQfinish(db);
@@ -378,7 +392,7 @@ static void test_claim_race(void **state)
 
 /* ── many lanes in one session ───────────────────────────────────────── */
 
-#define WIDE_LANES 16
+#define WIDE_LANES    16
 #define WIDE_PER_LANE 20
 #define WIDE_CLAIMERS 16
 
@@ -416,7 +430,8 @@ static void *wide_claimer(void *arg)
             a2_attempt_ref at = {h->dispatch.consumer, h->dispatch.lane,
                                  h->event.index, h->dispatch.attempt_count};
             a2_complete_result comp;
-            int rc = a2_store_complete(s, session, &at, NULL, 0, NULL, 0, &comp);
+            int rc =
+                    a2_store_complete(s, session, &at, NULL, 0, NULL, 0, &comp);
             pthread_mutex_lock(&W.mu);
             if (rc != 0 || comp.outcome != A2_ATTEMPT_COMPLETED) {
                 W.errors++;
@@ -447,15 +462,15 @@ static void test_many_lanes_no_deadlock(void **state)
     char session[96];
     snprintf(session, sizeof session, "%s-wide", prefix);
     static const char *lanes[WIDE_LANES] = {
-        "l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7",
-        "l8", "l9", "l10", "l11", "l12", "l13", "l14", "l15"};
+            "l0", "l1", "l2",  "l3",  "l4",  "l5",  "l6",  "l7",
+            "l8", "l9", "l10", "l11", "l12", "l13", "l14", "l15"};
     a2_target tg[WIDE_LANES];
     a2_append_event ev[WIDE_LANES * WIDE_PER_LANE];
     for (int i = 0; i < WIDE_LANES; i++)
         tg[i] = (a2_target){.consumer = "w", .lane = lanes[i]};
     for (int i = 0; i < WIDE_LANES * WIDE_PER_LANE; i++)
-        ev[i] = (a2_append_event){.type = "t", .targets = &tg[i % WIDE_LANES],
-                                  .ntargets = 1};
+        ev[i] = (a2_append_event){
+                .type = "t", .targets = &tg[i % WIDE_LANES], .ntargets = 1};
     a2_events out;
     if (a2_store_append(s, session, ev, WIDE_LANES * WIDE_PER_LANE, NULL, &out))
         fail_msg("append: %s", a2_store_last_error(s)->message);
@@ -463,7 +478,8 @@ static void test_many_lanes_no_deadlock(void **state)
     a2_store_close(s);
     pthread_t th[WIDE_CLAIMERS];
     for (intptr_t i = 0; i < WIDE_CLAIMERS; i++)
-        assert_int_equal(pthread_create(&th[i], NULL, wide_claimer, (void *)i), 0);
+        assert_int_equal(pthread_create(&th[i], NULL, wide_claimer, (void *)i),
+                         0);
     for (int i = 0; i < WIDE_CLAIMERS; i++)
         pthread_join(th[i], NULL);
     if (W.errors)
@@ -475,7 +491,7 @@ static void test_many_lanes_no_deadlock(void **state)
 
 /* ── mixed workload ──────────────────────────────────────────────────── */
 
-#define SOAK_THREADS 8
+#define SOAK_THREADS  8
 #define SOAK_SESSIONS 6
 
 typedef struct claim_rec {
@@ -502,7 +518,7 @@ static soak S;
 static const char *soak_types[] = {"a", "b"};
 static a2_log_spec soak_log = {.lane = "log", .types = soak_types, .ntypes = 1};
 static a2_consumer soak_consumers[3] = {
-    {.name = "sc"}, {.name = "sl"}, {.name = "sg", .log = &soak_log}};
+        {.name = "sc"}, {.name = "sl"}, {.name = "sg", .log = &soak_log}};
 
 static void soak_record(int sess, const a2_head *h)
 {
@@ -568,9 +584,9 @@ static void *soak_worker(void *arg)
         int op = rand_r(&seed) % 100;
         int rc = 0;
         if (op < 30) { /* append, sometimes from a held claim */
-            a2_target tg[2] = {{.consumer = "sc"},
-                               {.consumer = "sl",
-                                .lane = rand_r(&seed) % 2 ? "X" : "Y"}};
+            a2_target tg[2] = {
+                    {.consumer = "sc"},
+                    {.consumer = "sl", .lane = rand_r(&seed) % 2 ? "X" : "Y"}};
             a2_append_event ev[3];
             size_t n = 1 + (size_t)(rand_r(&seed) % 3);
             char ids[3][48];
@@ -586,12 +602,12 @@ static void *soak_worker(void *arg)
             for (size_t k = 0; k < n; k++) {
                 snprintf(ids[k], sizeof ids[k], "%s-%d", holder, ++idn);
                 ev[k] = (a2_append_event){
-                    .type = soak_types[rand_r(&seed) % 2],
-                    .payload = "{\"x\": [1, 2]}",
-                    .id = rand_r(&seed) % 2 ? ids[k] : NULL,
-                    .cause = caused ? &cause : NULL,
-                    .targets = tg,
-                    .ntargets = 1 + (size_t)(rand_r(&seed) % 2)};
+                        .type = soak_types[rand_r(&seed) % 2],
+                        .payload = "{\"x\": [1, 2]}",
+                        .id = rand_r(&seed) % 2 ? ids[k] : NULL,
+                        .cause = caused ? &cause : NULL,
+                        .targets = tg,
+                        .ntargets = 1 + (size_t)(rand_r(&seed) % 2)};
             }
             a2_append_options opts = {.consumers = soak_consumers,
                                       .nconsumers = 3};
@@ -633,8 +649,8 @@ static void *soak_worker(void *arg)
                         snprintf(m->lane, sizeof m->lane, "%s",
                                  h->dispatch.lane ? h->dispatch.lane : "");
                         m->ref = (a2_attempt_ref){
-                            m->consumer, h->dispatch.lane ? m->lane : NULL,
-                            h->event.index, h->dispatch.attempt_count};
+                                m->consumer, h->dispatch.lane ? m->lane : NULL,
+                                h->event.index, h->dispatch.attempt_count};
                     }
                 }
                 a2_claim_result_free(&cr);
@@ -651,8 +667,10 @@ static void *soak_worker(void *arg)
             size_t nk = (size_t)(rand_r(&seed) % 3);
             for (size_t i = 0; i < nk; i++) {
                 snprintf(ids[i], sizeof ids[i], "%s-k%d", holder, ++idn);
-                kids[i] = (a2_append_event){.type = "b", .id = ids[i],
-                                            .targets = &tg, .ntargets = 1};
+                kids[i] = (a2_append_event){.type = "b",
+                                            .id = ids[i],
+                                            .targets = &tg,
+                                            .ntargets = 1};
             }
             snprintf(session, sizeof session, "%s-soak-%d", prefix, m.session);
             a2_complete_result comp;
@@ -661,8 +679,8 @@ static void *soak_worker(void *arg)
             soak_check(s, rc, "complete");
             a2_complete_result_free(&comp);
             if (rc == 0 && rand_r(&seed) % 3 == 0) { /* unknown ack: retry */
-                rc = a2_store_complete(s, session, &m.ref, nk ? kids : NULL,
-                                       nk, soak_consumers, 3, &comp);
+                rc = a2_store_complete(s, session, &m.ref, nk ? kids : NULL, nk,
+                                       soak_consumers, 3, &comp);
                 soak_check(s, rc, "complete retry");
                 a2_complete_result_free(&comp);
             }
@@ -673,7 +691,8 @@ static void *soak_worker(void *arg)
             m.ref.consumer = m.consumer;
             m.ref.lane = m.lane[0] ? m.lane : NULL;
             snprintf(session, sizeof session, "%s-soak-%d", prefix, m.session);
-            a2_fail_request freq = {.error = "soak", .max_failures = 3,
+            a2_fail_request freq = {.error = "soak",
+                                    .max_failures = 3,
                                     .retry_after_ms = rand_r(&seed) % 50};
             a2_fail_result fr;
             rc = a2_store_fail(s, session, &m.ref, &freq, &fr);
@@ -780,8 +799,8 @@ static void test_mixed_workload(void **state)
         seconds = 1;
     PGconn *db = a2_test_connect();
     int64_t deadlocks_before = a2_test_int(
-        db, "select deadlocks from pg_stat_database where datname = "
-            "current_database()");
+            db, "select deadlocks from pg_stat_database where datname = "
+                "current_database()");
     pthread_t th[SOAK_THREADS];
     for (intptr_t i = 0; i < SOAK_THREADS; i++)
         assert_int_equal(pthread_create(&th[i], NULL, soak_worker, (void *)i),
@@ -793,15 +812,19 @@ static void test_mixed_workload(void **state)
     int64_t total_ops = 0;
     for (int i = 0; i < 16; i++)
         total_ops += S.ops[i];
-    print_message("mixed workload: %" PRId64 " operations in %d s, %zu claims\n",
+    print_message("mixed workload: %" PRId64
+                  " operations in %d s, %zu claims\n",
                   total_ops, seconds, S.nclaims);
     /* Statistics reach pg_stat_database with a delay. */
     a2_test_exec(db, "select pg_stat_force_next_flush()");
     usleep(600000);
     a2_test_exec(db, "select pg_stat_clear_snapshot()");
-    int64_t deadlocks = a2_test_int(
-        db, "select deadlocks from pg_stat_database where datname = "
-            "current_database()") - deadlocks_before;
+    int64_t deadlocks =
+            a2_test_int(
+                    db,
+                    "select deadlocks from pg_stat_database where datname = "
+                    "current_database()") -
+            deadlocks_before;
     print_message("deadlocks reported by postgres: %" PRId64
                   ", deadlock errors seen: %" PRId64 "\n",
                   deadlocks, S.deadlock_errors);
@@ -816,55 +839,62 @@ static void test_mixed_workload(void **state)
     for (size_t i = 1; i < S.nclaims; i++)
         if (cmp_claim(&S.claims[i - 1], &S.claims[i]) == 0)
             fail_msg("attempt %d of %s %s at %" PRId64 " claimed twice",
-                     S.claims[i].attempt, S.claims[i].consumer,
-                     S.claims[i].key, S.claims[i].index);
+                     S.claims[i].attempt, S.claims[i].consumer, S.claims[i].key,
+                     S.claims[i].index);
     for (int k = 0; k < SOAK_SESSIONS; k++) {
         char session[96];
         snprintf(session, sizeof session, "%s-soak-%d", prefix, k);
-        int64_t clear = q_int(db, "select coalesce((select clear_index from "
-                                  "a2_clears where session_id = '%s'), 0)",
+        int64_t clear = q_int(db,
+                              "select coalesce((select clear_index from "
+                              "a2_clears where session_id = '%s'), 0)",
                               session);
-        int64_t max = q_int(db, "select coalesce(max(idx), 0) from a2_events "
-                                "where session_id = '%s'",
+        int64_t max = q_int(db,
+                            "select coalesce(max(idx), 0) from a2_events "
+                            "where session_id = '%s'",
                             session);
         /* Dense from the marker to the head. */
-        assert_int_equal(q_int(db, "select count(*) from a2_events where "
-                                   "session_id = '%s' and idx >= %" PRId64,
+        assert_int_equal(q_int(db,
+                               "select count(*) from a2_events where "
+                               "session_id = '%s' and idx >= %" PRId64,
                                session, clear > 0 ? clear : 1),
                          max - (clear > 0 ? clear : 1) + 1);
         /* A lane or log cursor runs at most one head. */
-        assert_int_equal(q_int(db, "select count(*) from (select 1 from "
-                                   "a2_cursors where session_id = '%s' and "
-                                   "kind <> 'event' and head > %" PRId64
-                                   " group by consumer, cursor_key having "
-                                   "count(*) > 1) x",
+        assert_int_equal(q_int(db,
+                               "select count(*) from (select 1 from "
+                               "a2_cursors where session_id = '%s' and "
+                               "kind <> 'event' and head > %" PRId64
+                               " group by consumer, cursor_key having "
+                               "count(*) > 1) x",
                                session, clear),
                          0);
         /* A dead letter holds no claim; a lane's head is not done. */
-        assert_int_equal(q_int(db, "select count(*) from a2_cursors where "
-                                   "session_id = '%s' and failed_at is not "
-                                   "null and claim_holder is not null",
+        assert_int_equal(q_int(db,
+                               "select count(*) from a2_cursors where "
+                               "session_id = '%s' and failed_at is not "
+                               "null and claim_holder is not null",
                                session),
                          0);
-        assert_int_equal(q_int(db, "select count(*) from a2_cursors cur join "
-                                   "a2_lane_events lane on lane.session_id = "
-                                   "cur.session_id and lane.consumer = "
-                                   "cur.consumer and lane.lane = cur.lane "
-                                   "and lane.idx = cur.head where "
-                                   "cur.session_id = '%s' and cur.kind = "
-                                   "'lane' and lane.done",
+        assert_int_equal(q_int(db,
+                               "select count(*) from a2_cursors cur join "
+                               "a2_lane_events lane on lane.session_id = "
+                               "cur.session_id and lane.consumer = "
+                               "cur.consumer and lane.lane = cur.lane "
+                               "and lane.idx = cur.head where "
+                               "cur.session_id = '%s' and cur.kind = "
+                               "'lane' and lane.done",
                                session),
                          0);
         /* No pending lane work without a running lane cursor. */
-        assert_int_equal(q_int(db, "select count(*) from a2_lane_events lane "
-                                   "where lane.session_id = '%s' and not "
-                                   "lane.done and lane.idx > %" PRId64
-                                   " and not exists (select 1 from a2_cursors "
-                                   "cur where cur.session_id = "
-                                   "lane.session_id and cur.consumer = "
-                                   "lane.consumer and cur.lane = lane.lane "
-                                   "and cur.head > %" PRId64
-                                   " and cur.head <= lane.idx)",
+        assert_int_equal(q_int(db,
+                               "select count(*) from a2_lane_events lane "
+                               "where lane.session_id = '%s' and not "
+                               "lane.done and lane.idx > %" PRId64
+                               " and not exists (select 1 from a2_cursors "
+                               "cur where cur.session_id = "
+                               "lane.session_id and cur.consumer = "
+                               "lane.consumer and cur.lane = lane.lane "
+                               "and cur.head > %" PRId64
+                               " and cur.head <= lane.idx)",
                                session, clear, clear),
                          0);
     }
@@ -875,13 +905,14 @@ static void test_mixed_workload(void **state)
 
 int main(void)
 {
-    snprintf(prefix, sizeof prefix, "cc%d-%ld", (int)getpid(), (long)time(NULL));
+    snprintf(prefix, sizeof prefix, "cc%d-%ld", (int)getpid(),
+             (long)time(NULL));
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_appends_one_session),
-        cmocka_unit_test(test_appends_many_sessions),
-        cmocka_unit_test(test_claim_race),
-        cmocka_unit_test(test_many_lanes_no_deadlock),
-        cmocka_unit_test(test_mixed_workload),
+            cmocka_unit_test(test_appends_one_session),
+            cmocka_unit_test(test_appends_many_sessions),
+            cmocka_unit_test(test_claim_race),
+            cmocka_unit_test(test_many_lanes_no_deadlock),
+            cmocka_unit_test(test_mixed_workload),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,10 +4,12 @@
  */
 #include "a2/store.h"
 
+/* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+/* clang-format on */
 
 #include <string.h>
 
@@ -96,10 +98,10 @@ static void test_unreachable_server(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_code_names),
-        cmocka_unit_test(test_null_safe),
-        cmocka_unit_test(test_refused_without_store),
-        cmocka_unit_test(test_unreachable_server),
+            cmocka_unit_test(test_code_names),
+            cmocka_unit_test(test_null_safe),
+            cmocka_unit_test(test_refused_without_store),
+            cmocka_unit_test(test_unreachable_server),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
