@@ -754,6 +754,40 @@ static void test_log_affinity(void **state)
     a2c_server_free(srv);
 }
 
+/* Random bytes from many connections (some after a good hello): each gets an
+ * error or is dropped, the server survives and the bystander keeps going. */
+static void test_random_garbage(void **state)
+{
+    (void)state;
+    a2c_server *srv = server(A2C_ROUTE_AFFINITY, 0, 200);
+    client *ok = cl_unix();
+    unsigned seed = 12345;
+    unsigned char junk[2048];
+
+    cl_hello(ok, srv, "ok", NULL);
+    cl_subscribe(ok, srv, "c", A2_WIRE_LOG_NONE, NULL, 0);
+    for (int i = 0; i < 40; i++) {
+        client *c = i % 2 ? cl_unix() : cl_tcp(a2c_server_tcp_port(srv));
+        size_t n = 1 + (size_t)(rand_r(&seed) % sizeof junk);
+        int rc;
+        for (size_t j = 0; j < n; j++)
+            junk[j] = (unsigned char)rand_r(&seed);
+        if (i % 4 == 1)
+            cl_hello(c, srv, "junk", NULL);
+        cl_send_raw(c, srv, junk, n);
+        /* whatever comes back ends with the end of the stream: an error
+         * frame, or a timeout error when the junk was an incomplete frame */
+        int64_t end = ms_now() + WAIT_MS;
+        while ((rc = cl_next(c, srv, 100)) != -1 && ms_now() < end)
+            ;
+        assert_int_equal(rc, -1);
+        cl_free(c);
+        check_bystander(ok, srv, i);
+    }
+    cl_free(ok);
+    a2c_server_free(srv);
+}
+
 static void test_listeners(void **state)
 {
     (void)state;
@@ -839,6 +873,8 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(test_move_unknown, setup, teardown),
             cmocka_unit_test_setup_teardown(test_log_affinity, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_random_garbage, setup,
+                                            teardown),
             cmocka_unit_test_setup_teardown(test_listeners, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
