@@ -365,9 +365,18 @@ stream_up(daemon_t *d, int startup, char *err, size_t errlen)
     if (ensure_db(d, err, errlen) != 0)
         return startup ? -2 : -1;
     /* After a lost connection, "is active for PID" (the old walsender has
-     * not noticed yet) and the like are retried with backoff. */
-    if (a2c_db_check(d->db, d->slot, d->plugin, &info, err, errlen) != 0)
-        return startup ? -2 : -1;
+     * not noticed yet) and the like are retried with backoff. At startup a
+     * walsender of a killed predecessor gets a moment to go away. */
+    for (int tries = 0;; tries++) {
+        if (a2c_db_check(d->db, d->slot, d->plugin, &info, err, errlen) == 0)
+            break;
+        if (!startup)
+            return -1;
+        if (!strstr(err, "is active for PID") || tries >= 10)
+            return -2;
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     d->repl = a2c_repl_connect(d->conninfo, err, errlen);
     if (!d->repl)
         return startup ? -2 : -1;
@@ -582,7 +591,7 @@ render_metrics(void *ctx, int health, int *healthy)
       "%zu", a2c_timers_count(d->timers));
     G("a2_consumer_audit_lines_total", "audit lines written", "counter",
       "%" PRIu64, as.audit_lines);
-    G("a2_consumer_reconnects_total", "replication reconnects", "counter",
+    G("a2_consumer_reconnects_total", "replication reconnect attempts", "counter",
       "%" PRIu64, d->reconnects);
     G("a2_consumer_gaps_total", "slots recreated with a data gap", "counter",
       "%" PRIu64, d->gaps);

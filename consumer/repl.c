@@ -152,6 +152,21 @@ a2c_db_check(PGconn *db, const char *slot, const char *plugin,
     }
     PQclear(res);
 
+    res = query(db,
+                "select relreplident from pg_class "
+                "where oid = 'public.a2_cursors'::regclass",
+                0, NULL, "check the replica identity of a2_cursors", err,
+                errlen);
+    if (!res)
+        goto done;
+    if (strcmp(PQgetvalue(res, 0, 0), "f") != 0) {
+        snprintf(err, errlen,
+                 "table a2_cursors needs REPLICA IDENTITY FULL (the audit "
+                 "needs the old rows): apply sql/schema.sql");
+        goto done;
+    }
+    PQclear(res);
+
     const char *params[1] = {slot};
     res = query(db,
                 "select plugin, database, database = current_database(), "

@@ -79,6 +79,11 @@ noschema=$(echo "$db" | sed -e 's/dbname=[^ ]*/dbname=a2_tc_noschema/')
 expect 1 'the a2 schema is missing in database "a2_tc_noschema" \(no table a2_clears, a2_cursors, a2_events, a2_lane_events, a2_presence\)' \
     --db "$noschema" --slot tc_schema --listen "$sock"
 
+# a2_cursors without REPLICA IDENTITY FULL
+psql "$db" -qc "alter table a2_cursors replica identity default" >/dev/null
+expect 1 'table a2_cursors needs REPLICA IDENTITY FULL' --db "$db" --slot tc_ident --listen "$sock"
+psql "$db" -qc "alter table a2_cursors replica identity full" >/dev/null
+
 # no REPLICATION attribute
 psql "$admin" -qc "drop role if exists a2_tc_norepl" >/dev/null 2>&1
 psql "$admin" -qc "create role a2_tc_norepl login" >/dev/null

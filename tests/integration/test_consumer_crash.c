@@ -240,8 +240,10 @@ test_kill9_mid_burst(void **state)
     }
     /* kill -9 three times while the burst runs, restarting each time */
     int delays[] = {150, 300, 250};
+    int mid_burst = 0;
     for (int k = 0; k < 3; k++) {
         tc_sleep_ms(delays[k]);
+        mid_burst += waitpid(child, NULL, WNOHANG) == 0;
         tc_kill9(&d);
         tc_sleep_ms(30);
         tc_start(&d);
@@ -249,6 +251,10 @@ test_kill9_mid_burst(void **state)
     int st;
     waitpid(child, &st, 0);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* the kills hit the burst, and each restart resumed from the audit */
+    assert_true(mid_burst >= 1);
+    assert_int_equal(tc_count_in_file(d.log, "ready:"), 4);
+    assert_int_equal(tc_count_in_file(d.log, "resume after 0/0"), 1);
     wait_caught_up(d.audit, 30000);
     assert_int_equal(tc_stop(&d), 0);
     assert_exactly_once(d.audit);
