@@ -205,7 +205,7 @@ static void note_routed(worker *w, const char *consumer, const char *session)
         /* Forget the list: a departure then resyncs every session. */
         w->routed_unknown = 1;
         a2c_map_free(w->routed, NULL);
-        w->routed = a2c_map_new();
+        w->routed = NULL;
     }
 }
 
