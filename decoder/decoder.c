@@ -125,6 +125,8 @@ typedef struct centry {
     unsigned char vt;
     bool b;
     bool num_int; /* V_NUM without fraction or exponent */
+    bool fits;    /* num_int and within int64: iv is its value */
+    int64_t iv;
     a2_change_text s; /* V_STR: unescaped; V_NUM: raw slice of the line */
     size_t voff;      /* offset of the value */
 } centry;
@@ -148,6 +150,10 @@ struct a2_decoder {
     a2_row rows[2]; /* new, old */
     colarray cols;
     colarray ident;
+    /* The last timestamp text parsed, and its value. */
+    char ts_text[48];
+    size_t ts_len;
+    int64_t ts_us;
 };
 
 typedef struct scan {
@@ -232,15 +238,29 @@ static int expect(scan *s, unsigned char c, const char *what)
     return 0;
 }
 
-static int hexval(unsigned char c)
+/* Hex digit values, -1 for any other byte. */
+static const signed char hexdigit[256] = {
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+     0,  1,  2,  3,  4,  5,  6,  7,  8,  9, -1, -1, -1, -1, -1, -1,
+    -1, 10, 11, 12, 13, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, 10, 11, 12, 13, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+};
+
+static inline int hexval(unsigned char c)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
+    return hexdigit[c];
 }
 
 static int read_u4(scan *s, const unsigned char *p, unsigned *out)
@@ -488,21 +508,36 @@ static int scan_string(scan *s, a2_change_text *out, bool keep)
     return 0;
 }
 
-/* Scans a JSON number at s->p; out is the raw slice. */
-static int scan_number(scan *s, a2_change_text *out, bool *is_int)
+/*
+ * Scans a JSON number at s->p; out is the raw slice. When iv is not NULL and
+ * the number is an integer, *iv is its value and *fits says whether it fits
+ * an int64 (an integer of more than 19 digits never does).
+ */
+static int scan_number(scan *s, a2_change_text *out, bool *is_int, int64_t *iv, bool *fits)
 {
     const unsigned char *p = s->p;
     const unsigned char *end = s->end;
-    bool integer = true;
-    if (p < end && *p == '-')
+    bool integer = true, neg = false;
+    uint64_t v = 0;
+    const unsigned char *digits;
+    if (p < end && *p == '-') {
+        neg = true;
         p++;
+    }
     if (p >= end || *p < '0' || *p > '9')
         return fail(&s->d->err, A2_EDEC_SYNTAX, OFF(s), "bad number");
+    digits = p;
     if (*p == '0')
         p++;
     else
-        while (p < end && *p >= '0' && *p <= '9')
+        while (p < end && *p >= '0' && *p <= '9') {
+            v = v * 10 + (uint64_t)(*p - '0'); /* wraps past 19 digits: unused then */
             p++;
+        }
+    if (iv) {
+        *fits = p - digits <= 19 && v <= (uint64_t)INT64_MAX + (neg ? 1 : 0);
+        *iv = !*fits ? 0 : !neg ? (int64_t)v : v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
+    }
     if (p < end && *p == '.') {
         integer = false;
         p++;
@@ -595,7 +630,7 @@ static int skip_value(scan *s, int depth)
     }
     default:
         if (*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))
-            return scan_number(s, &t, &is_int);
+            return scan_number(s, &t, &is_int, NULL, NULL);
         return fail(&s->d->err, A2_EDEC_SYNTAX, OFF(s), "unexpected byte");
     }
 }
@@ -612,6 +647,14 @@ static int scan_key(scan *s, a2_change_text *key)
                     "unexpected end of line, expected a key");
     if (*s->p != '"')
         return fail(&s->d->err, A2_EDEC_SYNTAX, OFF(s), "expected a key");
+    /* Fast path: a plain key and its ':' right after it. */
+    const unsigned char *q = plain_run(s->p + 1, s->end);
+    if (s->end - q >= 2 && q[0] == '"' && q[1] == ':') {
+        key->ptr = (const char *)s->p + 1;
+        key->len = (size_t)(q - (s->p + 1));
+        s->p = q + 2;
+        return 0;
+    }
     if (scan_string(s, key, false) < 0)
         return s->d->err.code;
     return expect(s, ':', "':'");
@@ -668,7 +711,7 @@ static int scan_cvalue(scan *s, centry *ce)
         return skip_value(s, 3);
     default:
         ce->vt = V_NUM;
-        return scan_number(s, &ce->s, &ce->num_int);
+        return scan_number(s, &ce->s, &ce->num_int, &ce->iv, &ce->fits);
     }
 }
 
@@ -680,6 +723,8 @@ static int scan_column(scan *s, centry *ce)
     size_t start = OFF(s);
     int r;
 
+    ce->name.ptr = NULL;
+    ce->name.len = 0;
     if (expect(s, '{', "'{' (a column)") < 0)
         return s->d->err.code;
     skip_ws(s);
@@ -804,8 +849,7 @@ static int scan_columns(scan *s, colarray *ca, const char *what)
         if (ca->n >= A2_DECODER_MAX_COLUMNS)
             return fail(&s->d->err, A2_EDEC_VALUE, OFF(s),
                         "\"%s\": more than %d columns", what, A2_DECODER_MAX_COLUMNS);
-        centry *ce = &ca->e[ca->n];
-        memset(ce, 0, sizeof *ce);
+        centry *ce = &ca->e[ca->n]; /* every field is set before it is read */
         skip_ws(s);
         int fast = scan_column_fast(s, ce);
         if (fast < 0 || (fast == 0 && scan_column(s, ce) < 0))
@@ -1025,8 +1069,8 @@ static int set_field(a2_decoder *d, const tablespec *t, const colspec *c,
             return fail(&d->err, A2_EDEC_TYPE, ce->voff,
                         "column \"%s\" of %s: expected an integer", c->name,
                         t->name);
-        if (parse_i64(ce->s.ptr, ce->s.len, &v) < 0 ||
-            (c->kind == K_I32 && (v < INT32_MIN || v > INT32_MAX)))
+        v = ce->iv;
+        if (!ce->fits || (c->kind == K_I32 && (v < INT32_MIN || v > INT32_MAX)))
             return fail(&d->err, A2_EDEC_RANGE, ce->voff,
                         "column \"%s\" of %s: %.*s is out of range for %s",
                         c->name, t->name, (int)(ce->s.len > 40 ? 40 : ce->s.len),
@@ -1117,31 +1161,41 @@ enum {
     KEY_PK = 1u << 13
 };
 
-#define TOP(name, bit) {name, sizeof(name) - 1, bit}
-static const struct {
-    const char *name;
-    size_t len;
-    unsigned bit;
-} top_keys[] = {
-    TOP("action", KEY_ACTION),       TOP("xid", KEY_XID),
-    TOP("timestamp", KEY_TIMESTAMP), TOP("lsn", KEY_LSN),
-    TOP("nextlsn", KEY_NEXTLSN),     TOP("schema", KEY_SCHEMA),
-    TOP("table", KEY_TABLE),         TOP("columns", KEY_COLUMNS),
-    TOP("identity", KEY_IDENTITY),   TOP("transactional", KEY_TRANSACTIONAL),
-    TOP("prefix", KEY_PREFIX),       TOP("content", KEY_CONTENT),
-    TOP("origin", KEY_ORIGIN),       TOP("pk", KEY_PK),
-};
-#undef TOP
+
+#define IS(lit) same_bytes(k->ptr, lit, sizeof(lit) - 1)
 
 /* The KEY_* bit of a top-level key, 0 for one a2 skips. */
 static unsigned top_key(const a2_change_text *k)
 {
-    for (size_t i = 0; i < sizeof top_keys / sizeof top_keys[0]; i++)
-        if (k->len == top_keys[i].len && k->ptr[0] == top_keys[i].name[0] &&
-            same_bytes(k->ptr, top_keys[i].name, k->len))
-            return top_keys[i].bit;
-    return 0;
+    switch (k->len) {
+    case 2:
+        return IS("pk") ? KEY_PK : 0;
+    case 3:
+        return IS("xid") ? KEY_XID : IS("lsn") ? KEY_LSN : 0;
+    case 5:
+        return IS("table") ? KEY_TABLE : 0;
+    case 6:
+        return IS("action")   ? KEY_ACTION
+               : IS("schema") ? KEY_SCHEMA
+               : IS("prefix") ? KEY_PREFIX
+               : IS("origin") ? KEY_ORIGIN
+                              : 0;
+    case 7:
+        return IS("columns")   ? KEY_COLUMNS
+               : IS("nextlsn") ? KEY_NEXTLSN
+               : IS("content") ? KEY_CONTENT
+                               : 0;
+    case 8:
+        return IS("identity") ? KEY_IDENTITY : 0;
+    case 9:
+        return IS("timestamp") ? KEY_TIMESTAMP : 0;
+    case 13:
+        return IS("transactional") ? KEY_TRANSACTIONAL : 0;
+    default:
+        return 0;
+    }
 }
+#undef IS
 
 /* A string member, or null when nullable. */
 static int member_string(scan *s, const char *key, bool nullable,
@@ -1211,7 +1265,7 @@ static int parse_top(scan *s, unsigned *seen)
             if (s->p < s->end && (*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))) {
                 bool is_int;
                 int64_t v;
-                if (scan_number(s, &t, &is_int) < 0)
+                if (scan_number(s, &t, &is_int, NULL, NULL) < 0)
                     return d->err.code;
                 if (!is_int)
                     return fail(&d->err, A2_EDEC_TYPE, voff, "\"xid\": expected an integer");
@@ -1230,9 +1284,20 @@ static int parse_top(scan *s, unsigned *seen)
             if (member_string(s, "timestamp", true, &c->timestamp) < 0)
                 return d->err.code;
             if (c->timestamp.ptr) {
-                if (parse_timestamp(c->timestamp.ptr, c->timestamp.len, &c->time_us) < 0)
-                    return fail(&d->err, A2_EDEC_VALUE, voff, "bad timestamp \"%.40s\"",
-                                c->timestamp.ptr);
+                /* A transaction's messages all carry its commit time. */
+                if (c->timestamp.len == d->ts_len && c->timestamp.len < sizeof d->ts_text &&
+                    same_bytes(c->timestamp.ptr, d->ts_text, d->ts_len)) {
+                    c->time_us = d->ts_us;
+                } else {
+                    if (parse_timestamp(c->timestamp.ptr, c->timestamp.len, &c->time_us) < 0)
+                        return fail(&d->err, A2_EDEC_VALUE, voff,
+                                    "bad timestamp \"%.40s\"", c->timestamp.ptr);
+                    if (c->timestamp.len < sizeof d->ts_text) {
+                        memcpy(d->ts_text, c->timestamp.ptr, c->timestamp.len);
+                        d->ts_len = c->timestamp.len;
+                        d->ts_us = c->time_us;
+                    }
+                }
                 c->has_time = true;
             }
             break;
