@@ -500,6 +500,8 @@ typedef struct claim_rec {
     char key[24];
     int64_t index;
     int attempt;
+    int64_t claimed_at;
+    bool wrong_type;
 } claim_rec;
 
 typedef struct soak {
@@ -540,6 +542,10 @@ static void soak_record(int sess, const a2_head *h)
     snprintf(r->key, sizeof r->key, "%s", h->dispatch.cursor_key);
     r->index = h->event.index;
     r->attempt = h->dispatch.attempt_count;
+    r->claimed_at = h->dispatch.last_claimed_at;
+    /* The log consumer follows type "a" only. */
+    r->wrong_type = strcmp(h->dispatch.consumer, "sg") == 0 &&
+                    strcmp(h->event.type, "a") != 0;
     pthread_mutex_unlock(&S.mu);
 }
 
@@ -788,6 +794,24 @@ static int cmp_claim(const void *a, const void *b)
     return x->attempt - y->attempt;
 }
 
+static int cmp_claim_time(const void *a, const void *b)
+{
+    const claim_rec *x = a, *y = b;
+    if (x->session != y->session)
+        return x->session - y->session;
+    int c = strcmp(x->consumer, y->consumer);
+    if (c)
+        return c;
+    c = strcmp(x->key, y->key);
+    if (c)
+        return c;
+    if (x->claimed_at != y->claimed_at)
+        return x->claimed_at < y->claimed_at ? -1 : 1;
+    if (x->index != y->index)
+        return x->index < y->index ? -1 : 1;
+    return x->attempt - y->attempt;
+}
+
 static void test_mixed_workload(void **state)
 {
     (void)state;
@@ -841,6 +865,32 @@ static void test_mixed_workload(void **state)
             fail_msg("attempt %d of %s %s at %" PRId64 " claimed twice",
                      S.claims[i].attempt, S.claims[i].consumer, S.claims[i].key,
                      S.claims[i].index);
+    for (size_t i = 0; i < S.nclaims; i++)
+        if (S.claims[i].wrong_type)
+            fail_msg("log cursor claimed event %" PRId64 " of another type",
+                     S.claims[i].index);
+    /* A lane or log cursor runs its heads in index order: by claim time,
+     * its claimed indexes never go back. A claim's time is read before its
+     * call runs, so only claims half a second apart are compared. */
+    qsort(S.claims, S.nclaims, sizeof *S.claims, cmp_claim_time);
+    size_t first = 0; /* of the current cursor's group */
+    for (size_t i = 1; i < S.nclaims; i++) {
+        const claim_rec *b = &S.claims[i];
+        const claim_rec *g = &S.claims[first];
+        if (g->session != b->session || strcmp(g->consumer, b->consumer) ||
+            strcmp(g->key, b->key)) {
+            first = i;
+            continue;
+        }
+        if (b->key[0] == '#')
+            continue;
+        for (size_t k = first; k < i; k++) {
+            const claim_rec *a = &S.claims[k];
+            if (a->index > b->index && b->claimed_at - a->claimed_at > 500)
+                fail_msg("%s %s ran %" PRId64 " after %" PRId64, b->consumer,
+                         b->key, b->index, a->index);
+        }
+    }
     for (int k = 0; k < SOAK_SESSIONS; k++) {
         char session[96];
         snprintf(session, sizeof session, "%s-soak-%d", prefix, k);
