@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "a2/store.h"
 #include "test_consumer_util.h"
 
 static PGconn *db;
@@ -192,10 +193,12 @@ burst(int from, int n)
         switch (i % 4) {
         case 0:
             snprintf(sql, sizeof sql,
-                     "insert into a2_cursors(session_id, consumer, cursor_key, "
-                     "epoch, kind, head) values ('s%d', 'c', '#%d', %d, "
-                     "'event', %d)",
-                     s, i, i, i);
+                     "begin; insert into a2_events(session_id, idx, "
+                     "event_type, event_id, created_at) values ('s%d', %d, "
+                     "'job', 'e%d', 1); insert into a2_cursors(session_id, "
+                     "consumer, cursor_key, epoch, kind, head) values ('s%d', "
+                     "'c', '#%d', %d, 'event', %d); commit",
+                     s, i, i, s, i, i, i);
             break;
         case 1:
             snprintf(sql, sizeof sql,
@@ -208,10 +211,12 @@ burst(int from, int n)
             snprintf(sql, sizeof sql,
                      "begin; update a2_cursors set head = null, claim_holder "
                      "= null, claim_expires_at = null where cursor_key = "
-                     "'#%d'; insert into a2_cursors(session_id, consumer, "
-                     "cursor_key, epoch, kind, head) values ('s%d', 'c', "
-                     "'#%d', %d, 'event', %d); commit",
-                     i - 2, s, i, i, i);
+                     "'#%d'; insert into a2_events(session_id, idx, "
+                     "event_type, event_id, created_at) values ('s%d', %d, "
+                     "'job', 'e%d', 1); insert into a2_cursors(session_id, "
+                     "consumer, cursor_key, epoch, kind, head) values ('s%d', "
+                     "'c', '#%d', %d, 'event', %d); commit",
+                     i - 2, s, i, i, s, i, i, i);
             break;
         default:
             snprintf(sql, sizeof sql,
@@ -266,14 +271,45 @@ test_kill9_mid_burst(void **state)
     tc_msg m;
     tc_worker_open(&w, d.sock, "w1", "c", NULL);
     assert_true(tc_wait_for(&w, "welcome", 5000, &m));
-    /* the pending heads are still claimable: a new head wakes the worker */
+    /* after the welcome (a resync) the worker claims every pending head */
+    int64_t pending = a2_test_int(
+        db, "select count(*) from a2_cursors where head is not null and "
+            "failed_at is null and claim_holder is null");
+    assert_true(pending > 0);
+    a2_store *store;
+    a2_store_error se;
+    if (a2_store_open(&store, a2_test_db(), &se) != 0)
+        fail_msg("a2_store_open: %s", se.message);
+    const char *consumers[] = {"c"};
+    a2_sessions ss;
+    assert_int_equal(a2_store_pending_sessions(store, consumers, 1, NULL, 1000,
+                                               &ss),
+                     0);
+    int64_t claimed = 0;
+    for (size_t i = 0; i < ss.count; i++) {
+        a2_claim_request req = {.holder = "after", .ttl_ms = 600000};
+        a2_claim_result cr;
+        assert_int_equal(a2_store_claim(store, ss.items[i], &req, &cr), 0);
+        if (cr.outcome == A2_CLAIM_CLAIMED)
+            claimed += (int64_t)cr.heads.count;
+        a2_claim_result_free(&cr);
+    }
+    a2_sessions_free(&ss);
+    a2_store_close(store);
+    assert_true(claimed == pending);
+    assert_int_equal(a2_test_int(db, "select count(*) from a2_cursors where "
+                                     "head is not null and failed_at is null "
+                                     "and claim_holder is null"),
+                     0);
+    /* and a new head wakes the worker */
     burst(2400, 1);
     assert_true(tc_wait_for(&w, "wake", 5000, &m));
     assert_string_equal(m.cursor, "#2400");
     tc_worker_close(&w);
     wait_caught_up(d.audit, 10000);
     assert_int_equal(tc_stop(&d), 0);
-    assert_int_equal(tc_count_in_file(d.audit, "\n"), lines + 1);
+    assert_int_equal(tc_count_in_file(d.audit, "\n"),
+                     lines + (int)claimed + 1);
     assert_exactly_once(d.audit);
     tc_cleanup(&d);
 }
