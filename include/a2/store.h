@@ -138,7 +138,8 @@ void a2_store_set_clock(a2_store *store, a2_store_clock_fn fn, void *ctx);
 void a2_store_set_ids(a2_store *store, a2_store_id_fn fn, void *ctx);
 
 /* Round trips to the server this store has made (for benchmarks: every
- * operation adds 1, except where its comment says otherwise). */
+ * operation adds 1, except where its comment says otherwise; the first call
+ * on a connection adds 1 more, preparing the a2_batch call). */
 uint64_t a2_store_round_trips(const a2_store *store);
 
 /* ── values ───────────────────────────────────────────────────────────── */
