@@ -1,8 +1,10 @@
 # liba2decoder extras: real fixtures, the libFuzzer target, the benchmark.
 #
-#   make fixtures             run tests/fixtures/scenario.sql on a throwaway
-#                             cluster and capture the real wal2json output into
-#                             tests/fixtures/store.jsonl
+#   make fixtures             on a throwaway cluster, run tests/fixtures/
+#                             scenario.sql (row changes in SQL) and then the
+#                             store's own operations (drive_store.c, liba2store)
+#                             and capture the real wal2json output into
+#                             tests/fixtures/store.jsonl and store_ops.jsonl
 #   make fuzz                 (fuzz-decoder) build build/fuzz/fuzz_decoder and
 #                             fuzz for FUZZ_DECODER_TIME seconds (default 60)
 #                             from tests/fuzz/decoder/corpus
@@ -17,8 +19,14 @@ FUZZ_DECODER_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Wall -Wextra -We
 
 .PHONY: fixtures fuzz fuzz-decoder fuzz-decoder-corpus
 
-fixtures:
-	tests/fixtures/capture
+FIXTURE_STORE := $(B)/fixtures/a2-fixture-store
+
+$(FIXTURE_STORE): $(B)/obj/tests/fixtures/drive_store.o $(LINK_ARCHIVES)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_ALL)
+
+fixtures: $(FIXTURE_STORE)
+	tests/fixtures/capture $(FIXTURE_STORE)
 
 $(FUZZ_DECODER_BIN): tests/fuzz/decoder/fuzz_decoder.c $(FUZZ_DECODER_SRCS) $(wildcard decoder/*.h) include/a2/decoder.h
 	@mkdir -p $(dir $@)

@@ -28,15 +28,15 @@ typedef struct fixture {
     size_t n;
 } fixture;
 
-static int load(void **state)
+static fixture *read_fixture(const char *name)
 {
     const char *top = getenv("A2_TOP");
     char path[4096];
-    snprintf(path, sizeof path, "%s/tests/fixtures/store.jsonl", top ? top : ".");
+    snprintf(path, sizeof path, "%s/tests/fixtures/%s", top ? top : ".", name);
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(stderr, "cannot open %s\n", path);
-        return -1;
+        return NULL;
     }
     fixture *fx = calloc(1, sizeof *fx);
     char *line = NULL;
@@ -49,16 +49,41 @@ static int load(void **state)
     }
     free(line);
     fclose(f);
-    *state = fx;
-    return fx && fx->n > 0 ? 0 : -1;
+    return fx;
+}
+
+static void free_fixture(fixture *fx)
+{
+    for (size_t i = 0; fx && i < fx->n; i++)
+        free(fx->lines[i]);
+    free(fx);
+}
+
+/* store.jsonl: scenario.sql's row changes; store_ops.jsonl: liba2store's. */
+typedef struct fixtures {
+    fixture *sql;
+    fixture *ops;
+} fixtures;
+
+static int load(void **state)
+{
+    fixtures *fs = calloc(1, sizeof *fs);
+    if (!fs)
+        return -1;
+    fs->sql = read_fixture("store.jsonl");
+    fs->ops = read_fixture("store_ops.jsonl");
+    *state = fs;
+    return fs->sql && fs->sql->n > 0 && fs->ops && fs->ops->n > 0 ? 0 : -1;
 }
 
 static int unload(void **state)
 {
-    fixture *fx = *state;
-    for (size_t i = 0; fx && i < fx->n; i++)
-        free(fx->lines[i]);
-    free(fx);
+    fixtures *fs = *state;
+    if (fs) {
+        free_fixture(fs->sql);
+        free_fixture(fs->ops);
+    }
+    free(fs);
     return 0;
 }
 
@@ -136,10 +161,46 @@ static size_t find_row(rows *r, const a2_cursor_row *key)
     return SIZE_MAX;
 }
 
-static void test_stream(void **state)
+/* Each session's clear marker, as the stream's a2_clears rows set it. */
+typedef struct clears {
+    char session[32][16];
+    int64_t index[32];
+    size_t n;
+} clears;
+
+static void set_clear(clears *cl, a2_change_text session, int64_t index)
 {
-    fixture *fx = *state;
+    size_t i = 0;
+    assert_true(session.len < sizeof cl->session[0]);
+    for (; i < cl->n; i++)
+        if (strlen(cl->session[i]) == session.len &&
+            memcmp(cl->session[i], session.ptr, session.len) == 0)
+            break;
+    if (i == cl->n) {
+        assert_true(cl->n < 32);
+        memcpy(cl->session[i], session.ptr, session.len);
+        cl->session[i][session.len] = '\0';
+        cl->n++;
+    }
+    cl->index[i] = index;
+}
+
+static bool get_clear(const clears *cl, a2_change_text session, int64_t *index)
+{
+    for (size_t i = 0; i < cl->n; i++)
+        if (strlen(cl->session[i]) == session.len &&
+            memcmp(cl->session[i], session.ptr, session.len) == 0) {
+            *index = cl->index[i];
+            return true;
+        }
+    return false;
+}
+
+static void check_stream(fixture *fx, size_t ncursor_want, size_t nlabels_want,
+                         int ntrunc_want)
+{
     a2_decoder *d = a2_decoder_new();
+    clears cl = {0};
     rows last = {0};
     char label[64] = "";
     bool in_txn = false;
@@ -223,6 +284,8 @@ static void test_stream(void **state)
             }
             assert_true((c->new_row != NULL) == (c->action != A2_ACTION_DELETE));
             assert_true((c->old_row != NULL) == (c->action != A2_ACTION_INSERT));
+            if (c->table == A2_TABLE_CLEARS && c->new_row)
+                set_clear(&cl, c->new_row->clear.session_id, c->new_row->clear.clear_index);
             if (c->table != A2_TABLE_CURSORS)
                 break;
             ncursor++;
@@ -232,6 +295,11 @@ static void test_stream(void **state)
             if (c->old_row)
                 assert_int_equal(c->old_row->cursor.present, (1u << A2_CURSOR_NCOLS) - 1);
             a2_transition t = a2_change_transition(c);
+            int64_t ci;
+            /* A delete is retired when the clear marker superseded the run. */
+            if (c->action == A2_ACTION_DELETE &&
+                get_clear(&cl, c->old_row->cursor.session_id, &ci))
+                t = a2_transition_classify_cleared(&c->old_row->cursor, NULL, ci);
             if (strcmp(a2_transition_name(t), label) != 0)
                 fail_msg("line %zu: transition %s, the scenario says %s", i + 1,
                          a2_transition_name(t), label);
@@ -260,10 +328,9 @@ static void test_stream(void **state)
     }
     assert_false(in_txn);
     assert_string_equal(label, "end");
-    /* scenario.sql: 27 cursor writes, 32 labels, 1 truncate txn of 2 tables */
-    assert_int_equal(ncursor, 27);
-    assert_int_equal(nlabels, 32);
-    assert_int_equal(per_action['T'], 2);
+    assert_int_equal(ncursor, ncursor_want);
+    assert_int_equal(nlabels, nlabels_want);
+    assert_int_equal(per_action['T'], ntrunc_want);
     assert_int_equal(per_action['B'], per_action['C']);
     assert_int_equal(per_action['B'], (int)ntxn);
     assert_true(nchanges > 40);
@@ -272,11 +339,26 @@ static void test_stream(void **state)
     a2_decoder_free(d);
 }
 
+/* scenario.sql: 27 cursor writes, 32 labels, one truncate of 2 tables. */
+static void test_stream_sql(void **state)
+{
+    fixtures *fs = *state;
+    check_stream(fs->sql, 27, 32, 2);
+}
+
+/* drive_store.c: the store's own writes, 26 to a2_cursors, 25 labels. */
+static void test_stream_store(void **state)
+{
+    fixtures *fs = *state;
+    check_stream(fs->ops, 26, 25, 0);
+}
+
 /* The decoded change after the a2-fixture message `label`, n-th (0-based)
  * I/U/D of table t. */
-static const a2_change *find(a2_decoder *d, fixture *fx, const char *label, a2_table t,
+static const a2_change *find(a2_decoder *d, void *state, const char *label, a2_table t,
                              int nth)
 {
+    fixture *fx = ((fixtures *)state)->sql;
     bool in = false;
     for (size_t i = 0; i < fx->n; i++) {
         const a2_change *c = NULL;
@@ -478,9 +560,8 @@ static void test_values(void **state)
 
 /* Every line, cut short anywhere or with a byte flipped, fails cleanly or
  * decodes; never crashes (under ASan) and never reads past the cut. */
-static void test_mutations(void **state)
+static void mutate(fixture *fx)
 {
-    fixture *fx = *state;
     a2_decoder *d = a2_decoder_new();
     for (size_t i = 0; i < fx->n; i++) {
         size_t len = fx->lens[i];
@@ -505,10 +586,18 @@ static void test_mutations(void **state)
     a2_decoder_free(d);
 }
 
+static void test_mutations(void **state)
+{
+    fixtures *fs = *state;
+    mutate(fs->sql);
+    mutate(fs->ops);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_stream),       cmocka_unit_test(test_first_event),
+        cmocka_unit_test(test_stream_sql),   cmocka_unit_test(test_stream_store),
+        cmocka_unit_test(test_first_event),
         cmocka_unit_test(test_cursor_fields), cmocka_unit_test(test_other_tables),
         cmocka_unit_test(test_values),       cmocka_unit_test(test_mutations),
     };
