@@ -3,13 +3,15 @@
  * the cursor-transition classifier. Part of liba2decoder.
  *
  * Pure code, no I/O: the caller hands over the bytes of one wal2json message
- * (the payload of one XLogData, without a trailing newline; one trailing
- * '\n' or "\r\n" is tolerated) and gets back one a2_change, or an error with
- * the byte offset and the reason. The stream this expects is wal2json 2.5
- * started with "format-version" '2', "include-xids" '1',
- * "include-timestamp" '1', "include-lsn" '1' (include-transaction on) and
- * "add-tables" naming the a2 tables; optional keys (types, typeoids,
- * positions, pk, origin) are accepted and skipped.
+ * (the payload of one XLogData; JSON whitespace around the object, such as
+ * the '\n' pg_recvlogical adds, is accepted) and gets back one a2_change, or
+ * an error with the byte offset and the reason. The whole line is validated
+ * (grammar, UTF-8, nesting, limits) even where it is skipped. The stream
+ * this expects is wal2json 2.5 started with "format-version" '2',
+ * "include-xids" '1', "include-timestamp" '1', "include-lsn" '1'
+ * (include-transaction on) and "add-tables" naming the a2 tables; optional
+ * keys (types, typeoids, positions, pk, origin) and columns a2 does not know
+ * are accepted and skipped.
  *
  * Memory: a decoded change and every string it points to live in the
  * decoder's arena. They stay valid until the next a2_decoder_decode or
@@ -399,7 +401,10 @@ a2_transition a2_transition_classify_cleared(const a2_cursor_row *before,
                                              int64_t clear_index);
 
 /* a2_transition_classify on a decoded a2_cursors I/U/D; OTHER for any other
- * change. */
+ * change. It knows no clear marker: a delete of a run superseded by a clear
+ * (head at or below the marker; reclaim deletes those) comes out DELETED.
+ * For deletes, call a2_transition_classify_cleared with the session's
+ * clear_index (from the a2_clears rows in the stream, or read at start). */
 a2_transition a2_change_transition(const a2_change *c);
 
 /* The transition's name: "started", "claimed", ..., "other" (static). */
