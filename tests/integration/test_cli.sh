@@ -77,19 +77,26 @@ fi
 expect 0 "$A2" status --slot nosuch; contains "no replication slot named nosuch"
 # Consumer metrics: a fake endpoint serving Prometheus text once.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-python3 - "$port" <<'PY' &
+python3 - "$port" "$TMP/ready" <<'PY' &
 import socket, sys
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); s.settimeout(20)
-for _ in range(2):
-    c, _ = s.accept(); c.recv(4096)
-    body = b"# HELP a2_workers connected workers\n# TYPE a2_workers gauge\na2_workers 3\na2_lag_bytes 2048\na2_lag_seconds 0.250\n"
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(4); s.settimeout(30)
+open(sys.argv[2], "w").close()
+while True:
+    try:
+        c, _ = s.accept()
+    except socket.timeout:
+        break
+    c.recv(4096)
+    body = b"# HELP a2_consumer_workers workers connected\n# TYPE a2_consumer_workers gauge\na2_consumer_workers 3\na2_consumer_lag_bytes 2048\na2_consumer_lag_seconds 0.250\n"
     c.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + body); c.close()
 PY
 srv=$!
-sleep 0.5
+deadline=$((SECONDS + 20))
+until [ -e "$TMP/ready" ] || [ $SECONDS -gt $deadline ]; do sleep 0.05; done
 expect 0 "$A2" status --metrics "127.0.0.1:$port"; contains "3 connected workers"; contains "lag 2.0 kB"
 expect 0 "$A2" --json status --metrics "tcp:127.0.0.1:$port"; contains '"workers":3'
+kill "$srv" 2>/dev/null
 wait "$srv" 2>/dev/null
 expect 1 "$A2" status --metrics "127.0.0.1:$port"; contains "could not connect to metrics" err
 expect 1 "$A2" status --metrics "nocolon"; contains "bad metrics address" err
@@ -126,7 +133,8 @@ line 0/55 claimed other mailer 1 1 w1 >>"$g"
 sleep 0.6
 mv "$g" "$g.1"
 line 0/60 started s9 mailer 2 0 w1 >"$g"
-sleep 1
+deadline=$((SECONDS + 15))
+until grep -q '"0/60"' "$TMP/follow.out" || [ $SECONDS -gt $deadline ]; do sleep 0.1; done
 kill -INT "$fpid"
 wait "$fpid"
 frc=$?

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# a2-worker with the real a2-consumer on a real slot: wake-ups drive the
+# handler (no sweep while connected), retries come from the consumer's timers,
+# a long handler's renewed lease is never taken over by a second worker, the
+# audit trail records it all; when the consumer stops, the degraded sweep
+# keeps work moving, and it stops once the consumer is back.
+PREFIX="a2-worker: "
+. "$(dirname "$0")/test_cli.lib"
+W=$A2_BIN/a2-worker
+C=$A2_BIN/a2-consumer
+for p in "$W" "$C"; do [ -x "$p" ] || { echo "$p is not built" >&2; exit 1; }; done
+pids=()
+cpid=
+cleanup_all() {
+    for p in "${pids[@]}" $cpid; do kill -TERM "$p" 2>/dev/null; done
+    sleep 0.5
+    for p in "${pids[@]}" $cpid; do kill -KILL "$p" 2>/dev/null; done
+    rm -rf "$TMP"
+}
+trap cleanup_all EXIT
+slot=wc_$$
+sock=$TMP/a2.sock
+audit=$TMP/audit.jsonl
+
+start_consumer() {
+    "$C" --db "$A2_TEST_DB" --slot "$slot" --listen "unix:$sock" --audit "$audit" \
+        --status-interval 200 >>"$TMP/consumer.log" 2>&1 &
+    cpid=$!
+    local deadline=$((SECONDS + 20))
+    until [ -S "$sock" ] && grep -q "ready" "$TMP/consumer.log" 2>/dev/null; do
+        [ $SECONDS -gt $deadline ] && { fail "a2-consumer did not start: $(tail -3 "$TMP/consumer.log")"; return 1; }
+        kill -0 "$cpid" 2>/dev/null || { fail "a2-consumer exited: $(tail -3 "$TMP/consumer.log")"; return 1; }
+        sleep 0.1
+    done
+}
+stop_consumer() {
+    kill -TERM "$cpid"
+    wait "$cpid" 2>/dev/null
+    cpid=
+}
+wait_for() { # SECONDS SQL EXPECTED
+    local deadline=$((SECONDS + $1)) got
+    while [ $SECONDS -le $deadline ]; do
+        got=$(sql "$2")
+        [ "$got" = "$3" ] && return 0
+        sleep 0.05
+    done
+    fail "timed out waiting for [$2] = '$3' (last: '$got')"
+    return 1
+}
+wait_log() { # SECONDS FILE PATTERN
+    local deadline=$((SECONDS + $1))
+    until grep -q "$3" "$2" 2>/dev/null; do
+        [ $SECONDS -gt $deadline ] && { fail "'$3' not in $2 after $1 s: $(tail -5 "$2")"; return 1; }
+        sleep 0.05
+    done
+}
+count() { grep -c "$2" "$1" 2>/dev/null || true; }
+now_ms() { date +%s%3N; }
+
+start_consumer || finish
+export RUNS=$TMP/runs
+: >"$RUNS"
+cat >"$TMP/h.sh" <<'H'
+read -r ev
+echo "$(date +%s%3N) $A2_SESSION $A2_INDEX $A2_ATTEMPT" >>"$RUNS"
+case "$ev" in *'"fail"'*) echo "nope" >&2; exit 1 ;; esac
+echo '{"type":"done"}'
+H
+"$W" --consumer live --connect "unix:$sock" --exec "sh $TMP/h.sh" --retry-after 300 \
+    --max-failures 2 --degraded-sweep 400 --name w1 >"$TMP/w1.out" 2>"$TMP/w1.log" &
+w1=$!
+pids+=($w1)
+wait_log 10 "$TMP/w1.log" "connected to a2-consumer"
+
+# Wake-ups: each append runs promptly, driven by a wake (not a sweep).
+lat=()
+for i in 1 2 3 4 5; do
+    t0=$(now_ms)
+    "$A2" append "live-$i" job '{}' --target live >/dev/null
+    wait_for 10 "select count(*) from a2_events where session_id = 'live-$i' and event_type = 'done'" 1
+    t1=$(grep " live-$i 1 1$" "$RUNS" | awk '{print $1}')
+    lat+=($((t1 - t0)))
+done
+checks=$((checks + 1))
+[ "$(count "$TMP/w1.log" "degraded")" = 0 ] || fail "the worker swept while connected: $(grep degraded "$TMP/w1.log")"
+checks=$((checks + 1))
+[ "$(count "$TMP/w1.log" "wake live-")" -ge 5 ] || fail "runs were not driven by wake-ups: $(cat "$TMP/w1.log")"
+echo "append -> handler start via a2-consumer (ms, includes process start-ups): ${lat[*]}"
+
+# A failure is retried when the consumer's retry timer fires, then
+# dead-lettered at --max-failures 2.
+"$A2" append live-f job '"fail"' --target live >/dev/null
+wait_for 10 "select count(*) from a2_cursors where session_id = 'live-f' and failed_at is not null" 1
+a1=$(grep " live-f 1 1$" "$RUNS" | awk '{print $1}')
+a2=$(grep " live-f 1 2$" "$RUNS" | awk '{print $1}')
+checks=$((checks + 1))
+if [ -z "$a1" ] || [ -z "$a2" ] || [ $((a2 - a1)) -lt 250 ] || [ $((a2 - a1)) -gt 3000 ]; then
+    fail "retry should follow the 300 ms hold: attempts at '$a1' and '$a2'"
+fi
+checks=$((checks + 1))
+[ "$(count "$TMP/w1.log" "degraded")" = 0 ] || fail "the retry came from a sweep"
+
+# A 2 s handler on a 500 ms lease, a second worker connected: renewed, never
+# taken over (the consumer's lease timers would wake the second worker).
+: >"$TMP/long"
+"$W" --consumer slow --connect "unix:$sock" --ttl 500 --name s1 \
+    --exec 'echo "s1 $A2_ATTEMPT" >>'"$TMP/long"'; sleep 2' >/dev/null 2>"$TMP/s1.log" &
+pids+=($!)
+"$W" --consumer slow --connect "unix:$sock" --ttl 500 --name s2 \
+    --exec 'echo "s2 $A2_ATTEMPT" >>'"$TMP/long"'; sleep 2' >/dev/null 2>"$TMP/s2.log" &
+pids+=($!)
+wait_log 10 "$TMP/s1.log" "connected to a2-consumer"
+wait_log 10 "$TMP/s2.log" "connected to a2-consumer"
+"$A2" append long-1 slow '{}' --target slow >/dev/null
+wait_for 15 "select count(*) from a2_cursors where session_id = 'long-1' and head is not null" 0
+checks=$((checks + 1))
+[ "$(wc -l <"$TMP/long")" = 1 ] && grep -q ' 1$' "$TMP/long" || fail "long handler taken over: $(cat "$TMP/long")"
+checks=$((checks + 1))
+[ "$(count "$audit" '"transition":"taken_over","session":"long-1"')" = 0 ] || fail "audit shows a takeover"
+checks=$((checks + 1))
+[ "$(count "$audit" '"transition":"renewed","session":"long-1"')" -ge 2 ] || fail "audit shows fewer than 2 renewals: $(grep long-1 "$audit")"
+
+# The audit trail, through the CLI.
+expect 0 "$A2" audit "$audit" --session live-1; contains "claimed"; contains "live-1"
+expect 0 "$A2" audit "$audit" --session live-f --transition dead_lettered; contains "nope"
+
+# The consumer stops: the worker reports it, and its degraded sweep keeps
+# work moving.
+stop_consumer
+wait_log 10 "$TMP/w1.log" "a2-consumer at unix:.* closed the connection\|could not connect"
+"$A2" append live-d job '{}' --target live >/dev/null
+wait_for 10 "select count(*) from a2_events where session_id = 'live-d' and event_type = 'done'" 1
+wait_log 5 "$TMP/w1.log" "degraded: a2-consumer unreachable"
+
+# The consumer is back: the worker reconnects and the sweep stops.
+start_consumer || finish
+deadline=$((SECONDS + 15))
+until [ "$(count "$TMP/w1.log" "connected to a2-consumer")" -ge 2 ] || [ $SECONDS -gt $deadline ]; do sleep 0.1; done
+checks=$((checks + 1))
+[ "$(count "$TMP/w1.log" "connected to a2-consumer")" -ge 2 ] || fail "the worker did not reconnect: $(tail -5 "$TMP/w1.log")"
+sleep 0.3
+n=$(count "$TMP/w1.log" "degraded")
+sleep 1.5
+checks=$((checks + 1))
+[ "$(count "$TMP/w1.log" "degraded")" = "$n" ] || fail "the sweep went on after the consumer came back"
+"$A2" append live-back job '{}' --target live >/dev/null
+wait_for 10 "select count(*) from a2_events where session_id = 'live-back' and event_type = 'done'" 1
+wait_log 5 "$TMP/w1.log" "wake live-back"
+
+kill -TERM "${pids[@]}" 2>/dev/null
+for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+pids=()
+stop_consumer
+finish
