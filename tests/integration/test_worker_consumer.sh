@@ -152,4 +152,31 @@ kill -TERM "${pids[@]}" 2>/dev/null
 for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
 pids=()
 stop_consumer
+
+# TCP with a token: the right token connects and works, a wrong one is
+# refused with the consumer's reason and retried with backoff.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+echo "s3cret-token" >"$TMP/token"
+echo "wrong-token" >"$TMP/bad-token"
+"$C" --db "$A2_TEST_DB" --slot "$slot" --listen "tcp:127.0.0.1:$port" --token-file "$TMP/token" \
+    --audit "$audit" >>"$TMP/consumer.log" 2>&1 &
+cpid=$!
+"$W" --consumer live --connect "tcp:127.0.0.1:$port" --token-file "$TMP/token" \
+    --exec "sh $TMP/h.sh" --degraded-sweep 60000 --name tcp-ok >/dev/null 2>"$TMP/tcp-ok.log" &
+pids+=($!)
+"$W" --consumer live --connect "tcp:127.0.0.1:$port" --token-file "$TMP/bad-token" \
+    --exec "sh $TMP/h.sh" --degraded-sweep 60000 --name tcp-bad >/dev/null 2>"$TMP/tcp-bad.log" &
+pids+=($!)
+wait_log 20 "$TMP/tcp-ok.log" "connected to a2-consumer at tcp:127.0.0.1:$port"
+wait_log 20 "$TMP/tcp-bad.log" "refused the worker: .*(auth)"
+"$A2" append live-tcp job '{}' --target live >/dev/null
+wait_for 10 "select count(*) from a2_events where session_id = 'live-tcp' and event_type = 'done'" 1
+checks=$((checks + 1))
+grep -q "wake live-tcp" "$TMP/tcp-ok.log" || fail "the TCP worker was not woken: $(tail -5 "$TMP/tcp-ok.log")"
+checks=$((checks + 1))
+! grep -q "connected to a2-consumer" "$TMP/tcp-bad.log" || fail "a wrong token was accepted"
+kill -TERM "${pids[@]}" 2>/dev/null
+for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+pids=()
+stop_consumer
 finish
