@@ -35,21 +35,21 @@
 #include <string.h>
 
 static const char *const names[A2_TRANSITION_COUNT] = {
-    [A2_TRANSITION_STARTED] = "started",
-    [A2_TRANSITION_CLAIMED] = "claimed",
-    [A2_TRANSITION_RENEWED] = "renewed",
-    [A2_TRANSITION_TAKEN_OVER] = "taken_over",
-    [A2_TRANSITION_COMPLETED] = "completed",
-    [A2_TRANSITION_WENT_IDLE] = "went_idle",
-    [A2_TRANSITION_FAILED] = "failed",
-    [A2_TRANSITION_DEAD_LETTERED] = "dead_lettered",
-    [A2_TRANSITION_RETRIED] = "retried",
-    [A2_TRANSITION_SKIPPED] = "skipped",
-    [A2_TRANSITION_RETYPED] = "retyped",
-    [A2_TRANSITION_RELEASED] = "released",
-    [A2_TRANSITION_RETIRED] = "retired",
-    [A2_TRANSITION_DELETED] = "deleted",
-    [A2_TRANSITION_OTHER] = "other",
+        [A2_TRANSITION_STARTED] = "started",
+        [A2_TRANSITION_CLAIMED] = "claimed",
+        [A2_TRANSITION_RENEWED] = "renewed",
+        [A2_TRANSITION_TAKEN_OVER] = "taken_over",
+        [A2_TRANSITION_COMPLETED] = "completed",
+        [A2_TRANSITION_WENT_IDLE] = "went_idle",
+        [A2_TRANSITION_FAILED] = "failed",
+        [A2_TRANSITION_DEAD_LETTERED] = "dead_lettered",
+        [A2_TRANSITION_RETRIED] = "retried",
+        [A2_TRANSITION_SKIPPED] = "skipped",
+        [A2_TRANSITION_RETYPED] = "retyped",
+        [A2_TRANSITION_RELEASED] = "released",
+        [A2_TRANSITION_RETIRED] = "retired",
+        [A2_TRANSITION_DELETED] = "deleted",
+        [A2_TRANSITION_OTHER] = "other",
 };
 
 const char *a2_transition_name(a2_transition t)
@@ -79,7 +79,8 @@ static bool is_null(a2_change_int a)
 /* The run's identity: the key and kind never change. */
 static bool same_run(const a2_cursor_row *b, const a2_cursor_row *a)
 {
-    return text_eq(b->session_id, a->session_id) && text_eq(b->consumer, a->consumer) &&
+    return text_eq(b->session_id, a->session_id) &&
+           text_eq(b->consumer, a->consumer) &&
            text_eq(b->cursor_key, a->cursor_key) && b->epoch == a->epoch &&
            text_eq(b->kind, a->kind) && text_eq(b->lane, a->lane);
 }
@@ -137,10 +138,12 @@ static a2_transition head_moved(const a2_cursor_row *b, const a2_cursor_row *a)
         if (is_kind(b, "lane")) {
             if (!same_receipt(b, a))
                 return A2_TRANSITION_OTHER;
-        } else if (is_null(a->completed_idx) || a->completed_idx.value != b->head.value) {
+        } else if (is_null(a->completed_idx) ||
+                   a->completed_idx.value != b->head.value) {
             return A2_TRANSITION_OTHER;
         }
-        return is_null(a->head) ? A2_TRANSITION_WENT_IDLE : A2_TRANSITION_COMPLETED;
+        return is_null(a->head) ? A2_TRANSITION_WENT_IDLE
+                                : A2_TRANSITION_COMPLETED;
     }
     if (is_null(a->head) && a->position == b->position && same_receipt(b, a) &&
         text_eq(b->types, a->types))
@@ -170,14 +173,16 @@ static a2_transition claimed(const a2_cursor_row *b, const a2_cursor_row *a)
         !int_eq(b->first_claimed_at, a->first_claimed_at))
         return A2_TRANSITION_OTHER;
     if (b->claim_holder.ptr)
-        return a->failure_count == b->failure_count + 1 ? A2_TRANSITION_TAKEN_OVER
-                                                        : A2_TRANSITION_OTHER;
+        return a->failure_count == b->failure_count + 1
+                       ? A2_TRANSITION_TAKEN_OVER
+                       : A2_TRANSITION_OTHER;
     return a->failure_count == b->failure_count ? A2_TRANSITION_CLAIMED
                                                 : A2_TRANSITION_OTHER;
 }
 
 /* Same head, same attempt: renew, fail, retry or retype. */
-static a2_transition same_attempt(const a2_cursor_row *b, const a2_cursor_row *a)
+static a2_transition same_attempt(const a2_cursor_row *b,
+                                  const a2_cursor_row *a)
 {
     bool same_claim_times = int_eq(b->first_claimed_at, a->first_claimed_at) &&
                             int_eq(b->last_claimed_at, a->last_claimed_at);
@@ -188,8 +193,10 @@ static a2_transition same_attempt(const a2_cursor_row *b, const a2_cursor_row *a
 
     /* fail: the holder's attempt failed. */
     if (b->claim_holder.ptr && !a->claim_holder.ptr && is_null(b->failed_at) &&
-        a->failure_count == b->failure_count + 1 && !is_null(a->last_failed_at) &&
-        int_eq(a->last_failed_attempt, (a2_change_int){b->attempt_count, false}) &&
+        a->failure_count == b->failure_count + 1 &&
+        !is_null(a->last_failed_at) &&
+        int_eq(a->last_failed_attempt,
+               (a2_change_int){b->attempt_count, false}) &&
         same_types) {
         if (!is_null(a->failed_at))
             return is_null(a->claim_expires_at) ? A2_TRANSITION_DEAD_LETTERED
@@ -201,12 +208,13 @@ static a2_transition same_attempt(const a2_cursor_row *b, const a2_cursor_row *a
         return A2_TRANSITION_OTHER;
 
     /* redrive --retry: the dead letter cleared, its history kept. */
-    if (!is_null(b->failed_at) && is_null(a->failed_at) && a->failure_count == 0 &&
-        text_eq(b->claim_holder, a->claim_holder) &&
+    if (!is_null(b->failed_at) && is_null(a->failed_at) &&
+        a->failure_count == 0 && text_eq(b->claim_holder, a->claim_holder) &&
         int_eq(b->claim_expires_at, a->claim_expires_at) && same_types)
         return A2_TRANSITION_RETRIED;
 
-    if (!int_eq(b->failed_at, a->failed_at) || a->failure_count != b->failure_count ||
+    if (!int_eq(b->failed_at, a->failed_at) ||
+        a->failure_count != b->failure_count ||
         !text_eq(b->claim_holder, a->claim_holder))
         return A2_TRANSITION_OTHER;
 
@@ -229,8 +237,8 @@ static a2_transition classify(const a2_cursor_row *b, const a2_cursor_row *a,
     if (!b)
         return A2_TRANSITION_STARTED;
     if (!a) {
-        if (is_null(b->head) ||
-            (clear_index && !clear_index->null && b->head.value <= clear_index->value))
+        if (is_null(b->head) || (clear_index && !clear_index->null &&
+                                 b->head.value <= clear_index->value))
             return A2_TRANSITION_RETIRED;
         return A2_TRANSITION_DELETED;
     }

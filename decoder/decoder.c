@@ -22,7 +22,7 @@
 
 enum kind { K_TEXT, K_JSONB, K_I64, K_I32, K_BOOL };
 #define F_NULL 1u /* nullable: the field is a2_change_int / NULL text */
-#define F_KEY 2u  /* primary-key column: always in identity */
+#define F_KEY  2u /* primary-key column: always in identity */
 
 typedef struct colspec {
     const char *name;
@@ -32,66 +32,69 @@ typedef struct colspec {
     size_t off;
 } colspec;
 
-#define COL(type, field, k, f) {#field, sizeof(#field) - 1, k, f, offsetof(type, field)}
+#define COL(type, field, k, f)                                                 \
+    {                                                                          \
+#field, sizeof(#field) - 1, k, f, offsetof(type, field)                \
+    }
 
 static const colspec event_cols[A2_EVENT_NCOLS] = {
-    COL(a2_event_row, session_id, K_TEXT, F_KEY),
-    COL(a2_event_row, idx, K_I64, F_KEY),
-    COL(a2_event_row, event_type, K_TEXT, 0),
-    COL(a2_event_row, payload, K_JSONB, 0),
-    COL(a2_event_row, event_id, K_TEXT, 0),
-    COL(a2_event_row, created_at, K_I64, 0),
-    COL(a2_event_row, cause, K_JSONB, F_NULL),
+        COL(a2_event_row, session_id, K_TEXT, F_KEY),
+        COL(a2_event_row, idx, K_I64, F_KEY),
+        COL(a2_event_row, event_type, K_TEXT, 0),
+        COL(a2_event_row, payload, K_JSONB, 0),
+        COL(a2_event_row, event_id, K_TEXT, 0),
+        COL(a2_event_row, created_at, K_I64, 0),
+        COL(a2_event_row, cause, K_JSONB, F_NULL),
 };
 
 static const colspec cursor_cols[A2_CURSOR_NCOLS] = {
-    COL(a2_cursor_row, session_id, K_TEXT, F_KEY),
-    COL(a2_cursor_row, consumer, K_TEXT, F_KEY),
-    COL(a2_cursor_row, cursor_key, K_TEXT, F_KEY),
-    COL(a2_cursor_row, epoch, K_I64, F_KEY),
-    COL(a2_cursor_row, kind, K_TEXT, 0),
-    COL(a2_cursor_row, lane, K_TEXT, F_NULL),
-    COL(a2_cursor_row, position, K_I64, 0),
-    COL(a2_cursor_row, head, K_I64, F_NULL),
-    COL(a2_cursor_row, types, K_JSONB, F_NULL),
-    COL(a2_cursor_row, attempt_count, K_I32, 0),
-    COL(a2_cursor_row, first_claimed_at, K_I64, F_NULL),
-    COL(a2_cursor_row, last_claimed_at, K_I64, F_NULL),
-    COL(a2_cursor_row, claim_holder, K_TEXT, F_NULL),
-    COL(a2_cursor_row, claim_expires_at, K_I64, F_NULL),
-    COL(a2_cursor_row, failure_count, K_I32, 0),
-    COL(a2_cursor_row, last_failed_at, K_I64, F_NULL),
-    COL(a2_cursor_row, last_failed_attempt, K_I32, F_NULL),
-    COL(a2_cursor_row, last_error, K_TEXT, F_NULL),
-    COL(a2_cursor_row, failed_at, K_I64, F_NULL),
-    COL(a2_cursor_row, completed_idx, K_I64, F_NULL),
-    COL(a2_cursor_row, completed_attempt, K_I32, F_NULL),
-    COL(a2_cursor_row, returned_event_ids, K_JSONB, F_NULL),
+        COL(a2_cursor_row, session_id, K_TEXT, F_KEY),
+        COL(a2_cursor_row, consumer, K_TEXT, F_KEY),
+        COL(a2_cursor_row, cursor_key, K_TEXT, F_KEY),
+        COL(a2_cursor_row, epoch, K_I64, F_KEY),
+        COL(a2_cursor_row, kind, K_TEXT, 0),
+        COL(a2_cursor_row, lane, K_TEXT, F_NULL),
+        COL(a2_cursor_row, position, K_I64, 0),
+        COL(a2_cursor_row, head, K_I64, F_NULL),
+        COL(a2_cursor_row, types, K_JSONB, F_NULL),
+        COL(a2_cursor_row, attempt_count, K_I32, 0),
+        COL(a2_cursor_row, first_claimed_at, K_I64, F_NULL),
+        COL(a2_cursor_row, last_claimed_at, K_I64, F_NULL),
+        COL(a2_cursor_row, claim_holder, K_TEXT, F_NULL),
+        COL(a2_cursor_row, claim_expires_at, K_I64, F_NULL),
+        COL(a2_cursor_row, failure_count, K_I32, 0),
+        COL(a2_cursor_row, last_failed_at, K_I64, F_NULL),
+        COL(a2_cursor_row, last_failed_attempt, K_I32, F_NULL),
+        COL(a2_cursor_row, last_error, K_TEXT, F_NULL),
+        COL(a2_cursor_row, failed_at, K_I64, F_NULL),
+        COL(a2_cursor_row, completed_idx, K_I64, F_NULL),
+        COL(a2_cursor_row, completed_attempt, K_I32, F_NULL),
+        COL(a2_cursor_row, returned_event_ids, K_JSONB, F_NULL),
 };
 
 static const colspec clear_cols[A2_CLEAR_NCOLS] = {
-    COL(a2_clear_row, session_id, K_TEXT, F_KEY),
-    COL(a2_clear_row, clear_index, K_I64, 0),
+        COL(a2_clear_row, session_id, K_TEXT, F_KEY),
+        COL(a2_clear_row, clear_index, K_I64, 0),
 };
 
 static const colspec lane_event_cols[A2_LANE_EVENT_NCOLS] = {
-    COL(a2_lane_event_row, session_id, K_TEXT, F_KEY),
-    COL(a2_lane_event_row, consumer, K_TEXT, F_KEY),
-    COL(a2_lane_event_row, lane, K_TEXT, F_KEY),
-    COL(a2_lane_event_row, idx, K_I64, F_KEY),
-    COL(a2_lane_event_row, done, K_BOOL, 0),
-    COL(a2_lane_event_row, completed_attempt, K_I32, F_NULL),
-    COL(a2_lane_event_row, returned_event_ids, K_JSONB, F_NULL),
+        COL(a2_lane_event_row, session_id, K_TEXT, F_KEY),
+        COL(a2_lane_event_row, consumer, K_TEXT, F_KEY),
+        COL(a2_lane_event_row, lane, K_TEXT, F_KEY),
+        COL(a2_lane_event_row, idx, K_I64, F_KEY),
+        COL(a2_lane_event_row, done, K_BOOL, 0),
+        COL(a2_lane_event_row, completed_attempt, K_I32, F_NULL),
+        COL(a2_lane_event_row, returned_event_ids, K_JSONB, F_NULL),
 };
 
 static const colspec presence_cols[A2_PRESENCE_NCOLS] = {
-    COL(a2_presence_row, ns, K_TEXT, F_KEY),
-    COL(a2_presence_row, participant, K_TEXT, F_KEY),
-    COL(a2_presence_row, field, K_TEXT, F_KEY),
-    COL(a2_presence_row, value, K_JSONB, 0),
-    COL(a2_presence_row, seen, K_I64, F_NULL),
-    COL(a2_presence_row, at, K_I64, 0),
-    COL(a2_presence_row, expires_at, K_I64, 0),
+        COL(a2_presence_row, ns, K_TEXT, F_KEY),
+        COL(a2_presence_row, participant, K_TEXT, F_KEY),
+        COL(a2_presence_row, field, K_TEXT, F_KEY),
+        COL(a2_presence_row, value, K_JSONB, 0),
+        COL(a2_presence_row, seen, K_I64, F_NULL),
+        COL(a2_presence_row, at, K_I64, 0),
+        COL(a2_presence_row, expires_at, K_I64, 0),
 };
 
 typedef struct tablespec {
@@ -104,15 +107,16 @@ typedef struct tablespec {
 
 /* Indexed by a2_table. */
 static const tablespec tables[] = {
-    [A2_TABLE_NONE] = {"", 0, NULL, 0, false},
-    [A2_TABLE_EVENTS] = {"a2_events", 9, event_cols, A2_EVENT_NCOLS, false},
-    [A2_TABLE_CURSORS] = {"a2_cursors", 10, cursor_cols, A2_CURSOR_NCOLS, true},
-    [A2_TABLE_CLEARS] = {"a2_clears", 9, clear_cols, A2_CLEAR_NCOLS, false},
-    [A2_TABLE_LANE_EVENTS] = {"a2_lane_events", 14, lane_event_cols,
-                              A2_LANE_EVENT_NCOLS, false},
-    [A2_TABLE_PRESENCE] = {"a2_presence", 11, presence_cols, A2_PRESENCE_NCOLS,
-                           false},
-    [A2_TABLE_OTHER] = {"", 0, NULL, 0, false},
+        [A2_TABLE_NONE] = {"", 0, NULL, 0, false},
+        [A2_TABLE_EVENTS] = {"a2_events", 9, event_cols, A2_EVENT_NCOLS, false},
+        [A2_TABLE_CURSORS] = {"a2_cursors", 10, cursor_cols, A2_CURSOR_NCOLS,
+                              true},
+        [A2_TABLE_CLEARS] = {"a2_clears", 9, clear_cols, A2_CLEAR_NCOLS, false},
+        [A2_TABLE_LANE_EVENTS] = {"a2_lane_events", 14, lane_event_cols,
+                                  A2_LANE_EVENT_NCOLS, false},
+        [A2_TABLE_PRESENCE] = {"a2_presence", 11, presence_cols,
+                               A2_PRESENCE_NCOLS, false},
+        [A2_TABLE_OTHER] = {"", 0, NULL, 0, false},
 };
 
 /* ---- the decoder ---- */
@@ -133,7 +137,8 @@ typedef struct centry {
 
 typedef struct colarray {
     centry e[A2_DECODER_MAX_COLUMNS];
-    int map[A2_CURSOR_NCOLS]; /* spec column -> entry (-1: absent), once indexed */
+    int map[A2_CURSOR_NCOLS]; /* spec column -> entry (-1: absent), once indexed
+                               */
     bool indexed;
     size_t n;
     size_t off; /* offset of the array */
@@ -181,7 +186,7 @@ fail(a2_decoder_error *err, int code, size_t off, const char *fmt, ...)
 
 static inline void skip_ws(scan *s)
 {
-    if (s->p < s->end && *s->p > ' ')
+    if (s->p<s->end && * s->p> ' ')
         return; /* wal2json writes no whitespace */
     while (s->p < s->end &&
            (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t'))
@@ -240,22 +245,21 @@ static int expect(scan *s, unsigned char c, const char *what)
 
 /* Hex digit values, -1 for any other byte. */
 static const signed char hexdigit[256] = {
-    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-     0,  1,  2,  3,  4,  5,  6,  7,  8,  9, -1, -1, -1, -1, -1, -1,
-    -1, 10, 11, 12, 13, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-    -1, 10, 11, 12, 13, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0,  1,  2,  3,  4,  5,
+        6,  7,  8,  9,  -1, -1, -1, -1, -1, -1, -1, 10, 11, 12, 13, 14, 15, -1,
+        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1, -1, -1, -1, 10, 11, 12, 13, 14, 15, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1,
 };
 
 static inline int hexval(unsigned char c)
@@ -314,17 +318,20 @@ static size_t utf8_len(const unsigned char *p, const unsigned char *end)
 
 /* Bytes a string holds as they are: printable ASCII except '"' and '\\'. */
 static const unsigned char plain[256] = {
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 };
 
-#define ONES UINT64_C(0x0101010101010101)
+#define ONES  UINT64_C(0x0101010101010101)
 #define HIGHS UINT64_C(0x8080808080808080)
 
 /* Nonzero when one of the 8 bytes of v is not plain. Each term is the
@@ -334,7 +341,9 @@ static inline uint64_t not_plain8(uint64_t v)
 {
     uint64_t q = v ^ (ONES * '"');
     uint64_t b = v ^ (ONES * '\\');
-    return (((v - ONES * 0x20) & ~v) | ((q - ONES) & ~q) | ((b - ONES) & ~b) | v) & HIGHS;
+    return (((v - ONES * 0x20) & ~v) | ((q - ONES) & ~q) | ((b - ONES) & ~b) |
+            v) &
+           HIGHS;
 }
 
 /* The end of the run of plain bytes at p: 8 bytes at a time, then bytewise. */
@@ -455,7 +464,8 @@ static int scan_string(scan *s, a2_change_text *out, bool keep)
                 return d->err.code;
             p += 6;
             if (cp >= 0xDC00 && cp <= 0xDFFF)
-                return fail(&d->err, A2_EDEC_UTF8, at, "lone low surrogate in \\u escape");
+                return fail(&d->err, A2_EDEC_UTF8, at,
+                            "lone low surrogate in \\u escape");
             if (cp >= 0xD800 && cp <= 0xDBFF) {
                 unsigned lo;
                 if (end - p < 6 || p[0] != '\\' || p[1] != 'u')
@@ -513,7 +523,8 @@ static int scan_string(scan *s, a2_change_text *out, bool keep)
  * the number is an integer, *iv is its value and *fits says whether it fits
  * an int64 (an integer of more than 19 digits never does).
  */
-static int scan_number(scan *s, a2_change_text *out, bool *is_int, int64_t *iv, bool *fits)
+static int scan_number(scan *s, a2_change_text *out, bool *is_int, int64_t *iv,
+                       bool *fits)
 {
     const unsigned char *p = s->p;
     const unsigned char *end = s->end;
@@ -531,12 +542,16 @@ static int scan_number(scan *s, a2_change_text *out, bool *is_int, int64_t *iv, 
         p++;
     else
         while (p < end && *p >= '0' && *p <= '9') {
-            v = v * 10 + (uint64_t)(*p - '0'); /* wraps past 19 digits: unused then */
+            v = v * 10 +
+                (uint64_t)(*p - '0'); /* wraps past 19 digits: unused then */
             p++;
         }
     if (iv) {
         *fits = p - digits <= 19 && v <= (uint64_t)INT64_MAX + (neg ? 1 : 0);
-        *iv = !*fits ? 0 : !neg ? (int64_t)v : v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
+        *iv = !*fits                         ? 0
+              : !neg                         ? (int64_t)v
+              : v == (uint64_t)INT64_MAX + 1 ? INT64_MIN
+                                             : -(int64_t)v;
     }
     if (p < end && *p == '.') {
         integer = false;
@@ -665,7 +680,8 @@ static int next_member(scan *s, unsigned char close)
 {
     skip_ws(s);
     if (s->p >= s->end)
-        return fail(&s->d->err, A2_EDEC_SYNTAX, OFF(s), "unexpected end of line");
+        return fail(&s->d->err, A2_EDEC_SYNTAX, OFF(s),
+                    "unexpected end of line");
     if (*s->p == ',') {
         s->p++;
         return 1;
@@ -674,7 +690,8 @@ static int next_member(scan *s, unsigned char close)
         s->p++;
         return 0;
     }
-    return fail(&s->d->err, A2_EDEC_SYNTAX, OFF(s), "expected ',' or '%c'", close);
+    return fail(&s->d->err, A2_EDEC_SYNTAX, OFF(s), "expected ',' or '%c'",
+                close);
 }
 
 static bool key_is(const a2_change_text *k, const char *lit)
@@ -753,7 +770,8 @@ static int scan_column(scan *s, centry *ce)
         skip_ws(s);
         if (kid == 1) {
             if (have_name)
-                return fail(&s->d->err, A2_EDEC_VALUE, koff, "duplicate key \"name\"");
+                return fail(&s->d->err, A2_EDEC_VALUE, koff,
+                            "duplicate key \"name\"");
             if (s->p >= s->end || *s->p != '"') {
                 size_t voff = OFF(s);
                 if (skip_value(s, 3) < 0)
@@ -766,7 +784,8 @@ static int scan_column(scan *s, centry *ce)
             have_name = true;
         } else if (kid == 2) {
             if (have_value)
-                return fail(&s->d->err, A2_EDEC_VALUE, koff, "duplicate key \"value\"");
+                return fail(&s->d->err, A2_EDEC_VALUE, koff,
+                            "duplicate key \"value\"");
             have_value = true;
             if (scan_cvalue(s, ce) < 0)
                 return s->d->err.code;
@@ -778,7 +797,8 @@ static int scan_column(scan *s, centry *ce)
         return r;
 done:
     if (!have_name)
-        return fail(&s->d->err, A2_EDEC_MISSING, start, "column without \"name\"");
+        return fail(&s->d->err, A2_EDEC_MISSING, start,
+                    "column without \"name\"");
     if (!have_value)
         return fail(&s->d->err, A2_EDEC_MISSING, start,
                     "column \"%.*s\" without \"value\"",
@@ -837,7 +857,8 @@ static int scan_columns(scan *s, colarray *ca, const char *what)
     if (s->p >= s->end || *s->p != '[') {
         if (skip_value(s, 1) < 0)
             return s->d->err.code;
-        return fail(&s->d->err, A2_EDEC_TYPE, ca->off, "\"%s\": expected an array", what);
+        return fail(&s->d->err, A2_EDEC_TYPE, ca->off,
+                    "\"%s\": expected an array", what);
     }
     s->p++;
     skip_ws(s);
@@ -848,7 +869,8 @@ static int scan_columns(scan *s, colarray *ca, const char *what)
     do {
         if (ca->n >= A2_DECODER_MAX_COLUMNS)
             return fail(&s->d->err, A2_EDEC_VALUE, OFF(s),
-                        "\"%s\": more than %d columns", what, A2_DECODER_MAX_COLUMNS);
+                        "\"%s\": more than %d columns", what,
+                        A2_DECODER_MAX_COLUMNS);
         centry *ce = &ca->e[ca->n]; /* every field is set before it is read */
         skip_ws(s);
         int fast = scan_column_fast(s, ce);
@@ -985,7 +1007,8 @@ static int parse_timestamp(const char *p, size_t n, int64_t *out)
         return -1;
     if (mo == 2 && dd == 29 && !((y % 4 == 0 && y % 100 != 0) || y % 400 == 0))
         return -1;
-    int64_t secs = days_from_civil(y, mo, dd) * 86400 + h * 3600 + mi * 60 + sec;
+    int64_t secs =
+            days_from_civil(y, mo, dd) * 86400 + h * 3600 + mi * 60 + sec;
     secs -= sign * (oh * 3600 + om * 60 + os);
     *out = secs * 1000000 + frac;
     return 0;
@@ -995,7 +1018,8 @@ static int parse_timestamp(const char *p, size_t n, int64_t *out)
 
 /* The spec index of column `name`; wal2json sends columns in table order,
  * so the one after the previous match (*guess) is tried first. */
-static int find_col(const tablespec *t, const a2_change_text *name, size_t *guess)
+static int find_col(const tablespec *t, const a2_change_text *name,
+                    size_t *guess)
 {
     size_t g = *guess;
     if (g < t->ncols && t->cols[g].len == name->len &&
@@ -1028,7 +1052,8 @@ static int index_cols(a2_decoder *d, const tablespec *t, colarray *ca)
             continue; /* a column a2 does not know: skipped */
         if (map[c] >= 0)
             return fail(&d->err, A2_EDEC_VALUE, ca->e[k].voff,
-                        "duplicate column \"%s\" in %s", t->cols[c].name, t->name);
+                        "duplicate column \"%s\" in %s", t->cols[c].name,
+                        t->name);
         map[c] = (int)k;
     }
     return 0;
@@ -1043,8 +1068,8 @@ static int set_field(a2_decoder *d, const tablespec *t, const colspec *c,
     if (ce->vt == V_NULL) {
         if (!nullable)
             return fail(&d->err, A2_EDEC_TYPE, ce->voff,
-                        "column \"%s\" of %s: null in a not-null column", c->name,
-                        t->name);
+                        "column \"%s\" of %s: null in a not-null column",
+                        c->name, t->name);
         if (c->kind == K_TEXT || c->kind == K_JSONB) {
             a2_change_text nul = {NULL, 0};
             memcpy(field, &nul, sizeof nul);
@@ -1059,7 +1084,8 @@ static int set_field(a2_decoder *d, const tablespec *t, const colspec *c,
     case K_JSONB:
         if (ce->vt != V_STR)
             return fail(&d->err, A2_EDEC_TYPE, ce->voff,
-                        "column \"%s\" of %s: expected a string", c->name, t->name);
+                        "column \"%s\" of %s: expected a string", c->name,
+                        t->name);
         memcpy(field, &ce->s, sizeof ce->s);
         return 0;
     case K_I64:
@@ -1073,8 +1099,8 @@ static int set_field(a2_decoder *d, const tablespec *t, const colspec *c,
         if (!ce->fits || (c->kind == K_I32 && (v < INT32_MIN || v > INT32_MAX)))
             return fail(&d->err, A2_EDEC_RANGE, ce->voff,
                         "column \"%s\" of %s: %.*s is out of range for %s",
-                        c->name, t->name, (int)(ce->s.len > 40 ? 40 : ce->s.len),
-                        ce->s.ptr,
+                        c->name, t->name,
+                        (int)(ce->s.len > 40 ? 40 : ce->s.len), ce->s.ptr,
                         c->kind == K_I32 ? "integer" : "bigint");
         if (nullable) {
             a2_change_int iv = {v, false};
@@ -1123,7 +1149,8 @@ static int fill_row(a2_decoder *d, const tablespec *t, a2_row *row,
             if (mode == ROW_INSERT)
                 required = true;
             else if (mode == ROW_NEW)
-                required = (c->flags & F_KEY) || (c->kind != K_TEXT && c->kind != K_JSONB);
+                required = (c->flags & F_KEY) ||
+                           (c->kind != K_TEXT && c->kind != K_JSONB);
             else
                 required = (c->flags & F_KEY) || t->full_identity;
             if (required)
@@ -1160,7 +1187,6 @@ enum {
     KEY_ORIGIN = 1u << 12,
     KEY_PK = 1u << 13
 };
-
 
 #define IS(lit) same_bytes(k->ptr, lit, sizeof(lit) - 1)
 
@@ -1211,8 +1237,8 @@ static int member_string(scan *s, const char *key, bool nullable,
     }
     if (skip_value(s, 1) < 0)
         return s->d->err.code;
-    return fail(&s->d->err, A2_EDEC_TYPE, voff, "\"%s\": expected a string%s", key,
-                nullable ? " or null" : "");
+    return fail(&s->d->err, A2_EDEC_TYPE, voff, "\"%s\": expected a string%s",
+                key, nullable ? " or null" : "");
 }
 
 static int parse_top(scan *s, unsigned *seen)
@@ -1250,8 +1276,8 @@ static int parse_top(scan *s, unsigned *seen)
             if (member_string(s, "action", false, &t) < 0)
                 return d->err.code;
             if (t.len != 1 || !strchr("BCIUDMT", t.ptr[0]))
-                return fail(&d->err, A2_EDEC_VALUE, voff, "unknown action \"%.16s\"",
-                            t.ptr);
+                return fail(&d->err, A2_EDEC_VALUE, voff,
+                            "unknown action \"%.16s\"", t.ptr);
             c->action = (a2_action)t.ptr[0];
             break;
         case KEY_XID:
@@ -1262,13 +1288,15 @@ static int parse_top(scan *s, unsigned *seen)
                 c->xid.value = 0;
                 break;
             }
-            if (s->p < s->end && (*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))) {
+            if (s->p < s->end &&
+                (*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))) {
                 bool is_int;
                 int64_t v;
                 if (scan_number(s, &t, &is_int, NULL, NULL) < 0)
                     return d->err.code;
                 if (!is_int)
-                    return fail(&d->err, A2_EDEC_TYPE, voff, "\"xid\": expected an integer");
+                    return fail(&d->err, A2_EDEC_TYPE, voff,
+                                "\"xid\": expected an integer");
                 if (parse_i64(t.ptr, t.len, &v) < 0 || v < 0 || v > UINT32_MAX)
                     return fail(&d->err, A2_EDEC_RANGE, voff,
                                 "\"xid\": %.*s is out of range",
@@ -1279,19 +1307,23 @@ static int parse_top(scan *s, unsigned *seen)
             }
             if (skip_value(s, 1) < 0)
                 return d->err.code;
-            return fail(&d->err, A2_EDEC_TYPE, voff, "\"xid\": expected an integer or null");
+            return fail(&d->err, A2_EDEC_TYPE, voff,
+                        "\"xid\": expected an integer or null");
         case KEY_TIMESTAMP:
             if (member_string(s, "timestamp", true, &c->timestamp) < 0)
                 return d->err.code;
             if (c->timestamp.ptr) {
                 /* A transaction's messages all carry its commit time. */
-                if (c->timestamp.len == d->ts_len && c->timestamp.len < sizeof d->ts_text &&
+                if (c->timestamp.len == d->ts_len &&
+                    c->timestamp.len < sizeof d->ts_text &&
                     same_bytes(c->timestamp.ptr, d->ts_text, d->ts_len)) {
                     c->time_us = d->ts_us;
                 } else {
-                    if (parse_timestamp(c->timestamp.ptr, c->timestamp.len, &c->time_us) < 0)
+                    if (parse_timestamp(c->timestamp.ptr, c->timestamp.len,
+                                        &c->time_us) < 0)
                         return fail(&d->err, A2_EDEC_VALUE, voff,
-                                    "bad timestamp \"%.40s\"", c->timestamp.ptr);
+                                    "bad timestamp \"%.40s\"",
+                                    c->timestamp.ptr);
                     if (c->timestamp.len < sizeof d->ts_text) {
                         memcpy(d->ts_text, c->timestamp.ptr, c->timestamp.len);
                         d->ts_len = c->timestamp.len;
@@ -1309,8 +1341,8 @@ static int parse_top(scan *s, unsigned *seen)
             if (member_string(s, name, false, &t) < 0)
                 return d->err.code;
             if (parse_lsn(t.ptr, t.len, dst) < 0)
-                return fail(&d->err, A2_EDEC_VALUE, voff, "\"%s\": bad LSN \"%.24s\"",
-                            name, t.ptr);
+                return fail(&d->err, A2_EDEC_VALUE, voff,
+                            "\"%s\": bad LSN \"%.24s\"", name, t.ptr);
             d->used = save;
             if (bit == KEY_LSN)
                 c->has_lsn = true;
@@ -1369,7 +1401,8 @@ static int parse_top(scan *s, unsigned *seen)
 
 static a2_table table_of(const a2_change *c)
 {
-    if (c->schema.ptr && !(c->schema.len == 6 && memcmp(c->schema.ptr, "public", 6) == 0))
+    if (c->schema.ptr &&
+        !(c->schema.len == 6 && memcmp(c->schema.ptr, "public", 6) == 0))
         return A2_TABLE_OTHER;
     for (int t = A2_TABLE_EVENTS; t < A2_TABLE_OTHER; t++)
         if (tables[t].len == c->table_name.len &&
@@ -1383,7 +1416,8 @@ static int finish(a2_decoder *d, unsigned seen, size_t end_off)
     a2_change *c = &d->change;
 
     if (!(seen & KEY_ACTION))
-        return fail(&d->err, A2_EDEC_MISSING, end_off, "key \"action\" is missing");
+        return fail(&d->err, A2_EDEC_MISSING, end_off,
+                    "key \"action\" is missing");
     switch (c->action) {
     case A2_ACTION_BEGIN:
     case A2_ACTION_COMMIT:
@@ -1403,7 +1437,8 @@ static int finish(a2_decoder *d, unsigned seen, size_t end_off)
         break;
     }
     if (!(seen & KEY_TABLE))
-        return fail(&d->err, A2_EDEC_MISSING, end_off, "key \"table\" is missing");
+        return fail(&d->err, A2_EDEC_MISSING, end_off,
+                    "key \"table\" is missing");
     c->table = table_of(c);
     if (c->action == A2_ACTION_TRUNCATE || c->table == A2_TABLE_OTHER)
         return 0;
@@ -1413,16 +1448,19 @@ static int finish(a2_decoder *d, unsigned seen, size_t end_off)
     switch (c->action) {
     case A2_ACTION_INSERT:
         if (!(seen & KEY_COLUMNS))
-            return fail(&d->err, A2_EDEC_MISSING, end_off, "insert: key \"columns\" is missing");
+            return fail(&d->err, A2_EDEC_MISSING, end_off,
+                        "insert: key \"columns\" is missing");
         if (fill_row(d, t, nr, &d->cols, NULL, ROW_INSERT) < 0)
             return d->err.code;
         c->new_row = nr;
         return 0;
     case A2_ACTION_UPDATE:
         if (!(seen & KEY_COLUMNS))
-            return fail(&d->err, A2_EDEC_MISSING, end_off, "update: key \"columns\" is missing");
+            return fail(&d->err, A2_EDEC_MISSING, end_off,
+                        "update: key \"columns\" is missing");
         if (!(seen & KEY_IDENTITY))
-            return fail(&d->err, A2_EDEC_MISSING, end_off, "update: key \"identity\" is missing");
+            return fail(&d->err, A2_EDEC_MISSING, end_off,
+                        "update: key \"identity\" is missing");
         if (fill_row(d, t, nr, &d->cols, &d->ident, ROW_NEW) < 0 ||
             fill_row(d, t, orow, &d->ident, NULL, ROW_OLD) < 0)
             return d->err.code;
@@ -1431,7 +1469,8 @@ static int finish(a2_decoder *d, unsigned seen, size_t end_off)
         return 0;
     default: /* delete */
         if (!(seen & KEY_IDENTITY))
-            return fail(&d->err, A2_EDEC_MISSING, end_off, "delete: key \"identity\" is missing");
+            return fail(&d->err, A2_EDEC_MISSING, end_off,
+                        "delete: key \"identity\" is missing");
         if (fill_row(d, t, orow, &d->ident, NULL, ROW_OLD) < 0)
             return d->err.code;
         c->old_row = orow;
@@ -1477,7 +1516,8 @@ int a2_decoder_decode(a2_decoder *d, const char *line, size_t len,
     if (!d)
         return A2_EDEC_ARG;
     if (!out || (!line && len > 0))
-        return fail(&d->err, A2_EDEC_ARG, 0, "no line or no place for the change");
+        return fail(&d->err, A2_EDEC_ARG, 0,
+                    "no line or no place for the change");
     if (len > d->max_line)
         return fail(&d->err, A2_EDEC_TOOLONG, d->max_line,
                     "line of %zu bytes is longer than the limit of %zu", len,
@@ -1487,8 +1527,8 @@ int a2_decoder_decode(a2_decoder *d, const char *line, size_t len,
         size_t cap = len + 1 < 4096 ? 4096 : len + 1;
         char *nb = malloc(cap);
         if (!nb)
-            return fail(&d->err, A2_EDEC_NOMEM, 0, "out of memory for a line of %zu bytes",
-                        len);
+            return fail(&d->err, A2_EDEC_NOMEM, 0,
+                        "out of memory for a line of %zu bytes", len);
         free(d->buf);
         d->buf = nb;
         d->cap = cap;
@@ -1511,7 +1551,8 @@ int a2_decoder_decode(a2_decoder *d, const char *line, size_t len,
         goto error;
     skip_ws(&s);
     if (s.p != s.end) {
-        fail(&d->err, A2_EDEC_SYNTAX, OFF(&s), "trailing bytes after the object");
+        fail(&d->err, A2_EDEC_SYNTAX, OFF(&s),
+             "trailing bytes after the object");
         goto error;
     }
     if (finish(d, seen, len) < 0)
@@ -1642,7 +1683,8 @@ static void visit_row(a2_table table, a2_row *row, text_fn fn, void *arg)
             fn((a2_change_text *)(void *)((char *)row + t->cols[i].off), arg);
 }
 
-static void visit_texts(a2_change *c, a2_row *nr, a2_row *orow, text_fn fn, void *arg)
+static void visit_texts(a2_change *c, a2_row *nr, a2_row *orow, text_fn fn,
+                        void *arg)
 {
     fn(&c->timestamp, arg);
     fn(&c->schema, arg);
@@ -1705,8 +1747,8 @@ a2_change *a2_change_dup(const a2_change *c)
         rows[1] = orow;
         copy->old_row = &rows[1];
     }
-    visit_texts(copy, c->new_row ? &rows[0] : NULL, c->old_row ? &rows[1] : NULL,
-                copy_text, &strings);
+    visit_texts(copy, c->new_row ? &rows[0] : NULL,
+                c->old_row ? &rows[1] : NULL, copy_text, &strings);
     return copy;
 }
 

@@ -82,7 +82,8 @@ int main(int argc, char **argv)
     corpus c = {0};
     double min_secs = argc > 2 ? atof(argv[2]) : 2.0;
     if (argc < 2 || load(argv[1], &c) < 0) {
-        fprintf(stderr, "a2-bench-decode: could not read %s\n", argc > 1 ? argv[1] : "(no file)");
+        fprintf(stderr, "a2-bench-decode: could not read %s\n",
+                argc > 1 ? argv[1] : "(no file)");
         return 2;
     }
     size_t bytes = 0;
@@ -104,13 +105,15 @@ int main(int argc, char **argv)
                         a2_decoder_last_error(d)->message);
                 return 1;
             }
-            changes += ch->action != A2_ACTION_BEGIN && ch->action != A2_ACTION_COMMIT &&
+            changes += ch->action != A2_ACTION_BEGIN &&
+                       ch->action != A2_ACTION_COMMIT &&
                        ch->action != A2_ACTION_MESSAGE;
         }
         passes++;
         t = now() - t0;
     } while (t < min_secs);
-    printf("a2_decoder %zu %zu %zu %.6f %d %.6f\n", c.n, changes, bytes, t, passes, cpu() - c0);
+    printf("a2_decoder %zu %zu %zu %.6f %d %.6f\n", c.n, changes, bytes, t,
+           passes, cpu() - c0);
 
     /* The same lines through the decoder and a2_change_dup (the consumer's
      * path when it buffers a transaction). */
@@ -127,8 +130,8 @@ int main(int argc, char **argv)
         passes++;
         t = now() - t0;
     } while (t < min_secs);
-    printf("a2_decoder+dup %zu %zu %zu %.6f %d %.6f\n", c.n, changes, bytes, t, passes,
-           cpu() - c0);
+    printf("a2_decoder+dup %zu %zu %zu %.6f %d %.6f\n", c.n, changes, bytes, t,
+           passes, cpu() - c0);
     a2_decoder_free(d);
 
     passes = 0;
@@ -145,8 +148,8 @@ int main(int argc, char **argv)
         passes++;
         t = now() - t0;
     } while (t < min_secs);
-    printf("jansson_loadb %zu %zu %zu %.6f %d %.6f\n", c.n, changes, bytes, t, passes,
-           cpu() - c0);
+    printf("jansson_loadb %zu %zu %zu %.6f %d %.6f\n", c.n, changes, bytes, t,
+           passes, cpu() - c0);
 
     free(c.data);
     free(c.off);

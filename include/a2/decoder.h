@@ -46,33 +46,35 @@ struct json_t; /* jansson's json_t, only for a2_decoder_parse_jsonb */
 
 /* Longest line a2_decoder_decode accepts, in bytes (default and maximum of
  * a2_decoder_set_max_line). */
-#define A2_DECODER_MAX_LINE ((size_t)64 * 1024 * 1024)
+#define A2_DECODER_MAX_LINE        ((size_t)64 * 1024 * 1024)
 /* Deepest nesting of arrays/objects in a line (wal2json needs 3). */
-#define A2_DECODER_MAX_DEPTH 8
+#define A2_DECODER_MAX_DEPTH       8
 /* Most columns in one "columns" or "identity" array. */
-#define A2_DECODER_MAX_COLUMNS 256
+#define A2_DECODER_MAX_COLUMNS     256
 /* Deepest nesting a2_decoder_parse_jsonb accepts in a jsonb value. */
 #define A2_DECODER_MAX_JSONB_DEPTH 64
 
 /* ---- error codes: 0 is success, every error is negative ---- */
 
-#define A2_EDEC_NOMEM (-1)   /* out of memory */
-#define A2_EDEC_ARG (-2)     /* NULL decoder/line, or another bad argument */
+#define A2_EDEC_NOMEM   (-1) /* out of memory */
+#define A2_EDEC_ARG     (-2) /* NULL decoder/line, or another bad argument */
 #define A2_EDEC_TOOLONG (-3) /* line longer than the decoder's max line */
-#define A2_EDEC_SYNTAX (-4)  /* not JSON: truncated, stray byte, bad escape */
-#define A2_EDEC_UTF8 (-5)    /* invalid UTF-8 (or \u escape of a NUL/lone surrogate) */
-#define A2_EDEC_DEPTH (-6)   /* nesting deeper than the limit */
-#define A2_EDEC_TYPE (-7)    /* a key or column holds the wrong JSON type */
-#define A2_EDEC_RANGE (-8)   /* a number out of range for its column */
+#define A2_EDEC_SYNTAX  (-4) /* not JSON: truncated, stray byte, bad escape */
+#define A2_EDEC_UTF8                                                           \
+    (-5) /* invalid UTF-8 (or \u escape of a NUL/lone surrogate) */
+#define A2_EDEC_DEPTH   (-6) /* nesting deeper than the limit */
+#define A2_EDEC_TYPE    (-7) /* a key or column holds the wrong JSON type */
+#define A2_EDEC_RANGE   (-8) /* a number out of range for its column */
 #define A2_EDEC_MISSING (-9) /* a required key or column is missing */
-#define A2_EDEC_VALUE (-10)  /* well-typed but invalid: unknown action, bad LSN,
-                              * bad timestamp, duplicate key or column, too many
-                              * columns */
+#define A2_EDEC_VALUE                                                          \
+    (-10) /* well-typed but invalid: unknown action, bad LSN,                  \
+           * bad timestamp, duplicate key or column, too many                  \
+           * columns */
 
 /* Details of the last failure of a decoder (or of a2_decoder_parse_jsonb). */
 typedef struct a2_decoder_error {
-    int code;         /* an A2_EDEC_* code, 0 after a success */
-    size_t offset;    /* byte offset in the line where the problem was found */
+    int code;          /* an A2_EDEC_* code, 0 after a success */
+    size_t offset;     /* byte offset in the line where the problem was found */
     char message[160]; /* one line, lower case, no trailing period, e.g.
                         * "column \"idx\" of a2_events: expected a number" */
 } a2_decoder_error;
@@ -163,7 +165,7 @@ typedef struct a2_cursor_row {
     a2_change_text lane;
     int64_t position;
     a2_change_int head;
-    a2_change_text types; /* jsonb text or NULL */
+    a2_change_text types;  /* jsonb text or NULL */
     int64_t attempt_count; /* integer column: within int32 */
     a2_change_int first_claimed_at;
     a2_change_int last_claimed_at;
@@ -175,7 +177,7 @@ typedef struct a2_cursor_row {
     a2_change_text last_error;
     a2_change_int failed_at;
     a2_change_int completed_idx;
-    a2_change_int completed_attempt; /* integer column */
+    a2_change_int completed_attempt;   /* integer column */
     a2_change_text returned_event_ids; /* jsonb text or NULL */
 } a2_cursor_row;
 
@@ -205,7 +207,7 @@ typedef struct a2_lane_event_row {
     a2_change_text lane;
     int64_t idx;
     bool done;
-    a2_change_int completed_attempt; /* integer column */
+    a2_change_int completed_attempt;   /* integer column */
     a2_change_text returned_event_ids; /* jsonb text or NULL */
 } a2_lane_event_row;
 

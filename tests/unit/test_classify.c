@@ -8,14 +8,17 @@
 #include <stdio.h>
 #include <string.h>
 
+/* cmocka needs these first, in this order. */
+/* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+/* clang-format on */
 
-#define T(s) ((a2_change_text){(s), sizeof(s) - 1})
+#define T(s)  ((a2_change_text){(s), sizeof(s) - 1})
 #define NUL_T ((a2_change_text){NULL, 0})
-#define I(v) ((a2_change_int){(v), false})
+#define I(v)  ((a2_change_int){(v), false})
 #define NUL_I ((a2_change_int){0, true})
 
 /* An unclaimed run of kind `kind` at head 3 (position 2). */
@@ -177,7 +180,8 @@ static void e_takeover_dead(a2_cursor_row *b, a2_cursor_row *a)
     a->claim_expires_at = NUL_I;
 }
 
-static void e_takeover_dead_claim_times_moved(a2_cursor_row *b, a2_cursor_row *a)
+static void e_takeover_dead_claim_times_moved(a2_cursor_row *b,
+                                              a2_cursor_row *a)
 {
     e_takeover_dead(b, a);
     a->last_claimed_at = I(40000);
@@ -418,64 +422,92 @@ static void e_head_from_null(a2_cursor_row *b, a2_cursor_row *a)
 }
 
 static const tcase cases[] = {
-    {"insert", "event", e_none, A2_TRANSITION_STARTED, 1},
-    {"claim", "event", e_claim, A2_TRANSITION_CLAIMED, 0},
-    {"claim after a retry hold", "lane", e_claim_after_hold, A2_TRANSITION_CLAIMED, 0},
-    {"claim that counts a failure without a holder", "event", e_claim_counts_failure,
-     A2_TRANSITION_OTHER, 0},
-    {"claim of a dead head", "event", e_claim_dead_head, A2_TRANSITION_OTHER, 0},
-    {"claim without a lease", "event", e_claim_no_expiry, A2_TRANSITION_OTHER, 0},
-    {"attempt jumps by more than one", "event", e_attempt_jump, A2_TRANSITION_OTHER, 0},
-    {"renew", "log", e_renew, A2_TRANSITION_RENEWED, 0},
-    {"renew by another holder", "event", e_renew_other_holder, A2_TRANSITION_OTHER, 0},
-    {"lease set on an unclaimed head", "event", e_renew_unclaimed, A2_TRANSITION_OTHER, 0},
-    {"takeover of a lapsed claim", "event", e_takeover, A2_TRANSITION_TAKEN_OVER, 0},
-    {"takeover without the failure", "event", e_takeover_same_failures, A2_TRANSITION_OTHER,
-     0},
-    {"takeover at max failures", "lane", e_takeover_dead, A2_TRANSITION_DEAD_LETTERED, 0},
-    {"dead takeover that moves claim times", "lane", e_takeover_dead_claim_times_moved,
-     A2_TRANSITION_OTHER, 0},
-    {"fail with retry-after", "event", e_fail, A2_TRANSITION_FAILED, 0},
-    {"fail without a retry time", "event", e_fail_no_retry_time, A2_TRANSITION_FAILED, 0},
-    {"fail naming another attempt", "event", e_fail_wrong_attempt, A2_TRANSITION_OTHER, 0},
-    {"fail of an unclaimed head", "event", e_fail_unclaimed, A2_TRANSITION_OTHER, 0},
-    {"fail at max failures", "log", e_fail_dead, A2_TRANSITION_DEAD_LETTERED, 0},
-    {"dead letter with a hold", "log", e_fail_dead_with_hold, A2_TRANSITION_OTHER, 0},
-    {"redrive retry", "event", e_retry, A2_TRANSITION_RETRIED, 0},
-    {"retry that keeps the failure count", "event", e_retry_keeps_count, A2_TRANSITION_OTHER,
-     0},
-    {"redrive skip to a next head", "lane", e_skip, A2_TRANSITION_SKIPPED, 0},
-    {"redrive skip to idle", "event", e_skip_to_idle, A2_TRANSITION_SKIPPED, 0},
-    {"skip that writes a receipt", "event", e_skip_with_receipt, A2_TRANSITION_OTHER, 0},
-    {"complete a lane head", "lane", e_complete_lane, A2_TRANSITION_COMPLETED, 0},
-    {"lane completion with a cursor receipt", "lane", e_complete_lane_receipt,
-     A2_TRANSITION_OTHER, 0},
-    {"complete a log head, retyped", "log", e_complete_log_retype, A2_TRANSITION_COMPLETED,
-     0},
-    {"log completion without its receipt", "log", e_complete_log_no_receipt,
-     A2_TRANSITION_OTHER, 0},
-    {"lane completion that changes types", "lane", e_complete_lane_retype,
-     A2_TRANSITION_OTHER, 0},
-    {"head moves backwards", "lane", e_complete_backwards, A2_TRANSITION_OTHER, 0},
-    {"completion that keeps the claim", "lane", e_complete_keeps_claim, A2_TRANSITION_OTHER,
-     0},
-    {"complete an event cursor", "event", e_idle_event, A2_TRANSITION_WENT_IDLE, 0},
-    {"complete a lane's last head", "lane", e_idle_lane, A2_TRANSITION_WENT_IDLE, 0},
-    {"event completion without its receipt", "event", e_idle_event_no_receipt,
-     A2_TRANSITION_OTHER, 0},
-    {"wake_log retypes a kept run", "log", e_retype, A2_TRANSITION_RETYPED, 0},
-    {"retype of a claimed run", "log", e_retype_claimed, A2_TRANSITION_RETYPED, 0},
-    {"retype with a lease change", "log", e_retype_and_renew, A2_TRANSITION_OTHER, 0},
-    {"clear releases the clearing head", "log", e_release, A2_TRANSITION_RELEASED, 0},
-    {"release that keeps the claim", "log", e_release_keeps_claim, A2_TRANSITION_OTHER, 0},
-    {"delete of an idle run", "lane", e_idle, A2_TRANSITION_RETIRED, 2},
-    {"delete of a run with a head", "event", e_none, A2_TRANSITION_DELETED, 2},
-    {"key column changed", "event", e_key_change, A2_TRANSITION_OTHER, 0},
-    {"kind changed", "event", e_kind_change, A2_TRANSITION_OTHER, 0},
-    {"position edited", "event", e_position_only, A2_TRANSITION_OTHER, 0},
-    {"no change", "event", e_no_change, A2_TRANSITION_OTHER, 0},
-    {"last_error edited", "event", e_error_text_only, A2_TRANSITION_OTHER, 0},
-    {"head set on an idle run", "lane", e_head_from_null, A2_TRANSITION_OTHER, 0},
+        {"insert", "event", e_none, A2_TRANSITION_STARTED, 1},
+        {"claim", "event", e_claim, A2_TRANSITION_CLAIMED, 0},
+        {"claim after a retry hold", "lane", e_claim_after_hold,
+         A2_TRANSITION_CLAIMED, 0},
+        {"claim that counts a failure without a holder", "event",
+         e_claim_counts_failure, A2_TRANSITION_OTHER, 0},
+        {"claim of a dead head", "event", e_claim_dead_head,
+         A2_TRANSITION_OTHER, 0},
+        {"claim without a lease", "event", e_claim_no_expiry,
+         A2_TRANSITION_OTHER, 0},
+        {"attempt jumps by more than one", "event", e_attempt_jump,
+         A2_TRANSITION_OTHER, 0},
+        {"renew", "log", e_renew, A2_TRANSITION_RENEWED, 0},
+        {"renew by another holder", "event", e_renew_other_holder,
+         A2_TRANSITION_OTHER, 0},
+        {"lease set on an unclaimed head", "event", e_renew_unclaimed,
+         A2_TRANSITION_OTHER, 0},
+        {"takeover of a lapsed claim", "event", e_takeover,
+         A2_TRANSITION_TAKEN_OVER, 0},
+        {"takeover without the failure", "event", e_takeover_same_failures,
+         A2_TRANSITION_OTHER, 0},
+        {"takeover at max failures", "lane", e_takeover_dead,
+         A2_TRANSITION_DEAD_LETTERED, 0},
+        {"dead takeover that moves claim times", "lane",
+         e_takeover_dead_claim_times_moved, A2_TRANSITION_OTHER, 0},
+        {"fail with retry-after", "event", e_fail, A2_TRANSITION_FAILED, 0},
+        {"fail without a retry time", "event", e_fail_no_retry_time,
+         A2_TRANSITION_FAILED, 0},
+        {"fail naming another attempt", "event", e_fail_wrong_attempt,
+         A2_TRANSITION_OTHER, 0},
+        {"fail of an unclaimed head", "event", e_fail_unclaimed,
+         A2_TRANSITION_OTHER, 0},
+        {"fail at max failures", "log", e_fail_dead,
+         A2_TRANSITION_DEAD_LETTERED, 0},
+        {"dead letter with a hold", "log", e_fail_dead_with_hold,
+         A2_TRANSITION_OTHER, 0},
+        {"redrive retry", "event", e_retry, A2_TRANSITION_RETRIED, 0},
+        {"retry that keeps the failure count", "event", e_retry_keeps_count,
+         A2_TRANSITION_OTHER, 0},
+        {"redrive skip to a next head", "lane", e_skip, A2_TRANSITION_SKIPPED,
+         0},
+        {"redrive skip to idle", "event", e_skip_to_idle, A2_TRANSITION_SKIPPED,
+         0},
+        {"skip that writes a receipt", "event", e_skip_with_receipt,
+         A2_TRANSITION_OTHER, 0},
+        {"complete a lane head", "lane", e_complete_lane,
+         A2_TRANSITION_COMPLETED, 0},
+        {"lane completion with a cursor receipt", "lane",
+         e_complete_lane_receipt, A2_TRANSITION_OTHER, 0},
+        {"complete a log head, retyped", "log", e_complete_log_retype,
+         A2_TRANSITION_COMPLETED, 0},
+        {"log completion without its receipt", "log", e_complete_log_no_receipt,
+         A2_TRANSITION_OTHER, 0},
+        {"lane completion that changes types", "lane", e_complete_lane_retype,
+         A2_TRANSITION_OTHER, 0},
+        {"head moves backwards", "lane", e_complete_backwards,
+         A2_TRANSITION_OTHER, 0},
+        {"completion that keeps the claim", "lane", e_complete_keeps_claim,
+         A2_TRANSITION_OTHER, 0},
+        {"complete an event cursor", "event", e_idle_event,
+         A2_TRANSITION_WENT_IDLE, 0},
+        {"complete a lane's last head", "lane", e_idle_lane,
+         A2_TRANSITION_WENT_IDLE, 0},
+        {"event completion without its receipt", "event",
+         e_idle_event_no_receipt, A2_TRANSITION_OTHER, 0},
+        {"wake_log retypes a kept run", "log", e_retype, A2_TRANSITION_RETYPED,
+         0},
+        {"retype of a claimed run", "log", e_retype_claimed,
+         A2_TRANSITION_RETYPED, 0},
+        {"retype with a lease change", "log", e_retype_and_renew,
+         A2_TRANSITION_OTHER, 0},
+        {"clear releases the clearing head", "log", e_release,
+         A2_TRANSITION_RELEASED, 0},
+        {"release that keeps the claim", "log", e_release_keeps_claim,
+         A2_TRANSITION_OTHER, 0},
+        {"delete of an idle run", "lane", e_idle, A2_TRANSITION_RETIRED, 2},
+        {"delete of a run with a head", "event", e_none, A2_TRANSITION_DELETED,
+         2},
+        {"key column changed", "event", e_key_change, A2_TRANSITION_OTHER, 0},
+        {"kind changed", "event", e_kind_change, A2_TRANSITION_OTHER, 0},
+        {"position edited", "event", e_position_only, A2_TRANSITION_OTHER, 0},
+        {"no change", "event", e_no_change, A2_TRANSITION_OTHER, 0},
+        {"last_error edited", "event", e_error_text_only, A2_TRANSITION_OTHER,
+         0},
+        {"head set on an idle run", "lane", e_head_from_null,
+         A2_TRANSITION_OTHER, 0},
 };
 
 static void run_case(void **state)
@@ -495,13 +527,14 @@ static void test_names(void **state)
 {
     (void)state;
     static const char *const want[A2_TRANSITION_COUNT] = {
-        "started",  "claimed", "renewed",  "taken_over", "completed",
-        "went_idle", "failed", "dead_lettered", "retried", "skipped",
-        "retyped",  "released", "retired", "deleted",    "other"};
+            "started",   "claimed",  "renewed",       "taken_over", "completed",
+            "went_idle", "failed",   "dead_lettered", "retried",    "skipped",
+            "retyped",   "released", "retired",       "deleted",    "other"};
     for (int t = 0; t < A2_TRANSITION_COUNT; t++)
         assert_string_equal(a2_transition_name((a2_transition)t), want[t]);
     assert_string_equal(a2_transition_name((a2_transition)-1), "other");
-    assert_string_equal(a2_transition_name((a2_transition)A2_TRANSITION_COUNT), "other");
+    assert_string_equal(a2_transition_name((a2_transition)A2_TRANSITION_COUNT),
+                        "other");
 }
 
 static void test_no_rows(void **state)
@@ -516,14 +549,18 @@ static void test_cleared_delete(void **state)
     (void)state;
     a2_cursor_row b = base("lane"); /* head 3 */
     /* Superseded by a clear at or above its head: retired. */
-    assert_int_equal(a2_transition_classify_cleared(&b, NULL, 3), A2_TRANSITION_RETIRED);
-    assert_int_equal(a2_transition_classify_cleared(&b, NULL, 10), A2_TRANSITION_RETIRED);
+    assert_int_equal(a2_transition_classify_cleared(&b, NULL, 3),
+                     A2_TRANSITION_RETIRED);
+    assert_int_equal(a2_transition_classify_cleared(&b, NULL, 10),
+                     A2_TRANSITION_RETIRED);
     /* A live head above the marker: deleted. */
-    assert_int_equal(a2_transition_classify_cleared(&b, NULL, 2), A2_TRANSITION_DELETED);
+    assert_int_equal(a2_transition_classify_cleared(&b, NULL, 2),
+                     A2_TRANSITION_DELETED);
     /* Updates classify as without the marker. */
     a2_cursor_row a = b;
     claim(&a, "w1", 1);
-    assert_int_equal(a2_transition_classify_cleared(&b, &a, 2), A2_TRANSITION_CLAIMED);
+    assert_int_equal(a2_transition_classify_cleared(&b, &a, 2),
+                     A2_TRANSITION_CLAIMED);
 }
 
 int main(void)

@@ -14,13 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* cmocka needs these first, in this order. */
+/* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+/* clang-format on */
 
 #define MAX_LINES 4096
-#define MAX_ROWS 64
+#define MAX_ROWS  64
 
 typedef struct fixture {
     char *lines[MAX_LINES];
@@ -99,7 +102,8 @@ static void assert_text(a2_change_text t, const char *want)
         return;
     }
     if (!text_is(t, want))
-        fail_msg("text \"%.*s\", want \"%s\"", (int)t.len, t.ptr ? t.ptr : "(null)", want);
+        fail_msg("text \"%.*s\", want \"%s\"", (int)t.len,
+                 t.ptr ? t.ptr : "(null)", want);
 }
 
 static bool text_eq(a2_change_text a, a2_change_text b)
@@ -149,7 +153,8 @@ typedef struct rows {
 
 static bool same_key(const a2_cursor_row *x, const a2_cursor_row *y)
 {
-    return text_eq(x->session_id, y->session_id) && text_eq(x->consumer, y->consumer) &&
+    return text_eq(x->session_id, y->session_id) &&
+           text_eq(x->consumer, y->consumer) &&
            text_eq(x->cursor_key, y->cursor_key) && x->epoch == y->epoch;
 }
 
@@ -218,7 +223,8 @@ static void check_stream(fixture *fx, size_t ncursor_want, size_t nlabels_want,
         int r = a2_decoder_decode(d, fx->lines[i], fx->lens[i], &c);
         if (r != 0)
             fail_msg("line %zu: %s at %zu: %s", i + 1, a2_decoder_strerror(r),
-                     a2_decoder_last_error(d)->offset, a2_decoder_last_error(d)->message);
+                     a2_decoder_last_error(d)->offset,
+                     a2_decoder_last_error(d)->message);
         per_action[c->action]++;
         /* The consumer's options: every message carries its LSN. */
         assert_true(c->has_lsn);
@@ -232,8 +238,8 @@ static void check_stream(fixture *fx, size_t ncursor_want, size_t nlabels_want,
             assert_true(c->has_nextlsn);
             assert_true(c->nextlsn > c->lsn);
             txid = c->xid;
-            snprintf(begin_ts_buf, sizeof begin_ts_buf, "%.*s", (int)c->timestamp.len,
-                     c->timestamp.ptr);
+            snprintf(begin_ts_buf, sizeof begin_ts_buf, "%.*s",
+                     (int)c->timestamp.len, c->timestamp.ptr);
             begin_ts = (a2_change_text){begin_ts_buf, strlen(begin_ts_buf)};
             begin_time = c->time_us;
             /* Commit time: the capture ran in 2024 or later, in UTC text. */
@@ -274,7 +280,8 @@ static void check_stream(fixture *fx, size_t ncursor_want, size_t nlabels_want,
             assert_true(int_eq(c->xid, txid));
             assert_true(text_eq(c->timestamp, begin_ts));
             assert_text(c->schema, "public");
-            assert_true(c->table != A2_TABLE_OTHER && c->table != A2_TABLE_NONE);
+            assert_true(c->table != A2_TABLE_OTHER &&
+                        c->table != A2_TABLE_NONE);
             assert_true(text_is(c->table_name, a2_table_name(c->table)));
             if (c->action == A2_ACTION_TRUNCATE) {
                 assert_string_equal(label, "truncate");
@@ -282,24 +289,30 @@ static void check_stream(fixture *fx, size_t ncursor_want, size_t nlabels_want,
                 assert_null(c->old_row);
                 break;
             }
-            assert_true((c->new_row != NULL) == (c->action != A2_ACTION_DELETE));
-            assert_true((c->old_row != NULL) == (c->action != A2_ACTION_INSERT));
+            assert_true((c->new_row != NULL) ==
+                        (c->action != A2_ACTION_DELETE));
+            assert_true((c->old_row != NULL) ==
+                        (c->action != A2_ACTION_INSERT));
             if (c->table == A2_TABLE_CLEARS && c->new_row)
-                set_clear(&cl, c->new_row->clear.session_id, c->new_row->clear.clear_index);
+                set_clear(&cl, c->new_row->clear.session_id,
+                          c->new_row->clear.clear_index);
             if (c->table != A2_TABLE_CURSORS)
                 break;
             ncursor++;
             /* REPLICA IDENTITY FULL: both images complete. */
             if (c->new_row)
-                assert_int_equal(c->new_row->cursor.present, (1u << A2_CURSOR_NCOLS) - 1);
+                assert_int_equal(c->new_row->cursor.present,
+                                 (1u << A2_CURSOR_NCOLS) - 1);
             if (c->old_row)
-                assert_int_equal(c->old_row->cursor.present, (1u << A2_CURSOR_NCOLS) - 1);
+                assert_int_equal(c->old_row->cursor.present,
+                                 (1u << A2_CURSOR_NCOLS) - 1);
             a2_transition t = a2_change_transition(c);
             int64_t ci;
             /* A delete is retired when the clear marker superseded the run. */
             if (c->action == A2_ACTION_DELETE &&
                 get_clear(&cl, c->old_row->cursor.session_id, &ci))
-                t = a2_transition_classify_cleared(&c->old_row->cursor, NULL, ci);
+                t = a2_transition_classify_cleared(&c->old_row->cursor, NULL,
+                                                   ci);
             if (strcmp(a2_transition_name(t), label) != 0)
                 fail_msg("line %zu: transition %s, the scenario says %s", i + 1,
                          a2_transition_name(t), label);
@@ -307,8 +320,10 @@ static void check_stream(fixture *fx, size_t ncursor_want, size_t nlabels_want,
             if (c->old_row) {
                 size_t k = find_row(&last, &c->old_row->cursor);
                 if (k == SIZE_MAX)
-                    fail_msg("line %zu: update/delete of a run never inserted", i + 1);
-                assert_cursor_eq(&last.c[k]->new_row->cursor, &c->old_row->cursor);
+                    fail_msg("line %zu: update/delete of a run never inserted",
+                             i + 1);
+                assert_cursor_eq(&last.c[k]->new_row->cursor,
+                                 &c->old_row->cursor);
                 if (!c->new_row) {
                     a2_change_free(last.c[k]);
                     last.c[k] = NULL;
@@ -355,19 +370,21 @@ static void test_stream_store(void **state)
 
 /* The decoded change after the a2-fixture message `label`, n-th (0-based)
  * I/U/D of table t. */
-static const a2_change *find(a2_decoder *d, void *state, const char *label, a2_table t,
-                             int nth)
+static const a2_change *find(a2_decoder *d, void *state, const char *label,
+                             a2_table t, int nth)
 {
     fixture *fx = ((fixtures *)state)->sql;
     bool in = false;
     for (size_t i = 0; i < fx->n; i++) {
         const a2_change *c = NULL;
-        assert_int_equal(a2_decoder_decode(d, fx->lines[i], fx->lens[i], &c), 0);
+        assert_int_equal(a2_decoder_decode(d, fx->lines[i], fx->lens[i], &c),
+                         0);
         if (c->action == A2_ACTION_MESSAGE && !c->transactional) {
             in = text_is(c->content, label);
             continue;
         }
-        if (in && c->table == t && c->action != A2_ACTION_TRUNCATE && nth-- == 0)
+        if (in && c->table == t && c->action != A2_ACTION_TRUNCATE &&
+            nth-- == 0)
             return c;
     }
     fail_msg("no change %d of %s after %s", nth, a2_table_name(t), label);
@@ -395,8 +412,8 @@ static void test_first_event(void **state)
     assert_int_equal(json_integer_value(json_object_get(j, "big")),
                      INT64_C(9007199254740993));
     assert_true(json_is_real(json_object_get(j, "n")));
-    assert_true(json_is_null(json_object_get(json_array_get(json_object_get(j, "arr"), 1),
-                                             "x")));
+    assert_true(json_is_null(json_object_get(
+            json_array_get(json_object_get(j, "arr"), 1), "x")));
     json_decref(j);
 
     /* Its cursor: a fresh event run. */
@@ -448,7 +465,8 @@ static void test_cursor_fields(void **state)
     assert_text(n->returned_event_ids, "[\"ev-2\"]");
     c = find(d, *state, "went_idle", A2_TABLE_EVENTS, 0);
     assert_text(c->new_row->event.cause,
-                "{\"id\": \"ev-1\", \"idx\": 1, \"attempt\": 4, \"consumer\": \"agentA\"}");
+                "{\"id\": \"ev-1\", \"idx\": 1, \"attempt\": 4, \"consumer\": "
+                "\"agentA\"}");
 
     /* The log cursor's types, before and after the retype. */
     c = find(d, *state, "retyped", A2_TABLE_CURSORS, 0);
@@ -466,9 +484,10 @@ static void test_cursor_fields(void **state)
     assert_true(l->done);
     assert_int_equal(l->completed_attempt.value, 1);
     assert_text(l->returned_event_ids, "[]");
-    assert_int_equal(c->old_row->lane_event.present,
-                     (1u << A2_LANE_EVENT_SESSION_ID) | (1u << A2_LANE_EVENT_CONSUMER) |
-                         (1u << A2_LANE_EVENT_LANE) | (1u << A2_LANE_EVENT_IDX));
+    assert_int_equal(
+            c->old_row->lane_event.present,
+            (1u << A2_LANE_EVENT_SESSION_ID) | (1u << A2_LANE_EVENT_CONSUMER) |
+                    (1u << A2_LANE_EVENT_LANE) | (1u << A2_LANE_EVENT_IDX));
     c = find(d, *state, "completed", A2_TABLE_CURSORS, 0);
     assert_text(c->new_row->cursor.lane, "q");
     assert_int_equal(c->new_row->cursor.head.value, 4);
@@ -509,10 +528,11 @@ static void test_other_tables(void **state)
     assert_int_equal(c->action, A2_ACTION_DELETE);
     assert_text(c->old_row->presence.participant, "bob");
     assert_text(c->old_row->presence.field, "status");
-    assert_text(c->old_row->presence.value, NULL); /* not in a DEFAULT identity */
-    assert_int_equal(c->old_row->presence.present, (1u << A2_PRESENCE_NS) |
-                                                       (1u << A2_PRESENCE_PARTICIPANT) |
-                                                       (1u << A2_PRESENCE_FIELD));
+    assert_text(c->old_row->presence.value,
+                NULL); /* not in a DEFAULT identity */
+    assert_int_equal(c->old_row->presence.present,
+                     (1u << A2_PRESENCE_NS) | (1u << A2_PRESENCE_PARTICIPANT) |
+                             (1u << A2_PRESENCE_FIELD));
     c = find(d, *state, "tables", A2_TABLE_CLEARS, 0);
     assert_int_equal(c->action, A2_ACTION_UPDATE);
     assert_int_equal(c->new_row->clear.clear_index, 7);
@@ -530,7 +550,9 @@ static void test_values(void **state)
     const a2_event_row *e = &c->new_row->event;
     assert_text(e->session_id, "s2");
     assert_int_equal(e->idx, INT64_C(9007199254740993));
-    assert_text(e->event_type, "tab\there ctrl\x01 \xc3\xa9 \xf0\x9f\x98\x80 back\\slash \"q\"");
+    assert_text(
+            e->event_type,
+            "tab\there ctrl\x01 \xc3\xa9 \xf0\x9f\x98\x80 back\\slash \"q\"");
     assert_text(e->payload, "123");
     assert_int_equal(e->created_at, INT64_MIN);
     assert_text(e->cause, "\"str\"");
@@ -596,10 +618,13 @@ static void test_mutations(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_stream_sql),   cmocka_unit_test(test_stream_store),
-        cmocka_unit_test(test_first_event),
-        cmocka_unit_test(test_cursor_fields), cmocka_unit_test(test_other_tables),
-        cmocka_unit_test(test_values),       cmocka_unit_test(test_mutations),
+            cmocka_unit_test(test_stream_sql),
+            cmocka_unit_test(test_stream_store),
+            cmocka_unit_test(test_first_event),
+            cmocka_unit_test(test_cursor_fields),
+            cmocka_unit_test(test_other_tables),
+            cmocka_unit_test(test_values),
+            cmocka_unit_test(test_mutations),
     };
     return cmocka_run_group_tests(tests, load, unload);
 }

@@ -35,8 +35,9 @@ static void use(const a2_change *c)
     }
     (void)a2_transition_name(a2_change_transition(c));
     if (c->table == A2_TABLE_CURSORS && c->old_row)
-        (void)a2_transition_classify_cleared(&c->old_row->cursor,
-                                             c->new_row ? &c->new_row->cursor : NULL, 5);
+        (void)a2_transition_classify_cleared(
+                &c->old_row->cursor, c->new_row ? &c->new_row->cursor : NULL,
+                5);
     const a2_row *rows[2] = {c->new_row, c->old_row};
     for (int i = 0; i < 2; i++) {
         if (!rows[i])
@@ -86,7 +87,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
     }
     /* A small limit now and then, to reach the too-long path. */
-    a2_decoder_set_max_line(dec, size > 0 && data[0] == ' ' ? 64 : A2_DECODER_MAX_LINE);
+    a2_decoder_set_max_line(
+            dec, size > 0 && data[0] == ' ' ? 64 : A2_DECODER_MAX_LINE);
     one(data, size);
     const uint8_t *p = data, *end = data + size;
     while (p < end) {
