@@ -263,7 +263,15 @@ a2c_audit_scan(const char *path, a2c_audit_resume *resume, int repair,
                          path, strerror(ioerr));
                 goto done;
             }
-            /* prev_line read [start, end): the torn bytes. */
+            /* prev_line read [start, end): the torn bytes. Only a record
+             * of ours is cut: anything else means a wrong path. */
+            if (strncmp(line, "{\"lsn\":\"", strlen(line) < 8 ? strlen(line) : 8) != 0) {
+                snprintf(err, errlen,
+                         "audit file \"%s\" ends with an incomplete line "
+                         "that is not an audit record",
+                         path);
+                goto done;
+            }
             resume->truncated_bytes = (size_t)(end - start);
             end = start;
             free(line);

@@ -151,6 +151,18 @@ test_torn_only_line(void **state)
 }
 
 static void
+test_foreign_file_is_not_cut(void **state)
+{
+    (void)state;
+    append_raw("# not an audit file\nkey = value");
+    a2c_audit_resume r;
+    char err[256];
+    assert_null(a2c_audit_open(path, &r, err, sizeof err));
+    assert_non_null(strstr(err, "not an audit record"));
+    assert_string_equal(slurp(path), "# not an audit file\nkey = value");
+}
+
+static void
 test_state_file_ahead_of_tail(void **state)
 {
     (void)state;
@@ -229,6 +241,8 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_torn_tail_is_cut, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_only_line, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_file_is_not_cut, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_state_file_ahead_of_tail, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_line_and_bad_state, setup,
