@@ -240,21 +240,25 @@ test_kill9_mid_burst(void **state)
     tc_start(&d);
     pid_t child = fork();
     if (child == 0) {
-        burst(0, 2400);
+        burst(0, 6000);
         _exit(0);
     }
     /* kill -9 three times while the burst runs, restarting each time */
     int delays[] = {150, 300, 250};
-    int mid_burst = 0;
+    int mid_burst = 0, st = 0, reaped = 0;
     for (int k = 0; k < 3; k++) {
         tc_sleep_ms(delays[k]);
-        mid_burst += waitpid(child, NULL, WNOHANG) == 0;
+        if (!reaped) {
+            pid_t r = waitpid(child, &st, WNOHANG);
+            reaped = r == child;
+            mid_burst += r == 0;
+        }
         tc_kill9(&d);
         tc_sleep_ms(30);
         tc_start(&d);
     }
-    int st;
-    waitpid(child, &st, 0);
+    if (!reaped)
+        waitpid(child, &st, 0);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     /* the kills hit the burst, and each restart resumed from the audit */
     assert_true(mid_burst >= 1);
@@ -302,9 +306,9 @@ test_kill9_mid_burst(void **state)
                                      "and claim_holder is null"),
                      0);
     /* and a new head wakes the worker */
-    burst(2400, 1);
+    burst(6000, 1);
     assert_true(tc_wait_for(&w, "wake", 5000, &m));
-    assert_string_equal(m.cursor, "#2400");
+    assert_string_equal(m.cursor, "#6000");
     tc_worker_close(&w);
     wait_caught_up(d.audit, 10000);
     assert_int_equal(tc_stop(&d), 0);
@@ -376,6 +380,26 @@ test_postgres_crash_restart(void **state)
     restart_under_consumer("immediate", "tc_pgcrash");
 }
 
+/* The walsender killed under the consumer (a lost connection). */
+static void
+test_walsender_terminated(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_init(&d, "tc_terminated");
+    tc_start(&d);
+    burst(0, 100);
+    a2_test_exec(db, "select pg_terminate_backend(active_pid) from "
+                     "pg_replication_slots where slot_name = 'tc_terminated'");
+    burst(100, 100);
+    wait_caught_up(d.audit, 30000);
+    assert_int_equal(tc_stop(&d), 0);
+    assert_exactly_once(d.audit);
+    assert_true(tc_count_in_file(d.log, "reconnecting in") >= 1);
+    assert_true(tc_count_in_file(d.log, "streaming from slot") >= 2);
+    tc_cleanup(&d);
+}
+
 /*
  * A slot invalidated by max_slot_wal_keep_size while the consumer is down:
  * it is recreated, the gap is one explicit audit record, streaming goes on.
@@ -442,6 +466,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_postgres_fast_restart, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_postgres_crash_restart, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_walsender_terminated, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_invalidated_slot_gap, setup,
                                         teardown),
