@@ -59,14 +59,14 @@ static const char *scalar(const json_t *obj, const char *key, char *buf,
 static int matches(const json_t *line, const audit_filter *f)
 {
     const char *s;
-    if (f->session && (!(s = str_field(line, "session")) ||
-                       strcmp(s, f->session) != 0))
+    if (f->session &&
+        (!(s = str_field(line, "session")) || strcmp(s, f->session) != 0))
         return 0;
-    if (f->consumer && (!(s = str_field(line, "consumer")) ||
-                        strcmp(s, f->consumer) != 0))
+    if (f->consumer &&
+        (!(s = str_field(line, "consumer")) || strcmp(s, f->consumer) != 0))
         return 0;
-    if (f->transition && (!(s = str_field(line, "transition")) ||
-                          strcmp(s, f->transition) != 0))
+    if (f->transition &&
+        (!(s = str_field(line, "transition")) || strcmp(s, f->transition) != 0))
         return 0;
     return 1;
 }
@@ -90,8 +90,8 @@ static void change(const json_t *before, const json_t *after, const char *key,
 
 #define NCOLS 9
 static const char *const titles[NCOLS] = {
-    "AT", "LSN", "TRANSITION", "SESSION", "CONSUMER",
-    "CURSOR", "HEAD", "ATTEMPT", "HOLDER / ERROR"};
+        "AT",     "LSN",  "TRANSITION", "SESSION",       "CONSUMER",
+        "CURSOR", "HEAD", "ATTEMPT",    "HOLDER / ERROR"};
 
 /* Fills the cells of one line (buffers are the caller's). */
 static void cells_of(const json_t *line, char bufs[NCOLS][256],
@@ -152,8 +152,7 @@ static int handle_line(audit_run *r, const char *text, size_t len)
     json_t *line = json_loadb(text, len, 0, &jerr);
     if (!line || !json_is_object(line)) {
         fprintf(r->cli->err, "a2: %s:%ld: not a JSON object (%s), skipped\n",
-                r->path, r->lineno,
-                line ? "another JSON value" : jerr.text);
+                r->path, r->lineno, line ? "another JSON value" : jerr.text);
         json_decref(line);
         r->bad++;
         return 0;
@@ -189,12 +188,12 @@ static void sleep_ms(int ms)
 int a2__cli_cmd_audit(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"session", required_argument, NULL, 's'},
-        {"consumer", required_argument, NULL, 'c'},
-        {"transition", required_argument, NULL, 't'},
-        {"follow", no_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+            {"session", required_argument, NULL, 's'},
+            {"consumer", required_argument, NULL, 'c'},
+            {"transition", required_argument, NULL, 't'},
+            {"follow", no_argument, NULL, 'f'},
+            {"help", no_argument, NULL, 'h'},
+            {NULL, 0, NULL, 0},
     };
     audit_run r = {.cli = cli};
     int c;

@@ -10,31 +10,35 @@
 #include <string.h>
 
 static const char usage_text[] =
-    "usage: a2 [--db CONNINFO] [--json] COMMAND [ARGS]\n"
-    "\n"
-    "Commands:\n"
-    "  append SESSION TYPE [PAYLOAD] [--id ID] [--target CONSUMER[:LANE]]...\n"
-    "                        append one event (PAYLOAD is JSON, default null)\n"
-    "  read SESSION [--after N] [--limit N]\n"
-    "                        list a session's events\n"
-    "  cursors SESSION       list the session's consumer cursors\n"
-    "  dead-letters SESSION  list dead-lettered heads\n"
-    "  redrive SESSION CONSUMER INDEX (--retry|--skip)\n"
-    "                        retry or skip a dead-lettered head\n"
-    "  clear SESSION         append the session's clear marker\n"
-    "  reclaim SESSION       delete what lies below the clear marker\n"
-    "  schema (apply|check)  install the schema / check a database is ready\n"
-    "  audit FILE [--session S] [--consumer C] [--transition T] [--follow]\n"
-    "                        show a2-consumer's audit trail\n"
-    "  status [--slot NAME] [--metrics HOST:PORT]\n"
-    "                        replication slot lag, retained WAL, workers\n"
-    "\n"
-    "Options:\n"
-    "  --db CONNINFO  libpq connection string (default: $A2_DB, else PG*)\n"
-    "  --json         machine-readable output\n"
-    "  -h, --help     this help\n"
-    "\n"
-    "Exit status: 0 success, 1 runtime error, 2 usage error.\n";
+        "usage: a2 [--db CONNINFO] [--json] COMMAND [ARGS]\n"
+        "\n"
+        "Commands:\n"
+        "  append SESSION TYPE [PAYLOAD] [--id ID] [--target "
+        "CONSUMER[:LANE]]...\n"
+        "                        append one event (PAYLOAD is JSON, default "
+        "null)\n"
+        "  read SESSION [--after N] [--limit N]\n"
+        "                        list a session's events\n"
+        "  cursors SESSION       list the session's consumer cursors\n"
+        "  dead-letters SESSION  list dead-lettered heads\n"
+        "  redrive SESSION CONSUMER INDEX (--retry|--skip)\n"
+        "                        retry or skip a dead-lettered head\n"
+        "  clear SESSION         append the session's clear marker\n"
+        "  reclaim SESSION       delete what lies below the clear marker\n"
+        "  schema (apply|check)  install the schema / check a database is "
+        "ready\n"
+        "  audit FILE [--session S] [--consumer C] [--transition T] "
+        "[--follow]\n"
+        "                        show a2-consumer's audit trail\n"
+        "  status [--slot NAME] [--metrics HOST:PORT]\n"
+        "                        replication slot lag, retained WAL, workers\n"
+        "\n"
+        "Options:\n"
+        "  --db CONNINFO  libpq connection string (default: $A2_DB, else PG*)\n"
+        "  --json         machine-readable output\n"
+        "  -h, --help     this help\n"
+        "\n"
+        "Exit status: 0 success, 1 runtime error, 2 usage error.\n";
 
 static int vmsg(const a2__cli *cli, int rc, const char *fmt, va_list ap)
 {
@@ -81,26 +85,26 @@ typedef struct {
 } command;
 
 static const command commands[] = {
-    {"append", a2__cli_cmd_append},
-    {"read", a2__cli_cmd_read},
-    {"cursors", a2__cli_cmd_cursors},
-    {"dead-letters", a2__cli_cmd_dead_letters},
-    {"redrive", a2__cli_cmd_redrive},
-    {"clear", a2__cli_cmd_clear},
-    {"reclaim", a2__cli_cmd_reclaim},
-    {"schema", a2__cli_cmd_schema},
-    {"audit", a2__cli_cmd_audit},
-    {"status", a2__cli_cmd_status},
+        {"append", a2__cli_cmd_append},
+        {"read", a2__cli_cmd_read},
+        {"cursors", a2__cli_cmd_cursors},
+        {"dead-letters", a2__cli_cmd_dead_letters},
+        {"redrive", a2__cli_cmd_redrive},
+        {"clear", a2__cli_cmd_clear},
+        {"reclaim", a2__cli_cmd_reclaim},
+        {"schema", a2__cli_cmd_schema},
+        {"audit", a2__cli_cmd_audit},
+        {"status", a2__cli_cmd_status},
 };
 
 int a2__cli_main(int argc, char **argv)
 {
     a2__cli cli = {.db = NULL, .json = 0, .out = stdout, .err = stderr};
     static const struct option opts[] = {
-        {"db", required_argument, NULL, 'd'},
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+            {"db", required_argument, NULL, 'd'},
+            {"json", no_argument, NULL, 'j'},
+            {"help", no_argument, NULL, 'h'},
+            {NULL, 0, NULL, 0},
     };
     opterr = 0;
     optind = 0;
@@ -175,8 +179,8 @@ int a2__cli_main(int argc, char **argv)
 /* schema (apply|check) */
 int a2__cli_cmd_schema(a2__cli *cli, int argc, char **argv)
 {
-    if (argc == 2 && (strcmp(argv[1], "--help") == 0 ||
-                      strcmp(argv[1], "-h") == 0)) {
+    if (argc == 2 &&
+        (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         fputs("usage: a2 schema (apply|check)\n"
               "  apply  install or upgrade the a2 schema (idempotent)\n"
               "  check  report what the database lacks; exit 1 if anything\n",
@@ -194,8 +198,7 @@ int a2__cli_cmd_schema(a2__cli *cli, int argc, char **argv)
             fprintf(cli->out, "{\"applied\":true,\"version\":\"%s\"}\n",
                     A2_SCHEMA_VERSION);
         else
-            fprintf(cli->out, "schema version %s applied\n",
-                    A2_SCHEMA_VERSION);
+            fprintf(cli->out, "schema version %s applied\n", A2_SCHEMA_VERSION);
         return A2__CLI_OK;
     }
     if (strcmp(argv[1], "check") == 0) {
@@ -229,8 +232,7 @@ int a2__cli_cmd_schema(a2__cli *cli, int argc, char **argv)
             }
             fputs("]}\n", cli->out);
         } else if (rc == 0) {
-            fprintf(cli->out, "schema version %s: ready\n",
-                    A2_SCHEMA_VERSION);
+            fprintf(cli->out, "schema version %s: ready\n", A2_SCHEMA_VERSION);
         } else {
             fputs(msg, cli->out);
             if (*msg && msg[strlen(msg) - 1] != '\n')

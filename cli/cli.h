@@ -11,9 +11,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define A2__CLI_OK 0
+#define A2__CLI_OK      0
 #define A2__CLI_RUNTIME 1
-#define A2__CLI_USAGE 2
+#define A2__CLI_USAGE   2
 
 typedef struct {
     const char *db; /* libpq conninfo ("" = PG* variables) */

@@ -20,23 +20,24 @@
 #include <unistd.h>
 
 #define METRICS_TIMEOUT_MS 3000
-#define METRICS_MAX_BYTES (4 * 1024 * 1024)
+#define METRICS_MAX_BYTES  (4 * 1024 * 1024)
 
 static const char slots_sql[] =
-    "select s.slot_name, s.plugin, s.active::text, s.active_pid::text,"
-    "       s.confirmed_flush_lsn::text, s.restart_lsn::text,"
-    "       pg_current_wal_lsn()::text,"
-    "       pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)"
-    "           ::bigint::text,"
-    "       pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint::text,"
-    "       s.wal_status, s.safe_wal_size::text,"
-    "       extract(epoch from r.replay_lag)::numeric(12,3)::text,"
-    "       current_setting('max_slot_wal_keep_size')"
-    "  from pg_replication_slots s"
-    "  left join pg_stat_replication r on r.pid = s.active_pid"
-    " where s.database = current_database()"
-    "   and ($1::text is null or s.slot_name = $1)"
-    " order by s.slot_name";
+        "select s.slot_name, s.plugin, s.active::text, s.active_pid::text,"
+        "       s.confirmed_flush_lsn::text, s.restart_lsn::text,"
+        "       pg_current_wal_lsn()::text,"
+        "       pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)"
+        "           ::bigint::text,"
+        "       pg_wal_lsn_diff(pg_current_wal_lsn(), "
+        "s.restart_lsn)::bigint::text,"
+        "       s.wal_status, s.safe_wal_size::text,"
+        "       extract(epoch from r.replay_lag)::numeric(12,3)::text,"
+        "       current_setting('max_slot_wal_keep_size')"
+        "  from pg_replication_slots s"
+        "  left join pg_stat_replication r on r.pid = s.active_pid"
+        " where s.database = current_database()"
+        "   and ($1::text is null or s.slot_name = $1)"
+        " order by s.slot_name";
 
 static void human_bytes(const char *s, char *buf, size_t len)
 {
@@ -196,9 +197,10 @@ static char *fetch_metrics(const char *spec, char *err, size_t errlen)
         return NULL;
     }
     char req[600];
-    int rn = snprintf(req, sizeof req,
-                      "GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n",
-                      path, host);
+    int rn =
+            snprintf(req, sizeof req,
+                     "GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n",
+                     path, host);
     if (send(fd, req, (size_t)rn, MSG_NOSIGNAL) != rn) {
         snprintf(err, errlen, "could not send to metrics at %s: %s", spec,
                  strerror(errno));
@@ -207,8 +209,8 @@ static char *fetch_metrics(const char *spec, char *err, size_t errlen)
     for (;;) {
         int64_t left = deadline - now_ms();
         if (left <= 0) {
-            snprintf(err, errlen, "metrics at %s did not answer in %d ms",
-                     spec, METRICS_TIMEOUT_MS);
+            snprintf(err, errlen, "metrics at %s did not answer in %d ms", spec,
+                     METRICS_TIMEOUT_MS);
             goto done;
         }
         struct pollfd pfd = {fd, POLLIN, 0};
@@ -279,10 +281,10 @@ static const metric *find_any(const metrics *ms, const char *const *names)
 int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"slot", required_argument, NULL, 's'},
-        {"metrics", required_argument, NULL, 'm'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+            {"slot", required_argument, NULL, 's'},
+            {"metrics", required_argument, NULL, 'm'},
+            {"help", no_argument, NULL, 'h'},
+            {NULL, 0, NULL, 0},
     };
     const char *slot = NULL;
     const char *metrics_at = getenv("A2_METRICS");
@@ -351,16 +353,17 @@ int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
         }
     }
     static const char *const workers_names[] = {
-        "a2_workers", "a2_consumer_workers", "a2_workers_connected", NULL};
+            "a2_workers", "a2_consumer_workers", "a2_workers_connected", NULL};
     static const char *const lag_bytes_names[] = {
-        "a2_lag_bytes", "a2_consumer_lag_bytes", "a2_replication_lag_bytes",
-        NULL};
+            "a2_lag_bytes", "a2_consumer_lag_bytes", "a2_replication_lag_bytes",
+            NULL};
     static const char *const lag_seconds_names[] = {
-        "a2_lag_seconds", "a2_consumer_lag_seconds",
-        "a2_replication_lag_seconds", NULL};
+            "a2_lag_seconds", "a2_consumer_lag_seconds",
+            "a2_replication_lag_seconds", NULL};
     const metric *mw = find_any(&ms, workers_names);
     const metric *mlb = find_any(&ms, lag_bytes_names);
     const metric *mls = find_any(&ms, lag_seconds_names);
+    const metric *mup = metrics_find(&ms, "a2_consumer_up");
     int nslots = PQntuples(res);
 
     if (cli->json) {
@@ -369,11 +372,19 @@ int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
         json_object_set_new(doc, "slots", arr);
         for (int i = 0; i < nslots; i++) {
             json_t *o = json_object();
-            static const char *const keys[] = {
-                "slot", "plugin", "active", "active_pid", "confirmed_lsn",
-                "restart_lsn", "current_lsn", "lag_bytes", "retained_bytes",
-                "wal_status", "safe_wal_size", "replay_lag_seconds",
-                "max_slot_wal_keep_size"};
+            static const char *const keys[] = {"slot",
+                                               "plugin",
+                                               "active",
+                                               "active_pid",
+                                               "confirmed_lsn",
+                                               "restart_lsn",
+                                               "current_lsn",
+                                               "lag_bytes",
+                                               "retained_bytes",
+                                               "wal_status",
+                                               "safe_wal_size",
+                                               "replay_lag_seconds",
+                                               "max_slot_wal_keep_size"};
             for (int k = 0; k < 13; k++) {
                 json_t *v;
                 if (PQgetisnull(res, i, k))
@@ -395,6 +406,9 @@ int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
             json_t *m = json_object();
             json_object_set_new(m, "address", json_string(metrics_at));
             if (body) {
+                json_object_set_new(m, "up",
+                                    mup ? json_boolean(mup->value > 0)
+                                        : json_null());
                 json_object_set_new(m, "workers",
                                     mw ? json_integer((json_int_t)mw->value)
                                        : json_null());
@@ -416,8 +430,9 @@ int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
     } else {
         if (nslots == 0) {
             if (slot)
-                fprintf(cli->out, "no replication slot named %s in this "
-                                  "database\n",
+                fprintf(cli->out,
+                        "no replication slot named %s in this "
+                        "database\n",
                         slot);
             else
                 fprintf(cli->out, "no replication slot in this database "
@@ -425,8 +440,8 @@ int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
                                   "starts)\n");
         } else {
             static const char *const titles[] = {
-                "SLOT", "ACTIVE", "CONFIRMED", "CURRENT", "LAG",
-                "REPLAY LAG", "RETAINED", "WAL STATUS", "SAFE LEFT"};
+                    "SLOT",       "ACTIVE",   "CONFIRMED",  "CURRENT",  "LAG",
+                    "REPLAY LAG", "RETAINED", "WAL STATUS", "SAFE LEFT"};
             t = a2__table_new(9, titles, "llllrrrlr");
             if (!t) {
                 rc = a2__cli_fail(cli, "out of memory");
@@ -449,15 +464,15 @@ int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
                                              ? "yes"
                                              : "no";
                 const char *cells[] = {
-                    PQgetvalue(res, i, 0),
-                    active,
-                    PQgetisnull(res, i, 4) ? NULL : PQgetvalue(res, i, 4),
-                    PQgetvalue(res, i, 6),
-                    PQgetisnull(res, i, 7) ? NULL : lag,
-                    replay,
-                    PQgetisnull(res, i, 8) ? NULL : ret,
-                    PQgetisnull(res, i, 9) ? NULL : PQgetvalue(res, i, 9),
-                    safe};
+                        PQgetvalue(res, i, 0),
+                        active,
+                        PQgetisnull(res, i, 4) ? NULL : PQgetvalue(res, i, 4),
+                        PQgetvalue(res, i, 6),
+                        PQgetisnull(res, i, 7) ? NULL : lag,
+                        replay,
+                        PQgetisnull(res, i, 8) ? NULL : ret,
+                        PQgetisnull(res, i, 9) ? NULL : PQgetvalue(res, i, 9),
+                        safe};
                 if (a2__table_add(t, cells) != 0) {
                     rc = a2__cli_fail(cli, "out of memory");
                     goto done;
@@ -469,10 +484,12 @@ int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
         }
         if (metrics_at) {
             if (!body) {
-                fprintf(cli->out, "consumer metrics: unavailable (%s)\n",
-                        merr);
+                fprintf(cli->out, "consumer metrics: unavailable (%s)\n", merr);
             } else {
                 fprintf(cli->out, "consumer at %s:", metrics_at);
+                if (mup)
+                    fprintf(cli->out, " %s,",
+                            mup->value > 0 ? "streaming" : "not streaming");
                 if (mw)
                     fprintf(cli->out, " %lld connected worker%s",
                             (long long)mw->value, mw->value == 1 ? "" : "s");

@@ -123,8 +123,8 @@ static int print_events(a2__cli *cli, const a2_events *ev, int with_payload)
             json_array_append_new(arr, event_json(&ev->items[i]));
         return print_json(cli, arr);
     }
-    static const char *const titles[] = {"INDEX", "TYPE", "ID", "CREATED",
-                                         "CAUSE", "PAYLOAD"};
+    static const char *const titles[] = {"INDEX",   "TYPE",  "ID",
+                                         "CREATED", "CAUSE", "PAYLOAD"};
     a2__table *t = a2__table_new(with_payload ? 6 : 5, titles, "rllll");
     if (!t)
         return a2__cli_fail(cli, "out of memory");
@@ -195,8 +195,8 @@ static int positionals(a2__cli *cli, int argc, char **argv, int min, int max,
 }
 
 static const struct option help_only[] = {
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
 };
 
 /* ── append ───────────────────────────────────────────────────────────── */
@@ -206,8 +206,8 @@ static const struct option help_only[] = {
 /* "NAME" or "NAME:TYPE,TYPE": a log consumer whose cursor is named
  * "lane:log" (as a2-worker --log names it). *owned and *types are the
  * caller's to free. */
-static int parse_log_consumer(const char *arg, a2_consumer *c,
-                              a2_log_spec *l, char **owned, char ***types)
+static int parse_log_consumer(const char *arg, a2_consumer *c, a2_log_spec *l,
+                              char **owned, char ***types)
 {
     *owned = strdup(arg);
     *types = NULL;
@@ -241,21 +241,22 @@ static int parse_log_consumer(const char *arg, a2_consumer *c,
 int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"id", required_argument, NULL, 'i'},
-        {"target", required_argument, NULL, 't'},
-        {"log-consumer", required_argument, NULL, 'g'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+            {"id", required_argument, NULL, 'i'},
+            {"target", required_argument, NULL, 't'},
+            {"log-consumer", required_argument, NULL, 'g'},
+            {"help", no_argument, NULL, 'h'},
+            {NULL, 0, NULL, 0},
     };
     static const char help[] =
-        "usage: a2 append SESSION TYPE [PAYLOAD] [--id ID] "
-        "[--target CONSUMER[:LANE]]... [--log-consumer NAME[:TYPES]]...\n"
-        "  PAYLOAD is JSON (default null); --id makes a retry idempotent;\n"
-        "  each --target dispatches the event to a consumer: alone "
-        "(CONSUMER) or in a FIFO lane (CONSUMER:LANE);\n"
-        "  each --log-consumer starts that log consumer's cursor here if the "
-        "event's type is one of TYPES\n  (comma-separated; all types when "
-        "omitted)\n";
+            "usage: a2 append SESSION TYPE [PAYLOAD] [--id ID] "
+            "[--target CONSUMER[:LANE]]... [--log-consumer NAME[:TYPES]]...\n"
+            "  PAYLOAD is JSON (default null); --id makes a retry idempotent;\n"
+            "  each --target dispatches the event to a consumer: alone "
+            "(CONSUMER) or in a FIFO lane (CONSUMER:LANE);\n"
+            "  each --log-consumer starts that log consumer's cursor here if "
+            "the "
+            "event's type is one of TYPES\n  (comma-separated; all types when "
+            "omitted)\n";
     int rc = A2__CLI_OK, c;
     const char *id = NULL;
     a2_target targets[MAX_TARGETS];
@@ -391,15 +392,15 @@ done:
 int a2__cli_cmd_read(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"after", required_argument, NULL, 'a'},
-        {"limit", required_argument, NULL, 'l'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+            {"after", required_argument, NULL, 'a'},
+            {"limit", required_argument, NULL, 'l'},
+            {"help", no_argument, NULL, 'h'},
+            {NULL, 0, NULL, 0},
     };
     static const char help[] =
-        "usage: a2 read SESSION [--after N] [--limit N]\n"
-        "  the session's events after index N (default: from the clear "
-        "marker on)\n";
+            "usage: a2 read SESSION [--after N] [--limit N]\n"
+            "  the session's events after index N (default: from the clear "
+            "marker on)\n";
     int rc = A2__CLI_OK, c;
     a2_read_options ro = {0};
     a2_store *store = NULL;
@@ -411,14 +412,16 @@ int a2__cli_cmd_read(a2__cli *cli, int argc, char **argv)
         int64_t v;
         if (c == 'a') {
             if (a2__cli_parse_i64(optarg, 0, INT64_MAX, &v) != 0)
-                return a2__cli_usage(cli, "--after needs an index >= 0, "
-                                          "not '%s'",
+                return a2__cli_usage(cli,
+                                     "--after needs an index >= 0, "
+                                     "not '%s'",
                                      optarg);
             ro.after = v;
         } else if (c == 'l') {
             if (a2__cli_parse_i64(optarg, 1, 1000000, &v) != 0)
-                return a2__cli_usage(cli, "--limit needs a count in "
-                                          "1..1000000, not '%s'",
+                return a2__cli_usage(cli,
+                                     "--limit needs a count in "
+                                     "1..1000000, not '%s'",
                                      optarg);
             ro.limit = (size_t)v;
         }
@@ -454,7 +457,8 @@ static json_t *dispatch_json(json_t *o, const a2_dispatch *d)
     json_object_set_new(o, "holder", json_str_or_null(d->claim_holder));
     json_object_set_new(o, "expires_at", json_i64_or_null(d->claim_expires_at));
     json_object_set_new(o, "failures", json_integer(d->failure_count));
-    json_object_set_new(o, "last_failed_at", json_i64_or_null(d->last_failed_at));
+    json_object_set_new(o, "last_failed_at",
+                        json_i64_or_null(d->last_failed_at));
     json_object_set_new(o, "error", json_str_or_null(d->last_error));
     json_object_set_new(o, "failed_at", json_i64_or_null(d->failed_at));
     return o;
@@ -479,9 +483,9 @@ static const char *cursor_state(const a2_cursor *cur, char *buf, size_t len)
 int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv)
 {
     static const char help[] =
-        "usage: a2 cursors SESSION\n"
-        "  the session's current cursor runs: position, head, claim, "
-        "failures\n";
+            "usage: a2 cursors SESSION\n"
+            "  the session's current cursor runs: position, head, claim, "
+            "failures\n";
     int rc = A2__CLI_OK, c;
     a2_store *store = NULL;
     a2_cursors out = {0};
@@ -516,8 +520,8 @@ int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv)
         goto done;
     }
     static const char *const titles[] = {
-        "CONSUMER", "KIND", "CURSOR", "POSITION", "HEAD", "ATTEMPT",
-        "FAILURES", "STATE", "EXPIRES", "LAST ERROR"};
+            "CONSUMER", "KIND",     "CURSOR", "POSITION", "HEAD",
+            "ATTEMPT",  "FAILURES", "STATE",  "EXPIRES",  "LAST ERROR"};
     t = a2__table_new(10, titles, "lllrrrrlll");
     if (!t) {
         rc = a2__cli_fail(cli, "out of memory");
@@ -536,11 +540,11 @@ int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv)
         for (char *p = err; *p; p++)
             if (*p == '\n' || *p == '\t')
                 *p = ' ';
-        const char *cells[] = {d->consumer, d->kind,
+        const char *cells[] = {d->consumer,   d->kind,
                                d->cursor_key, pos,
-                               head, att,
-                               fails, cursor_state(cur, st, sizeof st),
-                               exp, err};
+                               head,          att,
+                               fails,         cursor_state(cur, st, sizeof st),
+                               exp,           err};
         if (a2__table_add(t, cells) != 0) {
             rc = a2__cli_fail(cli, "out of memory");
             goto done;
@@ -559,8 +563,8 @@ done:
 int a2__cli_cmd_dead_letters(a2__cli *cli, int argc, char **argv)
 {
     static const char help[] =
-        "usage: a2 dead-letters SESSION\n"
-        "  heads that failed too often; redrive them with a2 redrive\n";
+            "usage: a2 dead-letters SESSION\n"
+            "  heads that failed too often; redrive them with a2 redrive\n";
     int rc = A2__CLI_OK, c;
     a2_store *store = NULL;
     a2_heads out = {0};
@@ -591,8 +595,8 @@ int a2__cli_cmd_dead_letters(a2__cli *cli, int argc, char **argv)
         fprintf(cli->out, "no dead letters\n");
         goto done;
     }
-    static const char *const titles[] = {"CONSUMER", "LANE", "INDEX",
-                                         "TYPE", "ATTEMPTS", "FAILURES",
+    static const char *const titles[] = {"CONSUMER",  "LANE",      "INDEX",
+                                         "TYPE",      "ATTEMPTS",  "FAILURES",
                                          "FAILED AT", "LAST ERROR"};
     t = a2__table_new(8, titles, "llrlrrll");
     if (!t) {
@@ -611,8 +615,14 @@ int a2__cli_cmd_dead_letters(a2__cli *cli, int argc, char **argv)
         for (char *p = err; *p; p++)
             if (*p == '\n' || *p == '\t')
                 *p = ' ';
-        const char *cells[] = {h->dispatch.consumer, h->dispatch.lane, idx,
-                               h->event.type, att, fails, at, err};
+        const char *cells[] = {h->dispatch.consumer,
+                               h->dispatch.lane,
+                               idx,
+                               h->event.type,
+                               att,
+                               fails,
+                               at,
+                               err};
         if (a2__table_add(t, cells) != 0) {
             rc = a2__cli_fail(cli, "out of memory");
             goto done;
@@ -631,15 +641,15 @@ done:
 int a2__cli_cmd_redrive(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"retry", no_argument, NULL, 'r'},
-        {"skip", no_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+            {"retry", no_argument, NULL, 'r'},
+            {"skip", no_argument, NULL, 's'},
+            {"help", no_argument, NULL, 'h'},
+            {NULL, 0, NULL, 0},
     };
     static const char help[] =
-        "usage: a2 redrive SESSION CONSUMER INDEX (--retry|--skip)\n"
-        "  --retry runs the dead-lettered head again (failures reset);\n"
-        "  --skip passes it, moving the cursor to its next head\n";
+            "usage: a2 redrive SESSION CONSUMER INDEX (--retry|--skip)\n"
+            "  --retry runs the dead-lettered head again (failures reset);\n"
+            "  --skip passes it, moving the cursor to its next head\n";
     int rc = A2__CLI_OK, c, action = 0;
     a2_store *store = NULL;
     optind = 0;
@@ -659,8 +669,9 @@ int a2__cli_cmd_redrive(a2__cli *cli, int argc, char **argv)
         return a2__cli_usage(cli, "redrive needs --retry or --skip");
     int64_t index;
     if (a2__cli_parse_i64(argv[optind + 2], 1, INT64_MAX, &index) != 0)
-        return a2__cli_usage(cli, "INDEX must be an event index >= 1, not "
-                                  "'%s'",
+        return a2__cli_usage(cli,
+                             "INDEX must be an event index >= 1, not "
+                             "'%s'",
                              argv[optind + 2]);
     const char *session = argv[optind], *consumer = argv[optind + 1];
     if ((rc = store_open(cli, &store)) != A2__CLI_OK)
@@ -674,9 +685,9 @@ int a2__cli_cmd_redrive(a2__cli *cli, int argc, char **argv)
     const char *verb = action == A2_REDRIVE_RETRY ? "retry" : "skip";
     if (cli->json) {
         json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:b,s:b}", "session", session,
-                              "consumer", consumer, "index",
-                              (json_int_t)index, "action", verb, "redriven",
-                              out.redriven, "pending", out.has_pending);
+                              "consumer", consumer, "index", (json_int_t)index,
+                              "action", verb, "redriven", out.redriven,
+                              "pending", out.has_pending);
         rc = print_json(cli, o);
     } else if (out.redriven) {
         fprintf(cli->out, "%s %s #%lld: %s\n", session, consumer,
@@ -696,10 +707,10 @@ done:
 int a2__cli_cmd_clear(a2__cli *cli, int argc, char **argv)
 {
     static const char help[] =
-        "usage: a2 clear SESSION\n"
-        "  appends the session's clear marker: earlier events are gone for "
-        "reads\n  and their unfinished work is superseded (a2 reclaim "
-        "deletes them)\n";
+            "usage: a2 clear SESSION\n"
+            "  appends the session's clear marker: earlier events are gone for "
+            "reads\n  and their unfinished work is superseded (a2 reclaim "
+            "deletes them)\n";
     int rc = A2__CLI_OK, c;
     a2_store *store = NULL;
     optind = 0;
@@ -737,9 +748,9 @@ done:
 int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv)
 {
     static const char help[] =
-        "usage: a2 reclaim SESSION\n"
-        "  deletes, batch by batch, what lies below the session's clear "
-        "marker;\n  progress goes to stderr\n";
+            "usage: a2 reclaim SESSION\n"
+            "  deletes, batch by batch, what lies below the session's clear "
+            "marker;\n  progress goes to stderr\n";
     int rc = A2__CLI_OK, c;
     a2_store *store = NULL;
     optind = 0;
@@ -764,12 +775,14 @@ int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv)
         total += out.deleted;
         batches++;
         if (tty)
-            fprintf(cli->err, "\rreclaim %s: %lld events deleted (%lld "
-                              "batches)",
+            fprintf(cli->err,
+                    "\rreclaim %s: %lld events deleted (%lld "
+                    "batches)",
                     session, (long long)total, (long long)batches);
         else if (!out.done || out.deleted > 0)
-            fprintf(cli->err, "reclaim %s: batch %lld deleted %lld events "
-                              "(%lld so far)\n",
+            fprintf(cli->err,
+                    "reclaim %s: batch %lld deleted %lld events "
+                    "(%lld so far)\n",
                     session, (long long)batches, (long long)out.deleted,
                     (long long)total);
         if (out.done)
@@ -779,8 +792,8 @@ int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv)
         fputc('\n', cli->err);
     if (cli->json)
         rc = print_json(cli, json_pack("{s:s,s:I,s:I}", "session", session,
-                                       "deleted", (json_int_t)total,
-                                       "batches", (json_int_t)batches));
+                                       "deleted", (json_int_t)total, "batches",
+                                       (json_int_t)batches));
     else
         fprintf(cli->out, "%s: reclaimed %lld events\n", session,
                 (long long)total);

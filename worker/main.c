@@ -29,47 +29,57 @@
 extern char **environ;
 
 #define MAX_CONCURRENCY 256
-#define MAX_STDOUT (16 * 1024 * 1024)
-#define STDERR_TAIL 2048
-#define STORE_RETRY_MS 1000
-#define WAKE_RECHECKS 3
+#define MAX_STDOUT      (16 * 1024 * 1024)
+#define STDERR_TAIL     2048
+#define STORE_RETRY_MS  1000
+#define WAKE_RECHECKS   3
 #define WAKE_RECHECK_MS 20
 
 static const char usage_text[] =
-    "usage: a2-worker --consumer NAME --exec CMD [options]\n"
-    "\n"
-    "Runs CMD (with /bin/sh -c) for every event claimed for consumer NAME:\n"
-    "the event as JSON on stdin; A2_SESSION, A2_CONSUMER, A2_INDEX,\n"
-    "A2_ATTEMPT (and A2_LANE, A2_EVENT_TYPE, A2_EVENT_ID) in its environment.\n"
-    "Exit 0 completes the event, and every stdout line that is a JSON object\n"
-    "with a \"type\" is appended as a returned event ({\"type\", \"payload\",\n"
-    "\"id\"}); a non-zero exit fails it with the tail of stderr as the error.\n"
-    "\n"
-    "Options:\n"
-    "  --consumer NAME        the consumer to serve (required)\n"
-    "  --exec CMD             the handler command (required)\n"
-    "  --connect ADDR         a2-consumer at unix:PATH or tcp:HOST:PORT\n"
-    "                         (default: none, degraded sweep only)\n"
-    "  --token-file F         token for a tcp: connection\n"
-    "  --db CONNINFO          database (default: $A2_DB, else PG* variables)\n"
-    "  --concurrency N        handlers run at once, 1..256 (default 1)\n"
-    "  --ttl MS               claim lease, renewed while a handler runs\n"
-    "                         (default 30000)\n"
-    "  --max-failures N       failures that dead-letter an event (default 5)\n"
-    "  --retry-after MS       hold after a failure before a retry\n"
-    "                         (default 1000)\n"
-    "  --lane-only            serve targeted events and lanes (the default)\n"
-    "  --log TYPES            be a log consumer of TYPES (comma-separated;\n"
-    "                         '*' for every type)\n"
-    "  --degraded-sweep MS    while a2-consumer is unreachable, sweep the\n"
-    "                         store's pending sessions this often\n"
-    "                         (default 30000)\n"
-    "  --name NAME            this worker's name (default host:pid)\n"
-    "  -q, --quiet            log only problems\n"
-    "  -h, --help             this help\n"
-    "\n"
-    "SIGTERM or SIGINT: stop claiming, let running handlers finish, exit 0.\n"
-    "Exit status: 0 success, 1 runtime error, 2 usage error.\n";
+        "usage: a2-worker --consumer NAME --exec CMD [options]\n"
+        "\n"
+        "Runs CMD (with /bin/sh -c) for every event claimed for consumer "
+        "NAME:\n"
+        "the event as JSON on stdin; A2_SESSION, A2_CONSUMER, A2_INDEX,\n"
+        "A2_ATTEMPT (and A2_LANE, A2_EVENT_TYPE, A2_EVENT_ID) in its "
+        "environment.\n"
+        "Exit 0 completes the event, and every stdout line that is a JSON "
+        "object\n"
+        "with a \"type\" is appended as a returned event ({\"type\", "
+        "\"payload\",\n"
+        "\"id\"}); a non-zero exit fails it with the tail of stderr as the "
+        "error.\n"
+        "\n"
+        "Options:\n"
+        "  --consumer NAME        the consumer to serve (required)\n"
+        "  --exec CMD             the handler command (required)\n"
+        "  --connect ADDR         a2-consumer at unix:PATH or tcp:HOST:PORT\n"
+        "                         (default: none, degraded sweep only)\n"
+        "  --token-file F         token for a tcp: connection\n"
+        "  --db CONNINFO          database (default: $A2_DB, else PG* "
+        "variables)\n"
+        "  --concurrency N        handlers run at once, 1..256 (default 1)\n"
+        "  --ttl MS               claim lease, renewed while a handler runs\n"
+        "                         (default 30000)\n"
+        "  --max-failures N       failures that dead-letter an event (default "
+        "5)\n"
+        "  --retry-after MS       hold after a failure before a retry\n"
+        "                         (default 1000)\n"
+        "  --lane-only            serve targeted events and lanes (the "
+        "default)\n"
+        "  --log TYPES            be a log consumer of TYPES "
+        "(comma-separated;\n"
+        "                         '*' for every type)\n"
+        "  --degraded-sweep MS    while a2-consumer is unreachable, sweep the\n"
+        "                         store's pending sessions this often\n"
+        "                         (default 30000)\n"
+        "  --name NAME            this worker's name (default host:pid)\n"
+        "  -q, --quiet            log only problems\n"
+        "  -h, --help             this help\n"
+        "\n"
+        "SIGTERM or SIGINT: stop claiming, let running handlers finish, exit "
+        "0.\n"
+        "Exit status: 0 success, 1 runtime error, 2 usage error.\n";
 
 typedef struct job {
     char *session;
@@ -269,16 +279,16 @@ static char *event_json(const app *a, const a2_head *h)
     json_object_set_new(o, "index", json_integer(e->index));
     json_object_set_new(o, "type", json_string(e->type));
     json_object_set_new(o, "id", json_string(e->id));
-    json_t *p = e->payload ? json_loads(e->payload, JSON_DECODE_ANY, NULL)
-                           : NULL;
+    json_t *p =
+            e->payload ? json_loads(e->payload, JSON_DECODE_ANY, NULL) : NULL;
     json_object_set_new(o, "payload", p ? p : json_null());
     json_object_set_new(o, "created_at", json_integer(e->created_at));
     if (e->has_cause) {
         json_t *c = json_object();
         json_object_set_new(c, "consumer", json_string(e->cause.consumer));
-        json_object_set_new(c, "lane", e->cause.lane
-                                               ? json_string(e->cause.lane)
-                                               : json_null());
+        json_object_set_new(c, "lane",
+                            e->cause.lane ? json_string(e->cause.lane)
+                                          : json_null());
         json_object_set_new(c, "index", json_integer(e->cause.index));
         json_object_set_new(c, "attempt", json_integer(e->cause.attempt));
         json_object_set_new(o, "cause", c);
@@ -286,12 +296,13 @@ static char *event_json(const app *a, const a2_head *h)
         json_object_set_new(o, "cause", json_null());
     }
     json_object_set_new(o, "consumer", json_string(a->consumer));
-    json_object_set_new(o, "lane", h->dispatch.lane
-                                           ? json_string(h->dispatch.lane)
-                                           : json_null());
-    json_object_set_new(o, "cursor", h->dispatch.cursor_key
-                                             ? json_string(h->dispatch.cursor_key)
-                                             : json_null());
+    json_object_set_new(o, "lane",
+                        h->dispatch.lane ? json_string(h->dispatch.lane)
+                                         : json_null());
+    json_object_set_new(o, "cursor",
+                        h->dispatch.cursor_key
+                                ? json_string(h->dispatch.cursor_key)
+                                : json_null());
     json_object_set_new(o, "attempt", json_integer(h->dispatch.attempt_count));
     char *text = json_dumps(o, JSON_COMPACT);
     json_decref(o);
@@ -330,8 +341,8 @@ static char **build_env(const app *a, const a2_head *h, char **owned,
 }
 
 typedef struct {
-    int status;      /* waitpid status */
-    char *out;       /* stdout */
+    int status; /* waitpid status */
+    char *out;  /* stdout */
     size_t outlen;
     char err[STDERR_TAIL + 1];
     size_t errlen;
@@ -518,8 +529,7 @@ static void error_text(const run_result *res, char *buf, size_t len)
     if (WIFEXITED(res->status))
         snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(res->status));
     else if (WIFSIGNALED(res->status))
-        snprintf(how, sizeof how, "killed by signal %d",
-                 WTERMSIG(res->status));
+        snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(res->status));
     else
         snprintf(how, sizeof how, "status %d", res->status);
     if (n > 0)
@@ -573,9 +583,10 @@ static int handle(void *ctx, const a2_head *h, a2_worker_reply *reply)
             if (json_is_object(v) && json_is_string(type)) {
                 json_t *payload = json_object_get(v, "payload");
                 json_t *id = json_object_get(v, "id");
-                char *ptext = payload ? json_dumps(payload, JSON_COMPACT |
-                                                                    JSON_ENCODE_ANY)
-                                      : NULL;
+                char *ptext =
+                        payload ? json_dumps(payload,
+                                             JSON_COMPACT | JSON_ENCODE_ANY)
+                                : NULL;
                 int arc = a2_worker_reply_add(
                         reply, json_string_value(type), ptext,
                         json_is_string(id) ? json_string_value(id) : NULL);
@@ -650,9 +661,9 @@ static void *slot_main(void *arg)
                                                 wake_log != 0, &st)
                          : A2_WORKER_ENOMEM;
         if (rc != 0 && rc != A2_WORKER_ESTOPPED)
-            say("a2-worker: %s", rc == A2_WORKER_ESTORE
-                                         ? a2_worker_runner_last_error(s->runner)
-                                         : "out of memory");
+            say("a2-worker: %s",
+                rc == A2_WORKER_ESTORE ? a2_worker_runner_last_error(s->runner)
+                                       : "out of memory");
 
         pthread_mutex_lock(&a->mu);
         a->nrunning--;
@@ -708,8 +719,8 @@ static void resync_all(app *a)
     for (;;) {
         a2_sessions page = {0};
         const char *names[1] = {a->consumer};
-        if (a2_store_pending_sessions(a->store, names, 1, after, 1000,
-                                      &page) != 0) {
+        if (a2_store_pending_sessions(a->store, names, 1, after, 1000, &page) !=
+            0) {
             const a2_store_error *e = a2_store_last_error(a->store);
             say("a2-worker: could not resync: %s", e->message);
             if (e->code == A2_ESTORE_UNAVAILABLE) {
@@ -776,7 +787,8 @@ static void on_event(app *a, const a2_worker_event *ev)
     }
 }
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+        __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
 {
     char msg[1024];
@@ -824,22 +836,22 @@ static char *read_token(const char *path, char *err, size_t errlen)
 static int parse_args(app *a, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"consumer", required_argument, NULL, 'c'},
-        {"exec", required_argument, NULL, 'e'},
-        {"connect", required_argument, NULL, 'C'},
-        {"token-file", required_argument, NULL, 'T'},
-        {"db", required_argument, NULL, 'd'},
-        {"concurrency", required_argument, NULL, 'n'},
-        {"ttl", required_argument, NULL, 't'},
-        {"max-failures", required_argument, NULL, 'm'},
-        {"retry-after", required_argument, NULL, 'r'},
-        {"lane-only", no_argument, NULL, 'L'},
-        {"log", required_argument, NULL, 'l'},
-        {"degraded-sweep", required_argument, NULL, 's'},
-        {"name", required_argument, NULL, 'N'},
-        {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+            {"consumer", required_argument, NULL, 'c'},
+            {"exec", required_argument, NULL, 'e'},
+            {"connect", required_argument, NULL, 'C'},
+            {"token-file", required_argument, NULL, 'T'},
+            {"db", required_argument, NULL, 'd'},
+            {"concurrency", required_argument, NULL, 'n'},
+            {"ttl", required_argument, NULL, 't'},
+            {"max-failures", required_argument, NULL, 'm'},
+            {"retry-after", required_argument, NULL, 'r'},
+            {"lane-only", no_argument, NULL, 'L'},
+            {"log", required_argument, NULL, 'l'},
+            {"degraded-sweep", required_argument, NULL, 's'},
+            {"name", required_argument, NULL, 'N'},
+            {"quiet", no_argument, NULL, 'q'},
+            {"help", no_argument, NULL, 'h'},
+            {NULL, 0, NULL, 0},
     };
     const char *token_file = NULL, *log_arg = NULL;
     int lane_only = 0;
@@ -1040,17 +1052,17 @@ int main(int argc, char **argv)
         }
         snprintf(holder, sizeof holder, "%s/%d", name, i + 1);
         a2_worker_runner_options ro = {
-            .db = a.db,
-            .holder = holder,
-            .consumers = &a.cons,
-            .nconsumers = 1,
-            .ttl_ms = a.ttl_ms,
-            .max_failures = a.max_failures,
-            .retry_after_ms = a.retry_after_ms,
-            .handler = handle,
-            .ctx = &a,
-            .log = a.quiet ? NULL : lib_log,
-            .log_ctx = &a,
+                .db = a.db,
+                .holder = holder,
+                .consumers = &a.cons,
+                .nconsumers = 1,
+                .ttl_ms = a.ttl_ms,
+                .max_failures = a.max_failures,
+                .retry_after_ms = a.retry_after_ms,
+                .handler = handle,
+                .ctx = &a,
+                .log = a.quiet ? NULL : lib_log,
+                .log_ctx = &a,
         };
         slot *s = &a.slots[i];
         s->a = &a;
@@ -1073,13 +1085,13 @@ int main(int argc, char **argv)
 
     char err[1024];
     a2_worker_options wo = {
-        .connect = a.connect,
-        .token = a.token,
-        .name = a.name,
-        .db = a.db,
-        .degraded_sweep_ms = a.degraded_sweep_ms,
-        .log = lib_log,
-        .log_ctx = &a,
+            .connect = a.connect,
+            .token = a.token,
+            .name = a.name,
+            .db = a.db,
+            .degraded_sweep_ms = a.degraded_sweep_ms,
+            .log = lib_log,
+            .log_ctx = &a,
     };
     w = a2_worker_new(&wo, err, sizeof err);
     if (!w) {
@@ -1089,8 +1101,7 @@ int main(int argc, char **argv)
     }
     int lf = a.cons.log ? (a.log_all ? A2_WIRE_LOG_ALL : A2_WIRE_LOG_TYPES)
                         : A2_WIRE_LOG_NONE;
-    if (a2_worker_subscribe(w, a.consumer, lf,
-                            (const char *const *)a.log_types,
+    if (a2_worker_subscribe(w, a.consumer, lf, (const char *const *)a.log_types,
                             a.nlog_types) != 0) {
         fprintf(stderr, "a2-worker: could not subscribe to %s\n", a.consumer);
         rc = 1;
@@ -1106,8 +1117,8 @@ int main(int argc, char **argv)
     while (!got_signal) {
         int prc = a2_worker_process(w);
         if (prc != 0) {
-            say("a2-worker: %s", prc == A2_WORKER_ENOMEM ? "out of memory"
-                                                         : "poll failed");
+            say("a2-worker: %s",
+                prc == A2_WORKER_ENOMEM ? "out of memory" : "poll failed");
             rc = 1;
             break;
         }
@@ -1122,8 +1133,8 @@ int main(int argc, char **argv)
         int np = 0;
         p[np++] = (struct pollfd){a.sigpipe[0], POLLIN, 0};
         if (a2_worker_fd(w) >= 0)
-            p[np++] = (struct pollfd){a2_worker_fd(w),
-                                      a2_worker_poll_events(w), 0};
+            p[np++] = (struct pollfd){a2_worker_fd(w), a2_worker_poll_events(w),
+                                      0};
         if (poll(p, (nfds_t)np, t) > 0 && (p[0].revents & POLLIN)) {
             char buf[64];
             while (read(a.sigpipe[0], buf, sizeof buf) > 0)

@@ -59,14 +59,14 @@ struct a2_worker_runner {
     pthread_t thread;
     int thread_started;
     int quit;
-    const char *session;    /* the session of the claim being run */
-    a2_attempt_ref *refs;   /* its heads */
-    unsigned char *done;    /* per head: finished */
+    const char *session;  /* the session of the claim being run */
+    a2_attempt_ref *refs; /* its heads */
+    unsigned char *done;  /* per head: finished */
     size_t nrefs;
-    int renew_busy;         /* a renewal is in flight */
-    int64_t next_renew;     /* monotonic ms */
+    int renew_busy;     /* a renewal is in flight */
+    int64_t next_renew; /* monotonic ms */
     uint64_t renewals;
-    uint64_t lost;          /* heads the renewal found superseded */
+    uint64_t lost; /* heads the renewal found superseded */
 
     char last_error[1200];
 };
@@ -260,8 +260,7 @@ static void consumers_free(a2_worker_runner *r)
     free(r->consumers);
 }
 
-static int consumers_copy(a2_worker_runner *r, const a2_consumer *src,
-                          size_t n)
+static int consumers_copy(a2_worker_runner *r, const a2_consumer *src, size_t n)
 {
     r->cons = calloc(n, sizeof *r->cons);
     r->consumers = calloc(n, sizeof *r->consumers);
@@ -352,9 +351,10 @@ a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *o,
     r->ttl_ms = o->ttl_ms ? o->ttl_ms : A2_WORKER_DEFAULT_TTL_MS;
     r->max_failures =
             o->max_failures ? o->max_failures : A2_WORKER_DEFAULT_MAX_FAILURES;
-    r->retry_after_ms = o->retry_after_ms < 0   ? 0
-                        : o->retry_after_ms > 0 ? o->retry_after_ms
-                                                : A2_WORKER_DEFAULT_RETRY_AFTER_MS;
+    r->retry_after_ms = o->retry_after_ms < 0 ? 0
+                        : o->retry_after_ms > 0
+                                ? o->retry_after_ms
+                                : A2_WORKER_DEFAULT_RETRY_AFTER_MS;
     r->handler = o->handler;
     r->ctx = o->ctx;
     r->log = o->log;
@@ -455,8 +455,8 @@ static void publish(a2_worker_runner *r, const char *session,
     r->refs = refs;
     r->done = done;
     r->nrefs = n;
-    r->next_renew = a2__worker_mono_ms() +
-                    (r->ttl_ms / 3 > 0 ? r->ttl_ms / 3 : 1);
+    r->next_renew =
+            a2__worker_mono_ms() + (r->ttl_ms / 3 > 0 ? r->ttl_ms / 3 : 1);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
 }

@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #define HANDSHAKE_TIMEOUT_MS 5000
-#define READ_CHUNK 65536
-#define SWEEP_PAGE 1000
+#define READ_CHUNK           65536
+#define SWEEP_PAGE           1000
 
 typedef enum {
     ST_IDLE = 0,   /* not connected; next_connect_at says when to try */
@@ -78,8 +78,8 @@ struct a2_worker {
     int64_t next_ping_at;
     int64_t pong_deadline; /* 0: no ping outstanding */
     uint64_t ping_id;
-    int failing;           /* connect failures since the last welcome */
-    int started;           /* the first connect was attempted */
+    int failing; /* connect failures since the last welcome */
+    int started; /* the first connect was attempted */
 
     /* degraded sweep */
     a2_store *store;
@@ -140,7 +140,7 @@ static char *dup_or_null(const char *s)
 #define WLOG(w, ...) a2__worker_logf((w)->log, (w)->log_ctx, __VA_ARGS__)
 
 static void set_error(a2_worker *w, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+        __attribute__((format(printf, 2, 3)));
 static void set_error(a2_worker *w, const char *fmt, ...)
 {
     va_list ap;
@@ -381,10 +381,10 @@ static int send_subscription(a2_worker *w, const subscription *s)
 {
     int rc = a2_wire_encode_subscribe(&w->out, s->consumer,
                                       (a2_wire_log_filter)s->log_filter,
-                                      (const char *const *)s->types,
-                                      s->ntypes);
-    return rc == 0 ? 0 : (rc == A2_WIRE_ENOMEM ? A2_WORKER_ENOMEM
-                                               : A2_WORKER_EINVAL);
+                                      (const char *const *)s->types, s->ntypes);
+    return rc == 0 ? 0
+                   : (rc == A2_WIRE_ENOMEM ? A2_WORKER_ENOMEM
+                                           : A2_WORKER_EINVAL);
 }
 
 int a2_worker_subscribe(a2_worker *w, const char *consumer, int log_filter,
@@ -516,8 +516,8 @@ static int start_connect(a2_worker *w)
         if (w->fd < 0 ||
             (connect(w->fd, (struct sockaddr *)&sa, sizeof sa) != 0 &&
              errno != EINPROGRESS && errno != EAGAIN)) {
-            snprintf(why, sizeof why, "could not connect to %s: %s",
-                     w->connect, strerror(errno));
+            snprintf(why, sizeof why, "could not connect to %s: %s", w->connect,
+                     strerror(errno));
             return went_down(w, why);
         }
     } else {
@@ -546,8 +546,8 @@ static int start_connect(a2_worker *w)
         }
         freeaddrinfo(ai);
         if (w->fd < 0) {
-            snprintf(why, sizeof why, "could not connect to %s: %s",
-                     w->connect, strerror(saved));
+            snprintf(why, sizeof why, "could not connect to %s: %s", w->connect,
+                     strerror(saved));
             return went_down(w, why);
         }
     }
@@ -653,8 +653,7 @@ static int do_read(a2_worker *w)
             char why[300];
             if (n == 0)
                 snprintf(why, sizeof why,
-                         "a2-consumer at %s closed the connection",
-                         w->connect);
+                         "a2-consumer at %s closed the connection", w->connect);
             else
                 snprintf(why, sizeof why,
                          "could not read from a2-consumer at %s: %s",
@@ -880,8 +879,8 @@ int a2_worker_timeout(const a2_worker *w)
     if (w->state == ST_CONNECTING || w->state == ST_HANDSHAKE)
         d = min_deadline(d, w->handshake_deadline);
     if (w->state == ST_READY)
-        d = min_deadline(d, w->pong_deadline ? w->pong_deadline
-                                             : w->next_ping_at);
+        d = min_deadline(d,
+                         w->pong_deadline ? w->pong_deadline : w->next_ping_at);
     if (w->state != ST_READY && w->db && w->next_sweep_at)
         d = min_deadline(d, w->next_sweep_at);
     if (d <= 0)

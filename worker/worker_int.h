@@ -12,7 +12,8 @@ int64_t a2__worker_real_ms(void);
 
 /* vsnprintf into buf and, when log is set, hands the line to it. */
 void a2__worker_logf(void (*log)(void *, const char *), void *ctx,
-                     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+                     const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
 
 /* "<hostname>:<pid>" into buf. */
 void a2__worker_default_name(char *buf, size_t len);

@@ -52,25 +52,25 @@
 #define A2_WORKER_MUST_CHECK __attribute__((warn_unused_result))
 
 /* Error codes (negative). */
-#define A2_WORKER_EINVAL (-1)   /* bad argument or option */
-#define A2_WORKER_ENOMEM (-2)   /* out of memory */
-#define A2_WORKER_EIO (-3)      /* a system call failed (poll, socket...) */
-#define A2_WORKER_ESTORE (-4)   /* the store failed (details in last_error) */
-#define A2_WORKER_EINTR (-5)    /* a2_worker_wait: interrupted by a signal */
+#define A2_WORKER_EINVAL   (-1) /* bad argument or option */
+#define A2_WORKER_ENOMEM   (-2) /* out of memory */
+#define A2_WORKER_EIO      (-3) /* a system call failed (poll, socket...) */
+#define A2_WORKER_ESTORE   (-4) /* the store failed (details in last_error) */
+#define A2_WORKER_EINTR    (-5) /* a2_worker_wait: interrupted by a signal */
 #define A2_WORKER_ESTOPPED (-6) /* runner: stopped before it claimed */
 
 /* Defaults for zero-valued options. */
-#define A2_WORKER_DEFAULT_SWEEP_MS 30000
+#define A2_WORKER_DEFAULT_SWEEP_MS         30000
 #define A2_WORKER_DEFAULT_RECONNECT_MIN_MS 100
 #define A2_WORKER_DEFAULT_RECONNECT_MAX_MS 5000
-#define A2_WORKER_DEFAULT_PING_MS 15000
-#define A2_WORKER_DEFAULT_TTL_MS 30000
-#define A2_WORKER_DEFAULT_RETRY_AFTER_MS 1000
-#define A2_WORKER_DEFAULT_MAX_FAILURES 5
+#define A2_WORKER_DEFAULT_PING_MS          15000
+#define A2_WORKER_DEFAULT_TTL_MS           30000
+#define A2_WORKER_DEFAULT_RETRY_AFTER_MS   1000
+#define A2_WORKER_DEFAULT_MAX_FAILURES     5
 
 /* Limits. */
 #define A2_WORKER_MAX_SUBSCRIPTIONS 64
-#define A2_WORKER_MAX_ERROR_TEXT 4096 /* bytes of a failure text kept */
+#define A2_WORKER_MAX_ERROR_TEXT    4096 /* bytes of a failure text kept */
 
 /* A diagnostic line (no newline), for the caller to print or drop. */
 typedef void (*a2_worker_log_fn)(void *ctx, const char *line);
@@ -83,16 +83,16 @@ typedef struct a2_worker_options {
     /* "unix:PATH" or "tcp:HOST:PORT" (IPv6 as tcp:[::1]:PORT). NULL: the
      * worker never connects and relies on the degraded sweep alone. */
     const char *connect;
-    const char *token;       /* required with tcp:, sent in hello */
-    const char *name;        /* hello name; NULL: "<hostname>:<pid>" */
+    const char *token; /* required with tcp:, sent in hello */
+    const char *name;  /* hello name; NULL: "<hostname>:<pid>" */
     /* Conninfo for the degraded sweep; NULL: no sweep while disconnected
      * ("" uses the PG* variables). */
     const char *db;
-    int degraded_sweep_ms;   /* 0: A2_WORKER_DEFAULT_SWEEP_MS */
-    int reconnect_min_ms;    /* 0: A2_WORKER_DEFAULT_RECONNECT_MIN_MS */
-    int reconnect_max_ms;    /* 0: A2_WORKER_DEFAULT_RECONNECT_MAX_MS */
-    int ping_ms;             /* idle ping; no pong within it reconnects; 0: default */
-    a2_worker_log_fn log;    /* NULL: no diagnostics */
+    int degraded_sweep_ms; /* 0: A2_WORKER_DEFAULT_SWEEP_MS */
+    int reconnect_min_ms;  /* 0: A2_WORKER_DEFAULT_RECONNECT_MIN_MS */
+    int reconnect_max_ms;  /* 0: A2_WORKER_DEFAULT_RECONNECT_MAX_MS */
+    int ping_ms; /* idle ping; no pong within it reconnects; 0: default */
+    a2_worker_log_fn log; /* NULL: no diagnostics */
     void *log_ctx;
 } a2_worker_options;
 
@@ -147,15 +147,13 @@ void a2_worker_free(a2_worker *w);
  * A2_WIRE_LOG_ALL (1) for a log consumer of every type, A2_WIRE_LOG_TYPES (2)
  * with types[ntypes]. Strings are copied.
  */
-A2_WORKER_MUST_CHECK int a2_worker_subscribe(a2_worker *w,
-                                             const char *consumer,
+A2_WORKER_MUST_CHECK int a2_worker_subscribe(a2_worker *w, const char *consumer,
                                              int log_filter,
                                              const char *const *types,
                                              size_t ntypes);
 
 /* Asks for presence patches of namespace ns. */
-A2_WORKER_MUST_CHECK int a2_worker_watch_presence(a2_worker *w,
-                                                  const char *ns);
+A2_WORKER_MUST_CHECK int a2_worker_watch_presence(a2_worker *w, const char *ns);
 
 /* The descriptor to poll now (it changes across reconnects: ask before every
  * poll), or -1 while there is none (then only the timeout matters). */
@@ -196,10 +194,10 @@ const char *a2_worker_last_error(const a2_worker *w);
 
 /* Counters. */
 typedef struct a2_worker_stats {
-    uint64_t connects;     /* welcomes received */
+    uint64_t connects; /* welcomes received */
     uint64_t disconnects;
-    uint64_t frames;       /* frames read */
-    uint64_t sweeps;       /* degraded sweeps run */
+    uint64_t frames; /* frames read */
+    uint64_t sweeps; /* degraded sweeps run */
 } a2_worker_stats;
 void a2_worker_get_stats(const a2_worker *w, a2_worker_stats *out);
 
@@ -235,16 +233,16 @@ typedef int (*a2_worker_handler)(void *ctx, const a2_head *head,
                                  a2_worker_reply *reply);
 
 typedef struct a2_worker_runner_options {
-    const char *db;                 /* conninfo ("" or NULL: PG* variables) */
-    const char *holder;             /* claim holder; NULL: "<host>:<pid>:<n>" */
-    const a2_consumer *consumers;   /* served consumers (copied); required */
+    const char *db;               /* conninfo ("" or NULL: PG* variables) */
+    const char *holder;           /* claim holder; NULL: "<host>:<pid>:<n>" */
+    const a2_consumer *consumers; /* served consumers (copied); required */
     size_t nconsumers;
-    int64_t ttl_ms;                 /* lease; 0: A2_WORKER_DEFAULT_TTL_MS */
-    int max_failures;               /* 0: A2_WORKER_DEFAULT_MAX_FAILURES */
-    int64_t retry_after_ms;         /* <0: none; 0: default */
-    a2_worker_handler handler;      /* required */
+    int64_t ttl_ms;            /* lease; 0: A2_WORKER_DEFAULT_TTL_MS */
+    int max_failures;          /* 0: A2_WORKER_DEFAULT_MAX_FAILURES */
+    int64_t retry_after_ms;    /* <0: none; 0: default */
+    a2_worker_handler handler; /* required */
     void *ctx;
-    a2_worker_log_fn log;           /* NULL: no diagnostics */
+    a2_worker_log_fn log; /* NULL: no diagnostics */
     void *log_ctx;
 } a2_worker_runner_options;
 
@@ -299,8 +297,8 @@ const char *a2_worker_runner_last_error(const a2_worker_runner *r);
  * one. For a resync of every session. Returns the number of sessions, or a
  * negative code.
  */
-A2_WORKER_MUST_CHECK int a2_worker_runner_pending(
-    a2_worker_runner *r, void (*fn)(void *ctx, const char *session),
-    void *ctx);
+A2_WORKER_MUST_CHECK int
+a2_worker_runner_pending(a2_worker_runner *r,
+                         void (*fn)(void *ctx, const char *session), void *ctx);
 
 #endif

@@ -88,14 +88,14 @@ while True:
     except socket.timeout:
         break
     c.recv(4096)
-    body = b"# HELP a2_consumer_workers workers connected\n# TYPE a2_consumer_workers gauge\na2_consumer_workers 3\na2_consumer_lag_bytes 2048\na2_consumer_lag_seconds 0.250\n"
+    body = b"a2_consumer_up 1\n# HELP a2_consumer_workers workers connected\n# TYPE a2_consumer_workers gauge\na2_consumer_workers 3\na2_consumer_lag_bytes 2048\na2_consumer_lag_seconds 0.250\n"
     c.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + body); c.close()
 PY
 srv=$!
 deadline=$((SECONDS + 20))
 until [ -e "$TMP/ready" ] || [ $SECONDS -gt $deadline ]; do sleep 0.05; done
-expect 0 "$A2" status --metrics "127.0.0.1:$port"; contains "3 connected workers"; contains "lag 2.0 kB"
-expect 0 "$A2" --json status --metrics "tcp:127.0.0.1:$port"; contains '"workers":3'
+expect 0 "$A2" status --metrics "127.0.0.1:$port"; contains "streaming, 3 connected workers"; contains "lag 2.0 kB"
+expect 0 "$A2" --json status --metrics "tcp:127.0.0.1:$port"; contains '"workers":3'; contains '"up":true'
 kill "$srv" 2>/dev/null
 wait "$srv" 2>/dev/null
 expect 1 "$A2" status --metrics "127.0.0.1:$port"; contains "could not connect to metrics" err

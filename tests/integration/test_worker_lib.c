@@ -10,10 +10,12 @@
 #include "a2/worker.h"
 #include "a2test.h"
 
+// clang-format off
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+// clang-format on
 
 #include <errno.h>
 #include <fcntl.h>
@@ -220,8 +222,8 @@ static void test_events(void **state)
     a2_worker_options o = {.connect = f.spec, .name = "t-events"};
     a2_worker *w = a2_worker_new(&o, err, sizeof err);
     assert_non_null(w);
-    assert_int_equal(a2_worker_subscribe(w, "mailer", A2_WIRE_LOG_NONE, NULL, 0),
-                     0);
+    assert_int_equal(
+            a2_worker_subscribe(w, "mailer", A2_WIRE_LOG_NONE, NULL, 0), 0);
     const char *types[] = {"order.placed", "invoice.sent"};
     assert_int_equal(
             a2_worker_subscribe(w, "auditor", A2_WIRE_LOG_TYPES, types, 2), 0);
@@ -327,7 +329,9 @@ static void append_for(const char *session, const char *consumer,
     a2_store_error err = {0};
     assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
     a2_target t = {.consumer = consumer, .lane = lane};
-    a2_append_event e = {.type = "job", .payload = "{\"n\":1}", .targets = &t,
+    a2_append_event e = {.type = "job",
+                         .payload = "{\"n\":1}",
+                         .targets = &t,
                          .ntargets = 1};
     a2_events out = {0};
     assert_int_equal(a2_store_append(s, session, &e, 1, NULL, &out), 0);
@@ -559,7 +563,8 @@ static void test_runner(void **state)
                   "(cause->>'consumer') || '/' || (cause->>'attempt'), ' ' "
                   "order by idx) from a2_events where session_id = 'run-1' "
                   "and cause is not null");
-    assert_string_equal(got, "done:ret-runner-1-1:runner/1 done.too:my-id:runner/1");
+    assert_string_equal(got,
+                        "done:ret-runner-1-1:runner/1 done.too:my-id:runner/1");
     free(got);
     /* Nothing left: settled. */
     assert_int_equal(a2_worker_runner_run(r, "run-1", false, &st), 0);
@@ -632,8 +637,10 @@ static void test_runner_pending(void **state)
     hctx h = {0};
     a2_consumer c = {.name = "pender"};
     char err[256];
-    a2_worker_runner_options o = {.db = a2_test_db(), .consumers = &c,
-                                  .nconsumers = 1, .handler = handler,
+    a2_worker_runner_options o = {.db = a2_test_db(),
+                                  .consumers = &c,
+                                  .nconsumers = 1,
+                                  .handler = handler,
                                   .ctx = &h};
     a2_worker_runner *r = a2_worker_runner_new(&o, err, sizeof err);
     assert_non_null(r);
@@ -646,12 +653,12 @@ static void test_runner_pending(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_options),
-        cmocka_unit_test(test_events),
-        cmocka_unit_test(test_reconnect_and_sweep),
-        cmocka_unit_test(test_ping_timeout),
-        cmocka_unit_test(test_runner),
-        cmocka_unit_test(test_runner_pending),
+            cmocka_unit_test(test_options),
+            cmocka_unit_test(test_events),
+            cmocka_unit_test(test_reconnect_and_sweep),
+            cmocka_unit_test(test_ping_timeout),
+            cmocka_unit_test(test_runner),
+            cmocka_unit_test(test_runner_pending),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
