@@ -230,6 +230,35 @@ test_bad_workers_are_dropped(void **state)
     tc_cleanup(&d);
 }
 
+/* A transaction past the applier's bound: its wake-ups are replaced by one
+ * resync, and the audit still has every line. */
+static void
+test_huge_transaction_resyncs(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker w;
+    tc_msg m;
+    tc_init(&d, "tc_huge");
+    tc_start(&d);
+    tc_worker_open(&w, d.sock, "w1", "c", NULL);
+    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
+    /* the answer to subscribe */
+    assert_true(tc_wait_for(&w, "resync", 5000, &m));
+    a2_test_exec(db, "insert into a2_cursors(session_id, consumer, "
+                     "cursor_key, epoch, kind, head) select 'h' || i, 'c', "
+                     "'#1', 1, 'event', 1 from generate_series(1, 100001) i");
+    assert_true(tc_wait_for(&w, "resync", 60000, &m));
+    assert_string_equal(m.consumer, "c");
+    assert_true(m.all_sessions);
+    /* no wake-up of that transaction was sent */
+    assert_int_equal(tc_wait_for(&w, "wake", 300, &m), 0);
+    tc_worker_close(&w);
+    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(tc_count_in_file(d.audit, "\n"), 100001);
+    tc_cleanup(&d);
+}
+
 int
 main(void)
 {
@@ -237,6 +266,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_affinity_and_move, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_workers_are_dropped, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_huge_transaction_resyncs, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

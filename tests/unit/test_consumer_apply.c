@@ -441,6 +441,48 @@ test_resume_skips_written_lines(void **state)
     fx_destroy(&f);
 }
 
+/* A transaction whose audit text passes the buffer bound is written early;
+ * cut off mid-way and sent again, it ends up in the file exactly once. */
+static void
+test_big_transaction_cut_and_resent(void **state)
+{
+    (void)state;
+    enum { N = 16000 }; /* ~5 MB of audit text: one early write */
+    fx f;
+    fx_open(&f, 0);
+    char key[32];
+    begin(&f, 40, "0/C00");
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "#%d", i);
+        cursor_insert(&f, key, i + 1);
+    }
+    /* the connection is lost before the commit */
+    a2c_apply_abort_txn(f.ap);
+    int early = count_lines(f.path);
+    assert_true(early > 0 && early < N);
+    assert_int_equal(nevents, 0);
+    /* the server sends it again, whole */
+    begin(&f, 40, "0/C00");
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "#%d", i);
+        cursor_insert(&f, key, i + 1);
+    }
+    commit(&f, 40, "0/C00", 0xC00);
+    fx_close(&f);
+    assert_int_equal(count_lines(f.path), N);
+    /* every cursor once, in order */
+    FILE *fp = fopen(f.path, "r");
+    char line[4096], want[64];
+    for (int i = 0; i < N; i++) {
+        assert_non_null(fgets(line, sizeof line, fp));
+        snprintf(want, sizeof want, "\"cursor\":\"#%d\"", i);
+        if (!strstr(line, want))
+            fail_msg("line %d is not cursor #%d: %s", i, i, line);
+    }
+    fclose(fp);
+    fx_destroy(&f);
+}
+
 static void
 test_gap_record(void **state)
 {
@@ -491,6 +533,7 @@ main(void)
         cmocka_unit_test(test_claim_timer_fail_retry_complete),
         cmocka_unit_test(test_cleared_log_presence),
         cmocka_unit_test(test_resume_skips_written_lines),
+        cmocka_unit_test(test_big_transaction_cut_and_resent),
         cmocka_unit_test(test_gap_record),
         cmocka_unit_test(test_commit_without_begin),
     };
