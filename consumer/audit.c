@@ -377,6 +377,10 @@ a2c_audit_open(const char *path, a2c_audit_resume *resume, char *err,
         goto error;
     /* A partial transaction is marked once its remaining lines are written. */
     a->marked = a->durable = a->state_written = resume->done;
+    /* The state file must be writable too: find out now, not at the first
+     * group fsync. */
+    if (write_state(a->state_path, resume->done, err, errlen) != 0)
+        goto error;
     a->state_at = mono_ms();
     return a;
 error:

@@ -69,6 +69,9 @@ expect 2 'needs a value' --db "$db" --listen
 # runtime errors: exit 1, one line
 expect 1 '^a2-consumer: could not open audit file "/nonexistent/dir/audit": No such file or directory$' \
     --db "$db" --slot tc_audit --listen "$sock" --audit /nonexistent/dir/audit
+mkdir -p "$tmp/blocked.jsonl.lsn"
+expect 1 "^a2-consumer: could not write audit state file \"$tmp/blocked.jsonl.lsn\": Is a directory\$" \
+    --db "$db" --slot tc_audit --listen "$sock" --audit "$tmp/blocked.jsonl"
 expect 1 'could not open token file' --db "$db" --listen tcp:127.0.0.1:0 --token-file "$tmp/missing"
 expect 1 '^a2-consumer: could not connect to the database: ' \
     --db "host=127.0.0.1 port=1 dbname=x user=postgres connect_timeout=2" --listen "$sock"
