@@ -83,14 +83,17 @@ static const char usage_text[] =
 
 typedef struct job {
     char *session;
-    int wake_log;
-    int queued;   /* in the ready list */
-    int running;  /* a thread works it */
-    int again;    /* woken while running: run once more */
-    int64_t at;   /* retry timer (monotonic ms), 0: none */
-    int hinted;   /* a wake-up named work here */
-    int rechecks; /* runs that found nothing after a wake-up */
-    struct job *next;
+    int wake_log;      /* run a2_store_wake_log first */
+    int queued;        /* in the ready queue */
+    int running;       /* a thread works it */
+    int again;         /* woken while running: run once more */
+    int64_t at;        /* retry timer (monotonic ms), 0: none */
+    int timed;         /* in the timer list (at may have been cancelled) */
+    int hinted;        /* a wake-up named work here */
+    int rechecks;      /* runs that found nothing after a wake-up */
+    struct job *hnext; /* hash chain */
+    struct job *rnext; /* ready queue */
+    struct job *tnext; /* timer list */
 } job;
 
 typedef struct app app;
@@ -126,7 +129,12 @@ struct app {
     /* shared, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    job *jobs;
+    job **buckets; /* sessions by name */
+    size_t nbuckets;
+    size_t njobs;
+    job *ready_head; /* FIFO of sessions to run */
+    job *ready_tail;
+    job *timed; /* sessions with a retry timer */
     int nrunning;
     int stopping;
     uint64_t handled;
@@ -192,12 +200,109 @@ static int64_t real_ms(void)
 
 /* ── the session table ────────────────────────────────────────────────── */
 
+static size_t hash_of(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return (size_t)h;
+}
+
 static job *find_job(app *a, const char *session)
 {
-    for (job *j = a->jobs; j; j = j->next)
+    if (!a->nbuckets)
+        return NULL;
+    for (job *j = a->buckets[hash_of(session) & (a->nbuckets - 1)]; j;
+         j = j->hnext)
         if (strcmp(j->session, session) == 0)
             return j;
     return NULL;
+}
+
+/* Adds a job for session to the table; NULL when out of memory. */
+static job *add_job(app *a, const char *session)
+{
+    if (a->njobs >= a->nbuckets) {
+        size_t n = a->nbuckets ? a->nbuckets * 2 : 256;
+        job **nb = calloc(n, sizeof *nb);
+        if (!nb)
+            return NULL;
+        for (size_t i = 0; i < a->nbuckets; i++)
+            for (job *k = a->buckets[i], *next; k; k = next) {
+                next = k->hnext;
+                size_t b = hash_of(k->session) & (n - 1);
+                k->hnext = nb[b];
+                nb[b] = k;
+            }
+        free(a->buckets);
+        a->buckets = nb;
+        a->nbuckets = n;
+    }
+    job *j = calloc(1, sizeof *j);
+    if (!j || !(j->session = strdup(session))) {
+        free(j);
+        return NULL;
+    }
+    size_t b = hash_of(session) & (a->nbuckets - 1);
+    j->hnext = a->buckets[b];
+    a->buckets[b] = j;
+    a->njobs++;
+    return j;
+}
+
+/* Removes and frees a job that is not in the ready queue. */
+static void remove_job(app *a, job *dead)
+{
+    for (job **p = &a->buckets[hash_of(dead->session) & (a->nbuckets - 1)]; *p;
+         p = &(*p)->hnext)
+        if (*p == dead) {
+            *p = dead->hnext;
+            break;
+        }
+    if (dead->timed)
+        for (job **p = &a->timed; *p; p = &(*p)->tnext)
+            if (*p == dead) {
+                *p = dead->tnext;
+                break;
+            }
+    a->njobs--;
+    free(dead->session);
+    free(dead);
+}
+
+static void push_ready(app *a, job *j)
+{
+    j->queued = 1;
+    j->rnext = NULL;
+    if (a->ready_tail)
+        a->ready_tail->rnext = j;
+    else
+        a->ready_head = j;
+    a->ready_tail = j;
+    pthread_cond_signal(&a->cv);
+}
+
+static job *pop_ready(app *a)
+{
+    job *j = a->ready_head;
+    if (!j)
+        return NULL;
+    a->ready_head = j->rnext;
+    if (!a->ready_head)
+        a->ready_tail = NULL;
+    j->rnext = NULL;
+    j->queued = 0;
+    return j;
+}
+
+static void set_timer(app *a, job *j, int64_t at)
+{
+    j->at = at;
+    if (!j->timed) {
+        j->timed = 1;
+        j->tnext = a->timed;
+        a->timed = j;
+    }
 }
 
 /* Queues session for a run (under mu). */
@@ -207,28 +312,20 @@ static void schedule_locked(app *a, const char *session, int wake_log,
     if (a->stopping)
         return;
     job *j = find_job(a, session);
-    if (!j) {
-        j = calloc(1, sizeof *j);
-        if (!j || !(j->session = strdup(session))) {
-            free(j);
-            say("a2-worker: out of memory queuing %s", session);
-            return;
-        }
-        j->next = a->jobs;
-        a->jobs = j;
+    if (!j && !(j = add_job(a, session))) {
+        say("a2-worker: out of memory queuing %s", session);
+        return;
     }
     j->wake_log |= wake_log;
     if (hinted && !j->hinted) {
         j->hinted = 1;
         j->rechecks = 0;
     }
-    j->at = 0;
+    j->at = 0; /* cancels a timer (dropped from the list when it is seen) */
     if (j->running)
         j->again = 1;
-    else if (!j->queued) {
-        j->queued = 1;
-        pthread_cond_signal(&a->cv);
-    }
+    else if (!j->queued)
+        push_ready(a, j);
 }
 
 static void schedule(app *a, const char *session, int wake_log, int hinted)
@@ -238,32 +335,26 @@ static void schedule(app *a, const char *session, int wake_log, int hinted)
     pthread_mutex_unlock(&a->mu);
 }
 
-static void unlink_job(app *a, job *dead)
-{
-    for (job **p = &a->jobs; *p; p = &(*p)->next)
-        if (*p == dead) {
-            *p = dead->next;
-            free(dead->session);
-            free(dead);
-            return;
-        }
-}
-
 /* Due retry timers become queued; returns ms to the next timer or -1. */
 static int fire_timers(app *a)
 {
     int64_t now = mono_ms(), next = -1;
     pthread_mutex_lock(&a->mu);
-    for (job *j = a->jobs; j; j = j->next) {
-        if (!j->at || j->running || j->queued)
+    for (job **p = &a->timed; *p;) {
+        job *j = *p;
+        if (!j->at || j->running || j->queued || j->at <= now) {
+            *p = j->tnext;
+            j->timed = 0;
+            j->tnext = NULL;
+            if (j->at && !j->running && !j->queued) {
+                j->at = 0;
+                push_ready(a, j);
+            }
             continue;
-        if (j->at <= now) {
-            j->at = 0;
-            j->queued = 1;
-            pthread_cond_signal(&a->cv);
-        } else if (next < 0 || j->at - now < next) {
-            next = j->at - now;
         }
+        if (next < 0 || j->at - now < next)
+            next = j->at - now;
+        p = &j->tnext;
     }
     pthread_mutex_unlock(&a->mu);
     return next > 24 * 3600 * 1000 ? 24 * 3600 * 1000 : (int)next;
@@ -634,20 +725,13 @@ static void *slot_main(void *arg)
     app *a = s->a;
     pthread_mutex_lock(&a->mu);
     for (;;) {
-        job *j = NULL;
-        if (!a->stopping)
-            for (job *k = a->jobs; k; k = k->next)
-                if (k->queued && !k->running) {
-                    j = k;
-                    break;
-                }
+        job *j = a->stopping ? NULL : pop_ready(a);
         if (!j) {
             if (a->stopping)
                 break;
             pthread_cond_wait(&a->cv, &a->mu);
             continue;
         }
-        j->queued = 0;
         j->running = 1;
         j->again = 0;
         int wake_log = j->wake_log;
@@ -673,25 +757,24 @@ static void *slot_main(void *arg)
         if (j) {
             j->running = 0;
             if (a->stopping) {
-                unlink_job(a, j);
+                remove_job(a, j);
             } else if (j->again) {
                 j->again = 0;
-                j->queued = 1;
-                pthread_cond_signal(&a->cv);
+                push_ready(a, j);
             } else if (rc != 0 && rc != A2_WORKER_ESTOPPED) {
                 j->wake_log |= wake_log;
-                j->at = mono_ms() + STORE_RETRY_MS;
+                set_timer(a, j, mono_ms() + STORE_RETRY_MS);
             } else if (st.retry_at > 0) {
                 int64_t delay = st.retry_at - real_ms();
-                j->at = mono_ms() + (delay > 0 ? delay : 0) + 5;
+                set_timer(a, j, mono_ms() + (delay > 0 ? delay : 0) + 5);
             } else if (j->hinted && st.claimed == 0 &&
                        j->rechecks < WAKE_RECHECKS) {
                 /* A wake-up can outrun the visibility of its commit to
                  * new snapshots: look again shortly, a bounded few times. */
-                j->at = mono_ms() + (WAKE_RECHECK_MS << j->rechecks);
+                set_timer(a, j, mono_ms() + (WAKE_RECHECK_MS << j->rechecks));
                 j->rechecks++;
             } else {
-                unlink_job(a, j);
+                remove_job(a, j);
             }
         }
         /* Wake the main loop so it recomputes its timers. */
@@ -1163,8 +1246,13 @@ done:
     if (nslots && !a.quiet)
         say("a2-worker: stopped after %llu handler runs",
             (unsigned long long)a.handled);
-    while (a.jobs)
-        unlink_job(&a, a.jobs);
+    for (size_t i = 0; i < a.nbuckets; i++)
+        for (job *k = a.buckets[i], *next; k; k = next) {
+            next = k->hnext;
+            free(k->session);
+            free(k);
+        }
+    free(a.buckets);
     a2_worker_free(w);
     a2_store_close(a.store);
     signal_fd = -1;
