@@ -47,29 +47,41 @@ typedef struct {
     int err;
 } packctx;
 
+/* Makes room for len more bytes; 0 or -1 with c->err set. */
+static int reserve(packctx *c, size_t len)
+{
+    a2_wire_buf *b = c->b;
+    size_t cap;
+    char *p;
+
+    if (b->cap - b->len >= len)
+        return 0;
+    if (len > SIZE_MAX / 4 - b->len) {
+        c->err = A2_WIRE_ENOMEM;
+        return -1;
+    }
+    cap = b->cap ? b->cap : 256;
+    while (cap < b->len + len)
+        cap *= 2;
+    p = realloc(b->data, cap);
+    if (!p) {
+        c->err = A2_WIRE_ENOMEM;
+        return -1;
+    }
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+/* msgpack_packer's write callback. After an error the frame is discarded by
+ * a2_wire_encode, so writes may go on meanwhile. */
 static int buf_write(void *data, const char *buf, size_t len)
 {
     packctx *c = data;
     a2_wire_buf *b = c->b;
 
-    if (c->err)
+    if (b->cap - b->len < len && reserve(c, len) != 0)
         return -1;
-    if (len > SIZE_MAX - b->len) {
-        c->err = A2_WIRE_ENOMEM;
-        return -1;
-    }
-    if (b->len + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + len)
-            cap *= 2;
-        char *p = realloc(b->data, cap);
-        if (!p) {
-            c->err = A2_WIRE_ENOMEM;
-            return -1;
-        }
-        b->data = p;
-        b->cap = cap;
-    }
     memcpy(b->data + b->len, buf, len);
     b->len += len;
     return 0;
@@ -218,6 +230,8 @@ int a2_wire_encode(a2_wire_buf *b, const a2_wire_msg *m)
         return A2_WIRE_EINVAL;
     start = b->len;
     msgpack_packer_init(&pk, &c, buf_write);
+    if (reserve(&c, 256) != 0) /* most frames fit: one check, no regrowth */
+        return c.err;
 
     switch (m->type) {
     case A2_WIRE_HELLO:
