@@ -349,6 +349,93 @@ static void test_encode_errors(void **state)
     a2_wire_reader_free(NULL);
 }
 
+/* The consumer's frame limit (1 MiB), for the encoder and the reader; JSON
+ * nesting past the depth limit. */
+static void test_consumer_limits(void **state)
+{
+    (void)state;
+    a2_wire_buf b = {0};
+    const char **sessions = calloc(A2_WIRE_MAX_ARRAY, sizeof *sessions);
+    char *s = malloc(301);
+    size_t n = 0;
+
+    memset(s, 'x', 300);
+    s[300] = '\0';
+    for (size_t i = 0; i < A2_WIRE_MAX_ARRAY; i++)
+        sessions[i] = s;
+    /* 4096 x 300 bytes > 1 MiB */
+    assert_int_equal(
+            a2_wire_encode_resync(&b, "c", sessions, A2_WIRE_MAX_ARRAY),
+            A2_WIRE_ETOOBIG);
+    assert_int_equal(b.len, 0);
+    /* 3000 x 300 bytes fit, and decode */
+    assert_int_equal(a2_wire_encode_resync(&b, "c", sessions, 3000), 0);
+    assert_true(b.len > 900000);
+    {
+        a2_wire_msg m;
+        a2_wire_reader *r = read_one(A2_WIRE_FROM_CONSUMER, &b, &m);
+        assert_int_equal(m.n_sessions, 3000);
+        assert_string_equal(m.sessions[2999], s);
+        a2_wire_reader_free(r);
+    }
+    /* the same bytes grown past 1 MiB by hand: the reader refuses them */
+    {
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 3);
+        msgpack_pack_str(&pk, 1);
+        msgpack_pack_str_body(&pk, "t", 1);
+        msgpack_pack_str(&pk, 6);
+        msgpack_pack_str_body(&pk, "resync", 6);
+        msgpack_pack_str(&pk, 8);
+        msgpack_pack_str_body(&pk, "consumer", 8);
+        msgpack_pack_str(&pk, 1);
+        msgpack_pack_str_body(&pk, "c", 1);
+        msgpack_pack_str(&pk, 8);
+        msgpack_pack_str_body(&pk, "sessions", 8);
+        msgpack_pack_array(&pk, A2_WIRE_MAX_ARRAY);
+        for (size_t i = 0; i < A2_WIRE_MAX_ARRAY; i++) {
+            msgpack_pack_str(&pk, 300);
+            msgpack_pack_str_body(&pk, s, 300);
+        }
+        assert_true(sb.size > A2_WIRE_MAX_CONSUMER_FRAME);
+        expect_error(A2_WIRE_FROM_CONSUMER, sb.data, sb.size, A2_WIRE_ETOOBIG,
+                     "frame exceeds");
+        msgpack_sbuffer_destroy(&sb);
+    }
+    /* presence fields: the frame's map is depth 1, fields 2, so 14 nested
+     * arrays reach the limit of 16 and 15 pass it */
+    for (int depth = 14; depth <= 15; depth++) {
+        char json[96];
+        n = 0;
+        n += (size_t)snprintf(json, sizeof json, "{\"a\":");
+        for (int i = 0; i < depth; i++)
+            json[n++] = '[';
+        json[n++] = '1';
+        for (int i = 0; i < depth; i++)
+            json[n++] = ']';
+        json[n++] = '}';
+        json[n] = '\0';
+        b.len = 0;
+        if (depth == 15) {
+            assert_int_equal(a2_wire_encode_presence(&b, "n", "p", json),
+                             A2_WIRE_ETYPE);
+            assert_int_equal(b.len, 0);
+            continue;
+        }
+        assert_int_equal(a2_wire_encode_presence(&b, "n", "p", json), 0);
+        a2_wire_msg m;
+        a2_wire_reader *r = read_one(A2_WIRE_FROM_CONSUMER, &b, &m);
+        assert_string_equal(m.fields_json, json);
+        a2_wire_reader_free(r);
+    }
+    free(sessions);
+    free(s);
+    a2_wire_buf_free(&b);
+}
+
 static void test_hello(void **state)
 {
     (void)state;
@@ -571,6 +658,7 @@ int main(void)
             cmocka_unit_test(test_errors_semantic),
             cmocka_unit_test(test_errors_framing),
             cmocka_unit_test(test_encode_errors),
+            cmocka_unit_test(test_consumer_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
