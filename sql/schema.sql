@@ -135,6 +135,13 @@ create index if not exists a2_presence_expiry on a2_presence (expires_at);
 --   * a row holding the key "abort" raises SQLSTATE A2001 with the row as the
 --     error's detail: the whole call rolls back;
 --   * a row holding the key "stop" ends the batch after its statement.
+-- Statements are the store's constants: each is prepared once per server
+-- session (named a2b_<md5 of its text>) so its plan is cached, and runs as
+-- EXECUTE with params as its one jsonb argument. Past
+-- a2_batch_prepared_limit() prepared statements a new text runs unprepared.
+create or replace function a2_batch_prepared_limit() returns integer
+language sql immutable as 'select 512';
+
 create or replace function a2_batch(statements text[], params jsonb)
 returns setof jsonb
 language plpgsql
@@ -142,6 +149,8 @@ volatile
 as $fn$
 declare
     statement text;
+    pname text;
+    runner text;
     r jsonb;
     stopping boolean := false;
 begin
@@ -149,7 +158,17 @@ begin
         return;
     end if;
     foreach statement in array statements loop
-        for r in execute statement using params loop
+        pname := 'a2b_' || md5(statement);
+        if exists (select 1 from pg_prepared_statements p where p.name = pname) then
+            runner := format('execute %I(%L::jsonb)', pname, params);
+        elsif (select count(*) from pg_prepared_statements p
+                where p.name like 'a2b\_%') < a2_batch_prepared_limit() then
+            execute format('prepare %I(jsonb) as %s', pname, statement);
+            runner := format('execute %I(%L::jsonb)', pname, params);
+        else
+            runner := null;
+        end if;
+        for r in execute coalesce(runner, statement) using params loop
             if jsonb_typeof(r) = 'object' then
                 if r ? 'abort' then
                     raise exception using

@@ -30,10 +30,13 @@
 #define P_INT(k) "($1->>'" k "')::int"
 #define P_BOOL(k) "($1->>'" k "')::boolean"
 #define P_JSONB(k) "nullif($1->'" k "', 'null'::jsonb)"
-/* A JSON array of strings as text[], or null when it is not an array. */
+/* A JSON array of strings as text[], or null when it is not an array. The
+ * array's subquery is guarded on its own too: a generic plan may evaluate it
+ * before the case decides. */
 #define P_TEXTS(k)                                                          \
     "(case when jsonb_typeof($1->'" k "') = 'array' then array(select "     \
-    "jsonb_array_elements_text($1->'" k "')) end)"
+    "jsonb_array_elements_text(case when jsonb_typeof($1->'" k "') = "      \
+    "'array' then $1->'" k "' end)) end)"
 
 #define SESSION P_TEXT("session")
 #define INDEX P_BIGINT("index")

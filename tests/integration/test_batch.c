@@ -317,6 +317,59 @@ static void test_edges(void **state)
     PQfinish(conn);
 }
 
+/*
+ * Statements are prepared once per connection (their plans cached); past the
+ * limit a new statement still runs, unprepared.
+ */
+static void test_prepared_and_limit(void **state)
+{
+    (void)state;
+    PGconn *conn = a2_test_connect();
+    const char *one[] = {"select jsonb_build_object('p', 1, 'x', $1->'x')"};
+    for (int i = 0; i < 3; i++) {
+        PGresult *res = run_batch(conn, one, 1, "{\"x\": 7}");
+        assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+        json_t *r = row_json(res, 0);
+        assert_int_equal(json_integer_value(json_object_get(r, "x")), 7);
+        json_decref(r);
+        PQclear(res);
+    }
+    assert_int_equal(a2_test_int(conn, "select count(*) from "
+                                       "pg_prepared_statements where name "
+                                       "like 'a2b\\_%'"),
+                     1);
+    /* A limit of 1: the next two statements run without being prepared. */
+    a2_test_exec(conn, "begin");
+    a2_test_exec(conn, "create or replace function a2_batch_prepared_limit() "
+                       "returns integer language sql immutable as "
+                       "'select 1'");
+    const char *more[] = {"select jsonb_build_object('p', 2, 'x', $1->'x')",
+                          "select jsonb_build_object('p', 3, 'x', $1->'x')"};
+    PGresult *res = run_batch(conn, more, 2, "{\"x\": \"it's\"}");
+    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+    assert_int_equal(PQntuples(res), 2);
+    for (int i = 0; i < 2; i++) {
+        json_t *r = row_json(res, i);
+        assert_int_equal(json_integer_value(json_object_get(r, "p")), i + 2);
+        assert_string_equal(json_string_value(json_object_get(r, "x")),
+                            "it's");
+        json_decref(r);
+    }
+    PQclear(res);
+    a2_test_exec(conn, "rollback");
+    assert_int_equal(a2_test_int(conn, "select count(*) from "
+                                       "pg_prepared_statements where name "
+                                       "like 'a2b\\_%'"),
+                     1);
+    /* A statement that cannot be prepared fails the call with its error. */
+    const char *bad[] = {"select jsonb_build_object('x', missing_column)"};
+    res = run_batch(conn, bad, 1, "{}");
+    assert_int_equal(PQresultStatus(res), PGRES_FATAL_ERROR);
+    assert_string_equal(PQresultErrorField(res, PG_DIAG_SQLSTATE), "42703");
+    PQclear(res);
+    PQfinish(conn);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -326,6 +379,7 @@ int main(void)
         cmocka_unit_test(test_params_are_data),
         cmocka_unit_test(test_snapshot_after_lock),
         cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_prepared_and_limit),
     };
     return cmocka_run_group_tests_name("a2_batch", tests, NULL, NULL);
 }

@@ -39,7 +39,13 @@ static int setup(void **state)
     fx *f = calloc(1, sizeof *f);
     assert_non_null(f);
     a2_store_error err;
-    int rc = a2_store_open(&f->s, a2_test_db(), &err);
+    /* A2_TEST_STORE_OPTIONS adds conninfo settings, e.g. to run every
+     * operation under generic plans (tests/integration/test_store_plans.sh). */
+    char conninfo[1024];
+    const char *extra = getenv("A2_TEST_STORE_OPTIONS");
+    snprintf(conninfo, sizeof conninfo, "%s %s", a2_test_db(),
+             extra ? extra : "");
+    int rc = a2_store_open(&f->s, conninfo, &err);
     if (rc != 0)
         fail_msg("open: %s", err.message);
     f->now = 1000000;
