@@ -24,8 +24,9 @@ typedef enum {
 
 typedef struct {
     act_kind kind;
-    char *s1, *s2, *s3, *s4; /* session/consumer/key, or ns/participant/field/value */
-    int64_t n1, n2, n3;      /* head/idx, epoch, deadline */
+    char *s1, *s2, *s3,
+            *s4; /* session/consumer/key, or ns/participant/field/value */
+    int64_t n1, n2, n3; /* head/idx, epoch, deadline */
 } action;
 
 struct a2c_apply {
@@ -33,19 +34,19 @@ struct a2c_apply {
     a2c_timers *timers;
     a2c_sink sink;
 
-    uint64_t done;          /* transactions ending at or before: applied */
-    uint64_t partial_lsn;   /* transaction whose first lines are written */
+    uint64_t done;        /* transactions ending at or before: applied */
+    uint64_t partial_lsn; /* transaction whose first lines are written */
     size_t partial_lines;
     uint64_t applied;
 
     /* The open transaction. */
     int in_txn;
-    uint64_t end;           /* its commit end LSN (B's nextlsn) */
+    uint64_t end; /* its commit end LSN (B's nextlsn) */
     char xid[32];
     char at[40];
     int skip_all;
-    size_t skip_lines;      /* lines already in the file to skip */
-    size_t written_early;   /* lines of this transaction already written */
+    size_t skip_lines;    /* lines already in the file to skip */
+    size_t written_early; /* lines of this transaction already written */
     char *buf;
     size_t len, cap;
     size_t buf_lines;
@@ -59,8 +60,7 @@ struct a2c_apply {
     a2c_apply_stats stats;
 };
 
-static char *
-tdup(a2_change_text t)
+static char *tdup(a2_change_text t)
 {
     if (!t.ptr)
         return NULL;
@@ -72,14 +72,12 @@ tdup(a2_change_text t)
     return s;
 }
 
-static int
-teq(a2_change_text t, const char *s)
+static int teq(a2_change_text t, const char *s)
 {
     return t.ptr && strlen(s) == t.len && memcmp(t.ptr, s, t.len) == 0;
 }
 
-char *
-a2c_format_time_ms(int64_t us, char *buf, size_t len)
+char *a2c_format_time_ms(int64_t us, char *buf, size_t len)
 {
     int64_t secs = us / 1000000, ms = (us % 1000000) / 1000;
     if (ms < 0) {
@@ -95,9 +93,8 @@ a2c_format_time_ms(int64_t us, char *buf, size_t len)
     return buf;
 }
 
-a2c_apply *
-a2c_apply_new(a2c_audit *audit, a2c_timers *timers, const a2c_sink *sink,
-              const a2c_audit_resume *resume)
+a2c_apply *a2c_apply_new(a2c_audit *audit, a2c_timers *timers,
+                         const a2c_sink *sink, const a2c_audit_resume *resume)
 {
     a2c_apply *ap = calloc(1, sizeof *ap);
     if (!ap)
@@ -115,8 +112,7 @@ a2c_apply_new(a2c_audit *audit, a2c_timers *timers, const a2c_sink *sink,
     return ap;
 }
 
-static void
-free_actions(a2c_apply *ap)
+static void free_actions(a2c_apply *ap)
 {
     for (size_t i = 0; i < ap->nacts; i++) {
         free(ap->acts[i].s1);
@@ -127,8 +123,7 @@ free_actions(a2c_apply *ap)
     ap->nacts = 0;
 }
 
-void
-a2c_apply_free(a2c_apply *ap)
+void a2c_apply_free(a2c_apply *ap)
 {
     if (!ap)
         return;
@@ -141,8 +136,7 @@ a2c_apply_free(a2c_apply *ap)
     free(ap);
 }
 
-int
-a2c_apply_add_log_consumer(a2c_apply *ap, const char *consumer)
+int a2c_apply_add_log_consumer(a2c_apply *ap, const char *consumer)
 {
     for (size_t i = 0; i < ap->nlog; i++)
         if (strcmp(ap->log_consumers[i], consumer) == 0)
@@ -164,9 +158,8 @@ a2c_apply_add_log_consumer(a2c_apply *ap, const char *consumer)
 
 /* Adds an action; on overflow or out of memory, drops every action and asks
  * for a resync at commit. Takes ownership of the strings. */
-static void
-add_action(a2c_apply *ap, act_kind kind, char *s1, char *s2, char *s3,
-           char *s4, int64_t n1, int64_t n2, int64_t n3)
+static void add_action(a2c_apply *ap, act_kind kind, char *s1, char *s2,
+                       char *s3, char *s4, int64_t n1, int64_t n2, int64_t n3)
 {
     if (ap->overflow)
         goto drop;
@@ -192,8 +185,7 @@ drop:
     free(s4);
 }
 
-static int
-buf_append(a2c_apply *ap, const char *s, size_t n)
+static int buf_append(a2c_apply *ap, const char *s, size_t n)
 {
     if (ap->len + n + 1 > ap->cap) {
         size_t ncap = ap->cap ? ap->cap : 4096;
@@ -210,20 +202,17 @@ buf_append(a2c_apply *ap, const char *s, size_t n)
     return 0;
 }
 
-static json_t *
-jtext(a2_change_text t)
+static json_t *jtext(a2_change_text t)
 {
     return t.ptr ? json_stringn(t.ptr, t.len) : json_null();
 }
 
-static json_t *
-jint(a2_change_int v)
+static json_t *jint(a2_change_int v)
 {
     return v.null ? json_null() : json_integer(v.value);
 }
 
-static json_t *
-row_object(const a2_cursor_row *r)
+static json_t *row_object(const a2_cursor_row *r)
 {
     if (!r)
         return json_null();
@@ -240,8 +229,7 @@ row_object(const a2_cursor_row *r)
 }
 
 /* Appends one JSON line (takes obj). */
-static int
-append_line(a2c_apply *ap, json_t *obj, char *err, size_t errlen)
+static int append_line(a2c_apply *ap, json_t *obj, char *err, size_t errlen)
 {
     char *text = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(obj);
@@ -256,14 +244,12 @@ append_line(a2c_apply *ap, json_t *obj, char *err, size_t errlen)
     return 0;
 }
 
-static int
-flush_buffer(a2c_apply *ap, char *err, size_t errlen)
+static int flush_buffer(a2c_apply *ap, char *err, size_t errlen)
 {
     if (ap->len == 0)
         return 0;
-    if (ap->audit &&
-        a2c_audit_write(ap->audit, ap->buf, ap->len, ap->buf_lines, err,
-                        errlen) != 0)
+    if (ap->audit && a2c_audit_write(ap->audit, ap->buf, ap->len, ap->buf_lines,
+                                     err, errlen) != 0)
         return -1;
     ap->stats.audit_lines += ap->buf_lines;
     ap->written_early += ap->buf_lines;
@@ -272,29 +258,28 @@ flush_buffer(a2c_apply *ap, char *err, size_t errlen)
     return 0;
 }
 
-static void
-lsn_text(uint64_t lsn, char *buf, size_t len)
+static void lsn_text(uint64_t lsn, char *buf, size_t len)
 {
     a2c_lsn_format(lsn, buf, len);
 }
 
-static json_t *
-line_head(a2c_apply *ap, const char *op, const char *transition)
+static json_t *line_head(a2c_apply *ap, const char *op, const char *transition)
 {
     char l[32];
     lsn_text(ap->end, l, sizeof l);
     json_t *o = json_object();
     json_object_set_new(o, "lsn", json_string(l));
-    json_object_set_new(o, "xid", ap->xid[0] ? json_integer(strtoll(ap->xid, NULL, 10))
-                                             : json_null());
+    json_object_set_new(o, "xid",
+                        ap->xid[0] ? json_integer(strtoll(ap->xid, NULL, 10))
+                                   : json_null());
     json_object_set_new(o, "at", ap->at[0] ? json_string(ap->at) : json_null());
     json_object_set_new(o, "op", json_string(op));
     json_object_set_new(o, "transition", json_string(transition));
     return o;
 }
 
-static int
-audit_cursor(a2c_apply *ap, const a2_change *c, char *err, size_t errlen)
+static int audit_cursor(a2c_apply *ap, const a2_change *c, char *err,
+                        size_t errlen)
 {
     if (ap->skip_all)
         return 0;
@@ -309,10 +294,14 @@ audit_cursor(a2c_apply *ap, const a2_change *c, char *err, size_t errlen)
                      : c->action == A2_ACTION_UPDATE ? "update"
                                                      : "delete";
     json_t *o = line_head(ap, op, a2_transition_name(a2_change_transition(c)));
-    json_object_set_new(o, "session", key ? jtext(key->session_id) : json_null());
-    json_object_set_new(o, "consumer", key ? jtext(key->consumer) : json_null());
-    json_object_set_new(o, "cursor", key ? jtext(key->cursor_key) : json_null());
-    json_object_set_new(o, "epoch", key ? json_integer(key->epoch) : json_null());
+    json_object_set_new(o, "session",
+                        key ? jtext(key->session_id) : json_null());
+    json_object_set_new(o, "consumer",
+                        key ? jtext(key->consumer) : json_null());
+    json_object_set_new(o, "cursor",
+                        key ? jtext(key->cursor_key) : json_null());
+    json_object_set_new(o, "epoch",
+                        key ? json_integer(key->epoch) : json_null());
     json_object_set_new(o, "kind", key ? jtext(key->kind) : json_null());
     json_object_set_new(o, "before", row_object(before));
     json_object_set_new(o, "after", row_object(after));
@@ -324,8 +313,7 @@ audit_cursor(a2c_apply *ap, const a2_change *c, char *err, size_t errlen)
 }
 
 /* Wake-up and timer actions of one a2_cursors change (DESIGN's table). */
-static void
-cursor_actions(a2c_apply *ap, const a2_change *c)
+static void cursor_actions(a2c_apply *ap, const a2_change *c)
 {
     const a2_cursor_row *o = c->old_row ? &c->old_row->cursor : NULL;
     const a2_cursor_row *n = c->new_row ? &c->new_row->cursor : NULL;
@@ -360,17 +348,15 @@ cursor_actions(a2c_apply *ap, const a2_change *c)
                    tdup(n->cursor_key), NULL, n->head.value, n->epoch,
                    n->claim_expires_at.value);
     else
-        add_action(ap, ACT_TIMER_CANCEL, tdup(n->session_id),
-                   tdup(n->consumer), tdup(n->cursor_key), NULL, 0, -1, 0);
+        add_action(ap, ACT_TIMER_CANCEL, tdup(n->session_id), tdup(n->consumer),
+                   tdup(n->cursor_key), NULL, 0, -1, 0);
     /* A key change (epoch) leaves the old run's timer behind: cancel it. */
     if (o && o->epoch != n->epoch)
-        add_action(ap, ACT_TIMER_CANCEL, tdup(o->session_id),
-                   tdup(o->consumer), tdup(o->cursor_key), NULL, 0, o->epoch,
-                   0);
+        add_action(ap, ACT_TIMER_CANCEL, tdup(o->session_id), tdup(o->consumer),
+                   tdup(o->cursor_key), NULL, 0, o->epoch, 0);
 }
 
-static void
-begin(a2c_apply *ap, const a2_change *c)
+static void begin(a2c_apply *ap, const a2_change *c)
 {
     ap->in_txn = 1;
     ap->end = c->has_nextlsn ? c->nextlsn : 0;
@@ -390,8 +376,7 @@ begin(a2c_apply *ap, const a2_change *c)
     ap->overflow = 0;
 }
 
-void
-a2c_apply_abort_txn(a2c_apply *ap)
+void a2c_apply_abort_txn(a2c_apply *ap)
 {
     if (!ap->in_txn)
         return;
@@ -408,8 +393,7 @@ a2c_apply_abort_txn(a2c_apply *ap)
 }
 
 /* Sends the presence patches of the transaction, one per (ns, participant). */
-static void
-push_presence(a2c_apply *ap)
+static void push_presence(a2c_apply *ap)
 {
     for (size_t i = 0; i < ap->nacts; i++) {
         action *a = &ap->acts[i];
@@ -418,8 +402,8 @@ push_presence(a2c_apply *ap)
         json_t *fields = json_object();
         for (size_t j = i; j < ap->nacts; j++) {
             action *b = &ap->acts[j];
-            if (b->kind != ACT_PRESENCE || !b->s1 || strcmp(a->s1, b->s1) != 0 ||
-                strcmp(a->s2, b->s2) != 0)
+            if (b->kind != ACT_PRESENCE || !b->s1 ||
+                strcmp(a->s1, b->s1) != 0 || strcmp(a->s2, b->s2) != 0)
                 continue;
             json_t *v = NULL;
             if (b->s4)
@@ -439,9 +423,8 @@ push_presence(a2c_apply *ap)
     }
 }
 
-static int
-commit(a2c_apply *ap, const a2_change *c, uint64_t data_start, char *err,
-       size_t errlen)
+static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
+                  char *err, size_t errlen)
 {
     uint64_t end = ap->end ? ap->end : data_start;
     if (c->has_nextlsn && c->nextlsn)
@@ -524,9 +507,8 @@ commit(a2c_apply *ap, const a2_change *c, uint64_t data_start, char *err,
     return 0;
 }
 
-int
-a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
-                 char *err, size_t errlen)
+int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
+                     char *err, size_t errlen)
 {
     switch (c->action) {
     case A2_ACTION_BEGIN:
@@ -589,9 +571,13 @@ a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
         break;
     case A2_TABLE_PRESENCE: {
         const a2_presence_row *p =
-            c->new_row ? &c->new_row->presence
-                       : (c->old_row ? &c->old_row->presence : NULL);
+                c->new_row ? &c->new_row->presence
+                           : (c->old_row ? &c->old_row->presence : NULL);
         if (!p)
+            break;
+        /* an update that left a TOASTed value unchanged does not carry it */
+        if (c->action == A2_ACTION_UPDATE &&
+            !(p->present & (1u << A2_PRESENCE_VALUE)))
             break;
         char *value = NULL;
         if (c->action != A2_ACTION_DELETE && p->value.ptr &&
@@ -607,20 +593,17 @@ a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
     return 0;
 }
 
-int
-a2c_apply_in_txn(const a2c_apply *ap)
+int a2c_apply_in_txn(const a2c_apply *ap)
 {
     return ap->in_txn;
 }
 
-uint64_t
-a2c_apply_applied(const a2c_apply *ap)
+uint64_t a2c_apply_applied(const a2c_apply *ap)
 {
     return ap->applied;
 }
 
-void
-a2c_apply_note_position(a2c_apply *ap, uint64_t lsn)
+void a2c_apply_note_position(a2c_apply *ap, uint64_t lsn)
 {
     if (ap->in_txn)
         return;
@@ -630,8 +613,7 @@ a2c_apply_note_position(a2c_apply *ap, uint64_t lsn)
         a2c_audit_mark(ap->audit, ap->applied);
 }
 
-size_t
-a2c_apply_fire_timers(a2c_apply *ap, int64_t now_ms)
+size_t a2c_apply_fire_timers(a2c_apply *ap, int64_t now_ms)
 {
     size_t n = 0;
     a2c_timer t;
@@ -645,9 +627,8 @@ a2c_apply_fire_timers(a2c_apply *ap, int64_t now_ms)
     return n;
 }
 
-int
-a2c_apply_gap(a2c_apply *ap, uint64_t from, uint64_t to, const char *reason,
-              char *err, size_t errlen)
+int a2c_apply_gap(a2c_apply *ap, uint64_t from, uint64_t to, const char *reason,
+                  char *err, size_t errlen)
 {
     char f[32], t[32];
     uint64_t saved_end = ap->end;
@@ -662,7 +643,8 @@ a2c_apply_gap(a2c_apply *ap, uint64_t from, uint64_t to, const char *reason,
     a2c_format_time_ms((int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000, at,
                        sizeof at);
     json_object_set_new(o, "at", json_string(at));
-    json_object_set_new(o, "from", json_string(a2c_lsn_format(from, f, sizeof f)));
+    json_object_set_new(o, "from",
+                        json_string(a2c_lsn_format(from, f, sizeof f)));
     json_object_set_new(o, "to", json_string(a2c_lsn_format(to, t, sizeof t)));
     json_object_set_new(o, "reason", json_string(reason ? reason : ""));
     size_t saved_len = ap->len, saved_lines = ap->buf_lines;
@@ -693,8 +675,7 @@ done:
     return rc;
 }
 
-void
-a2c_apply_get_stats(const a2c_apply *ap, a2c_apply_stats *out)
+void a2c_apply_get_stats(const a2c_apply *ap, a2c_apply_stats *out)
 {
     *out = ap->stats;
 }

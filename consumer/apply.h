@@ -22,7 +22,7 @@
 #include "audit.h"
 #include "timers.h"
 
-#define A2C_APPLY_MAX_ACTIONS 100000
+#define A2C_APPLY_MAX_ACTIONS      100000
 #define A2C_APPLY_MAX_AUDIT_BUFFER ((size_t)4 * 1024 * 1024)
 
 /* Where the applier pushes; every callback may be NULL. Strings are borrowed
@@ -46,16 +46,16 @@ typedef struct {
 typedef struct a2c_apply a2c_apply;
 
 typedef struct {
-    uint64_t transactions;    /* committed transactions applied */
-    uint64_t skipped;         /* transactions skipped as already applied */
-    uint64_t changes;         /* row changes decoded */
-    uint64_t audit_lines;     /* lines written */
-    uint64_t wakes;           /* wake-ups pushed (not counting timers) */
-    uint64_t timer_wakes;     /* wake-ups from expired timers */
+    uint64_t transactions; /* committed transactions applied */
+    uint64_t skipped;      /* transactions skipped as already applied */
+    uint64_t changes;      /* row changes decoded */
+    uint64_t audit_lines;  /* lines written */
+    uint64_t wakes;        /* wake-ups pushed (not counting timers) */
+    uint64_t timer_wakes;  /* wake-ups from expired timers */
     uint64_t logs;
     uint64_t cleared;
     uint64_t presence;
-    uint64_t overflows;       /* transactions whose wake-ups were dropped */
+    uint64_t overflows; /* transactions whose wake-ups were dropped */
 } a2c_apply_stats;
 
 /*

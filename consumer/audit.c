@@ -22,23 +22,21 @@ struct a2c_audit {
     int dirty;
     int64_t dirty_since;
     size_t pending_lines;
-    uint64_t marked;   /* every transaction up to here is written */
-    uint64_t durable;  /* ... and fsynced */
+    uint64_t marked;  /* every transaction up to here is written */
+    uint64_t durable; /* ... and fsynced */
     uint64_t state_written;
-    int64_t state_at;  /* monotonic ms of the last state file write */
+    int64_t state_at; /* monotonic ms of the last state file write */
     uint64_t lines;
 };
 
-static int64_t
-mono_ms(void)
+static int64_t mono_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int
-a2c_lsn_parse(const char *s, uint64_t *lsn)
+int a2c_lsn_parse(const char *s, uint64_t *lsn)
 {
     unsigned int hi, lo;
     int n = 0;
@@ -48,16 +46,13 @@ a2c_lsn_parse(const char *s, uint64_t *lsn)
     return 0;
 }
 
-char *
-a2c_lsn_format(uint64_t lsn, char *buf, size_t len)
+char *a2c_lsn_format(uint64_t lsn, char *buf, size_t len)
 {
-    snprintf(buf, len, "%X/%X", (unsigned int)(lsn >> 32),
-             (unsigned int)lsn);
+    snprintf(buf, len, "%X/%X", (unsigned int)(lsn >> 32), (unsigned int)lsn);
     return buf;
 }
 
-static char *
-state_path_of(const char *path)
+static char *state_path_of(const char *path)
 {
     size_t n = strlen(path);
     char *s = malloc(n + 5);
@@ -69,8 +64,8 @@ state_path_of(const char *path)
 }
 
 /* Reads the state file; *lsn = 0 when it does not exist. */
-static int
-read_state(const char *spath, uint64_t *lsn, char *err, size_t errlen)
+static int read_state(const char *spath, uint64_t *lsn, char *err,
+                      size_t errlen)
 {
     *lsn = 0;
     FILE *f = fopen(spath, "r");
@@ -89,15 +84,15 @@ read_state(const char *spath, uint64_t *lsn, char *err, size_t errlen)
     if (n == 0)
         return 0;
     if (a2c_lsn_parse(buf, lsn) != 0) {
-        snprintf(err, errlen, "invalid audit state file \"%s\": \"%s\"",
-                 spath, buf);
+        snprintf(err, errlen, "invalid audit state file \"%s\": \"%s\"", spath,
+                 buf);
         return -1;
     }
     return 0;
 }
 
-static int
-write_state(const char *spath, uint64_t lsn, char *err, size_t errlen)
+static int write_state(const char *spath, uint64_t lsn, char *err,
+                       size_t errlen)
 {
     char tmp[4096], text[32];
     int fd = -1;
@@ -131,8 +126,8 @@ write_state(const char *spath, uint64_t lsn, char *err, size_t errlen)
     }
     return 0;
 error:
-    snprintf(err, errlen, "could not write audit state file \"%s\": %s",
-             spath, strerror(errno ? errno : EIO));
+    snprintf(err, errlen, "could not write audit state file \"%s\": %s", spath,
+             strerror(errno ? errno : EIO));
     if (fd >= 0)
         close(fd);
     unlink(tmp);
@@ -145,8 +140,7 @@ error:
  * NUL-terminated copy without the '\n', or NULL at the file start or on error
  * (*ioerr set).
  */
-static char *
-prev_line(int fd, off_t end, off_t *start, int *ioerr)
+static char *prev_line(int fd, off_t end, off_t *start, int *ioerr)
 {
     *ioerr = 0;
     if (end <= 0)
@@ -201,8 +195,7 @@ prev_line(int fd, off_t end, off_t *start, int *ioerr)
 }
 
 /* The "lsn" of an audit line; -1 when the line has none. */
-static int
-line_lsn(const char *line, uint64_t *lsn)
+static int line_lsn(const char *line, uint64_t *lsn)
 {
     json_t *j = json_loads(line, 0, NULL);
     if (!j)
@@ -212,9 +205,8 @@ line_lsn(const char *line, uint64_t *lsn)
     return rc;
 }
 
-int
-a2c_audit_scan(const char *path, a2c_audit_resume *resume, int repair,
-               char *err, size_t errlen)
+int a2c_audit_scan(const char *path, a2c_audit_resume *resume, int repair,
+                   char *err, size_t errlen)
 {
     int rc = -1, fd = -1;
     char *line = NULL, *spath = NULL;
@@ -233,8 +225,8 @@ a2c_audit_scan(const char *path, a2c_audit_resume *resume, int repair,
             resume->done = state;
             rc = 0;
         } else {
-            snprintf(err, errlen, "could not open audit file \"%s\": %s",
-                     path, strerror(errno));
+            snprintf(err, errlen, "could not open audit file \"%s\": %s", path,
+                     strerror(errno));
         }
         goto done;
     }
@@ -249,8 +241,8 @@ a2c_audit_scan(const char *path, a2c_audit_resume *resume, int repair,
     if (end > 0) {
         char c;
         if (pread(fd, &c, 1, end - 1) != 1) {
-            snprintf(err, errlen, "could not read audit file \"%s\": %s",
-                     path, strerror(errno));
+            snprintf(err, errlen, "could not read audit file \"%s\": %s", path,
+                     strerror(errno));
             goto done;
         }
         if (c != '\n') {
@@ -265,7 +257,8 @@ a2c_audit_scan(const char *path, a2c_audit_resume *resume, int repair,
             }
             /* prev_line read [start, end): the torn bytes. Only a record
              * of ours is cut: anything else means a wrong path. */
-            if (strncmp(line, "{\"lsn\":\"", strlen(line) < 8 ? strlen(line) : 8) != 0) {
+            if (strncmp(line, "{\"lsn\":\"",
+                        strlen(line) < 8 ? strlen(line) : 8) != 0) {
                 snprintf(err, errlen,
                          "audit file \"%s\" ends with an incomplete line "
                          "that is not an audit record",
@@ -341,8 +334,7 @@ done:
     return rc;
 }
 
-static int
-open_append(a2c_audit *a, char *err, size_t errlen)
+static int open_append(a2c_audit *a, char *err, size_t errlen)
 {
     int fd = open(a->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
     if (fd < 0) {
@@ -354,9 +346,8 @@ open_append(a2c_audit *a, char *err, size_t errlen)
     return 0;
 }
 
-a2c_audit *
-a2c_audit_open(const char *path, a2c_audit_resume *resume, char *err,
-               size_t errlen)
+a2c_audit *a2c_audit_open(const char *path, a2c_audit_resume *resume, char *err,
+                          size_t errlen)
 {
     a2c_audit *a = calloc(1, sizeof *a);
     if (!a) {
@@ -388,9 +379,8 @@ error:
     return NULL;
 }
 
-int
-a2c_audit_write(a2c_audit *a, const char *buf, size_t len, size_t lines,
-                char *err, size_t errlen)
+int a2c_audit_write(a2c_audit *a, const char *buf, size_t len, size_t lines,
+                    char *err, size_t errlen)
 {
     size_t off = 0;
     while (off < len) {
@@ -414,8 +404,7 @@ a2c_audit_write(a2c_audit *a, const char *buf, size_t len, size_t lines,
     return 0;
 }
 
-void
-a2c_audit_mark(a2c_audit *a, uint64_t lsn)
+void a2c_audit_mark(a2c_audit *a, uint64_t lsn)
 {
     if (lsn > a->marked)
         a->marked = lsn;
@@ -423,26 +412,23 @@ a2c_audit_mark(a2c_audit *a, uint64_t lsn)
         a->durable = a->marked;
 }
 
-int
-a2c_audit_dirty(const a2c_audit *a)
+int a2c_audit_dirty(const a2c_audit *a)
 {
     return a->dirty;
 }
 
-int64_t
-a2c_audit_dirty_since(const a2c_audit *a)
+int64_t a2c_audit_dirty_since(const a2c_audit *a)
 {
     return a->dirty ? a->dirty_since : 0;
 }
 
-size_t
-a2c_audit_pending_lines(const a2c_audit *a)
+size_t a2c_audit_pending_lines(const a2c_audit *a)
 {
     return a->pending_lines;
 }
 
-int
-a2c_audit_sync(a2c_audit *a, int state_interval_ms, char *err, size_t errlen)
+int a2c_audit_sync(a2c_audit *a, int state_interval_ms, char *err,
+                   size_t errlen)
 {
     if (a->dirty) {
         if (fdatasync(a->fd) != 0) {
@@ -465,20 +451,17 @@ a2c_audit_sync(a2c_audit *a, int state_interval_ms, char *err, size_t errlen)
     return 0;
 }
 
-uint64_t
-a2c_audit_durable(const a2c_audit *a)
+uint64_t a2c_audit_durable(const a2c_audit *a)
 {
     return a->durable;
 }
 
-uint64_t
-a2c_audit_lines(const a2c_audit *a)
+uint64_t a2c_audit_lines(const a2c_audit *a)
 {
     return a->lines;
 }
 
-int
-a2c_audit_reopen(a2c_audit *a, char *err, size_t errlen)
+int a2c_audit_reopen(a2c_audit *a, char *err, size_t errlen)
 {
     if (a2c_audit_sync(a, 0, err, errlen) != 0)
         return -1;
@@ -491,8 +474,7 @@ a2c_audit_reopen(a2c_audit *a, char *err, size_t errlen)
     return 0;
 }
 
-void
-a2c_audit_close(a2c_audit *a)
+void a2c_audit_close(a2c_audit *a)
 {
     if (!a)
         return;

@@ -37,8 +37,8 @@ typedef struct {
  * tail and reads the resume point. Returns NULL with a one-line reason in err
  * ("could not open audit file \"x\": Permission denied").
  */
-a2c_audit *a2c_audit_open(const char *path, a2c_audit_resume *resume,
-                          char *err, size_t errlen);
+a2c_audit *a2c_audit_open(const char *path, a2c_audit_resume *resume, char *err,
+                          size_t errlen);
 
 /* fsyncs what is pending, writes the state file, closes. NULL-safe. */
 void a2c_audit_close(a2c_audit *a);

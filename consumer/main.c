@@ -29,11 +29,11 @@
 #include "server.h"
 #include "timers.h"
 
-#define FSYNC_GROUP_MS 10
-#define FSYNC_GROUP_LINES 1000
-#define STATE_INTERVAL_MS 1000
-#define BACKOFF_MIN_MS 100
-#define BACKOFF_MAX_MS 10000
+#define FSYNC_GROUP_MS        10
+#define FSYNC_GROUP_LINES     1000
+#define STATE_INTERVAL_MS     1000
+#define BACKOFF_MIN_MS        100
+#define BACKOFF_MAX_MS        10000
 #define MAX_MESSAGES_PER_TURN 5000
 
 typedef struct {
@@ -69,7 +69,7 @@ typedef struct {
     char down_reason[256];
     int need_resync;
 
-    uint64_t received;     /* highest LSN seen on the stream */
+    uint64_t received; /* highest LSN seen on the stream */
     uint64_t flush_sent;
     int64_t last_status_ms;
     int64_t last_activity_ms;
@@ -81,22 +81,19 @@ typedef struct {
     uint64_t gaps;
 } daemon_t;
 
-static int64_t
-mono_ms(void)
+static int64_t mono_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int64_t
-wall_ms(void)
+static int64_t wall_ms(void)
 {
     return a2c_now_us() / 1000;
 }
 
-__attribute__((format(printf, 1, 2))) static void
-logline(const char *fmt, ...)
+__attribute__((format(printf, 1, 2))) static void logline(const char *fmt, ...)
 {
     char buf[1024];
     va_list ap;
@@ -108,11 +105,11 @@ logline(const char *fmt, ...)
 
 #define LSN_ARGS(l) (unsigned)((l) >> 32), (unsigned)(l)
 
-static void
-usage(FILE *f)
+static void usage(FILE *f)
 {
     fprintf(f,
-            "a2-consumer streams an a2 database's WAL (logical slot, wal2json), "
+            "a2-consumer streams an a2 database's WAL (logical slot, "
+            "wal2json), "
             "pushes\nwake-ups to workers and writes the audit trail of cursor "
             "transitions.\n\n"
             "Usage:\n  a2-consumer [OPTION]...\n\n"
@@ -121,7 +118,8 @@ usage(FILE *f)
             "PG* variables)\n"
             "  --slot NAME            logical replication slot (default a2)\n"
             "  --listen unix:PATH     worker socket (mode 0660)\n"
-            "  --listen tcp:HOST:PORT worker TCP listener (needs --token-file)\n"
+            "  --listen tcp:HOST:PORT worker TCP listener (needs "
+            "--token-file)\n"
             "  --token-file FILE      token TCP workers must send in hello\n"
             "  --audit FILE           audit trail (JSON lines); FILE.lsn holds "
             "its position\n"
@@ -138,23 +136,23 @@ usage(FILE *f)
             "usage error.\n");
 }
 
-__attribute__((format(printf, 1, 2))) static int
-usage_error(const char *fmt, ...)
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt,
+                                                             ...)
 {
     char buf[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "a2-consumer: %s\n"
-                    "Try \"a2-consumer --help\" for more information.\n",
+    fprintf(stderr,
+            "a2-consumer: %s\n"
+            "Try \"a2-consumer --help\" for more information.\n",
             buf);
     return 2;
 }
 
 /* Splits "tcp:HOST:PORT" (HOST may be [v6]); 0 or -1. */
-static int
-split_tcp(const char *spec, char **host, char **port)
+static int split_tcp(const char *spec, char **host, char **port)
 {
     if (strncmp(spec, "tcp:", 4) != 0)
         return -1;
@@ -176,8 +174,7 @@ split_tcp(const char *spec, char **host, char **port)
     return (*host && *port) ? 0 : -1;
 }
 
-static int
-parse_ms(const char *s, int min, int *out)
+static int parse_ms(const char *s, int min, int *out)
 {
     char *end;
     errno = 0;
@@ -188,8 +185,7 @@ parse_ms(const char *s, int min, int *out)
     return 0;
 }
 
-static char *
-read_token(const char *path, char *err, size_t errlen)
+static char *read_token(const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -201,8 +197,8 @@ read_token(const char *path, char *err, size_t errlen)
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' ||
-                     buf[n - 1] == ' '))
+    while (n > 0 &&
+           (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
         buf[--n] = '\0';
     if (n == 0) {
         snprintf(err, errlen, "token file \"%s\" is empty", path);
@@ -213,40 +209,35 @@ read_token(const char *path, char *err, size_t errlen)
 
 /* ---- sink: from the applier to the worker server ---- */
 
-static void
-sink_wake(void *ctx, const char *consumer, const char *session,
-          const char *cursor_key, int64_t head, uint64_t lsn)
+static void sink_wake(void *ctx, const char *consumer, const char *session,
+                      const char *cursor_key, int64_t head, uint64_t lsn)
 {
     daemon_t *d = ctx;
     a2c_server_wake(d->srv, consumer, session, cursor_key, head, lsn);
 }
 
-static void
-sink_log(void *ctx, const char *consumer, const char *session, int64_t idx,
-         const char *type, uint64_t lsn)
+static void sink_log(void *ctx, const char *consumer, const char *session,
+                     int64_t idx, const char *type, uint64_t lsn)
 {
     daemon_t *d = ctx;
     a2c_server_log(d->srv, consumer, session, idx, type, lsn);
 }
 
-static void
-sink_cleared(void *ctx, const char *session, int64_t clear_index,
-             uint64_t lsn)
+static void sink_cleared(void *ctx, const char *session, int64_t clear_index,
+                         uint64_t lsn)
 {
     daemon_t *d = ctx;
     a2c_server_cleared(d->srv, session, clear_index, lsn);
 }
 
-static void
-sink_presence(void *ctx, const char *ns, const char *participant,
-              const char *fields_json)
+static void sink_presence(void *ctx, const char *ns, const char *participant,
+                          const char *fields_json)
 {
     daemon_t *d = ctx;
     a2c_server_presence(d->srv, ns, participant, fields_json);
 }
 
-static void
-sink_resync(void *ctx)
+static void sink_resync(void *ctx)
 {
     daemon_t *d = ctx;
     d->need_resync = 1;
@@ -254,8 +245,7 @@ sink_resync(void *ctx)
 
 /* ---- database ---- */
 
-static int
-ensure_db(daemon_t *d, char *err, size_t errlen)
+static int ensure_db(daemon_t *d, char *err, size_t errlen)
 {
     if (d->db && PQstatus(d->db) == CONNECTION_OK)
         return 0;
@@ -271,16 +261,15 @@ ensure_db(daemon_t *d, char *err, size_t errlen)
 }
 
 /* Reads the live claims and retry holds, and the log consumers, once. */
-static int
-rebuild_timers(daemon_t *d, char *err, size_t errlen)
+static int rebuild_timers(daemon_t *d, char *err, size_t errlen)
 {
     if (ensure_db(d, err, errlen) != 0)
         return -1;
     PGresult *res = PQexec(
-        d->db, "select session_id, consumer, cursor_key, epoch, head, "
-               "claim_expires_at from a2_cursors "
-               "where claim_expires_at is not null and head is not null "
-               "and failed_at is null");
+            d->db, "select session_id, consumer, cursor_key, epoch, head, "
+                   "claim_expires_at from a2_cursors "
+                   "where claim_expires_at is not null and head is not null "
+                   "and failed_at is null");
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         snprintf(err, errlen, "could not read the live claims: %s",
                  PQerrorMessage(d->db));
@@ -312,8 +301,7 @@ rebuild_timers(daemon_t *d, char *err, size_t errlen)
 
 /* ---- replication ---- */
 
-static void
-stream_down(daemon_t *d, const char *reason)
+static void stream_down(daemon_t *d, const char *reason)
 {
     if (d->repl) {
         a2c_repl_close(d->repl);
@@ -332,16 +320,15 @@ stream_down(daemon_t *d, const char *reason)
 }
 
 /* Drops and recreates an invalidated slot, records the gap. */
-static int
-recreate_slot(daemon_t *d, const char *why, char *err, size_t errlen)
+static int recreate_slot(daemon_t *d, const char *why, char *err, size_t errlen)
 {
     if (a2c_db_drop_slot(d->db, d->slot, err, errlen) != 0)
         return -1;
     int created;
     uint64_t consistent;
     char st[6];
-    if (a2c_repl_create_slot(d->repl, d->slot, d->plugin, &created,
-                             &consistent, err, errlen, st) != 0)
+    if (a2c_repl_create_slot(d->repl, d->slot, d->plugin, &created, &consistent,
+                             err, errlen, st) != 0)
         return -1;
     uint64_t from = a2c_apply_applied(d->apply);
     logline("replication slot \"%s\" was %s; recreated at %X/%X, changes "
@@ -358,8 +345,7 @@ recreate_slot(daemon_t *d, const char *why, char *err, size_t errlen)
  * Connects and starts streaming. Returns 0, -1 on a transient failure (retry
  * later), -2 on a fatal one (only at startup).
  */
-static int
-stream_up(daemon_t *d, int startup, char *err, size_t errlen)
+static int stream_up(daemon_t *d, int startup, char *err, size_t errlen)
 {
     a2c_slot_info info;
     if (ensure_db(d, err, errlen) != 0)
@@ -392,8 +378,8 @@ stream_up(daemon_t *d, int startup, char *err, size_t errlen)
                     LSN_ARGS(consistent));
             uint64_t applied = a2c_apply_applied(d->apply);
             if (applied > 0 && consistent > applied) {
-                if (a2c_apply_gap(d->apply, applied, consistent,
-                                  "slot missing", err, errlen) != 0)
+                if (a2c_apply_gap(d->apply, applied, consistent, "slot missing",
+                                  err, errlen) != 0)
                     goto fail;
                 d->gaps++;
                 d->need_resync = 1;
@@ -428,16 +414,14 @@ fail:
     return startup ? -2 : -1;
 }
 
-static uint64_t
-flush_lsn(const daemon_t *d)
+static uint64_t flush_lsn(const daemon_t *d)
 {
     if (d->audit)
         return a2c_audit_durable(d->audit);
     return a2c_apply_applied(d->apply);
 }
 
-static int
-send_status(daemon_t *d, int reply, char *err, size_t errlen)
+static int send_status(daemon_t *d, int reply, char *err, size_t errlen)
 {
     uint64_t flush = flush_lsn(d);
     if (flush < d->flush_sent)
@@ -450,9 +434,8 @@ send_status(daemon_t *d, int reply, char *err, size_t errlen)
     return 0;
 }
 
-static int
-handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
-               size_t errlen)
+static int handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
+                          size_t errlen)
 {
     if (m->type == 'k') {
         if (m->wal_end > d->received)
@@ -489,12 +472,10 @@ handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
 
 /* ---- metrics ---- */
 
-static void
-appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static void appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
 
-static void
-appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+static void appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
 {
     va_list ap;
     for (;;) {
@@ -519,8 +500,7 @@ appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
     }
 }
 
-static char *
-render_metrics(void *ctx, int health, int *healthy)
+static char *render_metrics(void *ctx, int health, int *healthy)
 {
     daemon_t *d = ctx;
     char *buf = NULL;
@@ -548,15 +528,17 @@ render_metrics(void *ctx, int health, int *healthy)
     }
     uint64_t flush = d->flush_sent;
     uint64_t lag = current > flush ? current - flush : 0;
-#define G(name, help, type, fmt, val)                                        \
-    appendf(&buf, &len, &cap,                                                \
-            "# HELP " name " " help "\n# TYPE " name " " type "\n" name " " fmt \
-            "\n",                                                            \
+#define G(name, help, type, fmt, val)                                          \
+    appendf(&buf, &len, &cap,                                                  \
+            "# HELP " name " " help "\n# TYPE " name " " type "\n" name        \
+            " " fmt "\n",                                                      \
             val)
     G("a2_consumer_up", "1 while streaming from the slot", "gauge", "%d",
       d->streaming);
-    G("a2_consumer_lag_bytes", "WAL bytes between the server and the confirmed "
-      "flush position", "gauge", "%" PRIu64, lag);
+    G("a2_consumer_lag_bytes",
+      "WAL bytes between the server and the confirmed "
+      "flush position",
+      "gauge", "%" PRIu64, lag);
     G("a2_consumer_lag_seconds", "age of the last applied commit when applied",
       "gauge", "%.3f", d->lag_seconds);
     G("a2_consumer_confirmed_lsn", "flush LSN last confirmed to the server",
@@ -579,20 +561,26 @@ render_metrics(void *ctx, int health, int *healthy)
             "a2_consumer_wakeups_sent_total{type=\"presence\"} %" PRIu64 "\n",
             ss.wakes_sent, ss.logs_sent, ss.cleared_sent, ss.resyncs_sent,
             ss.presence_sent);
-    G("a2_consumer_timer_wakeups_total", "wake-ups caused by lapsed leases "
-      "and retry times", "counter", "%" PRIu64, as.timer_wakes);
+    G("a2_consumer_timer_wakeups_total",
+      "wake-ups caused by lapsed leases "
+      "and retry times",
+      "counter", "%" PRIu64, as.timer_wakes);
     G("a2_consumer_workers", "workers connected", "gauge", "%" PRIu64,
       ss.workers);
-    G("a2_consumer_queue_overflows_total", "worker queues dropped for a "
-      "resync", "counter", "%" PRIu64, ss.overflows);
-    G("a2_consumer_protocol_errors_total", "workers disconnected for bad "
-      "frames", "counter", "%" PRIu64, ss.protocol_errors);
+    G("a2_consumer_queue_overflows_total",
+      "worker queues dropped for a "
+      "resync",
+      "counter", "%" PRIu64, ss.overflows);
+    G("a2_consumer_protocol_errors_total",
+      "workers disconnected for bad "
+      "frames",
+      "counter", "%" PRIu64, ss.protocol_errors);
     G("a2_consumer_timers_pending", "lease and retry timers pending", "gauge",
       "%zu", a2c_timers_count(d->timers));
     G("a2_consumer_audit_lines_total", "audit lines written", "counter",
       "%" PRIu64, as.audit_lines);
-    G("a2_consumer_reconnects_total", "replication reconnect attempts", "counter",
-      "%" PRIu64, d->reconnects);
+    G("a2_consumer_reconnects_total", "replication reconnect attempts",
+      "counter", "%" PRIu64, d->reconnects);
     G("a2_consumer_gaps_total", "slots recreated with a data gap", "counter",
       "%" PRIu64, d->gaps);
 #undef G
@@ -601,8 +589,7 @@ render_metrics(void *ctx, int health, int *healthy)
 
 /* ---- main loop ---- */
 
-static int
-sync_audit(daemon_t *d, int force, char *err, size_t errlen)
+static int sync_audit(daemon_t *d, int force, char *err, size_t errlen)
 {
     if (!d->audit || !a2c_audit_dirty(d->audit))
         return 0;
@@ -613,8 +600,7 @@ sync_audit(daemon_t *d, int force, char *err, size_t errlen)
     return a2c_audit_sync(d->audit, STATE_INTERVAL_MS, err, errlen);
 }
 
-static int
-handle_signals(daemon_t *d)
+static int handle_signals(daemon_t *d)
 {
     struct signalfd_siginfo si;
     while (read(d->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
@@ -631,8 +617,7 @@ handle_signals(daemon_t *d)
     return 0;
 }
 
-static int
-run(daemon_t *d)
+static int run(daemon_t *d)
 {
     char err[1024];
     int more = 0;
@@ -681,7 +666,8 @@ run(daemon_t *d)
             pfd[n++] = (struct pollfd){a2c_repl_socket(d->repl), POLLIN, 0};
         }
         if (more)
-            timeout = 0; /* libpq may hold messages the socket no longer shows */
+            timeout =
+                    0; /* libpq may hold messages the socket no longer shows */
         int pr = poll(pfd, (nfds_t)n, (int)timeout);
         if (pr < 0 && errno != EINTR) {
             logline("could not poll: %s", strerror(errno));
@@ -768,15 +754,14 @@ run(daemon_t *d)
         uint64_t flush = flush_lsn(d);
         if (flush < d->flush_sent)
             flush = d->flush_sent;
-        a2c_repl_stop(d->repl,
-                      d->received > flush ? d->received : flush, flush);
+        a2c_repl_stop(d->repl, d->received > flush ? d->received : flush,
+                      flush);
         logline("stopped at %X/%X", LSN_ARGS(flush));
     }
     return 0;
 }
 
-static void
-cleanup(daemon_t *d)
+static void cleanup(daemon_t *d)
 {
     a2c_repl_close(d->repl);
     a2c_server_free(d->srv);
@@ -796,8 +781,7 @@ cleanup(daemon_t *d)
     free(d->token);
 }
 
-int
-main(int argc, char **argv)
+int main(int argc, char **argv)
 {
     daemon_t d;
     memset(&d, 0, sizeof d);
@@ -811,21 +795,32 @@ main(int argc, char **argv)
     int rc = 1;
     char err[1024];
 
-    enum { O_DB = 256, O_SLOT, O_LISTEN, O_TOKEN, O_AUDIT, O_METRICS, O_ROUTE,
-           O_STATUS, O_HB, O_PLUGIN, O_HELP };
+    enum {
+        O_DB = 256,
+        O_SLOT,
+        O_LISTEN,
+        O_TOKEN,
+        O_AUDIT,
+        O_METRICS,
+        O_ROUTE,
+        O_STATUS,
+        O_HB,
+        O_PLUGIN,
+        O_HELP
+    };
     static const struct option longopts[] = {
-        {"db", required_argument, NULL, O_DB},
-        {"slot", required_argument, NULL, O_SLOT},
-        {"listen", required_argument, NULL, O_LISTEN},
-        {"token-file", required_argument, NULL, O_TOKEN},
-        {"audit", required_argument, NULL, O_AUDIT},
-        {"metrics", required_argument, NULL, O_METRICS},
-        {"route", required_argument, NULL, O_ROUTE},
-        {"status-interval", required_argument, NULL, O_STATUS},
-        {"heartbeat-interval", required_argument, NULL, O_HB},
-        {"plugin", required_argument, NULL, O_PLUGIN},
-        {"help", no_argument, NULL, O_HELP},
-        {NULL, 0, NULL, 0},
+            {"db", required_argument, NULL, O_DB},
+            {"slot", required_argument, NULL, O_SLOT},
+            {"listen", required_argument, NULL, O_LISTEN},
+            {"token-file", required_argument, NULL, O_TOKEN},
+            {"audit", required_argument, NULL, O_AUDIT},
+            {"metrics", required_argument, NULL, O_METRICS},
+            {"route", required_argument, NULL, O_ROUTE},
+            {"status-interval", required_argument, NULL, O_STATUS},
+            {"heartbeat-interval", required_argument, NULL, O_HB},
+            {"plugin", required_argument, NULL, O_PLUGIN},
+            {"help", no_argument, NULL, O_HELP},
+            {NULL, 0, NULL, 0},
     };
     opterr = 0;
     int c;
@@ -964,8 +959,8 @@ main(int argc, char **argv)
     }
     d.timers = a2c_timers_new();
     d.dec = a2_decoder_new();
-    a2c_sink sink = {&d, sink_wake, sink_log, sink_cleared, sink_presence,
-                     sink_resync};
+    a2c_sink sink = {&d,           sink_wake,     sink_log,
+                     sink_cleared, sink_presence, sink_resync};
     d.apply = a2c_apply_new(d.audit, d.timers, &sink, &d.resume);
     if (!d.timers || !d.dec || !d.apply) {
         logline("out of memory");
@@ -983,11 +978,11 @@ main(int argc, char **argv)
     }
 
     a2c_server_options so = {
-        .unix_path = d.unix_path,
-        .tcp_host = d.tcp_host,
-        .tcp_port = d.tcp_port,
-        .token = d.token,
-        .route = d.route,
+            .unix_path = d.unix_path,
+            .tcp_host = d.tcp_host,
+            .tcp_port = d.tcp_port,
+            .token = d.token,
+            .route = d.route,
     };
     d.srv = a2c_server_new(&so, err, sizeof err);
     if (!d.srv) {
@@ -995,8 +990,8 @@ main(int argc, char **argv)
         goto done;
     }
     if (d.metrics_host) {
-        d.met = a2c_metrics_new(d.metrics_host, d.metrics_port,
-                                render_metrics, &d, err, sizeof err);
+        d.met = a2c_metrics_new(d.metrics_host, d.metrics_port, render_metrics,
+                                &d, err, sizeof err);
         if (!d.met) {
             logline("%s", err);
             goto done;

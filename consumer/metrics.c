@@ -21,9 +21,9 @@ struct a2c_metrics {
     void *ctx;
 };
 
-a2c_metrics *
-a2c_metrics_new(const char *host, const char *port, a2c_metrics_render render,
-                void *ctx, char *err, size_t errlen)
+a2c_metrics *a2c_metrics_new(const char *host, const char *port,
+                             a2c_metrics_render render, void *ctx, char *err,
+                             size_t errlen)
 {
     struct addrinfo hints, *ai = NULL;
     memset(&hints, 0, sizeof hints);
@@ -36,7 +36,8 @@ a2c_metrics_new(const char *host, const char *port, a2c_metrics_render render,
                  host, port, gai_strerror(rc));
         return NULL;
     }
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                    0);
     if (fd < 0) {
         snprintf(err, errlen, "could not create metrics socket: %s",
                  strerror(errno));
@@ -75,8 +76,7 @@ a2c_metrics_new(const char *host, const char *port, a2c_metrics_render render,
     return m;
 }
 
-void
-a2c_metrics_free(a2c_metrics *m)
+void a2c_metrics_free(a2c_metrics *m)
 {
     if (!m)
         return;
@@ -84,20 +84,17 @@ a2c_metrics_free(a2c_metrics *m)
     free(m);
 }
 
-int
-a2c_metrics_fd(const a2c_metrics *m)
+int a2c_metrics_fd(const a2c_metrics *m)
 {
     return m->fd;
 }
 
-int
-a2c_metrics_port(const a2c_metrics *m)
+int a2c_metrics_port(const a2c_metrics *m)
 {
     return m->port;
 }
 
-static void
-write_all(int fd, const char *p, size_t n)
+static void write_all(int fd, const char *p, size_t n)
 {
     while (n > 0) {
         struct pollfd pfd = {fd, POLLOUT, 0};
@@ -114,8 +111,7 @@ write_all(int fd, const char *p, size_t n)
     }
 }
 
-static void
-answer(a2c_metrics *m, int fd)
+static void answer(a2c_metrics *m, int fd)
 {
     char req[2048];
     size_t have = 0;
@@ -155,8 +151,7 @@ answer(a2c_metrics *m, int fd)
     free(body);
 }
 
-void
-a2c_metrics_handle(a2c_metrics *m)
+void a2c_metrics_handle(a2c_metrics *m)
 {
     for (int i = 0; i < 16; i++) {
         int fd = accept4(m->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);

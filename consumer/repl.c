@@ -15,8 +15,7 @@ struct a2c_repl {
     int streaming;
 };
 
-int64_t
-a2c_now_us(void)
+int64_t a2c_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -24,8 +23,7 @@ a2c_now_us(void)
 }
 
 /* The first line of a libpq message, without the trailing newline. */
-static void
-one_line(char *dst, size_t len, const char *prefix, const char *msg)
+static void one_line(char *dst, size_t len, const char *prefix, const char *msg)
 {
     if (!msg)
         msg = "unknown error";
@@ -38,8 +36,8 @@ one_line(char *dst, size_t len, const char *prefix, const char *msg)
         *nl = '\0';
 }
 
-static PGconn *
-connect_with(const char *conninfo, int replication, char *err, size_t errlen)
+static PGconn *connect_with(const char *conninfo, int replication, char *err,
+                            size_t errlen)
 {
     const char *keys[6], *vals[6];
     int n = 0;
@@ -59,7 +57,8 @@ connect_with(const char *conninfo, int replication, char *err, size_t errlen)
     vals[n] = NULL;
     PGconn *c = PQconnectdbParams(keys, vals, 1);
     if (!c) {
-        snprintf(err, errlen, "could not connect to the database: out of memory");
+        snprintf(err, errlen,
+                 "could not connect to the database: out of memory");
         return NULL;
     }
     if (PQstatus(c) != CONNECTION_OK) {
@@ -78,18 +77,17 @@ connect_with(const char *conninfo, int replication, char *err, size_t errlen)
     return c;
 }
 
-PGconn *
-a2c_db_connect(const char *conninfo, char *err, size_t errlen)
+PGconn *a2c_db_connect(const char *conninfo, char *err, size_t errlen)
 {
     return connect_with(conninfo, 0, err, errlen);
 }
 
-static PGresult *
-query(PGconn *db, const char *sql, int nparams, const char *const *params,
-      const char *what, char *err, size_t errlen)
+static PGresult *query(PGconn *db, const char *sql, int nparams,
+                       const char *const *params, const char *what, char *err,
+                       size_t errlen)
 {
-    PGresult *res = nparams ? PQexecParams(db, sql, nparams, NULL, params,
-                                           NULL, NULL, 0)
+    PGresult *res = nparams ? PQexecParams(db, sql, nparams, NULL, params, NULL,
+                                           NULL, 0)
                             : PQexec(db, sql);
     if (PQresultStatus(res) != PGRES_TUPLES_OK &&
         PQresultStatus(res) != PGRES_COMMAND_OK) {
@@ -102,9 +100,8 @@ query(PGconn *db, const char *sql, int nparams, const char *const *params,
     return res;
 }
 
-int
-a2c_db_check(PGconn *db, const char *slot, const char *plugin,
-             a2c_slot_info *info, char *err, size_t errlen)
+int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
+                 a2c_slot_info *info, char *err, size_t errlen)
 {
     int rc = -1;
     PGresult *res = NULL;
@@ -114,9 +111,10 @@ a2c_db_check(PGconn *db, const char *slot, const char *plugin,
     if (!res)
         goto done;
     if (strcmp(PQgetvalue(res, 0, 0), "logical") != 0) {
-        snprintf(err, errlen,
-                 "wal_level is \"%s\": logical decoding needs wal_level=logical",
-                 PQgetvalue(res, 0, 0));
+        snprintf(
+                err, errlen,
+                "wal_level is \"%s\": logical decoding needs wal_level=logical",
+                PQgetvalue(res, 0, 0));
         goto done;
     }
     PQclear(res);
@@ -178,14 +176,14 @@ a2c_db_check(PGconn *db, const char *slot, const char *plugin,
     if (PQntuples(res) == 1) {
         info->exists = 1;
         if (strcmp(PQgetvalue(res, 0, 6), "logical") != 0) {
-            snprintf(err, errlen,
-                     "replication slot \"%s\" is a physical slot", slot);
+            snprintf(err, errlen, "replication slot \"%s\" is a physical slot",
+                     slot);
             goto done;
         }
         if (strcmp(PQgetvalue(res, 0, 2), "t") != 0) {
             snprintf(err, errlen,
-                     "replication slot \"%s\" belongs to database \"%s\"",
-                     slot, PQgetvalue(res, 0, 1));
+                     "replication slot \"%s\" belongs to database \"%s\"", slot,
+                     PQgetvalue(res, 0, 1));
             goto done;
         }
         if (strcmp(PQgetvalue(res, 0, 0), plugin) != 0) {
@@ -214,8 +212,7 @@ done:
     return rc;
 }
 
-int
-a2c_db_heartbeat(PGconn *db, char *err, size_t errlen)
+int a2c_db_heartbeat(PGconn *db, char *err, size_t errlen)
 {
     PGresult *res = query(db,
                           "select pg_logical_emit_message(false, 'a2-hb', "
@@ -227,8 +224,7 @@ a2c_db_heartbeat(PGconn *db, char *err, size_t errlen)
     return 0;
 }
 
-int
-a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen)
+int a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen)
 {
     const char *params[1] = {slot};
     PGresult *res = query(db,
@@ -241,8 +237,7 @@ a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen)
     return 0;
 }
 
-a2c_repl *
-a2c_repl_connect(const char *conninfo, char *err, size_t errlen)
+a2c_repl *a2c_repl_connect(const char *conninfo, char *err, size_t errlen)
 {
     PGconn *c = connect_with(conninfo, 1, err, errlen);
     if (!c)
@@ -257,8 +252,7 @@ a2c_repl_connect(const char *conninfo, char *err, size_t errlen)
     return r;
 }
 
-static void
-set_state(char sqlstate[6], const PGresult *res)
+static void set_state(char sqlstate[6], const PGresult *res)
 {
     if (!sqlstate)
         return;
@@ -266,10 +260,9 @@ set_state(char sqlstate[6], const PGresult *res)
     snprintf(sqlstate, 6, "%s", s ? s : "");
 }
 
-int
-a2c_repl_create_slot(a2c_repl *r, const char *slot, const char *plugin,
-                     int *created, uint64_t *consistent, char *err,
-                     size_t errlen, char sqlstate[6])
+int a2c_repl_create_slot(a2c_repl *r, const char *slot, const char *plugin,
+                         int *created, uint64_t *consistent, char *err,
+                         size_t errlen, char sqlstate[6])
 {
     *created = 0;
     *consistent = 0;
@@ -309,9 +302,8 @@ a2c_repl_create_slot(a2c_repl *r, const char *slot, const char *plugin,
     return 0;
 }
 
-int
-a2c_repl_start(a2c_repl *r, const char *slot, uint64_t lsn, char *err,
-               size_t errlen, char sqlstate[6])
+int a2c_repl_start(a2c_repl *r, const char *slot, uint64_t lsn, char *err,
+                   size_t errlen, char sqlstate[6])
 {
     char *ident = PQescapeIdentifier(r->conn, slot, strlen(slot));
     char sql[1024];
@@ -338,14 +330,12 @@ a2c_repl_start(a2c_repl *r, const char *slot, uint64_t lsn, char *err,
     return 0;
 }
 
-int
-a2c_repl_socket(const a2c_repl *r)
+int a2c_repl_socket(const a2c_repl *r)
 {
     return PQsocket(r->conn);
 }
 
-static uint64_t
-be64(const char *p)
+static uint64_t be64(const char *p)
 {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)
@@ -353,8 +343,7 @@ be64(const char *p)
     return v;
 }
 
-static void
-put64(char *p, uint64_t v)
+static void put64(char *p, uint64_t v)
 {
     for (int i = 7; i >= 0; i--) {
         p[i] = (char)(v & 0xff);
@@ -362,8 +351,7 @@ put64(char *p, uint64_t v)
     }
 }
 
-int
-a2c_repl_read(a2c_repl *r, a2c_msg *m, char *err, size_t errlen)
+int a2c_repl_read(a2c_repl *r, a2c_msg *m, char *err, size_t errlen)
 {
     if (r->buf) {
         PQfreemem(r->buf);
@@ -428,9 +416,8 @@ a2c_repl_read(a2c_repl *r, a2c_msg *m, char *err, size_t errlen)
     return 0;
 }
 
-int
-a2c_repl_feedback(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn,
-                  int reply_requested, char *err, size_t errlen)
+int a2c_repl_feedback(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn,
+                      int reply_requested, char *err, size_t errlen)
 {
     char msg[34];
     msg[0] = 'r';
@@ -440,15 +427,14 @@ a2c_repl_feedback(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn,
     put64(msg + 25, (uint64_t)(a2c_now_us() - A2C_PG_EPOCH_US));
     msg[33] = reply_requested ? 1 : 0;
     if (PQputCopyData(r->conn, msg, sizeof msg) <= 0 || PQflush(r->conn) < 0) {
-        one_line(err, errlen, "could not send feedback: ",
-                 PQerrorMessage(r->conn));
+        one_line(err, errlen,
+                 "could not send feedback: ", PQerrorMessage(r->conn));
         return -1;
     }
     return 0;
 }
 
-void
-a2c_repl_stop(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn)
+void a2c_repl_stop(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn)
 {
     if (!r || !r->streaming)
         return;
@@ -475,8 +461,7 @@ a2c_repl_stop(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn)
     r->streaming = 0;
 }
 
-void
-a2c_repl_close(a2c_repl *r)
+void a2c_repl_close(a2c_repl *r)
 {
     if (!r)
         return;

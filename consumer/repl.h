@@ -16,8 +16,8 @@
 #include <libpq-fe.h>
 
 /* Tables streamed (wal2json add-tables). */
-#define A2C_ADD_TABLES                                                       \
-    "public.a2_events,public.a2_cursors,public.a2_lane_events,"              \
+#define A2C_ADD_TABLES                                                         \
+    "public.a2_events,public.a2_cursors,public.a2_lane_events,"                \
     "public.a2_clears,public.a2_presence"
 
 /* Microseconds between the Unix and the PostgreSQL epoch (2000-01-01). */
@@ -32,8 +32,8 @@ PGconn *a2c_db_connect(const char *conninfo, char *err, size_t errlen);
 /* What a2c_db_check found about the slot. */
 typedef struct {
     int exists;
-    int lost;            /* wal_status = 'lost': invalidated */
-    uint64_t confirmed;  /* confirmed_flush_lsn */
+    int lost;           /* wal_status = 'lost': invalidated */
+    uint64_t confirmed; /* confirmed_flush_lsn */
 } a2c_slot_info;
 
 /*
@@ -56,12 +56,12 @@ typedef struct a2c_repl a2c_repl;
 
 /* One message from the server; data lives until the next a2c_repl_read. */
 typedef struct {
-    char type;              /* 'w' XLogData or 'k' keepalive */
-    uint64_t data_start;    /* 'w' */
+    char type;           /* 'w' XLogData or 'k' keepalive */
+    uint64_t data_start; /* 'w' */
     uint64_t wal_end;
-    int64_t send_time_us;   /* server clock, µs since the Unix epoch */
-    int reply_requested;    /* 'k' */
-    const char *data;       /* 'w' payload (not NUL-terminated) */
+    int64_t send_time_us; /* server clock, µs since the Unix epoch */
+    int reply_requested;  /* 'k' */
+    const char *data;     /* 'w' payload (not NUL-terminated) */
     size_t len;
 } a2c_msg;
 

@@ -8,29 +8,28 @@
 #include <string.h>
 
 typedef struct {
-    char *key;      /* session \0 consumer \0 cursor_key \0 */
-    size_t keylen;  /* bytes including the three NULs */
+    char *key;     /* session \0 consumer \0 cursor_key \0 */
+    size_t keylen; /* bytes including the three NULs */
     uint64_t hash;
     int64_t epoch;
     int64_t head;
     int64_t deadline_ms;
-    size_t slot;    /* index in the heap */
+    size_t slot; /* index in the heap */
 } entry;
 
 struct a2c_timers {
     entry **heap;
     size_t n, cap;
-    entry **table;  /* hash table of entries; NULL = empty, TOMB = deleted */
-    size_t tcap;    /* power of two */
-    size_t tused;   /* live + tombstones */
-    entry *last;    /* the entry last popped, kept until the next call */
+    entry **table; /* hash table of entries; NULL = empty, TOMB = deleted */
+    size_t tcap;   /* power of two */
+    size_t tused;  /* live + tombstones */
+    entry *last;   /* the entry last popped, kept until the next call */
 };
 
 static entry tomb_entry;
 #define TOMB (&tomb_entry)
 
-static uint64_t
-fnv(const char *p, size_t n)
+static uint64_t fnv(const char *p, size_t n)
 {
     uint64_t h = 1469598103934665603ULL;
     for (size_t i = 0; i < n; i++) {
@@ -40,9 +39,8 @@ fnv(const char *p, size_t n)
     return h;
 }
 
-static char *
-make_key(const char *session, const char *consumer, const char *cursor_key,
-         size_t *len)
+static char *make_key(const char *session, const char *consumer,
+                      const char *cursor_key, size_t *len)
 {
     size_t a = strlen(session), b = strlen(consumer), c = strlen(cursor_key);
     char *k = malloc(a + b + c + 3);
@@ -55,8 +53,7 @@ make_key(const char *session, const char *consumer, const char *cursor_key,
     return k;
 }
 
-static void
-drop_last(a2c_timers *t)
+static void drop_last(a2c_timers *t)
 {
     if (t->last) {
         free(t->last->key);
@@ -65,8 +62,7 @@ drop_last(a2c_timers *t)
     }
 }
 
-a2c_timers *
-a2c_timers_new(void)
+a2c_timers *a2c_timers_new(void)
 {
     a2c_timers *t = calloc(1, sizeof *t);
     if (!t)
@@ -80,8 +76,7 @@ a2c_timers_new(void)
     return t;
 }
 
-void
-a2c_timers_clear(a2c_timers *t)
+void a2c_timers_clear(a2c_timers *t)
 {
     if (!t)
         return;
@@ -95,8 +90,7 @@ a2c_timers_clear(a2c_timers *t)
     drop_last(t);
 }
 
-void
-a2c_timers_free(a2c_timers *t)
+void a2c_timers_free(a2c_timers *t)
 {
     if (!t)
         return;
@@ -107,9 +101,8 @@ a2c_timers_free(a2c_timers *t)
 }
 
 /* The table slot of key, or of the first free slot for it (*found = 0). */
-static size_t
-lookup(const a2c_timers *t, const char *key, size_t keylen, uint64_t hash,
-       int *found)
+static size_t lookup(const a2c_timers *t, const char *key, size_t keylen,
+                     uint64_t hash, int *found)
 {
     size_t mask = t->tcap - 1, i = hash & mask, free_slot = (size_t)-1;
     for (;;) {
@@ -130,8 +123,7 @@ lookup(const a2c_timers *t, const char *key, size_t keylen, uint64_t hash,
     }
 }
 
-static int
-rehash(a2c_timers *t, size_t ncap)
+static int rehash(a2c_timers *t, size_t ncap)
 {
     entry **nt = calloc(ncap, sizeof *nt);
     if (!nt)
@@ -150,8 +142,7 @@ rehash(a2c_timers *t, size_t ncap)
     return 0;
 }
 
-static void
-heap_swap(a2c_timers *t, size_t a, size_t b)
+static void heap_swap(a2c_timers *t, size_t a, size_t b)
 {
     entry *x = t->heap[a];
     t->heap[a] = t->heap[b];
@@ -160,8 +151,7 @@ heap_swap(a2c_timers *t, size_t a, size_t b)
     t->heap[b]->slot = b;
 }
 
-static void
-sift_up(a2c_timers *t, size_t i)
+static void sift_up(a2c_timers *t, size_t i)
 {
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -172,8 +162,7 @@ sift_up(a2c_timers *t, size_t i)
     }
 }
 
-static void
-sift_down(a2c_timers *t, size_t i)
+static void sift_down(a2c_timers *t, size_t i)
 {
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
@@ -189,8 +178,7 @@ sift_down(a2c_timers *t, size_t i)
 }
 
 /* Removes e from the heap and the table (does not free it). */
-static void
-unlink_entry(a2c_timers *t, entry *e)
+static void unlink_entry(a2c_timers *t, entry *e)
 {
     int found;
     size_t ts = lookup(t, e->key, e->keylen, e->hash, &found);
@@ -206,10 +194,9 @@ unlink_entry(a2c_timers *t, entry *e)
     }
 }
 
-int
-a2c_timers_set(a2c_timers *t, const char *session, const char *consumer,
-               const char *cursor_key, int64_t epoch, int64_t head,
-               int64_t deadline_ms)
+int a2c_timers_set(a2c_timers *t, const char *session, const char *consumer,
+                   const char *cursor_key, int64_t epoch, int64_t head,
+                   int64_t deadline_ms)
 {
     size_t keylen;
     drop_last(t);
@@ -272,9 +259,8 @@ a2c_timers_set(a2c_timers *t, const char *session, const char *consumer,
     return 0;
 }
 
-int
-a2c_timers_cancel(a2c_timers *t, const char *session, const char *consumer,
-                  const char *cursor_key, int64_t epoch)
+int a2c_timers_cancel(a2c_timers *t, const char *session, const char *consumer,
+                      const char *cursor_key, int64_t epoch)
 {
     size_t keylen;
     drop_last(t);
@@ -296,20 +282,17 @@ a2c_timers_cancel(a2c_timers *t, const char *session, const char *consumer,
     return 1;
 }
 
-size_t
-a2c_timers_count(const a2c_timers *t)
+size_t a2c_timers_count(const a2c_timers *t)
 {
     return t ? t->n : 0;
 }
 
-int64_t
-a2c_timers_next(const a2c_timers *t)
+int64_t a2c_timers_next(const a2c_timers *t)
 {
     return t && t->n ? t->heap[0]->deadline_ms : INT64_MAX;
 }
 
-int
-a2c_timers_pop(a2c_timers *t, int64_t now_ms, a2c_timer *out)
+int a2c_timers_pop(a2c_timers *t, int64_t now_ms, a2c_timer *out)
 {
     drop_last(t);
     if (!t->n || t->heap[0]->deadline_ms > now_ms)

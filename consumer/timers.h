@@ -43,9 +43,8 @@ a2c_timers_set(a2c_timers *t, const char *session, const char *consumer,
  * Cancels the key's timer when it was set for epoch (any epoch when epoch is
  * negative); returns 1 when one was cancelled, else 0.
  */
-int a2c_timers_cancel(a2c_timers *t, const char *session,
-                      const char *consumer, const char *cursor_key,
-                      int64_t epoch);
+int a2c_timers_cancel(a2c_timers *t, const char *session, const char *consumer,
+                      const char *cursor_key, int64_t epoch);
 
 /* Number of pending timers. */
 size_t a2c_timers_count(const a2c_timers *t);

@@ -7,6 +7,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
 #include <cmocka.h>
 
 #include <jansson.h>
@@ -17,30 +18,32 @@
 static PGconn *db;
 
 static const char *const trigger_sql =
-    "set client_min_messages = warning;"
-    "drop table if exists tc_versions;"
-    "create table tc_versions(seq bigserial primary key, op text, "
-    "  session_id text, consumer text, cursor_key text, epoch bigint, "
-    "  head bigint, attempt integer, holder text);"
-    "create or replace function tc_record() returns trigger language plpgsql "
-    "as $$ begin "
-    "  if tg_op = 'DELETE' then "
-    "    insert into tc_versions(op, session_id, consumer, cursor_key, epoch, "
-    "      head, attempt, holder) values ('delete', old.session_id, "
-    "      old.consumer, old.cursor_key, old.epoch, old.head, "
-    "      old.attempt_count, old.claim_holder); return old; "
-    "  end if; "
-    "  insert into tc_versions(op, session_id, consumer, cursor_key, epoch, "
-    "    head, attempt, holder) values (lower(tg_op), new.session_id, "
-    "    new.consumer, new.cursor_key, new.epoch, new.head, "
-    "    new.attempt_count, new.claim_holder); return new; "
-    "end $$;"
-    "drop trigger if exists tc_versions on a2_cursors;"
-    "create trigger tc_versions after insert or update or delete on "
-    "a2_cursors for each row execute function tc_record();";
+        "set client_min_messages = warning;"
+        "drop table if exists tc_versions;"
+        "create table tc_versions(seq bigserial primary key, op text, "
+        "  session_id text, consumer text, cursor_key text, epoch bigint, "
+        "  head bigint, attempt integer, holder text);"
+        "create or replace function tc_record() returns trigger language "
+        "plpgsql "
+        "as $$ begin "
+        "  if tg_op = 'DELETE' then "
+        "    insert into tc_versions(op, session_id, consumer, cursor_key, "
+        "epoch, "
+        "      head, attempt, holder) values ('delete', old.session_id, "
+        "      old.consumer, old.cursor_key, old.epoch, old.head, "
+        "      old.attempt_count, old.claim_holder); return old; "
+        "  end if; "
+        "  insert into tc_versions(op, session_id, consumer, cursor_key, "
+        "epoch, "
+        "    head, attempt, holder) values (lower(tg_op), new.session_id, "
+        "    new.consumer, new.cursor_key, new.epoch, new.head, "
+        "    new.attempt_count, new.claim_holder); return new; "
+        "end $$;"
+        "drop trigger if exists tc_versions on a2_cursors;"
+        "create trigger tc_versions after insert or update or delete on "
+        "a2_cursors for each row execute function tc_record();";
 
-static int
-setup(void **state)
+static int setup(void **state)
 {
     (void)state;
     db = a2_test_connect();
@@ -49,8 +52,7 @@ setup(void **state)
     return 0;
 }
 
-static int
-teardown(void **state)
+static int teardown(void **state)
 {
     (void)state;
     a2_test_exec(db, "set client_min_messages = warning");
@@ -60,24 +62,21 @@ teardown(void **state)
 }
 
 /* One row version as a comparable line. */
-static void
-sig(char *out, size_t len, const char *op, const char *session,
-    const char *cursor, long long epoch, const char *head, const char *attempt,
-    const char *holder)
+static void sig(char *out, size_t len, const char *op, const char *session,
+                const char *cursor, long long epoch, const char *head,
+                const char *attempt, const char *holder)
 {
     snprintf(out, len, "%s|%s|%s|%lld|%s|%s|%s", op, session, cursor, epoch,
              head, attempt, holder);
 }
 
 /* The trigger's versions, in order; returns how many. */
-static int
-trigger_sigs(char ***out)
+static int trigger_sigs(char ***out)
 {
-    PGresult *r = PQexec(db,
-                         "select op, session_id, cursor_key, epoch, "
-                         "coalesce(head::text, 'null'), attempt::text, "
-                         "coalesce(holder, 'null') from tc_versions "
-                         "order by seq");
+    PGresult *r = PQexec(db, "select op, session_id, cursor_key, epoch, "
+                             "coalesce(head::text, 'null'), attempt::text, "
+                             "coalesce(holder, 'null') from tc_versions "
+                             "order by seq");
     assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
     int n = PQntuples(r);
     char **v = calloc((size_t)n + 1, sizeof *v);
@@ -93,8 +92,7 @@ trigger_sigs(char ***out)
     return n;
 }
 
-static const char *
-jtext(json_t *o, const char *key, char *buf, size_t len)
+static const char *jtext(json_t *o, const char *key, char *buf, size_t len)
 {
     json_t *v = json_object_get(o, key);
     if (json_is_string(v))
@@ -107,8 +105,7 @@ jtext(json_t *o, const char *key, char *buf, size_t len)
 }
 
 /* The audit's row versions, in file order; returns how many. */
-static int
-audit_sigs(const char *path, char ***out)
+static int audit_sigs(const char *path, char ***out)
 {
     char *text = tc_read_file(path);
     int cap = 1024, n = 0;
@@ -140,8 +137,7 @@ audit_sigs(const char *path, char ***out)
     return n;
 }
 
-static void
-free_sigs(char **v)
+static void free_sigs(char **v)
 {
     for (int i = 0; v && v[i]; i++)
         free(v[i]);
@@ -149,8 +145,7 @@ free_sigs(char **v)
 }
 
 /* Waits until the audit has as many lines as the trigger recorded. */
-static void
-wait_caught_up(const char *path, int timeout_ms)
+static void wait_caught_up(const char *path, int timeout_ms)
 {
     int64_t t0 = a2_test_now_ms();
     for (;;) {
@@ -164,8 +159,7 @@ wait_caught_up(const char *path, int timeout_ms)
     }
 }
 
-static void
-assert_exactly_once(const char *path)
+static void assert_exactly_once(const char *path)
 {
     char **want, **have;
     int nw = trigger_sigs(&want);
@@ -183,8 +177,7 @@ assert_exactly_once(const char *path)
 
 /* A burst of n statements on a2_cursors from its own connection: inserts,
  * claims, completions and deletes, some grouped in one transaction. */
-static void
-burst(int from, int n)
+static void burst(int from, int n)
 {
     PGconn *c = a2_test_connect();
     char sql[1024];
@@ -231,8 +224,7 @@ burst(int from, int n)
     PQfinish(c);
 }
 
-static void
-test_kill9_mid_burst(void **state)
+static void test_kill9_mid_burst(void **state)
 {
     (void)state;
     tc_daemon d;
@@ -277,8 +269,8 @@ test_kill9_mid_burst(void **state)
     assert_true(tc_wait_for(&w, "welcome", 5000, &m));
     /* after the welcome (a resync) the worker claims every pending head */
     int64_t pending = a2_test_int(
-        db, "select count(*) from a2_cursors where head is not null and "
-            "failed_at is null and claim_holder is null");
+            db, "select count(*) from a2_cursors where head is not null and "
+                "failed_at is null and claim_holder is null");
     assert_true(pending > 0);
     a2_store *store;
     a2_store_error se;
@@ -286,9 +278,8 @@ test_kill9_mid_burst(void **state)
         fail_msg("a2_store_open: %s", se.message);
     const char *consumers[] = {"c"};
     a2_sessions ss;
-    assert_int_equal(a2_store_pending_sessions(store, consumers, 1, NULL, 1000,
-                                               &ss),
-                     0);
+    assert_int_equal(
+            a2_store_pending_sessions(store, consumers, 1, NULL, 1000, &ss), 0);
     int64_t claimed = 0;
     for (size_t i = 0; i < ss.count; i++) {
         a2_claim_request req = {.holder = "after", .ttl_ms = 600000};
@@ -312,14 +303,12 @@ test_kill9_mid_burst(void **state)
     tc_worker_close(&w);
     wait_caught_up(d.audit, 10000);
     assert_int_equal(tc_stop(&d), 0);
-    assert_int_equal(tc_count_in_file(d.audit, "\n"),
-                     lines + (int)claimed + 1);
+    assert_int_equal(tc_count_in_file(d.audit, "\n"), lines + (int)claimed + 1);
     assert_exactly_once(d.audit);
     tc_cleanup(&d);
 }
 
-static void
-pg_restart(const char *mode)
+static void pg_restart(const char *mode)
 {
     const char *pgdev = getenv("A2_TEST_PGDEV");
     const char *top = getenv("A2_TOP");
@@ -329,8 +318,7 @@ pg_restart(const char *mode)
     assert_int_equal(system(cmd), 0);
 }
 
-static void
-restart_under_consumer(const char *mode, const char *slot)
+static void restart_under_consumer(const char *mode, const char *slot)
 {
     tc_daemon d;
     tc_worker w;
@@ -366,23 +354,20 @@ restart_under_consumer(const char *mode, const char *slot)
     tc_cleanup(&d);
 }
 
-static void
-test_postgres_fast_restart(void **state)
+static void test_postgres_fast_restart(void **state)
 {
     (void)state;
     restart_under_consumer("fast", "tc_pgfast");
 }
 
-static void
-test_postgres_crash_restart(void **state)
+static void test_postgres_crash_restart(void **state)
 {
     (void)state;
     restart_under_consumer("immediate", "tc_pgcrash");
 }
 
 /* The walsender killed under the consumer (a lost connection). */
-static void
-test_walsender_terminated(void **state)
+static void test_walsender_terminated(void **state)
 {
     (void)state;
     tc_daemon d;
@@ -404,8 +389,7 @@ test_walsender_terminated(void **state)
  * A slot invalidated by max_slot_wal_keep_size while the consumer is down:
  * it is recreated, the gap is one explicit audit record, streaming goes on.
  */
-static void
-test_invalidated_slot_gap(void **state)
+static void test_invalidated_slot_gap(void **state)
 {
     (void)state;
     tc_daemon d;
@@ -458,19 +442,19 @@ test_invalidated_slot_gap(void **state)
     tc_cleanup(&d);
 }
 
-int
-main(void)
+int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_kill9_mid_burst, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_postgres_fast_restart, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_postgres_crash_restart, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_walsender_terminated, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_invalidated_slot_gap, setup,
-                                        teardown),
+            cmocka_unit_test_setup_teardown(test_kill9_mid_burst, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_postgres_fast_restart, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_postgres_crash_restart, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_walsender_terminated, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_invalidated_slot_gap, setup,
+                                            teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,18 +7,18 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
 #include <cmocka.h>
 
 #include "test_consumer_util.h"
 
-#define A2C_TABLES                                                           \
-    "public.a2_events,public.a2_cursors,public.a2_lane_events,"              \
+#define A2C_TABLES                                                             \
+    "public.a2_events,public.a2_cursors,public.a2_lane_events,"                \
     "public.a2_clears,public.a2_presence"
 
 static PGconn *db;
 
-static int
-setup(void **state)
+static int setup(void **state)
 {
     (void)state;
     db = a2_test_connect();
@@ -26,32 +26,28 @@ setup(void **state)
     return 0;
 }
 
-static int
-teardown(void **state)
+static int teardown(void **state)
 {
     (void)state;
     PQfinish(db);
     return 0;
 }
 
-static int64_t
-now_us(void)
+static int64_t now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static int
-cmp64(const void *a, const void *b)
+static int cmp64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return x < y ? -1 : x > y;
 }
 
 /* n inserts, one at a time; returns the sorted latencies (µs). */
-static void
-measure(tc_worker *w, int base, int n, int64_t *lat)
+static void measure(tc_worker *w, int base, int n, int64_t *lat)
 {
     char sql[512];
     tc_msg m;
@@ -71,8 +67,7 @@ measure(tc_worker *w, int base, int n, int64_t *lat)
     qsort(lat, (size_t)n, sizeof *lat, cmp64);
 }
 
-static void
-test_latency_and_throughput(void **state)
+static void test_latency_and_throughput(void **state)
 {
     (void)state;
     enum { N = 200 };
@@ -111,8 +106,7 @@ test_latency_and_throughput(void **state)
  * wal2json options writing to /dev/null read them from two slots created at
  * the same point.
  */
-static void
-test_backlog_catch_up(void **state)
+static void test_backlog_catch_up(void **state)
 {
     (void)state;
     enum { BACKLOG = 20000 };
@@ -120,8 +114,9 @@ test_backlog_catch_up(void **state)
     tc_init(&d, "tc_backlog");
     tc_start(&d);
     assert_int_equal(tc_stop(&d), 0);
-    a2_test_exec(db, "select pg_drop_replication_slot(slot_name) from "
-                     "pg_replication_slots where slot_name = 'tc_backlog_base'");
+    a2_test_exec(db,
+                 "select pg_drop_replication_slot(slot_name) from "
+                 "pg_replication_slots where slot_name = 'tc_backlog_base'");
     a2_test_exec(db, "select pg_create_logical_replication_slot("
                      "'tc_backlog_base', 'wal2json')");
     /* the backlog, each statement its own transaction */
@@ -173,14 +168,13 @@ test_backlog_catch_up(void **state)
     tc_cleanup(&d);
 }
 
-int
-main(void)
+int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_latency_and_throughput, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_backlog_catch_up, setup,
-                                        teardown),
+            cmocka_unit_test_setup_teardown(test_latency_and_throughput, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_backlog_catch_up, setup,
+                                            teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

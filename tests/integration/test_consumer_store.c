@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
 #include <cmocka.h>
 
 #include "a2/store.h"
@@ -16,8 +17,7 @@
 static a2_store *store;
 static PGconn *db;
 
-static int
-setup(void **state)
+static int setup(void **state)
 {
     (void)state;
     db = a2_test_connect();
@@ -29,8 +29,7 @@ setup(void **state)
     return 0;
 }
 
-static int
-teardown(void **state)
+static int teardown(void **state)
 {
     (void)state;
     a2_store_close(store);
@@ -38,19 +37,19 @@ teardown(void **state)
     return 0;
 }
 
-static void
-check(int rc, const char *what)
+static void check(int rc, const char *what)
 {
     if (rc != 0)
         fail_msg("%s: %d %s", what, rc, a2_store_last_error(store)->message);
 }
 
-static int64_t
-append(const char *session, const char *type, const char *consumer,
-       const char *lane)
+static int64_t append(const char *session, const char *type,
+                      const char *consumer, const char *lane)
 {
     a2_target t = {consumer, lane};
-    a2_append_event e = {.type = type, .payload = "{}", .targets = &t,
+    a2_append_event e = {.type = type,
+                         .payload = "{}",
+                         .targets = &t,
                          .ntargets = consumer ? 1 : 0};
     a2_events out;
     check(a2_store_append(store, session, &e, 1, NULL, &out), "append");
@@ -60,8 +59,8 @@ append(const char *session, const char *type, const char *consumer,
 }
 
 /* Claims the session's heads for holder; returns the attempt of the first. */
-static int
-claim(const char *session, const char *holder, int64_t ttl, int64_t *index)
+static int claim(const char *session, const char *holder, int64_t ttl,
+                 int64_t *index)
 {
     a2_claim_request req = {.holder = holder, .ttl_ms = ttl};
     a2_claim_result out;
@@ -75,8 +74,7 @@ claim(const char *session, const char *holder, int64_t ttl, int64_t *index)
     return attempt;
 }
 
-static void
-test_store_operations_wake(void **state)
+static void test_store_operations_wake(void **state)
 {
     (void)state;
     tc_daemon d;
@@ -112,8 +110,8 @@ test_store_operations_wake(void **state)
     /* fail with retry-after 300 ms → a wake no sooner */
     attempt = claim("s1", "w1", 60000, &idx);
     ref = (a2_attempt_ref){"c", "main", i2, attempt};
-    a2_fail_request fr = {.error = "boom", .max_failures = 5,
-                          .retry_after_ms = 300};
+    a2_fail_request fr = {
+            .error = "boom", .max_failures = 5, .retry_after_ms = 300};
     a2_fail_result fres;
     int64_t t_fail = tc_wall_ms();
     check(a2_store_fail(store, "s1", &ref, &fr, &fres), "fail");
@@ -130,8 +128,7 @@ test_store_operations_wake(void **state)
     assert_true(tc_wait_for(&w, "wake", 3000, &m));
     waited = tc_wall_ms() - t_claim;
     if (waited < 300 || waited > 600)
-        fail_msg("takeover wake after %" PRId64 " ms, wanted 300..600",
-                 waited);
+        fail_msg("takeover wake after %" PRId64 " ms, wanted 300..600", waited);
     /* the takeover itself */
     claim("s1", "w3", 60000, NULL);
 
@@ -145,16 +142,18 @@ test_store_operations_wake(void **state)
 
     tc_worker_close(&w);
     assert_int_equal(tc_stop(&d), 0);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"started\""), 1);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"completed\""), 1);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"started\""),
+                     1);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"completed\""),
+                     1);
     assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"failed\""), 1);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"taken_over\""), 1);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"taken_over\""),
+                     1);
     assert_true(tc_count_in_file(d.audit, "\"transition\":\"claimed\"") >= 2);
     tc_cleanup(&d);
 }
 
-static void
-test_store_log_consumer(void **state)
+static void test_store_log_consumer(void **state)
 {
     (void)state;
     tc_daemon d;
@@ -185,14 +184,13 @@ test_store_log_consumer(void **state)
     tc_cleanup(&d);
 }
 
-int
-main(void)
+int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_store_operations_wake, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_store_log_consumer, setup,
-                                        teardown),
+            cmocka_unit_test_setup_teardown(test_store_operations_wake, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_store_log_consumer, setup,
+                                            teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

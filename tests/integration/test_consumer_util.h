@@ -7,10 +7,12 @@
 #ifndef A2_TEST_CONSUMER_UTIL_H
 #define A2_TEST_CONSUMER_UTIL_H
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <msgpack.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,8 +22,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,15 +39,13 @@ typedef struct {
     char slot[64];
 } tc_daemon;
 
-static inline void
-tc_sleep_ms(int ms)
+static inline void tc_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
-static inline char *
-tc_read_file(const char *path)
+static inline char *tc_read_file(const char *path)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -63,8 +61,7 @@ tc_read_file(const char *path)
 }
 
 /* Lines of a file that contain needle. */
-static inline int
-tc_count_in_file(const char *path, const char *needle)
+static inline int tc_count_in_file(const char *path, const char *needle)
 {
     char *t = tc_read_file(path);
     int n = 0;
@@ -76,8 +73,7 @@ tc_count_in_file(const char *path, const char *needle)
     return n;
 }
 
-static inline void
-tc_init(tc_daemon *d, const char *slot)
+static inline void tc_init(tc_daemon *d, const char *slot)
 {
     memset(d, 0, sizeof *d);
     snprintf(d->dir, sizeof d->dir, "/tmp/a2-tc.XXXXXX");
@@ -103,8 +99,8 @@ tc_init(tc_daemon *d, const char *slot)
  * stderr appended to d->log. Waits until it logs "ready:" unless expect_exit,
  * in which case it waits for the exit and returns the exit status.
  */
-static inline int
-tc_start_args(tc_daemon *d, int expect_exit, const char *const *extra)
+static inline int tc_start_args(tc_daemon *d, int expect_exit,
+                                const char *const *extra)
 {
     const char *argv[40];
     int n = 0;
@@ -180,15 +176,13 @@ tc_start_args(tc_daemon *d, int expect_exit, const char *const *extra)
     }
 }
 
-static inline void
-tc_start(tc_daemon *d)
+static inline void tc_start(tc_daemon *d)
 {
     tc_start_args(d, 0, NULL);
 }
 
 /* SIGTERM and wait; returns the exit status. */
-static inline int
-tc_stop(tc_daemon *d)
+static inline int tc_stop(tc_daemon *d)
 {
     if (d->pid <= 0)
         return -1;
@@ -208,8 +202,7 @@ tc_stop(tc_daemon *d)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-static inline void
-tc_kill9(tc_daemon *d)
+static inline void tc_kill9(tc_daemon *d)
 {
     if (d->pid <= 0)
         return;
@@ -218,8 +211,7 @@ tc_kill9(tc_daemon *d)
     d->pid = 0;
 }
 
-static inline void
-tc_cleanup(tc_daemon *d)
+static inline void tc_cleanup(tc_daemon *d)
 {
     if (d->pid > 0)
         tc_stop(d);
@@ -262,8 +254,7 @@ typedef struct {
     char sessions[8][64];
 } tc_msg;
 
-static inline int
-tc_connect(const char *path)
+static inline int tc_connect(const char *path)
 {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_un sa;
@@ -278,8 +269,7 @@ tc_connect(const char *path)
     return fd;
 }
 
-static inline void
-tc_send_raw(int fd, const void *p, size_t n)
+static inline void tc_send_raw(int fd, const void *p, size_t n)
 {
     const char *c = p;
     while (n > 0) {
@@ -291,16 +281,14 @@ tc_send_raw(int fd, const void *p, size_t n)
     }
 }
 
-static inline void
-pk_str(msgpack_packer *pk, const char *s)
+static inline void pk_str(msgpack_packer *pk, const char *s)
 {
     size_t n = strlen(s);
     msgpack_pack_str(pk, n);
     msgpack_pack_str_body(pk, s, n);
 }
 
-static inline int
-tc_connect_tcp(int port)
+static inline int tc_connect_tcp(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa;
@@ -316,9 +304,9 @@ tc_connect_tcp(int port)
 /* On a connected fd: says hello (with token unless NULL) and subscribes to
  * consumer unless NULL (log_type: NULL = not a log consumer; "*" = every
  * type; else one type). */
-static inline void
-tc_worker_open_fd(tc_worker *w, int fd, const char *name, const char *token,
-                  const char *consumer, const char *log_type)
+static inline void tc_worker_open_fd(tc_worker *w, int fd, const char *name,
+                                     const char *token, const char *consumer,
+                                     const char *log_type)
 {
     w->fd = fd;
     msgpack_unpacker_init(&w->up, 1 << 16);
@@ -358,16 +346,15 @@ tc_worker_open_fd(tc_worker *w, int fd, const char *name, const char *token,
 }
 
 /* Connects to the Unix socket, says hello and subscribes. */
-static inline void
-tc_worker_open(tc_worker *w, const char *sock, const char *name,
-               const char *consumer, const char *log_type)
+static inline void tc_worker_open(tc_worker *w, const char *sock,
+                                  const char *name, const char *consumer,
+                                  const char *log_type)
 {
     tc_worker_open_fd(w, tc_connect(sock), name, NULL, consumer, log_type);
 }
 
 /* Subscribes a worker to the presence patches of namespace ns. */
-static inline void
-tc_presence_sub(tc_worker *w, const char *ns)
+static inline void tc_presence_sub(tc_worker *w, const char *ns)
 {
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
@@ -382,8 +369,7 @@ tc_presence_sub(tc_worker *w, const char *ns)
     msgpack_sbuffer_destroy(&sb);
 }
 
-static inline void
-tc_worker_close(tc_worker *w)
+static inline void tc_worker_close(tc_worker *w)
 {
     if (w->fd >= 0)
         close(w->fd);
@@ -391,8 +377,7 @@ tc_worker_close(tc_worker *w)
     msgpack_unpacker_destroy(&w->up);
 }
 
-static inline void
-copy_str(char *dst, size_t len, msgpack_object o)
+static inline void copy_str(char *dst, size_t len, msgpack_object o)
 {
     if (o.type == MSGPACK_OBJECT_STR) {
         size_t n = o.via.str.size < len - 1 ? o.via.str.size : len - 1;
@@ -401,8 +386,7 @@ copy_str(char *dst, size_t len, msgpack_object o)
     }
 }
 
-static inline int64_t
-obj_int(msgpack_object o)
+static inline int64_t obj_int(msgpack_object o)
 {
     if (o.type == MSGPACK_OBJECT_POSITIVE_INTEGER)
         return (int64_t)o.via.u64;
@@ -411,8 +395,7 @@ obj_int(msgpack_object o)
     return -1;
 }
 
-static inline void
-flatten(msgpack_object o, tc_msg *m)
+static inline void flatten(msgpack_object o, tc_msg *m)
 {
     memset(m, 0, sizeof *m);
     if (o.type != MSGPACK_OBJECT_MAP)
@@ -454,8 +437,7 @@ flatten(msgpack_object o, tc_msg *m)
                 if (w > 0 && (size_t)w < sizeof m->fields - off)
                     off += (size_t)w;
             }
-        }
-        else if (!strcmp(key, "head"))
+        } else if (!strcmp(key, "head"))
             m->head = obj_int(v);
         else if (!strcmp(key, "idx"))
             m->idx = obj_int(v);
@@ -478,8 +460,7 @@ flatten(msgpack_object o, tc_msg *m)
  * The next message within timeout_ms: 1 with *m, 0 on timeout, -1 when the
  * consumer closed the connection.
  */
-static inline int
-tc_next(tc_worker *w, int timeout_ms, tc_msg *m)
+static inline int tc_next(tc_worker *w, int timeout_ms, tc_msg *m)
 {
     int64_t deadline = a2_test_now_ms() + timeout_ms;
     for (;;) {
@@ -510,8 +491,8 @@ tc_next(tc_worker *w, int timeout_ms, tc_msg *m)
 }
 
 /* Waits for a message of type t (skipping others); 1, or 0 on timeout. */
-static inline int
-tc_wait_for(tc_worker *w, const char *t, int timeout_ms, tc_msg *m)
+static inline int tc_wait_for(tc_worker *w, const char *t, int timeout_ms,
+                              tc_msg *m)
 {
     int64_t deadline = a2_test_now_ms() + timeout_ms;
     for (;;) {
@@ -527,8 +508,7 @@ tc_wait_for(tc_worker *w, const char *t, int timeout_ms, tc_msg *m)
 }
 
 /* A TCP port free right now on 127.0.0.1. */
-static inline int
-tc_free_port(void)
+static inline int tc_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa;
@@ -544,8 +524,7 @@ tc_free_port(void)
 }
 
 /* Epoch milliseconds. */
-static inline int64_t
-tc_wall_ms(void)
+static inline int64_t tc_wall_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

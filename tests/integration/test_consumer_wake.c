@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
 #include <cmocka.h>
 
 #include <arpa/inet.h>
@@ -16,8 +17,7 @@
 
 static PGconn *db;
 
-static int
-setup(void **state)
+static int setup(void **state)
 {
     (void)state;
     db = a2_test_connect();
@@ -25,16 +25,14 @@ setup(void **state)
     return 0;
 }
 
-static int
-teardown(void **state)
+static int teardown(void **state)
 {
     (void)state;
     PQfinish(db);
     return 0;
 }
 
-static void
-sqlf(const char *fmt, ...)
+static void sqlf(const char *fmt, ...)
 {
     char sql[2048];
     va_list ap;
@@ -44,9 +42,8 @@ sqlf(const char *fmt, ...)
     a2_test_exec(db, sql);
 }
 
-static void
-open_worker(tc_worker *w, tc_daemon *d, const char *name,
-            const char *consumer, const char *log_type)
+static void open_worker(tc_worker *w, tc_daemon *d, const char *name,
+                        const char *consumer, const char *log_type)
 {
     tc_msg m;
     tc_worker_open(w, d->sock, name, consumer, log_type);
@@ -55,8 +52,7 @@ open_worker(tc_worker *w, tc_daemon *d, const char *name,
 }
 
 /* Inserts event idx of session and an event cursor run for it. */
-static void
-append_event(const char *session, int idx, const char *consumer)
+static void append_event(const char *session, int idx, const char *consumer)
 {
     sqlf("insert into a2_events(session_id, idx, event_type, event_id, "
          "created_at) values ('%s', %d, 'job', 'e%d', 1)",
@@ -66,8 +62,7 @@ append_event(const char *session, int idx, const char *consumer)
          session, consumer, idx, idx, idx);
 }
 
-static void
-test_append_and_complete_wake(void **state)
+static void test_append_and_complete_wake(void **state)
 {
     (void)state;
     tc_daemon d;
@@ -108,9 +103,12 @@ test_append_and_complete_wake(void **state)
     /* the audit has the four transitions, named */
     tc_worker_close(&w);
     assert_int_equal(tc_stop(&d), 0);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"started\""), 2);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"claimed\""), 1);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"completed\""), 1);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"started\""),
+                     2);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"claimed\""),
+                     1);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"completed\""),
+                     1);
     tc_cleanup(&d);
 }
 
@@ -118,8 +116,7 @@ test_append_and_complete_wake(void **state)
  * The store's row changes on s1 #1: a claim with a lease (holder set), a
  * failure with a retry hold (holder null), or a renewal (renew).
  */
-static int64_t
-hold(const char *holder, int ms)
+static int64_t hold(const char *holder, int ms)
 {
     int64_t at = tc_wall_ms() + ms;
     if (holder)
@@ -138,8 +135,7 @@ hold(const char *holder, int ms)
     return at;
 }
 
-static int64_t
-renew(int ms)
+static int64_t renew(int ms)
 {
     int64_t at = tc_wall_ms() + ms;
     sqlf("update a2_cursors set claim_expires_at = %" PRId64
@@ -148,8 +144,7 @@ renew(int ms)
     return at;
 }
 
-static void
-test_retry_after_and_lease_lapse(void **state)
+static void test_retry_after_and_lease_lapse(void **state)
 {
     (void)state;
     tc_daemon d;
@@ -205,15 +200,17 @@ test_retry_after_and_lease_lapse(void **state)
     tc_worker_close(&w);
     assert_int_equal(tc_stop(&d), 0);
     assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"failed\""), 2);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"claimed\""), 3);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"renewed\""), 2);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"retried\""), 1);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"claimed\""),
+                     3);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"renewed\""),
+                     2);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"retried\""),
+                     1);
     tc_cleanup(&d);
 }
 
 /* A claim made while the consumer is down is found by the startup query. */
-static void
-test_timers_rebuilt_on_start(void **state)
+static void test_timers_rebuilt_on_start(void **state)
 {
     (void)state;
     tc_daemon d;
@@ -235,8 +232,7 @@ test_timers_rebuilt_on_start(void **state)
     tc_cleanup(&d);
 }
 
-static void
-test_log_and_cleared(void **state)
+static void test_log_and_cleared(void **state)
 {
     (void)state;
     tc_daemon d;
@@ -277,8 +273,7 @@ test_log_and_cleared(void **state)
     tc_cleanup(&d);
 }
 
-static void
-test_presence_patch(void **state)
+static void test_presence_patch(void **state)
 {
     (void)state;
     tc_daemon d;
@@ -310,8 +305,7 @@ test_presence_patch(void **state)
     tc_cleanup(&d);
 }
 
-static char *
-http_get(int port, const char *path)
+static char *http_get(int port, const char *path)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {0};
@@ -335,8 +329,7 @@ http_get(int port, const char *path)
     return buf;
 }
 
-static int
-free_port(void)
+static int free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {0};
@@ -349,8 +342,7 @@ free_port(void)
     return ntohs(sa.sin_port);
 }
 
-static void
-test_metrics_heartbeat_and_stop(void **state)
+static void test_metrics_heartbeat_and_stop(void **state)
 {
     (void)state;
     tc_daemon d;
@@ -377,7 +369,8 @@ test_metrics_heartbeat_and_stop(void **state)
     assert_non_null(strstr(body, "a2_consumer_changes_decoded_total 2"));
     assert_non_null(strstr(body, "a2_consumer_audit_lines_total 1"));
     assert_non_null(strstr(body, "a2_consumer_workers 1"));
-    assert_non_null(strstr(body, "a2_consumer_wakeups_sent_total{type=\"wake\"} 1"));
+    assert_non_null(
+            strstr(body, "a2_consumer_wakeups_sent_total{type=\"wake\"} 1"));
     assert_non_null(strstr(body, "a2_consumer_lag_bytes "));
     assert_non_null(strstr(body, "a2_consumer_timers_pending 0"));
     free(body);
@@ -396,8 +389,8 @@ test_metrics_heartbeat_and_stop(void **state)
     tc_sleep_ms(1500);
     int64_t after = a2_test_int(db, sql);
     if (after <= before)
-        fail_msg("slot did not move while idle: %" PRId64 " → %" PRId64,
-                 before, after);
+        fail_msg("slot did not move while idle: %" PRId64 " → %" PRId64, before,
+                 after);
 
     /* SIGHUP reopens the audit file */
     char rotated[160];
@@ -431,20 +424,21 @@ test_metrics_heartbeat_and_stop(void **state)
     tc_cleanup(&d);
 }
 
-int
-main(void)
+int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_append_and_complete_wake, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_retry_after_and_lease_lapse,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_timers_rebuilt_on_start, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_log_and_cleared, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_presence_patch, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_metrics_heartbeat_and_stop, setup,
-                                        teardown),
+            cmocka_unit_test_setup_teardown(test_append_and_complete_wake,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_retry_after_and_lease_lapse,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_timers_rebuilt_on_start, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_log_and_cleared, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_presence_patch, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_metrics_heartbeat_and_stop,
+                                            setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

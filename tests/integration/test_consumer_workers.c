@@ -7,14 +7,14 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
 #include <cmocka.h>
 
 #include "test_consumer_util.h"
 
 static PGconn *db;
 
-static int
-setup(void **state)
+static int setup(void **state)
 {
     (void)state;
     db = a2_test_connect();
@@ -22,16 +22,14 @@ setup(void **state)
     return 0;
 }
 
-static int
-teardown(void **state)
+static int teardown(void **state)
 {
     (void)state;
     PQfinish(db);
     return 0;
 }
 
-static void
-new_head(int session, int head)
+static void new_head(int session, int head)
 {
     char sql[512];
     snprintf(sql, sizeof sql,
@@ -47,8 +45,7 @@ new_head(int session, int head)
  * Reads wakes from both workers until n arrived; owner[s] gets the index of
  * the worker that got session s (checks it never changes when set).
  */
-static void
-collect(tc_worker *w, int nw, int n, int *owner)
+static void collect(tc_worker *w, int nw, int n, int *owner)
 {
     int got = 0;
     int64_t t0 = a2_test_now_ms();
@@ -64,16 +61,15 @@ collect(tc_worker *w, int nw, int n, int *owner)
             int s = atoi(m.session + 1);
             assert_true(s >= 0 && s < NS);
             if (owner[s] >= 0 && owner[s] != i)
-                fail_msg("session s%d went to worker %d, then %d", s,
-                         owner[s], i);
+                fail_msg("session s%d went to worker %d, then %d", s, owner[s],
+                         i);
             owner[s] = i;
             got++;
         }
     }
 }
 
-static void
-test_affinity_and_move(void **state)
+static void test_affinity_and_move(void **state)
 {
     (void)state;
     tc_daemon d;
@@ -128,8 +124,8 @@ test_affinity_and_move(void **state)
 }
 
 /* Reads until an `error` then the close; returns the error code. */
-static void
-expect_error_and_close(tc_worker *w, const char *code, int timeout_ms)
+static void expect_error_and_close(tc_worker *w, const char *code,
+                                   int timeout_ms)
 {
     tc_msg m;
     int64_t t0 = a2_test_now_ms();
@@ -152,8 +148,7 @@ expect_error_and_close(tc_worker *w, const char *code, int timeout_ms)
     }
 }
 
-static void
-test_bad_workers_are_dropped(void **state)
+static void test_bad_workers_are_dropped(void **state)
 {
     (void)state;
     tc_daemon d;
@@ -232,8 +227,7 @@ test_bad_workers_are_dropped(void **state)
 
 /* A transaction past the applier's bound: its wake-ups are replaced by one
  * resync, and the audit still has every line. */
-static void
-test_huge_transaction_resyncs(void **state)
+static void test_huge_transaction_resyncs(void **state)
 {
     (void)state;
     tc_daemon d;
@@ -259,16 +253,15 @@ test_huge_transaction_resyncs(void **state)
     tc_cleanup(&d);
 }
 
-int
-main(void)
+int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_affinity_and_move, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_bad_workers_are_dropped, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_huge_transaction_resyncs, setup,
-                                        teardown),
+            cmocka_unit_test_setup_teardown(test_affinity_and_move, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_bad_workers_are_dropped, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_huge_transaction_resyncs,
+                                            setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
 #include <cmocka.h>
 
 #include "../../consumer/audit.h"
@@ -20,8 +21,7 @@ static char dir[256];
 static char path[300];
 static char spath[310];
 
-static int
-setup(void **state)
+static int setup(void **state)
 {
     (void)state;
     snprintf(dir, sizeof dir, "/tmp/a2-test-audit.XXXXXX");
@@ -32,8 +32,7 @@ setup(void **state)
     return 0;
 }
 
-static int
-teardown(void **state)
+static int teardown(void **state)
 {
     (void)state;
     char cmd[300];
@@ -41,8 +40,7 @@ teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-static char *
-slurp(const char *p)
+static char *slurp(const char *p)
 {
     FILE *f = fopen(p, "r");
     if (!f)
@@ -54,8 +52,7 @@ slurp(const char *p)
     return buf;
 }
 
-static void
-append_raw(const char *text)
+static void append_raw(const char *text)
 {
     FILE *f = fopen(path, "a");
     assert_non_null(f);
@@ -65,8 +62,7 @@ append_raw(const char *text)
 
 #define LINE(lsn, n) "{\"lsn\":\"" lsn "\",\"op\":\"update\",\"n\":" #n "}\n"
 
-static void
-test_lsn_text(void **state)
+static void test_lsn_text(void **state)
 {
     (void)state;
     uint64_t l;
@@ -82,8 +78,7 @@ test_lsn_text(void **state)
     assert_int_equal(a2c_lsn_parse(NULL, &l), -1);
 }
 
-static void
-test_new_file_write_and_resume(void **state)
+static void test_new_file_write_and_resume(void **state)
 {
     (void)state;
     a2c_audit_resume r;
@@ -116,8 +111,7 @@ test_new_file_write_and_resume(void **state)
     assert_int_equal(r.partial_lines, 1);
 }
 
-static void
-test_torn_tail_is_cut(void **state)
+static void test_torn_tail_is_cut(void **state)
 {
     (void)state;
     append_raw(LINE("0/100", 1) LINE("0/300", 2) LINE("0/300", 3));
@@ -126,17 +120,17 @@ test_torn_tail_is_cut(void **state)
     char err[256];
     a2c_audit *a = a2c_audit_open(path, &r, err, sizeof err);
     assert_non_null(a);
-    assert_int_equal(r.truncated_bytes, strlen("{\"lsn\":\"0/300\",\"op\":\"upd"));
+    assert_int_equal(r.truncated_bytes,
+                     strlen("{\"lsn\":\"0/300\",\"op\":\"upd"));
     assert_true(r.done == 0x100);
     assert_true(r.partial_lsn == 0x300);
     assert_int_equal(r.partial_lines, 2);
     a2c_audit_close(a);
-    assert_string_equal(slurp(path), LINE("0/100", 1) LINE("0/300", 2)
-                                         LINE("0/300", 3));
+    assert_string_equal(slurp(path),
+                        LINE("0/100", 1) LINE("0/300", 2) LINE("0/300", 3));
 }
 
-static void
-test_torn_only_line(void **state)
+static void test_torn_only_line(void **state)
 {
     (void)state;
     append_raw("{\"lsn\":\"0/3");
@@ -150,8 +144,7 @@ test_torn_only_line(void **state)
     assert_string_equal(slurp(path), "");
 }
 
-static void
-test_foreign_file_is_not_cut(void **state)
+static void test_foreign_file_is_not_cut(void **state)
 {
     (void)state;
     append_raw("# not an audit file\nkey = value");
@@ -162,8 +155,7 @@ test_foreign_file_is_not_cut(void **state)
     assert_string_equal(slurp(path), "# not an audit file\nkey = value");
 }
 
-static void
-test_state_file_ahead_of_tail(void **state)
+static void test_state_file_ahead_of_tail(void **state)
 {
     (void)state;
     append_raw(LINE("0/100", 1));
@@ -177,8 +169,7 @@ test_state_file_ahead_of_tail(void **state)
     assert_true(r.partial_lsn == 0);
 }
 
-static void
-test_bad_line_and_bad_state(void **state)
+static void test_bad_line_and_bad_state(void **state)
 {
     (void)state;
     append_raw("not json\n");
@@ -194,8 +185,7 @@ test_bad_line_and_bad_state(void **state)
     assert_non_null(strstr(err, "invalid audit state file"));
 }
 
-static void
-test_unwritable_path(void **state)
+static void test_unwritable_path(void **state)
 {
     (void)state;
     a2c_audit_resume r;
@@ -206,8 +196,7 @@ test_unwritable_path(void **state)
     assert_non_null(strstr(err, "No such file or directory"));
 }
 
-static void
-test_reopen_after_rotation(void **state)
+static void test_reopen_after_rotation(void **state)
 {
     (void)state;
     a2c_audit_resume r;
@@ -232,24 +221,26 @@ test_reopen_after_rotation(void **state)
     assert_true(r.done == 0x200);
 }
 
-int
-main(void)
+int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_lsn_text),
-        cmocka_unit_test_setup_teardown(test_new_file_write_and_resume, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_torn_tail_is_cut, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_torn_only_line, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_foreign_file_is_not_cut, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_state_file_ahead_of_tail, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_bad_line_and_bad_state, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_unwritable_path, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_reopen_after_rotation, setup,
-                                        teardown),
+            cmocka_unit_test(test_lsn_text),
+            cmocka_unit_test_setup_teardown(test_new_file_write_and_resume,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_torn_tail_is_cut, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_torn_only_line, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_foreign_file_is_not_cut, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_state_file_ahead_of_tail,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_bad_line_and_bad_state, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_unwritable_path, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_reopen_after_rotation, setup,
+                                            teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
 #include <cmocka.h>
 
 #include "../../consumer/apply.h"
@@ -23,8 +24,7 @@
 static char events[64][256];
 static int nevents;
 
-static void
-rec(const char *fmt, ...)
+static void rec(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -33,49 +33,44 @@ rec(const char *fmt, ...)
     va_end(ap);
 }
 
-static void
-s_wake(void *ctx, const char *consumer, const char *session,
-       const char *cursor_key, int64_t head, uint64_t lsn)
+static void s_wake(void *ctx, const char *consumer, const char *session,
+                   const char *cursor_key, int64_t head, uint64_t lsn)
 {
     (void)ctx;
     rec("wake %s %s %s %" PRId64 " %" PRIX64, consumer, session, cursor_key,
         head, lsn);
 }
 
-static void
-s_log(void *ctx, const char *consumer, const char *session, int64_t idx,
-      const char *type, uint64_t lsn)
+static void s_log(void *ctx, const char *consumer, const char *session,
+                  int64_t idx, const char *type, uint64_t lsn)
 {
     (void)ctx;
     (void)lsn;
     rec("log %s %s %" PRId64 " %s", consumer, session, idx, type);
 }
 
-static void
-s_cleared(void *ctx, const char *session, int64_t idx, uint64_t lsn)
+static void s_cleared(void *ctx, const char *session, int64_t idx, uint64_t lsn)
 {
     (void)ctx;
     (void)lsn;
     rec("cleared %s %" PRId64, session, idx);
 }
 
-static void
-s_presence(void *ctx, const char *ns, const char *participant,
-           const char *fields)
+static void s_presence(void *ctx, const char *ns, const char *participant,
+                       const char *fields)
 {
     (void)ctx;
     rec("presence %s %s %s", ns, participant, fields);
 }
 
-static void
-s_resync(void *ctx)
+static void s_resync(void *ctx)
 {
     (void)ctx;
     rec("resync");
 }
 
-static const a2c_sink sink = {NULL, s_wake, s_log, s_cleared, s_presence,
-                              s_resync};
+static const a2c_sink sink = {NULL,      s_wake,     s_log,
+                              s_cleared, s_presence, s_resync};
 
 /* ---- fixture ---- */
 
@@ -88,8 +83,7 @@ typedef struct {
     a2c_apply *ap;
 } fx;
 
-static void
-fx_open(fx *f, int keep_dir)
+static void fx_open(fx *f, int keep_dir)
 {
     char err[256];
     a2c_audit_resume r;
@@ -107,8 +101,7 @@ fx_open(fx *f, int keep_dir)
     nevents = 0;
 }
 
-static void
-fx_close(fx *f)
+static void fx_close(fx *f)
 {
     a2c_apply_free(f->ap);
     a2c_audit_close(f->audit);
@@ -116,16 +109,14 @@ fx_close(fx *f)
     a2_decoder_free(f->dec);
 }
 
-static void
-fx_destroy(fx *f)
+static void fx_destroy(fx *f)
 {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
     assert_int_equal(system(cmd), 0);
 }
 
-static void
-feed(fx *f, const char *line, uint64_t data_start)
+static void feed(fx *f, const char *line, uint64_t data_start)
 {
     const a2_change *c;
     char err[256];
@@ -137,8 +128,7 @@ feed(fx *f, const char *line, uint64_t data_start)
                      0);
 }
 
-static void
-begin(fx *f, int xid, const char *lsn)
+static void begin(fx *f, int xid, const char *lsn)
 {
     char b[256];
     snprintf(b, sizeof b,
@@ -148,8 +138,7 @@ begin(fx *f, int xid, const char *lsn)
     feed(f, b, 0);
 }
 
-static void
-commit(fx *f, int xid, const char *lsn, uint64_t end)
+static void commit(fx *f, int xid, const char *lsn, uint64_t end)
 {
     char b[256];
     snprintf(b, sizeof b,
@@ -159,8 +148,7 @@ commit(fx *f, int xid, const char *lsn, uint64_t end)
     feed(f, b, end);
 }
 
-static const char *
-num(char *buf, int64_t v)
+static const char *num(char *buf, int64_t v)
 {
     if (v < 0)
         return "null";
@@ -169,13 +157,14 @@ num(char *buf, int64_t v)
 }
 
 /* Columns of an a2_cursors row as wal2json prints them. */
-static void
-cols(char *out, size_t len, const char *session, const char *consumer,
-     const char *key, const char *kind, int64_t head, int attempt,
-     const char *holder, int64_t expires, int64_t failed_at)
+static void cols(char *out, size_t len, const char *session,
+                 const char *consumer, const char *key, const char *kind,
+                 int64_t head, int attempt, const char *holder, int64_t expires,
+                 int64_t failed_at)
 {
     char h[32], e[32], fa[32], hold[64];
-    snprintf(hold, sizeof hold, holder ? "\"%s\"" : "null", holder ? holder : "");
+    snprintf(hold, sizeof hold, holder ? "\"%s\"" : "null",
+             holder ? holder : "");
     snprintf(out, len,
              "[{\"name\":\"session_id\",\"value\":\"%s\"},"
              "{\"name\":\"consumer\",\"value\":\"%s\"},"
@@ -203,8 +192,7 @@ cols(char *out, size_t len, const char *session, const char *consumer,
              num(e, expires), num(fa, failed_at));
 }
 
-static void
-cursor_insert(fx *f, const char *key, int64_t head)
+static void cursor_insert(fx *f, const char *key, int64_t head)
 {
     char c[4096], line[5000];
     cols(c, sizeof c, "s1", "c", key, "event", head, 0, NULL, -1, -1);
@@ -215,10 +203,10 @@ cursor_insert(fx *f, const char *key, int64_t head)
     feed(f, line, 0);
 }
 
-static void
-cursor_update(fx *f, const char *key, int64_t oh, int oa, const char *oholder,
-              int64_t oexp, int64_t ofail, int64_t nh, int na,
-              const char *nholder, int64_t nexp, int64_t nfail)
+static void cursor_update(fx *f, const char *key, int64_t oh, int oa,
+                          const char *oholder, int64_t oexp, int64_t ofail,
+                          int64_t nh, int na, const char *nholder, int64_t nexp,
+                          int64_t nfail)
 {
     char o[4096], n[4096], line[9000];
     cols(o, sizeof o, "s1", "c", key, "event", oh, oa, oholder, oexp, ofail);
@@ -231,26 +219,26 @@ cursor_update(fx *f, const char *key, int64_t oh, int oa, const char *oholder,
     feed(f, line, 0);
 }
 
-static void
-event_insert(fx *f, const char *session, int64_t idx, const char *type)
+static void event_insert(fx *f, const char *session, int64_t idx,
+                         const char *type)
 {
     char line[1024];
-    snprintf(line, sizeof line,
-             "{\"action\":\"I\",\"xid\":7,\"lsn\":\"0/1\",\"schema\":\"public\","
-             "\"table\":\"a2_events\",\"columns\":["
-             "{\"name\":\"session_id\",\"value\":\"%s\"},"
-             "{\"name\":\"idx\",\"value\":%" PRId64 "},"
-             "{\"name\":\"event_type\",\"value\":\"%s\"},"
-             "{\"name\":\"payload\",\"value\":\"{}\"},"
-             "{\"name\":\"event_id\",\"value\":\"e%" PRId64 "\"},"
-             "{\"name\":\"created_at\",\"value\":1},"
-             "{\"name\":\"cause\",\"value\":null}]}",
-             session, idx, type, idx);
+    snprintf(
+            line, sizeof line,
+            "{\"action\":\"I\",\"xid\":7,\"lsn\":\"0/1\",\"schema\":\"public\","
+            "\"table\":\"a2_events\",\"columns\":["
+            "{\"name\":\"session_id\",\"value\":\"%s\"},"
+            "{\"name\":\"idx\",\"value\":%" PRId64 "},"
+            "{\"name\":\"event_type\",\"value\":\"%s\"},"
+            "{\"name\":\"payload\",\"value\":\"{}\"},"
+            "{\"name\":\"event_id\",\"value\":\"e%" PRId64 "\"},"
+            "{\"name\":\"created_at\",\"value\":1},"
+            "{\"name\":\"cause\",\"value\":null}]}",
+            session, idx, type, idx);
     feed(f, line, 0);
 }
 
-static int
-count_lines(const char *path)
+static int count_lines(const char *path)
 {
     FILE *fp = fopen(path, "r");
     if (!fp)
@@ -264,8 +252,7 @@ count_lines(const char *path)
 
 /* ---- tests ---- */
 
-static void
-test_started_wakes_and_audits(void **state)
+static void test_started_wakes_and_audits(void **state)
 {
     (void)state;
     fx f;
@@ -304,8 +291,7 @@ test_started_wakes_and_audits(void **state)
     fx_destroy(&f);
 }
 
-static void
-test_claim_timer_fail_retry_complete(void **state)
+static void test_claim_timer_fail_retry_complete(void **state)
 {
     (void)state;
     fx f;
@@ -355,8 +341,7 @@ test_claim_timer_fail_retry_complete(void **state)
     fx_destroy(&f);
 }
 
-static void
-test_cleared_log_presence(void **state)
+static void test_cleared_log_presence(void **state)
 {
     (void)state;
     fx f;
@@ -388,16 +373,16 @@ test_cleared_log_presence(void **state)
     assert_int_equal(nevents, 3);
     assert_string_equal(events[0], "log logger s1 5 user_msg");
     assert_string_equal(events[1], "cleared s1 6"); /* once, not twice */
-    assert_string_equal(events[2],
-                        "presence room p1 {\"status\":\"online\",\"typing\":null}");
+    assert_string_equal(
+            events[2],
+            "presence room p1 {\"status\":\"online\",\"typing\":null}");
     fx_close(&f);
     fx_destroy(&f);
 }
 
 /* A crash after the first of two lines of a transaction: on restart the
  * transaction comes again and only its second line is written. */
-static void
-test_resume_skips_written_lines(void **state)
+static void test_resume_skips_written_lines(void **state)
 {
     (void)state;
     fx f;
@@ -443,8 +428,7 @@ test_resume_skips_written_lines(void **state)
 
 /* A transaction whose audit text passes the buffer bound is written early;
  * cut off mid-way and sent again, it ends up in the file exactly once. */
-static void
-test_big_transaction_cut_and_resent(void **state)
+static void test_big_transaction_cut_and_resent(void **state)
 {
     (void)state;
     enum { N = 16000 }; /* ~5 MB of audit text: one early write */
@@ -483,16 +467,15 @@ test_big_transaction_cut_and_resent(void **state)
     fx_destroy(&f);
 }
 
-static void
-test_gap_record(void **state)
+static void test_gap_record(void **state)
 {
     (void)state;
     fx f;
     fx_open(&f, 0);
     char err[256];
-    assert_int_equal(a2c_apply_gap(f.ap, 0x100, 0x5000, "invalidated", err,
-                                   sizeof err),
-                     0);
+    assert_int_equal(
+            a2c_apply_gap(f.ap, 0x100, 0x5000, "invalidated", err, sizeof err),
+            0);
     assert_true(a2c_apply_applied(f.ap) == 0x5000);
     fx_close(&f);
     FILE *fp = fopen(f.path, "r");
@@ -509,15 +492,15 @@ test_gap_record(void **state)
     fx_destroy(&f);
 }
 
-static void
-test_commit_without_begin(void **state)
+static void test_commit_without_begin(void **state)
 {
     (void)state;
     fx f;
     fx_open(&f, 0);
     const a2_change *c;
     char err[256];
-    const char *line = "{\"action\":\"C\",\"xid\":1,\"lsn\":\"0/1\",\"nextlsn\":\"0/2\"}";
+    const char *line =
+            "{\"action\":\"C\",\"xid\":1,\"lsn\":\"0/1\",\"nextlsn\":\"0/2\"}";
     assert_int_equal(a2_decoder_decode(f.dec, line, strlen(line), &c), 0);
     assert_int_equal(a2c_apply_change(f.ap, c, 2, err, sizeof err), 1);
     assert_non_null(strstr(err, "commit without begin"));
@@ -525,17 +508,16 @@ test_commit_without_begin(void **state)
     fx_destroy(&f);
 }
 
-int
-main(void)
+int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_started_wakes_and_audits),
-        cmocka_unit_test(test_claim_timer_fail_retry_complete),
-        cmocka_unit_test(test_cleared_log_presence),
-        cmocka_unit_test(test_resume_skips_written_lines),
-        cmocka_unit_test(test_big_transaction_cut_and_resent),
-        cmocka_unit_test(test_gap_record),
-        cmocka_unit_test(test_commit_without_begin),
+            cmocka_unit_test(test_started_wakes_and_audits),
+            cmocka_unit_test(test_claim_timer_fail_retry_complete),
+            cmocka_unit_test(test_cleared_log_presence),
+            cmocka_unit_test(test_resume_skips_written_lines),
+            cmocka_unit_test(test_big_transaction_cut_and_resent),
+            cmocka_unit_test(test_gap_record),
+            cmocka_unit_test(test_commit_without_begin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,12 +9,12 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
 #include <cmocka.h>
 
 #include "../../consumer/timers.h"
 
-static void
-test_order_and_pop(void **state)
+static void test_order_and_pop(void **state)
 {
     (void)state;
     a2c_timers *t = a2c_timers_new();
@@ -39,8 +39,7 @@ test_order_and_pop(void **state)
     a2c_timers_free(t);
 }
 
-static void
-test_replace_and_cancel(void **state)
+static void test_replace_and_cancel(void **state)
 {
     (void)state;
     a2c_timers *t = a2c_timers_new();
@@ -64,8 +63,7 @@ test_replace_and_cancel(void **state)
 }
 
 /* Many timers set, moved and cancelled at random pop in deadline order. */
-static void
-test_random_against_model(void **state)
+static void test_random_against_model(void **state)
 {
     (void)state;
     enum { N = 3000 };
@@ -106,8 +104,7 @@ test_random_against_model(void **state)
     a2c_timers_free(t);
 }
 
-static void
-test_clear_and_free_null(void **state)
+static void test_clear_and_free_null(void **state)
 {
     (void)state;
     a2c_timers_free(NULL);
@@ -124,14 +121,13 @@ test_clear_and_free_null(void **state)
     a2c_timers_free(t);
 }
 
-int
-main(void)
+int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_order_and_pop),
-        cmocka_unit_test(test_replace_and_cancel),
-        cmocka_unit_test(test_random_against_model),
-        cmocka_unit_test(test_clear_and_free_null),
+            cmocka_unit_test(test_order_and_pop),
+            cmocka_unit_test(test_replace_and_cancel),
+            cmocka_unit_test(test_random_against_model),
+            cmocka_unit_test(test_clear_and_free_null),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
