@@ -319,8 +319,14 @@ int a2c_repl_start(a2c_repl *r, const char *slot, uint64_t lsn, char *err,
     set_state(sqlstate, res);
     if (PQresultStatus(res) != PGRES_COPY_BOTH) {
         char prefix[256];
-        snprintf(prefix, sizeof prefix,
-                 "could not start replication from slot \"%s\": ", slot);
+        const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        if (st && strcmp(st, "58P01") == 0)
+            snprintf(prefix, sizeof prefix,
+                     "the output plugin of slot \"%s\" is not installed: ",
+                     slot);
+        else
+            snprintf(prefix, sizeof prefix,
+                     "could not start replication from slot \"%s\": ", slot);
         one_line(err, errlen, prefix, PQerrorMessage(r->conn));
         PQclear(res);
         return -1;
