@@ -35,6 +35,7 @@
 #define BACKOFF_MIN_MS        100
 #define BACKOFF_MAX_MS        10000
 #define MAX_MESSAGES_PER_TURN 5000
+#define LAG_WARN_SECONDS      10.0
 
 typedef struct {
     /* options */
@@ -75,6 +76,7 @@ typedef struct {
     int64_t last_activity_ms;
     int64_t last_heartbeat_ms;
     double lag_seconds;
+    int64_t last_lag_log_ms;
 
     uint64_t reconnects;
     uint64_t decode_errors;
@@ -465,8 +467,19 @@ static int handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
         return -1;
     if (rc > 0)
         logline("%s", err);
-    if (c->action == A2_ACTION_COMMIT && c->has_time)
+    if (c->action == A2_ACTION_COMMIT && c->has_time) {
         d->lag_seconds = (double)(a2c_now_us() - c->time_us) / 1e6;
+        /* say so when falling behind, at most once a minute */
+        int64_t now = mono_ms();
+        if (d->lag_seconds >= LAG_WARN_SECONDS &&
+            now - d->last_lag_log_ms >= 60000) {
+            d->last_lag_log_ms = now;
+            logline("falling behind: the commit at %X/%X was applied %.1f s "
+                    "after it was made (received up to %X/%X)",
+                    LSN_ARGS(m->data_start), d->lag_seconds,
+                    LSN_ARGS(d->received));
+        }
+    }
     return 0;
 }
 

@@ -232,6 +232,27 @@ static void test_timers_rebuilt_on_start(void **state)
     tc_cleanup(&d);
 }
 
+/* A consumer that comes back to old transactions says it is behind. */
+static void test_says_when_behind(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_init(&d, "tc_behind");
+    tc_start(&d);
+    assert_int_equal(tc_stop(&d), 0);
+    append_event("s1", 1, "c");
+    tc_sleep_ms(10500);
+    tc_start(&d);
+    int64_t t0 = a2_test_now_ms();
+    while (tc_count_in_file(d.log, "falling behind") == 0 &&
+           a2_test_now_ms() - t0 < 5000)
+        tc_sleep_ms(50);
+    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(tc_count_in_file(d.log, "falling behind: the commit at"),
+                     1);
+    tc_cleanup(&d);
+}
+
 static void test_log_and_cleared(void **state)
 {
     (void)state;
@@ -432,6 +453,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_retry_after_and_lease_lapse,
                                             setup, teardown),
             cmocka_unit_test_setup_teardown(test_timers_rebuilt_on_start, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_says_when_behind, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_log_and_cleared, setup,
                                             teardown),
