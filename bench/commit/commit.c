@@ -7,10 +7,16 @@
  *   --mode notify   like store, plus a LISTEN client draining the NOTIFYs a
  *                   trigger on a2_events sends (the trigger is the caller's)
  *
+ * --subscribe unix:PATH adds a liba2worker connection to a2-consumer that
+ * serves consumer "bench" and counts the wake-ups pushed to it (reported as
+ * the notifications), so the consumer does the whole job of a wake-up.
+ * Connections are opened one after the other before the clock starts.
+ *
  * Prints one line: mode writers sessions commits seconds commits_per_s
  * [notifications]. Bounded by --seconds and by --max-commits.
  */
 #include "a2/store.h"
+#include "a2/worker.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -33,6 +39,7 @@ struct config {
     double seconds;
     long max_commits;
     const char *prefix;
+    const char *subscribe;
 };
 
 static struct config cfg = {
@@ -57,17 +64,17 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+struct writer_arg {
+    int id;
+    a2_store *store;
+    PGconn *conn;
+};
+
 static void *store_writer(void *arg)
 {
-    int id = (int)(intptr_t)arg;
-    a2_store *store = NULL;
-    a2_store_error err;
-    if (a2_store_open(&store, cfg.db, &err) != 0) {
-        fprintf(stderr, "a2-bench-commit: could not open store: %s\n",
-                err.message);
-        atomic_fetch_add(&total_errors, 1);
-        return NULL;
-    }
+    const struct writer_arg *wa = arg;
+    int id = wa->id;
+    a2_store *store = wa->store;
     a2_target target = {.consumer = "bench", .lane = NULL};
     a2_append_event ev = {
         .type = "bench.tick",
@@ -88,26 +95,15 @@ static void *store_writer(void *arg)
         }
         a2_events_free(&out);
     }
-    a2_store_close(store);
     return NULL;
 }
 
 static void *raw_writer(void *arg)
 {
-    int id = (int)(intptr_t)arg;
-    PGconn *conn = PQconnectdb(cfg.db);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        fprintf(stderr, "a2-bench-commit: could not connect: %s",
-                PQerrorMessage(conn));
-        PQfinish(conn);
-        atomic_fetch_add(&total_errors, 1);
-        return NULL;
-    }
-    PGresult *res = PQprepare(conn, "ins",
-                              "insert into bench_raw (session_id, payload) "
-                              "values ($1, $2::jsonb)",
-                              2, NULL);
-    PQclear(res);
+    const struct writer_arg *wa = arg;
+    int id = wa->id;
+    PGconn *conn = wa->conn;
+    PGresult *res;
     char session[64];
     for (long i = 0; !atomic_load(&stop_flag); i++) {
         int s = (int)((id + i * cfg.writers) % cfg.sessions);
@@ -122,7 +118,6 @@ static void *raw_writer(void *arg)
         }
         PQclear(res);
     }
-    PQfinish(conn);
     return NULL;
 }
 
@@ -146,12 +141,59 @@ static void *listener(void *arg)
     return NULL;
 }
 
+/* The a2-consumer subscriber: counts the wake-ups pushed to it. */
+static void *subscriber(void *arg)
+{
+    a2_worker *w = arg;
+    while (!atomic_load(&stop_flag)) {
+        a2_worker_event ev;
+        int rc = a2_worker_wait(w, &ev, 50);
+        if (rc == 1 && ev.type == A2_WORKER_EV_WAKE)
+            atomic_fetch_add(&notifications, 1);
+        else if (rc < 0 && rc != A2_WORKER_EINTR)
+            break;
+    }
+    return NULL;
+}
+
+/* Opens writer i's connection: 0, or -1 with a message. */
+static int open_writer(struct writer_arg *wa, int i)
+{
+    wa->id = i;
+    if (cfg.mode != MODE_RAW) {
+        a2_store_error err;
+        if (a2_store_open(&wa->store, cfg.db, &err) != 0) {
+            fprintf(stderr, "a2-bench-commit: could not open store: %s\n",
+                    err.message);
+            return -1;
+        }
+        return 0;
+    }
+    wa->conn = PQconnectdb(cfg.db);
+    if (PQstatus(wa->conn) != CONNECTION_OK) {
+        fprintf(stderr, "a2-bench-commit: could not connect: %s",
+                PQerrorMessage(wa->conn));
+        return -1;
+    }
+    PGresult *res = PQprepare(wa->conn, "ins",
+                              "insert into bench_raw (session_id, payload) "
+                              "values ($1, $2::jsonb)",
+                              2, NULL);
+    int ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+    if (!ok)
+        fprintf(stderr, "a2-bench-commit: prepare: %s",
+                PQerrorMessage(wa->conn));
+    PQclear(res);
+    return ok ? 0 : -1;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: a2-bench-commit --db CONNINFO [--mode store|raw|notify]\n"
             "                       [--writers N] [--sessions N] [--seconds S]\n"
-            "                       [--max-commits N] [--prefix P]\n");
+            "                       [--max-commits N] [--prefix P]\n"
+            "                       [--subscribe unix:PATH]\n");
 }
 
 int main(int argc, char **argv)
@@ -164,6 +206,7 @@ int main(int argc, char **argv)
         {"seconds", required_argument, NULL, 't'},
         {"max-commits", required_argument, NULL, 'n'},
         {"prefix", required_argument, NULL, 'p'},
+        {"subscribe", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -200,6 +243,9 @@ int main(int argc, char **argv)
         case 'p':
             cfg.prefix = optarg;
             break;
+        case 'S':
+            cfg.subscribe = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -230,14 +276,42 @@ int main(int argc, char **argv)
         pthread_create(&lthread, NULL, listener, lconn);
     }
 
+    a2_worker *sub = NULL;
+    pthread_t sthread;
+    if (cfg.subscribe) {
+        char err[256];
+        a2_worker_options o = {.connect = cfg.subscribe, .name = "bench"};
+        sub = a2_worker_new(&o, err, sizeof err);
+        if (!sub || a2_worker_subscribe(sub, "bench", 0, NULL, 0) != 0) {
+            fprintf(stderr, "a2-bench-commit: subscribe: %s\n", err);
+            return 1;
+        }
+        /* Wait for the welcome. */
+        for (int i = 0; i < 100 && !a2_worker_connected(sub); i++) {
+            a2_worker_event ev;
+            if (a2_worker_wait(sub, &ev, 50) < 0)
+                break;
+        }
+        if (!a2_worker_connected(sub)) {
+            fprintf(stderr, "a2-bench-commit: could not reach %s\n",
+                    cfg.subscribe);
+            return 1;
+        }
+        pthread_create(&sthread, NULL, subscriber, sub);
+    }
+
     pthread_t *th = calloc((size_t)cfg.writers, sizeof *th);
-    if (!th)
+    struct writer_arg *wa = calloc((size_t)cfg.writers, sizeof *wa);
+    if (!th || !wa)
         return 1;
+    for (int i = 0; i < cfg.writers; i++)
+        if (open_writer(&wa[i], i) != 0)
+            return 1;
     double t0 = now_s();
     for (int i = 0; i < cfg.writers; i++)
         pthread_create(&th[i], NULL,
                        cfg.mode == MODE_RAW ? raw_writer : store_writer,
-                       (void *)(intptr_t)i);
+                       &wa[i]);
     while (!atomic_load(&stop_flag) && now_s() - t0 < cfg.seconds) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -246,7 +320,16 @@ int main(int argc, char **argv)
     for (int i = 0; i < cfg.writers; i++)
         pthread_join(th[i], NULL);
     double elapsed = now_s() - t0;
+    for (int i = 0; i < cfg.writers; i++) {
+        a2_store_close(wa[i].store);
+        PQfinish(wa[i].conn);
+    }
+    free(wa);
     free(th);
+    if (sub) {
+        pthread_join(sthread, NULL);
+        a2_worker_free(sub);
+    }
     if (lconn) {
         pthread_join(lthread, NULL);
         PQfinish(lconn);

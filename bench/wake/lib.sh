@@ -1,0 +1,86 @@
+# bench/wake/lib.sh: shared by bench/{wake,consumer,e2e}/run (sourced).
+# bench_start NAME: a throwaway cluster (fsync on) with the schema and the
+# NOTIFY trigger function, in $dir, conninfo in $db; removed on exit.
+# bench_consumer_start SLOT / bench_consumer_stop: a2-consumer on the
+# cluster, workers' socket unix:$dir/a2.sock, pid in $consumer_pid.
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$top"
+bin=${A2_BIN:-$top/build/release/bin}
+benchbin=$top/build/release/bench
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+secs=${BENCH_SECONDS:-3}
+bench_pids=()
+consumer_pid=
+dir=
+db=
+
+bench_cleanup() {
+    local p
+    for p in "${bench_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${bench_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    if [ -n "$dir" ]; then
+        deploy/pg-dev destroy "$dir/pg" >/dev/null 2>&1 || true
+        rm -rf "$dir"
+    fi
+}
+
+bench_start() {
+    [ -x "$bin/a2-consumer" ] || { echo "bench/$1: build first (make)" >&2; exit 1; }
+    dir=$(mktemp -d "/tmp/a2-bench-$1.XXXXXX")
+    chmod 755 "$dir"
+    trap bench_cleanup EXIT
+    # Private copies: the shared build tree may be relinked meanwhile.
+    mkdir -p "$dir/bin"
+    cp "$bin/a2-consumer" "$benchbin"/a2-bench-* "$dir/bin/"
+    bin=$dir/bin benchbin=$dir/bin
+    PG_DEV_FSYNC=on deploy/pg-dev start "$dir/pg" >/dev/null
+    db=$(deploy/pg-dev url "$dir/pg")
+    psql "$db" -qf sql/schema.sql
+    psql "$db" -q <<'SQL'
+create or replace function bench_notify() returns trigger language plpgsql as $$
+begin
+  perform pg_notify('a2_events', new.session_id || ':' || new.idx);
+  return null;
+end $$;
+SQL
+    mkdir -p bench/results
+}
+
+bench_set() { # NAME VALUE: a server setting, reloaded
+    psql "$db" -qAtc "alter system set $1 = '$2'" -c "select pg_reload_conf()" >/dev/null
+}
+
+bench_consumer_start() { # SLOT [extra options]
+    local slot=$1
+    shift
+    rm -f "$dir/a2.sock"
+    "$bin/a2-consumer" --db "$db" --slot "$slot" --listen "unix:$dir/a2.sock" \
+        --audit "$dir/audit-$slot.jsonl" "$@" >>"$dir/consumer.log" 2>&1 &
+    consumer_pid=$!
+    bench_pids+=("$consumer_pid")
+    local i
+    for i in $(seq 1 100); do
+        grep -q "ready:" "$dir/consumer.log" 2>/dev/null && [ -S "$dir/a2.sock" ] && return 0
+        sleep 0.1
+    done
+    echo "bench: a2-consumer did not start:" >&2
+    cat "$dir/consumer.log" >&2
+    exit 1
+}
+
+bench_consumer_stop() {
+    [ -n "$consumer_pid" ] || return 0
+    kill "$consumer_pid" 2>/dev/null || true
+    wait "$consumer_pid" 2>/dev/null || true
+    consumer_pid=
+    : >"$dir/consumer.log"
+}
+
+bench_drop_slot() {
+    psql "$db" -qAtc "select pg_drop_replication_slot('$1')" >/dev/null 2>&1 || true
+}
+
+bench_ratio() { # a b -> a/b with 2 decimals, or -
+    awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b != "" && a != "-" && b != "-" && b + 0 > 0) printf "%.2f", a / b; else print "-" }'
+}

@@ -1,0 +1,539 @@
+/*
+ * a2-bench-wake: wake-up latency from a commit to the worker, measured in one
+ * process with CLOCK_MONOTONIC.
+ *
+ * Writers append one event at a time with liba2store (session "<tag>.<s>",
+ * the tag new in every run, so sessions start at index 1; one
+ * concurrent cursor of consumer "bench" each) on a Poisson schedule of --rate
+ * events/s; each records the time its commit was acknowledged (the append's
+ * return). A receiver records when the event reaches it:
+ *
+ *   --mode wal      N a2_worker connections (liba2worker) to a2-consumer's
+ *                   socket (--connect); the wake frame's session and head
+ *                   name the event
+ *   --mode listen   a LISTEN client; a trigger the caller created sends
+ *                   NOTIFY a2_events with payload "<session>:<idx>"
+ *   --mode poll     a polling loop: every --interval-ms one query for the
+ *                   events created since the last poll
+ *
+ * Latency is arrival - acknowledgement (0 when the wake-up came first).
+ * Prints one line:
+ *   mode rate achieved sent received p50 p95 p99 max queries_per_s early
+ * (latencies in microseconds). Bounded by --seconds and --max-events.
+ */
+#include "a2/store.h"
+#include "a2/worker.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <libpq-fe.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum mode { MODE_WAL, MODE_LISTEN, MODE_POLL };
+
+static struct {
+    const char *db;
+    const char *connect;
+    enum mode mode;
+    double rate;
+    double seconds;
+    long max_events;
+    int writers;
+    int sessions;
+    int workers;
+    int interval_ms;
+    double drain_s;
+    unsigned seed;
+    char tag[64];
+} cfg = {
+    .mode = MODE_WAL,
+    .rate = 10,
+    .seconds = 3,
+    .max_events = 200000,
+    .writers = 0,
+    .sessions = 64,
+    .workers = 1,
+    .interval_ms = 100,
+    .drain_s = 2,
+    .seed = 1,
+};
+
+static long nevents;    /* scheduled events */
+static int64_t *sched;  /* per ticket: scheduled start, µs from t0 */
+static int64_t *ack;    /* per slot (session, idx): commit acknowledged */
+static int64_t *arr;    /* per slot: arrival at the receiver */
+static long maxidx;     /* idx capacity per session */
+static atomic_long next_ticket;
+static atomic_long sent;
+static atomic_long received;
+static atomic_long send_errors;
+static atomic_long queries;
+static atomic_int writers_done;
+static atomic_int stop_receiver;
+static atomic_int ready;
+static atomic_int go; /* t0_us is set */
+static int64_t t0_us;
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void sleep_us(int64_t us)
+{
+    if (us <= 0)
+        return;
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* "<tag>.<s>" -> s, or -1 (another run's session). */
+static int session_number(const char *s)
+{
+    size_t n = strlen(cfg.tag);
+    if (!s || strncmp(s, cfg.tag, n) != 0 || s[n] != '.')
+        return -1;
+    char *end;
+    long v = strtol(s + n + 1, &end, 10);
+    if (end == s + n + 1 || (*end != '\0' && *end != ':') || v < 0 ||
+        v >= cfg.sessions)
+        return -1;
+    return (int)v;
+}
+
+static void mark_arrival(int s, int64_t idx, int64_t t)
+{
+    if (s < 0 || idx < 1 || idx >= maxidx)
+        return;
+    int64_t *slot = &arr[(size_t)s * (size_t)maxidx + (size_t)idx];
+    int64_t zero = 0;
+    if (__atomic_compare_exchange_n(slot, &zero, t, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        atomic_fetch_add(&received, 1);
+}
+
+/* ── writers ──────────────────────────────────────────────────────────── */
+
+static void *writer(void *arg)
+{
+    a2_store *store = arg;
+    a2_target target = {.consumer = "bench", .lane = NULL};
+    a2_append_event ev = {
+        .type = "bench.tick",
+        .payload = "{\"n\":1}",
+        .targets = &target,
+        .ntargets = 1,
+    };
+    while (!atomic_load(&go))
+        sleep_us(1000);
+    char session[96];
+    for (;;) {
+        long t = atomic_fetch_add(&next_ticket, 1);
+        if (t >= nevents)
+            break;
+        int64_t at = t0_us + sched[t];
+        if (at > t0_us + (int64_t)(cfg.seconds * 1e6))
+            break;
+        sleep_us(at - now_us());
+        int s = (int)(t % cfg.sessions);
+        snprintf(session, sizeof session, "%s.%d", cfg.tag, s);
+        a2_events out;
+        int rc = a2_store_append(store, session, &ev, 1, NULL, &out);
+        int64_t done = now_us();
+        if (rc == 0 && out.count == 1 && out.items[0].index < maxidx) {
+            ack[(size_t)s * (size_t)maxidx + (size_t)out.items[0].index] =
+                done;
+            atomic_fetch_add(&sent, 1);
+        } else {
+            atomic_fetch_add(&send_errors, 1);
+        }
+        a2_events_free(&out);
+    }
+    atomic_fetch_add(&writers_done, 1);
+    return NULL;
+}
+
+/* ── receivers ────────────────────────────────────────────────────────── */
+
+static int64_t drain_deadline(void)
+{
+    return now_us() + (int64_t)(cfg.drain_s * 1e6);
+}
+
+/* True once the writers finished and everything arrived or time ran out. */
+static bool receiver_finished(int64_t *deadline)
+{
+    if (atomic_load(&stop_receiver))
+        return true;
+    if (atomic_load(&writers_done) < cfg.writers)
+        return false;
+    if (*deadline == 0)
+        *deadline = drain_deadline();
+    return atomic_load(&received) >= atomic_load(&sent) ||
+           now_us() > *deadline;
+}
+
+static void *wal_receiver(void *arg)
+{
+    a2_worker **w = arg;
+    struct pollfd *pfd = calloc((size_t)cfg.workers, sizeof *pfd);
+    int *map = calloc((size_t)cfg.workers, sizeof *map);
+    if (!pfd || !map) {
+        free(pfd);
+        free(map);
+        return NULL;
+    }
+    int64_t deadline = 0;
+    int connected = 0;
+    int64_t connect_deadline = now_us() + 60 * 1000000LL;
+    while (!receiver_finished(&deadline)) {
+        int n = 0, timeout = 20;
+        for (int i = 0; i < cfg.workers; i++) {
+            int t = a2_worker_timeout(w[i]);
+            if (t >= 0 && t < timeout)
+                timeout = t;
+            int fd = a2_worker_fd(w[i]);
+            if (fd < 0)
+                continue;
+            pfd[n].fd = fd;
+            pfd[n].events = a2_worker_poll_events(w[i]);
+            pfd[n].revents = 0;
+            map[n++] = i;
+        }
+        int rc = poll(pfd, (nfds_t)n, timeout);
+        if (rc < 0 && errno != EINTR)
+            break;
+        int64_t t = now_us();
+        /* Process the ready ones, and every worker when a timer is due. */
+        for (int k = 0; k < n || (rc == 0 && k < cfg.workers); k++) {
+            int i;
+            if (rc == 0)
+                i = k;
+            else if (k < n && pfd[k].revents)
+                i = map[k];
+            else
+                continue;
+            if (a2_worker_process(w[i]) != 0)
+                continue;
+            a2_worker_event ev;
+            while (a2_worker_next(w[i], &ev) == 1) {
+                if (ev.type == A2_WORKER_EV_WAKE)
+                    mark_arrival(session_number(ev.session), ev.head, t);
+                else if (ev.type == A2_WORKER_EV_CONNECTED)
+                    connected++;
+                else if (ev.type == A2_WORKER_EV_DISCONNECTED)
+                    connected--;
+            }
+        }
+        if (!atomic_load(&ready) && connected >= cfg.workers)
+            atomic_store(&ready, 1);
+        if (!atomic_load(&ready) && now_us() > connect_deadline) {
+            fprintf(stderr, "a2-bench-wake: %d of %d workers connected\n",
+                    connected, cfg.workers);
+            atomic_store(&ready, 1);
+        }
+    }
+    free(pfd);
+    free(map);
+    return NULL;
+}
+
+static void *listen_receiver(void *arg)
+{
+    PGconn *conn = arg;
+    int64_t deadline = 0;
+    atomic_store(&ready, 1);
+    while (!receiver_finished(&deadline)) {
+        struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
+        int rc = poll(&pfd, 1, 20);
+        if (rc < 0 && errno != EINTR)
+            break;
+        int64_t t = now_us();
+        if (!PQconsumeInput(conn))
+            break;
+        PGnotify *n;
+        while ((n = PQnotifies(conn)) != NULL) {
+            const char *colon = strchr(n->extra, ':');
+            if (colon)
+                mark_arrival(session_number(n->extra), atoll(colon + 1), t);
+            PQfreemem(n);
+        }
+    }
+    return NULL;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void *poll_receiver(void *arg)
+{
+    PGconn *conn = arg;
+    int64_t deadline = 0;
+    atomic_store(&ready, 1);
+    int64_t next = now_us();
+    while (!receiver_finished(&deadline)) {
+        sleep_us(next - now_us());
+        next += (int64_t)cfg.interval_ms * 1000;
+        /* created_at is the store's clock (epoch ms); a margin covers the
+         * commits still in flight when the previous poll ran. */
+        char since[32];
+        snprintf(since, sizeof since, "%" PRId64, wall_ms() - 10000);
+        char like[80];
+        snprintf(like, sizeof like, "%s.%%", cfg.tag);
+        const char *params[2] = {since, like};
+        PGresult *res = PQexecParams(conn,
+                                     "select session_id, idx from a2_events "
+                                     "where created_at >= $1 and session_id "
+                                     "like $2",
+                                     2, NULL, params, NULL, NULL, 0);
+        int64_t t = now_us();
+        atomic_fetch_add(&queries, 1);
+        if (PQresultStatus(res) == PGRES_TUPLES_OK) {
+            for (int r = 0; r < PQntuples(res); r++)
+                mark_arrival(session_number(PQgetvalue(res, r, 0)),
+                             atoll(PQgetvalue(res, r, 1)), t);
+        } else {
+            fprintf(stderr, "a2-bench-wake: poll: %s", PQerrorMessage(conn));
+        }
+        PQclear(res);
+        if (now_us() > next)
+            next = now_us();
+    }
+    return NULL;
+}
+
+/* ── main ─────────────────────────────────────────────────────────────── */
+
+static int cmp64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: a2-bench-wake --db CONNINFO [--mode wal|listen|poll]\n"
+               "         [--connect unix:PATH] [--workers N] [--rate R]\n"
+               "         [--seconds S] [--writers N] [--sessions N]\n"
+               "         [--interval-ms MS] [--max-events N] [--drain S]\n"
+               "         [--tag T]\n");
+}
+
+static PGconn *connect_db(void)
+{
+    PGconn *conn = PQconnectdb(cfg.db);
+    if (PQstatus(conn) != CONNECTION_OK) {
+        fprintf(stderr, "a2-bench-wake: %s", PQerrorMessage(conn));
+        PQfinish(conn);
+        return NULL;
+    }
+    return conn;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"db", required_argument, NULL, 'd'},
+        {"mode", required_argument, NULL, 'm'},
+        {"connect", required_argument, NULL, 'c'},
+        {"workers", required_argument, NULL, 'W'},
+        {"rate", required_argument, NULL, 'r'},
+        {"seconds", required_argument, NULL, 't'},
+        {"writers", required_argument, NULL, 'w'},
+        {"sessions", required_argument, NULL, 's'},
+        {"interval-ms", required_argument, NULL, 'i'},
+        {"max-events", required_argument, NULL, 'n'},
+        {"drain", required_argument, NULL, 'D'},
+        {"tag", required_argument, NULL, 'T'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': cfg.db = optarg; break;
+        case 'c': cfg.connect = optarg; break;
+        case 'W': cfg.workers = atoi(optarg); break;
+        case 'r': cfg.rate = atof(optarg); break;
+        case 't': cfg.seconds = atof(optarg); break;
+        case 'w': cfg.writers = atoi(optarg); break;
+        case 's': cfg.sessions = atoi(optarg); break;
+        case 'i': cfg.interval_ms = atoi(optarg); break;
+        case 'n': cfg.max_events = atol(optarg); break;
+        case 'D': cfg.drain_s = atof(optarg); break;
+        case 'T': snprintf(cfg.tag, sizeof cfg.tag, "%s", optarg); break;
+        case 'm':
+            if (strcmp(optarg, "wal") == 0)
+                cfg.mode = MODE_WAL;
+            else if (strcmp(optarg, "listen") == 0)
+                cfg.mode = MODE_LISTEN;
+            else if (strcmp(optarg, "poll") == 0)
+                cfg.mode = MODE_POLL;
+            else {
+                fprintf(stderr, "a2-bench-wake: unknown mode %s\n", optarg);
+                return 2;
+            }
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!cfg.db)
+        cfg.db = getenv("A2_DB");
+    if (cfg.writers == 0)
+        cfg.writers = cfg.rate <= 200 ? 1 : cfg.rate <= 2000 ? 8 : 32;
+    if (!cfg.tag[0])
+        snprintf(cfg.tag, sizeof cfg.tag, "b%ld-%ld", (long)getpid(),
+                 (long)time(NULL));
+    if (!cfg.db || cfg.rate <= 0 || cfg.rate > 100000 || cfg.seconds <= 0 ||
+        cfg.seconds > 600 || cfg.writers < 1 || cfg.writers > 64 ||
+        cfg.sessions < 1 || cfg.sessions > 100000 || cfg.workers < 1 ||
+        cfg.workers > 5000 || cfg.interval_ms < 1 || cfg.max_events < 1 ||
+        cfg.max_events > 10000000 || cfg.drain_s < 0 || cfg.drain_s > 60 ||
+        (cfg.mode == MODE_WAL && !cfg.connect)) {
+        usage(stderr);
+        return 2;
+    }
+
+    /* The Poisson schedule. */
+    nevents = (long)(cfg.rate * cfg.seconds * 1.2) + 16;
+    if (nevents > cfg.max_events)
+        nevents = cfg.max_events;
+    sched = calloc((size_t)nevents, sizeof *sched);
+    maxidx = nevents / cfg.sessions + 2;
+    ack = calloc((size_t)cfg.sessions * (size_t)maxidx, sizeof *ack);
+    arr = calloc((size_t)cfg.sessions * (size_t)maxidx, sizeof *arr);
+    if (!sched || !ack || !arr)
+        return 1;
+    srand48(cfg.seed);
+    double t = 0;
+    for (long i = 0; i < nevents; i++) {
+        t += -log(1.0 - drand48()) / cfg.rate;
+        sched[i] = (int64_t)(t * 1e6);
+    }
+
+    pthread_t rthread;
+    PGconn *rconn = NULL;
+    a2_worker **w = NULL;
+    if (cfg.mode == MODE_WAL) {
+        w = calloc((size_t)cfg.workers, sizeof *w);
+        if (!w)
+            return 1;
+        for (int i = 0; i < cfg.workers; i++) {
+            char err[256], name[32];
+            snprintf(name, sizeof name, "bench-%d", i);
+            a2_worker_options o = {.connect = cfg.connect, .name = name};
+            w[i] = a2_worker_new(&o, err, sizeof err);
+            if (!w[i] || a2_worker_subscribe(w[i], "bench", 0, NULL, 0) != 0) {
+                fprintf(stderr, "a2-bench-wake: worker: %s\n", err);
+                return 1;
+            }
+        }
+        pthread_create(&rthread, NULL, wal_receiver, w);
+    } else {
+        rconn = connect_db();
+        if (!rconn)
+            return 1;
+        if (cfg.mode == MODE_LISTEN) {
+            PGresult *res = PQexec(rconn, "listen a2_events");
+            if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+                fprintf(stderr, "a2-bench-wake: listen: %s",
+                        PQerrorMessage(rconn));
+                return 1;
+            }
+            PQclear(res);
+        }
+        pthread_create(&rthread, NULL,
+                       cfg.mode == MODE_LISTEN ? listen_receiver
+                                               : poll_receiver,
+                       rconn);
+    }
+
+    /* The writers' connections, opened one after the other. */
+    pthread_t *th = calloc((size_t)cfg.writers, sizeof *th);
+    a2_store **stores = calloc((size_t)cfg.writers, sizeof *stores);
+    if (!th || !stores)
+        return 1;
+    for (int i = 0; i < cfg.writers; i++) {
+        a2_store_error err;
+        if (a2_store_open(&stores[i], cfg.db, &err) != 0) {
+            fprintf(stderr, "a2-bench-wake: could not open store: %s\n",
+                    err.message);
+            atomic_store(&stop_receiver, 1);
+            pthread_join(rthread, NULL);
+            return 1;
+        }
+    }
+    for (int i = 0; i < cfg.writers; i++)
+        pthread_create(&th[i], NULL, writer, stores[i]);
+    while (!atomic_load(&ready))
+        sleep_us(1000);
+    t0_us = now_us() + 200000;
+    atomic_store(&go, 1);
+    for (int i = 0; i < cfg.writers; i++)
+        pthread_join(th[i], NULL);
+    double elapsed = (double)(now_us() - t0_us) / 1e6;
+    pthread_join(rthread, NULL);
+    int64_t q_end = now_us();
+
+    /* Latencies of the events that were sent. */
+    long ns = atomic_load(&sent), nr = 0, early = 0;
+    int64_t *lat = calloc((size_t)(ns > 0 ? ns : 1), sizeof *lat);
+    if (!lat)
+        return 1;
+    for (size_t i = 0; i < (size_t)cfg.sessions * (size_t)maxidx; i++) {
+        if (!ack[i] || !arr[i])
+            continue;
+        int64_t d = arr[i] - ack[i];
+        if (d < 0) {
+            early++;
+            d = 0;
+        }
+        if (nr < ns)
+            lat[nr++] = d;
+    }
+    qsort(lat, (size_t)nr, sizeof *lat, cmp64);
+#define PCT(p) (nr ? lat[(size_t)((double)(nr - 1) * (p) + 0.5)] : -1)
+    double qps = (double)atomic_load(&queries) /
+                 ((double)(q_end - t0_us) / 1e6);
+    static const char *names[] = {"wal", "listen", "poll"};
+    printf("%s %.0f %.1f %ld %ld %" PRId64 " %" PRId64 " %" PRId64
+           " %" PRId64 " %.1f %ld\n",
+           names[cfg.mode], cfg.rate, (double)ns / elapsed, ns, nr, PCT(0.50),
+           PCT(0.95), PCT(0.99), nr ? lat[nr - 1] : -1, qps, early);
+    if (atomic_load(&send_errors))
+        fprintf(stderr, "a2-bench-wake: %ld appends failed\n",
+                atomic_load(&send_errors));
+
+    free(lat);
+    free(th);
+    for (int i = 0; i < cfg.writers; i++)
+        a2_store_close(stores[i]);
+    free(stores);
+    if (w) {
+        for (int i = 0; i < cfg.workers; i++)
+            a2_worker_free(w[i]);
+        free(w);
+    }
+    PQfinish(rconn);
+    free(sched);
+    free(ack);
+    free(arr);
+    return ns > 0 && nr > 0 ? 0 : 1;
+}
