@@ -1,0 +1,540 @@
+/*
+ * liba2store snapshots against a real PostgreSQL: write_state and
+ * read_state, pins only on live heads, their release on complete, skip and
+ * dead letter, history kept while a pin needs it, the clear marker.
+ */
+#include "a2/state.h"
+#include "a2/store.h"
+#include "a2test.h"
+
+/* clang-format off */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+/* clang-format on */
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct fx {
+    a2_store *s;
+    int64_t now;
+    PGconn *db;
+    char session[64];
+} fx;
+
+static int64_t fx_clock(void *ctx)
+{
+    return ((fx *)ctx)->now;
+}
+
+static int setup(void **state)
+{
+    static int n;
+    fx *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    a2_store_error err;
+    if (a2_store_open(&f->s, a2_test_db(), &err) != 0)
+        fail_msg("open: %s", err.message);
+    f->now = 1000000;
+    a2_store_set_clock(f->s, fx_clock, f);
+    f->db = a2_test_connect();
+    snprintf(f->session, sizeof f->session, "state-%d-%d", (int)getpid(), ++n);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx *f = *state;
+    a2_store_close(f->s);
+    PQfinish(f->db);
+    free(f);
+    return 0;
+}
+
+#define OK(expr)                                                               \
+    do {                                                                       \
+        int rc_ = (expr);                                                      \
+        if (rc_ != 0)                                                          \
+            fail_msg("%s: %s (%s)", #expr, a2_store_code_name(rc_),            \
+                     a2_store_last_error(f->s)->message);                      \
+    } while (0)
+
+static int64_t count_sql(fx *f, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+static int64_t count_sql(fx *f, const char *fmt, ...)
+{
+    char sql[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    return a2_test_int(f->db, sql);
+}
+
+static int64_t pins_of(fx *f)
+{
+    return count_sql(f,
+                     "select count(*) from a2_snapshot_pins where "
+                     "session_id = '%s'",
+                     f->session);
+}
+
+static int64_t history_of(fx *f)
+{
+    return count_sql(f,
+                     "select count(*) from a2_snapshot_history where "
+                     "session_id = '%s'",
+                     f->session);
+}
+
+/* Appends n events of type "e", each targeted at targets. */
+static void append_n(fx *f, int n, const a2_target *targets, size_t ntargets)
+{
+    for (int i = 0; i < n; i++) {
+        a2_append_event ev = {
+                .type = "e", .targets = targets, .ntargets = ntargets};
+        a2_events out;
+        OK(a2_store_append(f->s, f->session, &ev, 1, NULL, &out));
+        a2_events_free(&out);
+    }
+}
+
+static void claim_all(fx *f)
+{
+    a2_claim_request req = {.holder = "h", .ttl_ms = 30000};
+    a2_claim_result cr;
+    OK(a2_store_claim(f->s, f->session, &req, &cr));
+    assert_int_equal(cr.outcome, A2_CLAIM_CLAIMED);
+    a2_claim_result_free(&cr);
+}
+
+/* Writes one version of reducer "r" with pins; returns the result. */
+static a2_state_write_result write1(fx *f, int64_t up_to, const char *json,
+                                    const a2_state_pin *pins, size_t npins)
+{
+    a2_state_write w = {
+            .up_to_index = up_to, .state = json, .pins = pins, .npins = npins};
+    a2_state_write_result wr;
+    OK(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr));
+    return wr;
+}
+
+static void expect_state(fx *f, int64_t at, bool found, int64_t up_to,
+                         const char *json)
+{
+    a2_state st;
+    OK(a2_store_read_state(f->s, f->session, "r", at, &st));
+    assert_int_equal(st.found, found);
+    if (found) {
+        assert_int_equal(st.up_to_index, up_to);
+        assert_string_equal(st.state, json);
+        assert_true(st.written_at >= 1000000 && st.written_at <= f->now);
+    } else {
+        assert_null(st.state);
+    }
+    a2_state_free(&st);
+    a2_state_free(&st); /* idempotent */
+}
+
+static void test_invalid_arguments(void **state)
+{
+    fx *f = *state;
+    uint64_t trips = a2_store_round_trips(f->s);
+    a2_state_write_result wr;
+    a2_state_write w = {.up_to_index = 1, .state = "{}"};
+    assert_int_equal(a2_store_write_state(f->s, "", "r", &w, 1, &wr),
+                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(a2_store_write_state(f->s, f->session, NULL, &w, 1, &wr),
+                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(a2_store_write_state(f->s, f->session, "r\xff", &w, 1,
+                                          &wr),
+                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(a2_store_write_state(f->s, f->session, "r", NULL, 0, &wr),
+                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, NULL),
+                     A2_EINVALID_ARGUMENT);
+    w.state = "{\"a\":";
+    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
+                     A2_EINVALID_ARGUMENT);
+    assert_non_null(strstr(a2_store_last_error(f->s)->message, "JSON"));
+    w.state = "\"a\\u0000b\"";
+    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
+                     A2_EINVALID_ARGUMENT);
+    w.state = NULL;
+    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
+                     A2_EINVALID_ARGUMENT);
+    w.state = "{}";
+    w.up_to_index = -1;
+    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
+                     A2_EINVALID_ARGUMENT);
+    w.up_to_index = 1;
+    a2_state_pin pin = {.consumer = "c", .index = 0};
+    w.pins = &pin;
+    w.npins = 1;
+    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
+                     A2_EINVALID_ARGUMENT);
+    pin.index = 1;
+    pin.consumer = "";
+    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
+                     A2_EINVALID_ARGUMENT);
+    pin.consumer = "c";
+    pin.lane = "";
+    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
+                     A2_EINVALID_ARGUMENT);
+    w.pins = NULL;
+    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
+                     A2_EINVALID_ARGUMENT);
+    w.npins = 0;
+    a2_state_write two[2] = {w, w};
+    assert_int_equal(a2_store_write_state(f->s, f->session, "r", two, 2, &wr),
+                     A2_EINVALID_ARGUMENT);
+    assert_non_null(strstr(a2_store_last_error(f->s)->message, "two writes"));
+    a2_state st;
+    assert_int_equal(a2_store_read_state(f->s, f->session, "", 1, &st),
+                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(a2_store_read_state(f->s, f->session, "r", -2, &st),
+                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(a2_store_read_state(NULL, f->session, "r", 1, &st),
+                     A2_EINVALID_ARGUMENT);
+    /* Refused before any I/O; nothing stored. */
+    assert_int_equal(a2_store_round_trips(f->s), trips);
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_snapshots where "
+                               "session_id = '%s'",
+                               f->session),
+                     0);
+    a2_state_free(NULL);
+}
+
+static void test_latest_and_at(void **state)
+{
+    fx *f = *state;
+    expect_state(f, A2_STORE_NONE, false, 0, NULL);
+    uint64_t trips = a2_store_round_trips(f->s);
+    a2_state_write_result wr = write1(f, 3, "{\"n\": 3}", NULL, 0);
+    assert_true(a2_store_round_trips(f->s) - trips <= 2); /* + prepare */
+    assert_true(wr.replaced_latest);
+    assert_int_equal(wr.up_to_index, 3);
+    expect_state(f, A2_STORE_NONE, true, 3, "{\"n\": 3}");
+    trips = a2_store_round_trips(f->s);
+    expect_state(f, 3, true, 3, "{\"n\": 3}");
+    assert_int_equal(a2_store_round_trips(f->s) - trips, 1);
+    expect_state(f, 2, false, 0, NULL); /* nothing at or below 2 */
+    /* An older write leaves the latest; an equal one replaces it. */
+    f->now += 10;
+    wr = write1(f, 2, "[2]", NULL, 0);
+    assert_false(wr.replaced_latest);
+    assert_int_equal(wr.up_to_index, 3);
+    expect_state(f, A2_STORE_NONE, true, 3, "{\"n\": 3}");
+    wr = write1(f, 3, "\"three\"", NULL, 0);
+    assert_true(wr.replaced_latest);
+    expect_state(f, A2_STORE_NONE, true, 3, "\"three\"");
+    /* Unpinned versions are not kept: at 2 there is nothing. */
+    expect_state(f, 2, false, 0, NULL);
+    assert_int_equal(history_of(f), 0);
+    /* Several writes in one call: the newest is the latest. */
+    a2_state_write ws[3] = {{.up_to_index = 5, .state = "5"},
+                            {.up_to_index = 7, .state = "null"},
+                            {.up_to_index = 6, .state = "6"}};
+    OK(a2_store_write_state(f->s, f->session, "r", ws, 3, &wr));
+    assert_true(wr.replaced_latest);
+    assert_int_equal(wr.up_to_index, 7);
+    expect_state(f, A2_STORE_NONE, true, 7, "null");
+    expect_state(f, 100, true, 7, "null");
+    /* Reducers are apart. */
+    a2_state other;
+    OK(a2_store_read_state(f->s, f->session, "other", A2_STORE_NONE, &other));
+    assert_false(other.found);
+    a2_state_free(&other);
+}
+
+static void test_pins_only_live_heads(void **state)
+{
+    fx *f = *state;
+    a2_target tg[2] = {{.consumer = "c"}, {.consumer = "l", .lane = "q"}};
+    append_n(f, 3, tg, 2); /* c: #1 #2 #3 concurrent; l: lane q at 1 */
+    claim_all(f);
+    a2_state_pin pins[] = {
+            {.consumer = "c", .index = 1},              /* live */
+            {.consumer = "l", .lane = "q", .index = 1}, /* live lane head */
+            {.consumer = "l", .lane = "q", .index = 2}, /* not its head */
+            {.consumer = "c", .lane = "q", .index = 1}, /* no such cursor */
+            {.consumer = "zz", .index = 2},             /* no such consumer */
+            {.consumer = "c", .index = 9},              /* no event */
+            {.consumer = "c", .index = 1},              /* repeated */
+    };
+    a2_state_write_result wr = write1(f, 1, "1", pins, 7);
+    assert_int_equal(wr.pins_accepted, 2);
+    assert_int_equal(wr.pins_refused, 4);
+    assert_int_equal(pins_of(f), 2);
+    assert_int_equal(history_of(f), 1);
+    /* A completed head takes no pin. */
+    a2_attempt_ref at = {.consumer = "c", .index = 2, .attempt = 1};
+    a2_complete_result cr;
+    OK(a2_store_complete(f->s, f->session, &at, NULL, 0, NULL, 0, &cr));
+    assert_int_equal(cr.outcome, A2_ATTEMPT_COMPLETED);
+    a2_complete_result_free(&cr);
+    a2_state_pin done = {.consumer = "c", .index = 2};
+    wr = write1(f, 2, "2", &done, 1);
+    assert_int_equal(wr.pins_accepted, 0);
+    assert_int_equal(wr.pins_refused, 1);
+    /* A dead-lettered head takes no pin. */
+    a2_attempt_ref at3 = {.consumer = "c", .index = 3, .attempt = 1};
+    a2_fail_request freq = {.error = "x", .max_failures = 1};
+    a2_fail_result fr;
+    OK(a2_store_fail(f->s, f->session, &at3, &freq, &fr));
+    assert_int_equal(fr.outcome, A2_ATTEMPT_DEAD_LETTERED);
+    a2_state_pin dead = {.consumer = "c", .index = 3};
+    wr = write1(f, 3, "3", &dead, 1);
+    assert_int_equal(wr.pins_accepted, 0);
+    assert_int_equal(wr.pins_refused, 1);
+    /* No history was kept for versions without an accepted pin. */
+    assert_int_equal(history_of(f), 1);
+    assert_int_equal(pins_of(f), 2);
+    expect_state(f, 1, true, 1, "1");
+    expect_state(f, 2, true, 1, "1"); /* 2 was not kept */
+    /* Below the clear marker: a write fails whole, pins are refused. */
+    a2_clear_result clr;
+    OK(a2_store_clear(f->s, f->session, A2_STORE_NONE, NULL, &clr));
+    assert_int_equal(clr.clear_index, 4);
+    a2_state_write w = {.up_to_index = 3, .state = "3"};
+    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
+                     A2_ESESSION_CLEARED);
+    assert_non_null(strstr(a2_store_last_error(f->s)->message, "clear marker"));
+    expect_state(f, A2_STORE_NONE, false, 0, NULL); /* 3 lies below 4 */
+    a2_state_pin old = {.consumer = "l", .lane = "q", .index = 1};
+    wr = write1(f, 4, "4", &old, 1);
+    assert_int_equal(wr.pins_accepted, 0);
+    expect_state(f, A2_STORE_NONE, true, 4, "4");
+}
+
+/* Two heads pin version 1, one of them version 2 as well. */
+static void pin_two_heads(fx *f)
+{
+    a2_target tg[2] = {{.consumer = "a"}, {.consumer = "b", .lane = "q"}};
+    append_n(f, 2, tg, 2);
+    claim_all(f);
+    a2_state_pin both[2] = {{.consumer = "a", .index = 1},
+                            {.consumer = "b", .lane = "q", .index = 1}};
+    a2_state_pin b_only = {.consumer = "b", .lane = "q", .index = 1};
+    a2_state_write ws[2] = {
+            {.up_to_index = 1, .state = "\"v1\"", .pins = both, .npins = 2},
+            {.up_to_index = 2, .state = "\"v2\"", .pins = &b_only, .npins = 1}};
+    a2_state_write_result wr;
+    OK(a2_store_write_state(f->s, f->session, "r", ws, 2, &wr));
+    assert_int_equal(wr.pins_accepted, 3);
+    assert_int_equal(pins_of(f), 3);
+    assert_int_equal(history_of(f), 2);
+    /* Newer states do not hide the pinned versions. */
+    write1(f, 9, "\"v9\"", NULL, 0);
+    expect_state(f, 1, true, 1, "\"v1\"");
+    expect_state(f, 2, true, 2, "\"v2\"");
+    expect_state(f, A2_STORE_NONE, true, 9, "\"v9\"");
+}
+
+static void test_release_on_complete(void **state)
+{
+    fx *f = *state;
+    pin_two_heads(f);
+    a2_attempt_ref at = {.consumer = "a", .index = 1, .attempt = 1};
+    a2_complete_result cr;
+    OK(a2_store_complete(f->s, f->session, &at, NULL, 0, NULL, 0, &cr));
+    assert_int_equal(cr.outcome, A2_ATTEMPT_COMPLETED);
+    a2_complete_result_free(&cr);
+    /* a's pin is gone; v1 stays while b pins it. */
+    assert_int_equal(pins_of(f), 2);
+    assert_int_equal(history_of(f), 2);
+    expect_state(f, 1, true, 1, "\"v1\"");
+    a2_attempt_ref bt = {.consumer = "b", .lane = "q", .index = 1, .attempt = 1};
+    OK(a2_store_complete(f->s, f->session, &bt, NULL, 0, NULL, 0, &cr));
+    assert_int_equal(cr.outcome, A2_ATTEMPT_COMPLETED);
+    a2_complete_result_free(&cr);
+    assert_int_equal(pins_of(f), 0);
+    assert_int_equal(history_of(f), 0);
+    expect_state(f, 1, false, 0, NULL);
+    expect_state(f, A2_STORE_NONE, true, 9, "\"v9\"");
+}
+
+static void test_release_on_dead_letter(void **state)
+{
+    fx *f = *state;
+    pin_two_heads(f);
+    /* b's lane head dead-letters through fail. */
+    a2_attempt_ref bt = {.consumer = "b", .lane = "q", .index = 1, .attempt = 1};
+    a2_fail_request freq = {.error = "x", .max_failures = 1};
+    a2_fail_result fr;
+    OK(a2_store_fail(f->s, f->session, &bt, &freq, &fr));
+    assert_int_equal(fr.outcome, A2_ATTEMPT_DEAD_LETTERED);
+    assert_int_equal(pins_of(f), 1);    /* a's */
+    assert_int_equal(history_of(f), 1); /* v1, kept by a; v2 went */
+    expect_state(f, 1, true, 1, "\"v1\"");
+    expect_state(f, 2, true, 1, "\"v1\"");
+    /* a's head dead-letters on a takeover that spends its last failure. */
+    f->now += 60000;
+    a2_claim_request req = {
+            .holder = "h2", .ttl_ms = 30000, .max_failures = 1};
+    a2_claim_result cr;
+    OK(a2_store_claim(f->s, f->session, &req, &cr));
+    assert_true(cr.dead_lettered.count >= 1);
+    a2_claim_result_free(&cr);
+    assert_int_equal(pins_of(f), 0);
+    assert_int_equal(history_of(f), 0);
+    expect_state(f, 1, false, 0, NULL);
+}
+
+static void test_release_on_skip(void **state)
+{
+    fx *f = *state;
+    pin_two_heads(f);
+    a2_attempt_ref bt = {.consumer = "b", .lane = "q", .index = 1, .attempt = 1};
+    a2_fail_request freq = {.error = "x", .max_failures = 1};
+    a2_fail_result fr;
+    OK(a2_store_fail(f->s, f->session, &bt, &freq, &fr));
+    assert_int_equal(fr.outcome, A2_ATTEMPT_DEAD_LETTERED);
+    /* Retried, the head runs again and pins v2 again. */
+    a2_redrive_result rd;
+    OK(a2_store_redrive(f->s, f->session, "b", 1, A2_REDRIVE_RETRY, NULL, 0,
+                        &rd));
+    assert_true(rd.redriven);
+    claim_all(f);
+    a2_state_pin b = {.consumer = "b", .lane = "q", .index = 1};
+    a2_state_write_result wr = write1(f, 2, "\"v2\"", &b, 1);
+    assert_int_equal(wr.pins_accepted, 1);
+    assert_int_equal(history_of(f), 2);
+    bt.attempt = 2;
+    OK(a2_store_fail(f->s, f->session, &bt, &freq, &fr));
+    assert_int_equal(fr.outcome, A2_ATTEMPT_DEAD_LETTERED);
+    assert_int_equal(history_of(f), 1);
+    /* A pin the dead head still holds (left by a store that did not release
+     * it) goes when the head is skipped, with the history only it kept. */
+    a2_test_exec(f->db, "begin");
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "insert into a2_snapshot_history values ('%s', 'r', 2, '\"v2\"', "
+             "0); insert into a2_snapshot_pins values ('%s', 1, 'b', "
+             "'lane:q', 'r', 2)",
+             f->session, f->session);
+    a2_test_exec(f->db, sql);
+    a2_test_exec(f->db, "commit");
+    assert_int_equal(pins_of(f), 2);
+    OK(a2_store_redrive(f->s, f->session, "b", 1, A2_REDRIVE_SKIP, NULL, 0,
+                        &rd));
+    assert_true(rd.redriven);
+    assert_int_equal(pins_of(f), 1); /* a's */
+    assert_int_equal(history_of(f), 1);
+    expect_state(f, 2, true, 1, "\"v1\"");
+}
+
+static void test_reclaim(void **state)
+{
+    fx *f = *state;
+    pin_two_heads(f);
+    a2_clear_result clr;
+    OK(a2_store_clear(f->s, f->session, A2_STORE_NONE, NULL, &clr));
+    /* Hidden at once, deleted by reclaim. */
+    expect_state(f, A2_STORE_NONE, true, 9, "\"v9\""); /* 9 >= marker 3 */
+    expect_state(f, 2, false, 0, NULL);
+    a2_reclaim_result rr = {0};
+    for (int i = 0; i < 10 && !rr.done; i++)
+        OK(a2_store_reclaim(f->s, f->session, &rr));
+    assert_true(rr.done);
+    assert_int_equal(pins_of(f), 0);
+    assert_int_equal(history_of(f), 0);
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_snapshots where "
+                               "session_id = '%s'",
+                               f->session),
+                     1);
+}
+
+/* A completion holding its cursor row makes a pinning write wait; the
+ * write then finds the head finished and refuses the pin. */
+typedef struct {
+    fx *f;
+    a2_state_write_result wr;
+    int rc;
+} writer_arg;
+
+static void *pin_writer(void *p)
+{
+    writer_arg *w = p;
+    a2_store *s;
+    a2_store_error err;
+    if (a2_store_open(&s, a2_test_db(), &err) != 0) {
+        w->rc = -100;
+        return NULL;
+    }
+    a2_state_pin pin = {.consumer = "a", .index = 1};
+    a2_state_write wr = {
+            .up_to_index = 1, .state = "1", .pins = &pin, .npins = 1};
+    w->rc = a2_store_write_state(s, w->f->session, "r", &wr, 1, &w->wr);
+    a2_store_close(s);
+    return NULL;
+}
+
+static void test_pin_waits_for_completion(void **state)
+{
+    fx *f = *state;
+    a2_target tg = {.consumer = "a"};
+    append_n(f, 1, &tg, 1);
+    claim_all(f);
+    char sql[512];
+    a2_test_exec(f->db, "begin");
+    snprintf(sql, sizeof sql,
+             "update a2_cursors set head = null, position = 1 where "
+             "session_id = '%s' and consumer = 'a'",
+             f->session);
+    a2_test_exec(f->db, sql);
+    writer_arg w = {.f = f};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, pin_writer, &w), 0);
+    /* The writer waits on the row. */
+    PGconn *probe = a2_test_connect();
+    int waited = 0;
+    for (int i = 0; i < 200 && !waited; i++) {
+        waited = a2_test_int(probe,
+                             "select count(*) from pg_stat_activity where "
+                             "wait_event_type = 'Lock' and query like "
+                             "'%a2_batch%'") > 0;
+        if (!waited)
+            usleep(10000);
+    }
+    PQfinish(probe);
+    assert_true(waited);
+    a2_test_exec(f->db, "commit");
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, 0);
+    assert_int_equal(w.wr.pins_accepted, 0);
+    assert_int_equal(w.wr.pins_refused, 1);
+    assert_int_equal(pins_of(f), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+            cmocka_unit_test_setup_teardown(test_invalid_arguments, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_latest_and_at, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_pins_only_live_heads, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_release_on_complete, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_release_on_dead_letter, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_release_on_skip, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_reclaim, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_pin_waits_for_completion,
+                                            setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
