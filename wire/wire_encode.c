@@ -345,12 +345,13 @@ int a2_wire_encode(a2_wire_buf *b, const a2_wire_msg *m)
             json_decref(fields);
             return A2_WIRE_ETYPE;
         }
-        msgpack_pack_map(&pk, 4);
+        msgpack_pack_map(&pk, 5);
         pack_kv_str(&pk, &c, "t", "presence");
         pack_kv_str(&pk, &c, "ns", m->ns);
         pack_kv_str(&pk, &c, "participant", m->participant);
         pack_str(&pk, &c, "fields");
         pack_json(&pk, &c, fields, 1);
+        pack_kv_u64(&pk, &c, "lsn", m->lsn);
         json_decref(fields);
         break;
     }

@@ -443,6 +443,9 @@ static int decode(frame *f, a2_wire_msg *m)
         if ((rc = get_str(f, "ns", &m->ns)) ||
             (rc = get_str(f, "participant", &m->participant)))
             return rc;
+        /* lsn: absent from a consumer that predates it */
+        if (lookup(f, "lsn") && (rc = get_u64(f, "lsn", &m->lsn)))
+            return rc;
         return get_fields(f, &m->fields_json);
     case A2_WIRE_ERROR:
         if ((rc = get_str(f, "code", &m->code)))

@@ -18,7 +18,9 @@
  *   consumer  log          consumer, session, idx, type, lsn
  *   consumer  cleared      session, clear_index, lsn
  *   consumer  resync       consumer, sessions (array of strings, or nil = all)
- *   consumer  presence     ns, participant, fields (map; nil value = deleted)
+ *   consumer  presence     ns, participant, fields (map; nil value = deleted),
+ *                          lsn (the change's commit end; absent from an older
+ *                          consumer: read as 0)
  *   consumer  pong         id
  *   consumer  error        code, message
  *
@@ -146,7 +148,7 @@ typedef struct {
     size_t n_log_types;
     const char *ns;         /* presence (both directions) */
     uint64_t id;            /* ping, pong */
-    uint64_t lsn;           /* welcome, wake, log, cleared */
+    uint64_t lsn;           /* welcome, wake, log, cleared, presence */
     const char *session;    /* wake, log, cleared */
     const char *cursor;     /* wake: cursor key */
     int64_t head;           /* wake */
