@@ -417,7 +417,7 @@ static void push_presence(a2c_apply *ap)
         char *text = json_dumps(fields, JSON_COMPACT | JSON_PRESERVE_ORDER);
         json_decref(fields);
         if (text && ap->sink.presence)
-            ap->sink.presence(ap->sink.ctx, a->s1, a->s2, text);
+            ap->sink.presence(ap->sink.ctx, a->s1, a->s2, text, ap->end);
         free(text);
         ap->stats.presence++;
     }

@@ -36,8 +36,9 @@ typedef struct {
                 int64_t idx, const char *type, uint64_t lsn);
     void (*cleared)(void *ctx, const char *session, int64_t clear_index,
                     uint64_t lsn);
+    /* lsn: the transaction's commit end */
     void (*presence)(void *ctx, const char *ns, const char *participant,
-                     const char *fields_json);
+                     const char *fields_json, uint64_t lsn);
     /* Wake-ups were dropped (overflow, truncate): resync every worker and
      * rebuild the timers from the database. */
     void (*resync)(void *ctx);

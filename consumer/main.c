@@ -233,10 +233,10 @@ static void sink_cleared(void *ctx, const char *session, int64_t clear_index,
 }
 
 static void sink_presence(void *ctx, const char *ns, const char *participant,
-                          const char *fields_json)
+                          const char *fields_json, uint64_t lsn)
 {
     daemon_t *d = ctx;
-    a2c_server_presence(d->srv, ns, participant, fields_json);
+    a2c_server_presence(d->srv, ns, participant, fields_json, lsn);
 }
 
 static void sink_resync(void *ctx)

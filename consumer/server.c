@@ -1068,12 +1068,14 @@ void a2c_server_resync_all(a2c_server *srv)
 }
 
 void a2c_server_presence(a2c_server *srv, const char *ns,
-                         const char *participant, const char *fields_json)
+                         const char *participant, const char *fields_json,
+                         uint64_t lsn)
 {
     a2_wire_msg m = {.type = A2_WIRE_PRESENCE,
                      .ns = ns,
                      .participant = participant,
-                     .fields_json = fields_json};
+                     .fields_json = fields_json,
+                     .lsn = lsn};
     if (!srv || !ns || !participant || !fields_json)
         return;
     for (worker *w = srv->workers; w; w = w->next) {

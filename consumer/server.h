@@ -124,10 +124,12 @@ void a2c_server_resync_all(a2c_server *srv);
 
 /*
  * `presence` patch to the workers subscribed to namespace ns. fields_json is
- * a JSON object text (a null value means deleted).
+ * a JSON object text (a null value means deleted); lsn the change's commit
+ * end.
  */
 void a2c_server_presence(a2c_server *srv, const char *ns,
-                         const char *participant, const char *fields_json);
+                         const char *participant, const char *fields_json,
+                         uint64_t lsn);
 
 void a2c_server_get_stats(const a2c_server *srv, a2c_server_stats *out);
 

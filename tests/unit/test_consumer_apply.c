@@ -57,9 +57,10 @@ static void s_cleared(void *ctx, const char *session, int64_t idx, uint64_t lsn)
 }
 
 static void s_presence(void *ctx, const char *ns, const char *participant,
-                       const char *fields)
+                       const char *fields, uint64_t lsn)
 {
     (void)ctx;
+    (void)lsn;
     rec("presence %s %s %s", ns, participant, fields);
 }
 

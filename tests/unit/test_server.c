@@ -459,13 +459,15 @@ static void test_log_cleared_presence_resync(void **state)
     assert_string_equal(cl_expect(plain, srv, A2_WIRE_CLEARED)->session, "s1");
 
     /* presence: only the namespace's subscribers */
-    a2c_server_presence(srv, "room", "alice", "{\"typing\":true,\"x\":null}");
-    a2c_server_presence(srv, "elsewhere", "bob", "{\"a\":1}");
-    a2c_server_presence(srv, "room", "bad", "not json");
+    a2c_server_presence(srv, "room", "alice", "{\"typing\":true,\"x\":null}",
+                        21);
+    a2c_server_presence(srv, "elsewhere", "bob", "{\"a\":1}", 22);
+    a2c_server_presence(srv, "room", "bad", "not json", 23);
     const a2_wire_msg *m = cl_expect(idle, srv, A2_WIRE_PRESENCE);
     assert_string_equal(m->ns, "room");
     assert_string_equal(m->participant, "alice");
     assert_string_equal(m->fields_json, "{\"typing\":true,\"x\":null}");
+    assert_int_equal(m->lsn, 21);
     cl_expect_quiet(idle, srv, 50);
     cl_expect_quiet(plain, srv, 10);
 
