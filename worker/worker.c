@@ -623,6 +623,7 @@ static int on_frame(a2_worker *w, const a2_wire_msg *m)
         ev.ns = m->ns;
         ev.participant = m->participant;
         ev.fields_json = m->fields_json;
+        ev.lsn = m->lsn;
         return enqueue(w, &ev);
     case A2_WIRE_PONG:
         if (m->id == w->ping_id)

@@ -103,7 +103,8 @@ typedef enum a2_worker_event_type {
     A2_WORKER_EV_CLEARED,      /* session, clear_index, lsn */
     A2_WORKER_EV_RESYNC,       /* consumer; sessions[nsessions], or
                                   all_sessions: claim whatever is pending */
-    A2_WORKER_EV_PRESENCE,     /* ns, participant, fields_json */
+    A2_WORKER_EV_PRESENCE,     /* ns, participant, fields_json, lsn (the
+                                  change's commit end; a2/state.h) */
     A2_WORKER_EV_CONNECTED,    /* welcome received; lsn */
     A2_WORKER_EV_DISCONNECTED, /* message: why; the worker reconnects */
     A2_WORKER_EV_SWEEP,        /* degraded: consumer has work in session */
