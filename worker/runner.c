@@ -91,10 +91,10 @@ static void reply_free(a2_worker_reply *rp)
     free(rp->owned);
 }
 
-int a2_worker_reply_add(a2_worker_reply *rp, const char *type,
+int a2_worker_reply_add(a2_worker_reply *reply, const char *type,
                         const char *payload, const char *id)
 {
-    if (!rp || !type || !*type || (id && !*id))
+    if (!reply || !type || !*type || (id && !*id))
         return A2_WORKER_EINVAL;
     if (payload) {
         json_t *v = json_loads(payload, JSON_DECODE_ANY, NULL);
@@ -102,29 +102,29 @@ int a2_worker_reply_add(a2_worker_reply *rp, const char *type,
             return A2_WORKER_EINVAL;
         json_decref(v);
     }
-    if (rp->nevents >= A2_STORE_MAX_EVENTS)
+    if (reply->nevents >= A2_STORE_MAX_EVENTS)
         return A2_WORKER_EINVAL;
-    if (rp->nevents == rp->cap) {
-        size_t cap = rp->cap ? rp->cap * 2 : 8;
-        a2_append_event *ev = realloc(rp->events, cap * sizeof *ev);
+    if (reply->nevents == reply->cap) {
+        size_t cap = reply->cap ? reply->cap * 2 : 8;
+        a2_append_event *ev = realloc(reply->events, cap * sizeof *ev);
         if (!ev)
             return A2_WORKER_ENOMEM;
-        rp->events = ev;
-        char **ow = realloc(rp->owned, cap * 3 * sizeof *ow);
+        reply->events = ev;
+        char **ow = realloc(reply->owned, cap * 3 * sizeof *ow);
         if (!ow)
             return A2_WORKER_ENOMEM;
-        rp->owned = ow;
-        rp->cap = cap;
+        reply->owned = ow;
+        reply->cap = cap;
     }
     char genid[A2_STORE_MAX_NAME];
     if (!id) {
-        const a2_head *h = rp->head;
+        const a2_head *h = reply->head;
         snprintf(genid, sizeof genid, "ret-%s-%lld-%zu",
                  h && h->dispatch.consumer ? h->dispatch.consumer : "?",
-                 h ? (long long)h->event.index : 0LL, rp->nevents + 1);
+                 h ? (long long)h->event.index : 0LL, reply->nevents + 1);
         id = genid;
     }
-    char **o = &rp->owned[rp->nevents * 3];
+    char **o = &reply->owned[reply->nevents * 3];
     o[0] = strdup(type);
     o[1] = payload ? strdup(payload) : NULL;
     o[2] = strdup(id);
@@ -134,27 +134,27 @@ int a2_worker_reply_add(a2_worker_reply *rp, const char *type,
         free(o[2]);
         return A2_WORKER_ENOMEM;
     }
-    a2_append_event *e = &rp->events[rp->nevents];
+    a2_append_event *e = &reply->events[reply->nevents];
     memset(e, 0, sizeof *e);
     e->type = o[0];
     e->payload = o[1];
     e->id = o[2];
-    rp->nevents++;
+    reply->nevents++;
     return 0;
 }
 
-void a2_worker_reply_error(a2_worker_reply *rp, const char *text)
+void a2_worker_reply_error(a2_worker_reply *reply, const char *text)
 {
-    if (!rp)
+    if (!reply)
         return;
-    free(rp->error);
-    rp->error = NULL;
+    free(reply->error);
+    reply->error = NULL;
     if (!text)
         return;
     size_t n = strlen(text);
     if (n > A2_WORKER_MAX_ERROR_TEXT)
         text += n - A2_WORKER_MAX_ERROR_TEXT;
-    rp->error = strdup(text);
+    reply->error = strdup(text);
 }
 
 /* ── the renewal thread ───────────────────────────────────────────────── */
@@ -543,7 +543,7 @@ static int settle(a2_worker_runner *r, const char *session,
 int a2_worker_runner_run(a2_worker_runner *r, const char *session,
                          bool wake_log, a2_worker_run_stats *stats)
 {
-    a2_worker_run_stats local;
+    a2_worker_run_stats local = {0};
     a2_worker_run_stats *st = stats ? stats : &local;
     memset(st, 0, sizeof *st);
     if (!r || !session || !*session)
