@@ -1,0 +1,454 @@
+/*
+ * liba2store presence against a real PostgreSQL, with an injected clock:
+ * field-wise last-writer-wins, ties, tombstones, expiry anchored on the
+ * store's clock, reads that hide and reap, the namespace lock and the read's
+ * WAL position.
+ */
+#include "a2/state.h"
+#include "a2/store.h"
+#include "a2test.h"
+
+/* clang-format off */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+/* clang-format on */
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct fx {
+    a2_store *s;
+    int64_t now;
+    PGconn *db;
+    char ns[64];
+} fx;
+
+static int64_t fx_clock(void *ctx)
+{
+    return ((fx *)ctx)->now;
+}
+
+static int setup(void **state)
+{
+    static int n;
+    fx *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    a2_store_error err;
+    if (a2_store_open(&f->s, a2_test_db(), &err) != 0)
+        fail_msg("open: %s", err.message);
+    f->now = 5000000;
+    a2_store_set_clock(f->s, fx_clock, f);
+    f->db = a2_test_connect();
+    snprintf(f->ns, sizeof f->ns, "room-%d-%d", (int)getpid(), ++n);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx *f = *state;
+    a2_store_close(f->s);
+    PQfinish(f->db);
+    free(f);
+    return 0;
+}
+
+#define OK(expr)                                                               \
+    do {                                                                       \
+        int rc_ = (expr);                                                      \
+        if (rc_ != 0)                                                          \
+            fail_msg("%s: %s (%s)", #expr, a2_store_code_name(rc_),            \
+                     a2_store_last_error(f->s)->message);                      \
+    } while (0)
+
+/* Writes one field (value NULL: delete); returns whether it won. */
+static bool put(fx *f, const char *participant, const char *field,
+                const char *value, int64_t at, int64_t ttl)
+{
+    a2_presence_field fl = {.field = field, .value = value};
+    a2_presence_write_req req = {.ns = f->ns,
+                                 .participant = participant,
+                                 .at = at,
+                                 .seen = A2_STORE_NONE,
+                                 .ttl_ms = ttl,
+                                 .fields = &fl,
+                                 .nfields = 1};
+    a2_presence out;
+    OK(a2_store_presence_write(f->s, &req, &out));
+    bool won = out.count == 1;
+    if (won) {
+        assert_string_equal(out.items[0].field, field);
+        assert_string_equal(out.items[0].value, value ? value : "null");
+        assert_int_equal(out.items[0].at, at);
+        assert_int_equal(out.items[0].expires_at, f->now + ttl);
+    } else {
+        assert_int_equal(out.count, 0);
+    }
+    a2_presence_free(&out);
+    return won;
+}
+
+/* The value read for (participant, field), as a new string, or NULL. */
+static char *get(fx *f, const char *participant, const char *field)
+{
+    a2_presence out;
+    OK(a2_store_presence_read(f->s, f->ns, &out));
+    char *v = NULL;
+    for (size_t i = 0; i < out.count; i++)
+        if (strcmp(out.items[i].participant, participant) == 0 &&
+            strcmp(out.items[i].field, field) == 0)
+            v = strdup(out.items[i].value);
+    a2_presence_free(&out);
+    return v;
+}
+
+static void expect(fx *f, const char *participant, const char *field,
+                   const char *value)
+{
+    char *v = get(f, participant, field);
+    if (value) {
+        assert_non_null(v);
+        assert_string_equal(v, value);
+    } else {
+        assert_null(v);
+    }
+    free(v);
+}
+
+static int64_t rows_of(fx *f)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "select count(*) from a2_presence where ns = '%s'",
+             f->ns);
+    return a2_test_int(f->db, sql);
+}
+
+static void test_invalid_arguments(void **state)
+{
+    fx *f = *state;
+    uint64_t trips = a2_store_round_trips(f->s);
+    a2_presence out;
+    a2_presence_field fl[2] = {{.field = "a", .value = "1"},
+                               {.field = "a", .value = "2"}};
+    a2_presence_write_req req = {.ns = f->ns,
+                                 .participant = "p",
+                                 .at = 1,
+                                 .seen = A2_STORE_NONE,
+                                 .ttl_ms = 1000,
+                                 .fields = fl,
+                                 .nfields = 2};
+    assert_int_equal(a2_store_presence_write(f->s, &req, &out),
+                     A2_EINVALID_ARGUMENT);
+    assert_non_null(strstr(a2_store_last_error(f->s)->message, "twice"));
+    req.nfields = 1;
+    req.ttl_ms = 0;
+    assert_int_equal(a2_store_presence_write(f->s, &req, &out),
+                     A2_EINVALID_ARGUMENT);
+    req.ttl_ms = INT64_MAX;
+    assert_int_equal(a2_store_presence_write(f->s, &req, &out),
+                     A2_EINVALID_ARGUMENT);
+    req.ttl_ms = 1000;
+    req.at = -1;
+    assert_int_equal(a2_store_presence_write(f->s, &req, &out),
+                     A2_EINVALID_ARGUMENT);
+    req.at = 1;
+    req.ns = "";
+    assert_int_equal(a2_store_presence_write(f->s, &req, &out),
+                     A2_EINVALID_ARGUMENT);
+    req.ns = f->ns;
+    req.participant = NULL;
+    assert_int_equal(a2_store_presence_write(f->s, &req, &out),
+                     A2_EINVALID_ARGUMENT);
+    req.participant = "p";
+    fl[0].value = "{bad";
+    assert_int_equal(a2_store_presence_write(f->s, &req, &out),
+                     A2_EINVALID_ARGUMENT);
+    assert_non_null(strstr(a2_store_last_error(f->s)->message, "not JSON"));
+    fl[0].value = "1";
+    fl[0].field = "";
+    assert_int_equal(a2_store_presence_write(f->s, &req, &out),
+                     A2_EINVALID_ARGUMENT);
+    fl[0].field = "a";
+    req.nfields = 0;
+    assert_int_equal(a2_store_presence_write(f->s, &req, &out),
+                     A2_EINVALID_ARGUMENT);
+    req.nfields = A2_PRESENCE_MAX_FIELDS + 1;
+    assert_int_equal(a2_store_presence_write(f->s, &req, &out),
+                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(a2_store_presence_write(f->s, NULL, &out),
+                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(a2_store_presence_read(f->s, "", &out),
+                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(a2_store_presence_read(f->s, "x\xc3", &out),
+                     A2_EINVALID_ARGUMENT);
+    int64_t reaped = 7;
+    assert_int_equal(a2_store_presence_reap(f->s, 0, &reaped),
+                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(reaped, 0);
+    assert_int_equal(a2_store_round_trips(f->s), trips);
+    assert_int_equal(rows_of(f), 0);
+    a2_presence_free(NULL);
+}
+
+static void test_write_read(void **state)
+{
+    fx *f = *state;
+    a2_presence_field fl[3] = {{.field = "status", .value = "\"online\""},
+                               {.field = "cursor", .value = "{\"x\": 1}"},
+                               {.field = "gone", .value = NULL}};
+    a2_presence_write_req req = {.ns = f->ns,
+                                 .participant = "ann",
+                                 .at = 100,
+                                 .seen = 42,
+                                 .ttl_ms = 30000,
+                                 .fields = fl,
+                                 .nfields = 3};
+    a2_presence out;
+    uint64_t trips = a2_store_round_trips(f->s);
+    OK(a2_store_presence_write(f->s, &req, &out));
+    assert_true(a2_store_round_trips(f->s) - trips <= 2);
+    assert_int_equal(out.count, 3); /* in the order given */
+    assert_string_equal(out.items[0].field, "status");
+    assert_string_equal(out.items[1].field, "cursor");
+    assert_string_equal(out.items[2].field, "gone");
+    assert_string_equal(out.items[2].value, "null");
+    assert_int_equal(out.items[0].seen, 42);
+    a2_presence_free(&out);
+    put(f, "bob", "status", "\"away\"", 100, 30000);
+    trips = a2_store_round_trips(f->s);
+    OK(a2_store_presence_read(f->s, f->ns, &out));
+    assert_int_equal(a2_store_round_trips(f->s) - trips, 1);
+    /* by participant, then field; the tombstone hidden */
+    assert_int_equal(out.count, 3);
+    assert_string_equal(out.items[0].participant, "ann");
+    assert_string_equal(out.items[0].field, "cursor");
+    assert_string_equal(out.items[0].value, "{\"x\": 1}");
+    assert_string_equal(out.items[1].field, "status");
+    assert_int_equal(out.items[1].seen, 42);
+    assert_int_equal(out.items[1].at, 100);
+    assert_int_equal(out.items[1].expires_at, f->now + 30000);
+    assert_string_equal(out.items[2].participant, "bob");
+    assert_int_equal(out.items[2].seen, A2_STORE_NONE);
+    assert_true(out.lsn > 0);
+    uint64_t lsn = out.lsn;
+    a2_presence_free(&out);
+    /* Another namespace is apart. */
+    a2_presence other;
+    OK(a2_store_presence_read(f->s, "elsewhere-ns", &other));
+    assert_int_equal(other.count, 0);
+    assert_true(other.lsn >= lsn);
+    a2_presence_free(&other);
+}
+
+static void test_lww_and_ties(void **state)
+{
+    fx *f = *state;
+    assert_true(put(f, "p", "s", "1", 200, 10000));
+    /* strictly older loses against an unexpired newer row */
+    assert_false(put(f, "p", "s", "0", 199, 10000));
+    expect(f, "p", "s", "1");
+    /* a tie goes to the incoming write */
+    assert_true(put(f, "p", "s", "2", 200, 10000));
+    expect(f, "p", "s", "2");
+    /* newer wins */
+    assert_true(put(f, "p", "s", "3", 201, 10000));
+    expect(f, "p", "s", "3");
+    /* fields are separate registers */
+    assert_true(put(f, "p", "t", "9", 1, 10000));
+    expect(f, "p", "t", "9");
+    expect(f, "p", "s", "3");
+    /* a write of several fields: each decided alone */
+    a2_presence_field fl[2] = {{.field = "s", .value = "4"},
+                               {.field = "t", .value = "8"}};
+    a2_presence_write_req req = {.ns = f->ns,
+                                 .participant = "p",
+                                 .at = 100,
+                                 .seen = A2_STORE_NONE,
+                                 .ttl_ms = 10000,
+                                 .fields = fl,
+                                 .nfields = 2};
+    a2_presence out;
+    OK(a2_store_presence_write(f->s, &req, &out));
+    assert_int_equal(out.count, 1);
+    assert_string_equal(out.items[0].field, "t");
+    a2_presence_free(&out);
+    expect(f, "p", "s", "3");
+    expect(f, "p", "t", "8");
+}
+
+static void test_ttl_on_store_clock(void **state)
+{
+    fx *f = *state;
+    /* The sender's at is far in the past or future: the lifetime still
+     * runs from the store's clock. */
+    assert_true(put(f, "p", "old", "1", 1, 5000));
+    assert_true(put(f, "p", "future", "1", f->now * 10, 5000));
+    f->now += 4999;
+    expect(f, "p", "old", "1");
+    expect(f, "p", "future", "1");
+    f->now += 1; /* expires_at reached: hidden */
+    expect(f, "p", "old", NULL);
+    expect(f, "p", "future", NULL);
+    /* An expired newer row loses to an older write. */
+    assert_true(put(f, "p", "future", "2", 5, 5000));
+    expect(f, "p", "future", "2");
+}
+
+static void test_tombstones(void **state)
+{
+    fx *f = *state;
+    assert_true(put(f, "p", "s", "\"on\"", 100, 10000));
+    /* an older delete loses */
+    assert_false(put(f, "p", "s", NULL, 99, 10000));
+    expect(f, "p", "s", "\"on\"");
+    /* a newer delete wins and keeps a tombstone */
+    assert_true(put(f, "p", "s", NULL, 150, 10000));
+    expect(f, "p", "s", NULL);
+    assert_int_equal(rows_of(f), 1);
+    /* a late older write cannot bring the field back */
+    assert_false(put(f, "p", "s", "\"late\"", 120, 10000));
+    expect(f, "p", "s", NULL);
+    /* "null" deletes as NULL does; a tie goes to the incoming write */
+    assert_true(put(f, "p", "s", "\"tie\"", 150, 10000));
+    expect(f, "p", "s", "\"tie\"");
+    assert_true(put(f, "p", "s", "null", 150, 10000));
+    expect(f, "p", "s", NULL);
+    /* once the tombstone expires, an older write lands */
+    f->now += 10000;
+    assert_true(put(f, "p", "s", "\"back\"", 1, 10000));
+    expect(f, "p", "s", "\"back\"");
+}
+
+static void test_reap(void **state)
+{
+    fx *f = *state;
+    assert_true(put(f, "p", "a", "1", 1, 1000));
+    assert_true(put(f, "p", "b", NULL, 1, 1000));
+    assert_true(put(f, "p", "c", "1", 1, 5000));
+    assert_int_equal(rows_of(f), 3);
+    f->now += 1000;
+    /* a read reaps its namespace's expired rows */
+    expect(f, "p", "c", "1");
+    assert_int_equal(rows_of(f), 1);
+    /* reap works across namespaces, at most limit rows a call */
+    char other[80];
+    snprintf(other, sizeof other, "%s-2", f->ns);
+    a2_presence_field fl[3] = {{.field = "x", .value = "1"},
+                               {.field = "y", .value = "1"},
+                               {.field = "z", .value = "1"}};
+    a2_presence_write_req req = {.ns = other,
+                                 .participant = "q",
+                                 .at = 1,
+                                 .seen = A2_STORE_NONE,
+                                 .ttl_ms = 100,
+                                 .fields = fl,
+                                 .nfields = 3};
+    a2_presence out;
+    OK(a2_store_presence_write(f->s, &req, &out));
+    a2_presence_free(&out);
+    f->now += 5000;
+    int64_t total = 0, n = 0;
+    for (int i = 0; i < 100; i++) {
+        OK(a2_store_presence_reap(f->s, 2, &n));
+        assert_true(n <= 2);
+        total += n;
+        if (n == 0)
+            break;
+    }
+    assert_true(total >= 4); /* c here, x y z there (and any left over) */
+    assert_int_equal(rows_of(f), 0);
+    assert_int_equal(a2_test_int(f->db, "select count(*) from a2_presence "
+                                        "where expires_at <= 5006000"),
+                     0);
+}
+
+/* A read waits for a write in flight in its namespace, and includes it. */
+typedef struct {
+    fx *f;
+    a2_presence out;
+    int rc;
+} reader_arg;
+
+static void *reader(void *p)
+{
+    reader_arg *r = p;
+    a2_store *s;
+    a2_store_error err;
+    if (a2_store_open(&s, a2_test_db(), &err) != 0) {
+        r->rc = -100;
+        return NULL;
+    }
+    a2_store_set_clock(s, fx_clock, r->f);
+    r->rc = a2_store_presence_read(s, r->f->ns, &r->out);
+    a2_store_close(s);
+    return NULL;
+}
+
+static void test_read_waits_for_writers(void **state)
+{
+    fx *f = *state;
+    char sql[512];
+    /* a writer in flight: the shared lock and its row, not committed */
+    a2_test_exec(f->db, "begin");
+    snprintf(sql, sizeof sql,
+             "select pg_advisory_xact_lock_shared(%d, hashtext('%s'))",
+             A2_PRESENCE_LOCK_CLASS, f->ns);
+    char *v = a2_test_scalar(f->db, sql);
+    free(v);
+    snprintf(sql, sizeof sql,
+             "insert into a2_presence values ('%s', 'w', 'f', '1', null, 1, "
+             "%" PRId64 ")",
+             f->ns, f->now + 60000);
+    a2_test_exec(f->db, sql);
+    reader_arg r = {.f = f};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, reader, &r), 0);
+    PGconn *probe = a2_test_connect();
+    int waited = 0;
+    for (int i = 0; i < 300 && !waited; i++) {
+        waited = a2_test_int(probe,
+                             "select count(*) from pg_stat_activity where "
+                             "wait_event_type = 'Lock' and wait_event = "
+                             "'advisory'") > 0;
+        if (!waited)
+            usleep(10000);
+    }
+    assert_true(waited);
+    a2_test_exec(f->db, "commit");
+    char *commit_lsn = a2_test_scalar(
+            probe, "select (pg_current_wal_insert_lsn() - '0/0')::text");
+    pthread_join(t, NULL);
+    PQfinish(probe);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.out.count, 1); /* the write it waited for */
+    assert_string_equal(r.out.items[0].participant, "w");
+    /* the write's commit ends at or below the read's position */
+    assert_true(r.out.lsn >= strtoull(commit_lsn, NULL, 10));
+    free(commit_lsn);
+    a2_presence_free(&r.out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+            cmocka_unit_test_setup_teardown(test_invalid_arguments, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_write_read, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_lww_and_ties, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_ttl_on_store_clock, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_tombstones, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_reap, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_read_waits_for_writers, setup,
+                                            teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
