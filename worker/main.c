@@ -435,6 +435,7 @@ typedef struct {
     int status; /* waitpid status */
     char *out;  /* stdout */
     size_t outlen;
+    int overflow; /* stdout went past MAX_STDOUT */
     char err[STDERR_TAIL + 1];
     size_t errlen;
     int64_t ms;
@@ -556,7 +557,9 @@ static int run_command(const app *a, const a2_head *h, const char *input,
             ssize_t n = read(out[0], buf, sizeof buf);
             if (n <= 0 && !(n < 0 && errno == EINTR)) {
                 open_out = 0;
-            } else if (n > 0 && res->outlen + (size_t)n <= MAX_STDOUT) {
+            } else if (n > 0 && res->outlen + (size_t)n > MAX_STDOUT) {
+                res->overflow = 1; /* keep draining; the attempt fails */
+            } else if (n > 0) {
                 if (res->outlen + (size_t)n + 1 > cap) {
                     size_t ncap = cap ? cap * 2 : 65536;
                     while (ncap < res->outlen + (size_t)n + 1)
@@ -660,6 +663,13 @@ static int handle(void *ctx, const a2_head *h, a2_worker_reply *reply)
                                                 : "could not run the command");
         say("a2-worker: could not run the handler for %s #%lld: %s",
             e->session_id, (long long)e->index, res.err);
+        rc = 1;
+    } else if (WIFEXITED(res.status) && WEXITSTATUS(res.status) == 0 &&
+               res.overflow) {
+        a2_worker_reply_error(reply, "the handler wrote more than 16 MiB "
+                                     "to stdout");
+        say("a2-worker: failed %s #%lld: stdout over 16 MiB", e->session_id,
+            (long long)e->index);
         rc = 1;
     } else if (WIFEXITED(res.status) && WEXITSTATUS(res.status) == 0) {
         rc = 0;

@@ -149,5 +149,32 @@ got=$(sql "select count(*) from a2_events where session_id = 'term1' and event_t
 checks=$((checks + 1)); [ "$got" = 1 ] || fail "the drained handler's completion is missing"
 contains_log "SIGTERM received, draining 1 running handler" "$TMP/t.log"
 
+# --- handler edge cases: each is dead-lettered (max 1) with its reason ---
+cat >"$TMP/edge.sh" <<'H'
+case "$A2_EVENT_TYPE" in
+nostdin) exit 0 ;;                                  # never reads stdin: fine
+badret) echo '{"type":""}' ;;                       # an invalid returned event
+badjson) echo '{"type":"x","payload":' ;;           # not JSON: just a log line
+signal) kill -9 $$ ;;
+flood) head -c 17000000 /dev/zero | tr '\0' 'x' ;;
+dupid) echo '{"type":"x","id":"taken"}' ;;          # an id another event owns
+esac
+H
+for t in nostdin badret badjson signal flood dupid; do
+    "$A2" append "edge-$t" "$t" '{}' --target edge >/dev/null
+done
+"$A2" append edge-dupid other '{}' --id taken >/dev/null
+start_worker "$TMP/edge.log" --consumer edge --exec "exec sh $TMP/edge.sh" --max-failures 1 --retry-after 0 --concurrency 2
+ep=$last_pid
+wait_for 30 "select count(*) from a2_cursors where consumer = 'edge' and head is not null and failed_at is null" 0
+kill -TERM "$ep"; wait "$ep"
+edge_error() { sql "select coalesce(last_error, 'completed') from a2_cursors c where consumer = 'edge' and session_id = 'edge-$1' order by epoch desc limit 1"; }
+checks=$((checks + 1)); [ "$(sql "select count(*) from a2_cursors where consumer = 'edge' and session_id in ('edge-nostdin', 'edge-badjson') and failed_at is not null")" = 0 ] || fail "nostdin/badjson should complete"
+got=$(edge_error badret); checks=$((checks + 1)); case "$got" in *"returned event 1 is invalid"*) ;; *) fail "badret: $got" ;; esac
+got=$(edge_error signal); checks=$((checks + 1)); case "$got" in *"killed by signal 9"*) ;; *) fail "signal: $got" ;; esac
+got=$(edge_error flood); checks=$((checks + 1)); case "$got" in *"more than 16 MiB"*) ;; *) fail "flood: $got" ;; esac
+got=$(edge_error dupid); checks=$((checks + 1)); case "$got" in *"returned events refused"*) ;; *) fail "dupid: $got" ;; esac
+contains_log '\[edge-badjson #1\] {"type":"x","payload":' "$TMP/edge.log"
+
 expect 2 "$W" --consumer audit --exec true --log ''
 finish
