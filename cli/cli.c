@@ -25,6 +25,10 @@ static const char usage_text[] =
         "                        retry or skip a dead-lettered head\n"
         "  clear SESSION         append the session's clear marker\n"
         "  reclaim SESSION       delete what lies below the clear marker\n"
+        "  state SESSION REDUCER [--at N]\n"
+        "                        a reducer's snapshot\n"
+        "  presence NS [--follow [--connect ADDR]]\n"
+        "                        a namespace's presence, then its changes\n"
         "  schema (apply|check)  install the schema / check a database is "
         "ready\n"
         "  audit FILE [--session S] [--consumer C] [--transition T] "
@@ -92,6 +96,8 @@ static const command commands[] = {
         {"redrive", a2__cli_cmd_redrive},
         {"clear", a2__cli_cmd_clear},
         {"reclaim", a2__cli_cmd_reclaim},
+        {"state", a2__cli_cmd_state},
+        {"presence", a2__cli_cmd_presence},
         {"schema", a2__cli_cmd_schema},
         {"audit", a2__cli_cmd_audit},
         {"status", a2__cli_cmd_status},

@@ -48,6 +48,8 @@ int a2__cli_cmd_dead_letters(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_redrive(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_clear(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv);
+int a2__cli_cmd_state(a2__cli *cli, int argc, char **argv);
+int a2__cli_cmd_presence(a2__cli *cli, int argc, char **argv);
 
 /*
  * An aligned text table: columns sized to their widest cell, two spaces

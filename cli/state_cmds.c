@@ -1,0 +1,619 @@
+/*
+ * `a2 state SESSION REDUCER [--at N]` and `a2 presence NS [--follow]`:
+ * reducer snapshots and presence registers (a2/state.h).
+ *
+ * `a2 presence NS --follow` subscribes at a2-consumer, waits for the pong of
+ * a ping sent after the subscription (from then on every change committed
+ * comes as a patch), reads the namespace through the store (its state and
+ * the WAL position it is exact at), prints it, then prints the patches whose
+ * lsn lies above that position: nothing missed, nothing twice.
+ */
+#include "a2/state.h"
+#include "a2/store.h"
+#include "a2/wire.h"
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PONG_TIMEOUT_MS 10000
+#define PING_EVERY_MS   15000
+#define MAX_BUFFERED    100000 /* patches held while the read runs */
+
+static int open_store(a2__cli *cli, a2_store **out)
+{
+    a2_store_error err = {0};
+    if (a2_store_open(out, cli->db, &err) != 0)
+        return a2__cli_fail(cli, "could not connect to the database: %s",
+                            err.message[0] ? err.message : "unknown error");
+    return A2__CLI_OK;
+}
+
+static int failed(a2__cli *cli, a2_store *store, const char *what)
+{
+    const a2_store_error *e = a2_store_last_error(store);
+    int code = e ? e->code : A2_ESTORE_FAILED;
+    const char *msg = e && e->message[0] ? e->message : "unknown error";
+    if (code == A2_EINVALID_ARGUMENT)
+        return a2__cli_usage(cli, "%s: %s", what, msg);
+    return a2__cli_fail(cli, "%s failed: %s (%s)", what, msg,
+                        a2_store_code_name(code));
+}
+
+/* getopt_long with the usual help and error handling: -2 ends the command
+ * with *rc. */
+static int next_opt(a2__cli *cli, int argc, char **argv,
+                    const struct option *longopts, const char *help, int *rc)
+{
+    int c = getopt_long(argc, argv, ":h", longopts, NULL);
+    switch (c) {
+    case 'h':
+        fputs(help, cli->out);
+        *rc = A2__CLI_OK;
+        return -2;
+    case ':':
+        *rc = a2__cli_usage(cli, "option %s needs a value", argv[optind - 1]);
+        return -2;
+    case '?':
+        *rc = a2__cli_usage(cli, "unknown option %s for %s", argv[optind - 1],
+                            argv[0]);
+        return -2;
+    default:
+        return c;
+    }
+}
+
+static int print_json(a2__cli *cli, json_t *doc)
+{
+    if (!doc)
+        return a2__cli_fail(cli, "out of memory");
+    int rc = json_dumpf(doc, cli->out, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(doc);
+    fputc('\n', cli->out);
+    return rc == 0 ? A2__CLI_OK : a2__cli_fail(cli, "could not write output");
+}
+
+/* JSON text from the server as a value (a string when it does not parse). */
+static json_t *json_value(const char *text)
+{
+    json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : json_null();
+    return v ? v : json_string(text);
+}
+
+/* ── state ────────────────────────────────────────────────────────────── */
+
+int a2__cli_cmd_state(a2__cli *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {
+            {"at", required_argument, NULL, 'a'},
+            {"help", no_argument, NULL, 'h'},
+            {NULL, 0, NULL, 0},
+    };
+    static const char help[] =
+            "usage: a2 state SESSION REDUCER [--at N]\n"
+            "  the reducer's latest snapshot, or with --at the newest version\n"
+            "  at or below event index N (the latest or one a pin keeps)\n";
+    int rc = A2__CLI_OK, c;
+    int64_t at = A2_STORE_NONE;
+    optind = 0;
+    while ((c = next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
+        if (c == -2)
+            return rc;
+        if (c == 'a' && a2__cli_parse_i64(optarg, 0, INT64_MAX, &at) != 0)
+            return a2__cli_usage(cli, "--at needs an index >= 0, not '%s'",
+                                 optarg);
+    }
+    if (argc - optind != 2)
+        return argc - optind < 2
+                       ? a2__cli_usage(cli, "state needs a SESSION and a "
+                                            "REDUCER")
+                       : a2__cli_usage(cli, "state: unexpected argument '%s'",
+                                       argv[optind + 2]);
+    const char *session = argv[optind], *reducer = argv[optind + 1];
+    a2_store *store = NULL;
+    a2_state st = {0};
+    if ((rc = open_store(cli, &store)) != A2__CLI_OK)
+        goto done;
+    if (a2_store_read_state(store, session, reducer, at, &st) != 0) {
+        rc = failed(cli, store, "state");
+        goto done;
+    }
+    if (cli->json) {
+        json_t *o = json_null();
+        if (st.found)
+            o = json_pack("{s:s, s:s, s:I, s:I, s:o}", "session", session,
+                          "reducer", reducer, "up_to_index",
+                          (json_int_t)st.up_to_index, "written_at",
+                          (json_int_t)st.written_at, "state",
+                          json_value(st.state));
+        rc = print_json(cli, o);
+    } else if (!st.found) {
+        fprintf(cli->out, "no snapshot\n");
+    } else {
+        char when[64];
+        a2__cli_fmt_ms(st.written_at, when, sizeof when);
+        fprintf(cli->out, "up_to_index %" PRId64 "  written %s\n%s\n",
+                st.up_to_index, when, st.state);
+    }
+done:
+    a2_state_free(&st);
+    a2_store_close(store);
+    return rc;
+}
+
+/* ── presence ─────────────────────────────────────────────────────────── */
+
+static json_t *entry_json(const char *ns, const a2_presence_entry *e)
+{
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:I, s:I}", "kind",
+                     "state", "ns", ns, "participant", e->participant,
+                     "field", e->field, "value", json_value(e->value), "seen",
+                     e->seen == A2_STORE_NONE ? json_null()
+                                              : json_integer(e->seen),
+                     "at", (json_int_t)e->at, "expires_at",
+                     (json_int_t)e->expires_at);
+}
+
+static int print_state(a2__cli *cli, const char *ns, const a2_presence *p,
+                       int follow)
+{
+    int rc = A2__CLI_OK;
+    if (cli->json && !follow) {
+        json_t *arr = json_array();
+        for (size_t i = 0; arr && i < p->count; i++)
+            json_array_append_new(arr, entry_json(ns, &p->items[i]));
+        return print_json(cli, json_pack("{s:s, s:I, s:o}", "ns", ns, "lsn",
+                                         (json_int_t)p->lsn, "fields", arr));
+    }
+    if (cli->json) {
+        for (size_t i = 0; i < p->count && rc == A2__CLI_OK; i++)
+            rc = print_json(cli, entry_json(ns, &p->items[i]));
+        if (rc == A2__CLI_OK)
+            rc = print_json(cli, json_pack("{s:s, s:s, s:I, s:I}", "kind",
+                                           "snapshot", "ns", ns, "lsn",
+                                           (json_int_t)p->lsn, "count",
+                                           (json_int_t)p->count));
+        return rc;
+    }
+    if (p->count == 0) {
+        fprintf(cli->out, "no presence in %s\n", ns);
+    } else {
+        static const char *const titles[] = {"PARTICIPANT", "FIELD", "VALUE",
+                                             "AT", "EXPIRES"};
+        a2__table *t = a2__table_new(5, titles, "lllll");
+        if (!t)
+            return a2__cli_fail(cli, "out of memory");
+        for (size_t i = 0; i < p->count; i++) {
+            char at[64], exp[64];
+            a2__cli_fmt_ms(p->items[i].at, at, sizeof at);
+            a2__cli_fmt_ms(p->items[i].expires_at, exp, sizeof exp);
+            const char *cells[] = {p->items[i].participant, p->items[i].field,
+                                   p->items[i].value, at, exp};
+            if (a2__table_add(t, cells) != 0) {
+                a2__table_free(t);
+                return a2__cli_fail(cli, "out of memory");
+            }
+        }
+        a2__table_print(t, cli->out);
+        a2__table_free(t);
+    }
+    if (follow)
+        fprintf(cli->out, "-- following %s after %" PRIu64 "\n", ns, p->lsn);
+    return A2__CLI_OK;
+}
+
+static int print_patch(a2__cli *cli, const char *ns, const char *participant,
+                       const char *fields, uint64_t lsn)
+{
+    if (cli->json) {
+        json_t *f = json_loads(fields, 0, NULL);
+        return print_json(cli, json_pack("{s:s, s:s, s:s, s:o, s:I}", "kind",
+                                         "patch", "ns", ns, "participant",
+                                         participant, "fields",
+                                         f ? f : json_object(), "lsn",
+                                         (json_int_t)lsn));
+    }
+    fprintf(cli->out, "%s %s\n", participant, fields);
+    return A2__CLI_OK;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Connects to "unix:PATH" or "tcp:HOST:PORT" ("tcp:[::1]:PORT"); -1 with
+ * err set. */
+static int dial(const char *addr, char *err, size_t errlen)
+{
+    if (strncmp(addr, "unix:", 5) == 0) {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        if (strlen(addr + 5) >= sizeof sa.sun_path) {
+            snprintf(err, errlen, "socket path too long: %s", addr + 5);
+            return -1;
+        }
+        strcpy(sa.sun_path, addr + 5);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+            snprintf(err, errlen, "could not connect to %s: %s", addr,
+                     strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            return -1;
+        }
+        return fd;
+    }
+    char host[256];
+    const char *hp = addr + 4, *colon = strrchr(hp, ':');
+    if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof host) {
+        snprintf(err, errlen, "bad address %s", addr);
+        return -1;
+    }
+    memcpy(host, hp, (size_t)(colon - hp));
+    host[colon - hp] = '\0';
+    char *h = host;
+    size_t hl = strlen(h);
+    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+        h[hl - 1] = '\0';
+        h++;
+    }
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    int gai = getaddrinfo(h, colon + 1, &hints, &res);
+    if (gai != 0) {
+        snprintf(err, errlen, "could not resolve %s: %s", addr,
+                 gai_strerror(gai));
+        return -1;
+    }
+    int fd = -1;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
+                    ai->ai_protocol);
+        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    if (fd < 0)
+        snprintf(err, errlen, "could not connect to %s: %s", addr,
+                 strerror(errno));
+    freeaddrinfo(res);
+    return fd;
+}
+
+static int send_all(int fd, a2_wire_buf *b)
+{
+    size_t off = 0;
+    while (off < b->len) {
+        ssize_t n = send(fd, b->data + off, b->len - off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        off += (size_t)n;
+    }
+    a2_wire_buf_consume(b, b->len);
+    return 0;
+}
+
+static char *read_token(a2__cli *cli, const char *path, int *rc)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        *rc = a2__cli_fail(cli, "could not open token file %s: %s", path,
+                           strerror(errno));
+        return NULL;
+    }
+    char buf[4096];
+    char *tok = NULL;
+    if (fgets(buf, sizeof buf, f)) {
+        buf[strcspn(buf, "\r\n")] = '\0';
+        if (*buf)
+            tok = strdup(buf);
+    }
+    fclose(f);
+    if (!tok)
+        *rc = a2__cli_fail(cli, "token file %s is empty", path);
+    return tok;
+}
+
+/* A patch received before the read. */
+typedef struct {
+    char *participant;
+    char *fields;
+    uint64_t lsn;
+} held_patch;
+
+typedef struct {
+    a2__cli *cli;
+    const char *ns;
+    int fd;
+    a2_wire_reader *rd;
+    held_patch *held;
+    size_t nheld, capheld;
+    int ponged;      /* the subscription is in effect */
+    uint64_t after;  /* patches at or below it are in the read */
+    int have_state;  /* the read is printed: print patches as they come */
+    int64_t pong_by; /* a ping is out: its answer is due by then (0: none) */
+    uint64_t ping_id;
+} follower;
+
+static void free_held(follower *fw)
+{
+    for (size_t i = 0; i < fw->nheld; i++) {
+        free(fw->held[i].participant);
+        free(fw->held[i].fields);
+    }
+    free(fw->held);
+    fw->held = NULL;
+    fw->nheld = fw->capheld = 0;
+}
+
+/* Handles one message; A2__CLI_OK, or an exit status. */
+static int on_message(follower *fw, const a2_wire_msg *m)
+{
+    a2__cli *cli = fw->cli;
+    switch (m->type) {
+    case A2_WIRE_PONG:
+        if (m->id == fw->ping_id) {
+            fw->pong_by = 0;
+            fw->ponged = 1;
+        }
+        return A2__CLI_OK;
+    case A2_WIRE_ERROR:
+        return a2__cli_fail(cli, "a2-consumer refused: %s (%s)", m->message,
+                            m->code);
+    case A2_WIRE_PRESENCE:
+        if (strcmp(m->ns, fw->ns) != 0)
+            return A2__CLI_OK;
+        if (fw->have_state) {
+            if (m->lsn <= fw->after)
+                return A2__CLI_OK;
+            return print_patch(cli, fw->ns, m->participant, m->fields_json,
+                               m->lsn);
+        }
+        if (fw->nheld == MAX_BUFFERED)
+            return a2__cli_fail(cli, "more than %d patches arrived during the "
+                                     "read",
+                                MAX_BUFFERED);
+        if (fw->nheld == fw->capheld) {
+            size_t cap = fw->capheld ? fw->capheld * 2 : 64;
+            held_patch *h = realloc(fw->held, cap * sizeof *h);
+            if (!h)
+                return a2__cli_fail(cli, "out of memory");
+            fw->held = h;
+            fw->capheld = cap;
+        }
+        held_patch *h = &fw->held[fw->nheld];
+        h->participant = strdup(m->participant);
+        h->fields = strdup(m->fields_json);
+        h->lsn = m->lsn;
+        if (!h->participant || !h->fields) {
+            free(h->participant);
+            free(h->fields);
+            return a2__cli_fail(cli, "out of memory");
+        }
+        fw->nheld++;
+        return A2__CLI_OK;
+    default: /* welcome, wake, resync...: not ours */
+        return A2__CLI_OK;
+    }
+}
+
+/* Reads what the socket has (waiting up to timeout_ms) and handles it. */
+static int pump(follower *fw, int timeout_ms)
+{
+    struct pollfd p = {.fd = fw->fd, .events = POLLIN};
+    int n = poll(&p, 1, timeout_ms);
+    if (n < 0)
+        return errno == EINTR ? A2__CLI_OK
+                              : a2__cli_fail(fw->cli, "poll: %s",
+                                             strerror(errno));
+    if (n == 0)
+        return A2__CLI_OK;
+    char buf[65536];
+    ssize_t got = recv(fw->fd, buf, sizeof buf, 0);
+    if (got < 0 && errno == EINTR)
+        return A2__CLI_OK;
+    if (got <= 0)
+        return a2__cli_fail(fw->cli, "a2-consumer closed the connection%s%s",
+                            got < 0 ? ": " : "", got < 0 ? strerror(errno) : "");
+    if (a2_wire_reader_feed(fw->rd, buf, (size_t)got) != 0)
+        return a2__cli_fail(fw->cli, "out of memory");
+    for (;;) {
+        a2_wire_msg m;
+        int r = a2_wire_reader_next(fw->rd, &m);
+        if (r == 0)
+            return A2__CLI_OK;
+        if (r < 0)
+            return a2__cli_fail(fw->cli, "bad frame from a2-consumer: %s",
+                                a2_wire_reader_error(fw->rd));
+        int rc = on_message(fw, &m);
+        if (rc != A2__CLI_OK)
+            return rc;
+    }
+}
+
+static int send_ping(follower *fw, a2_wire_buf *out)
+{
+    fw->ping_id++;
+    if (a2_wire_encode_ping(out, fw->ping_id) != 0 || send_all(fw->fd, out))
+        return a2__cli_fail(fw->cli, "could not write to a2-consumer");
+    fw->pong_by = mono_ms() + PONG_TIMEOUT_MS;
+    return A2__CLI_OK;
+}
+
+static volatile sig_atomic_t stop_follow;
+
+static void on_stop(int sig)
+{
+    (void)sig;
+    stop_follow = 1;
+}
+
+static int follow(a2__cli *cli, a2_store *store, const char *ns,
+                  const char *addr, const char *token)
+{
+    char err[512];
+    follower fw = {.cli = cli, .ns = ns, .fd = -1};
+    a2_wire_buf out = {0};
+    a2_presence p = {0};
+    int rc = A2__CLI_OK;
+    fw.fd = dial(addr, err, sizeof err);
+    if (fw.fd < 0)
+        return a2__cli_fail(cli, "%s", err);
+    fw.rd = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
+    char name[64];
+    snprintf(name, sizeof name, "a2-presence-%ld", (long)getpid());
+    if (!fw.rd || a2_wire_encode_hello(&out, name, token) != 0 ||
+        a2_wire_encode_presence_sub(&out, ns) != 0) {
+        rc = a2__cli_fail(cli, "could not encode the subscription for %s",
+                          ns);
+        goto done;
+    }
+    if (send_all(fw.fd, &out) != 0) {
+        rc = a2__cli_fail(cli, "could not write to a2-consumer");
+        goto done;
+    }
+    if ((rc = send_ping(&fw, &out)) != A2__CLI_OK)
+        goto done;
+    /* 1. the subscription is in effect once the ping's pong is back */
+    while (!fw.ponged && rc == A2__CLI_OK) {
+        int64_t left = fw.pong_by - mono_ms();
+        if (left <= 0) {
+            rc = a2__cli_fail(cli, "no answer from a2-consumer at %s", addr);
+            goto done;
+        }
+        rc = pump(&fw, (int)left);
+    }
+    if (rc != A2__CLI_OK)
+        goto done;
+    /* 2. the state, exact at p.lsn */
+    if (a2_store_presence_read(store, ns, &p) != 0) {
+        rc = failed(cli, store, "presence");
+        goto done;
+    }
+    fw.after = p.lsn;
+    if ((rc = print_state(cli, ns, &p, 1)) != A2__CLI_OK)
+        goto done;
+    /* 3. the patches held, then the stream: only those after the read */
+    for (size_t i = 0; i < fw.nheld && rc == A2__CLI_OK; i++)
+        if (fw.held[i].lsn > fw.after)
+            rc = print_patch(cli, ns, fw.held[i].participant,
+                             fw.held[i].fields, fw.held[i].lsn);
+    free_held(&fw);
+    fw.have_state = 1;
+    fflush(cli->out);
+    struct sigaction sa = {.sa_handler = on_stop};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    int64_t next_ping = mono_ms() + PING_EVERY_MS;
+    while (rc == A2__CLI_OK && !stop_follow) {
+        rc = pump(&fw, 500);
+        if (fflush(cli->out) != 0 && rc == A2__CLI_OK)
+            rc = a2__cli_fail(cli, "could not write output: %s",
+                              strerror(errno));
+        int64_t now = mono_ms();
+        if (rc == A2__CLI_OK && fw.pong_by && now > fw.pong_by)
+            rc = a2__cli_fail(cli, "a2-consumer stopped answering");
+        if (rc == A2__CLI_OK && !fw.pong_by && now >= next_ping) {
+            rc = send_ping(&fw, &out);
+            next_ping = now + PING_EVERY_MS;
+        }
+    }
+done:
+    free_held(&fw);
+    a2_presence_free(&p);
+    a2_wire_buf_free(&out);
+    a2_wire_reader_free(fw.rd);
+    if (fw.fd >= 0)
+        close(fw.fd);
+    return rc;
+}
+
+int a2__cli_cmd_presence(a2__cli *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {
+            {"follow", no_argument, NULL, 'f'},
+            {"connect", required_argument, NULL, 'C'},
+            {"token-file", required_argument, NULL, 'T'},
+            {"help", no_argument, NULL, 'h'},
+            {NULL, 0, NULL, 0},
+    };
+    static const char help[] =
+            "usage: a2 presence NS [--follow [--connect ADDR] [--token-file "
+            "F]]\n"
+            "  the namespace's live presence fields (expired ones are "
+            "deleted)\n"
+            "  --follow       then every change, from a2-consumer (--connect\n"
+            "                 unix:PATH or tcp:HOST:PORT, default "
+            "$A2_CONSUMER),\n"
+            "                 with nothing missed or repeated between the two\n"
+            "  --token-file F token for a tcp: address\n";
+    int rc = A2__CLI_OK, c, follow_on = 0;
+    const char *addr = getenv("A2_CONSUMER"), *token_file = NULL;
+    optind = 0;
+    while ((c = next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
+        if (c == -2)
+            return rc;
+        if (c == 'f')
+            follow_on = 1;
+        else if (c == 'C')
+            addr = optarg;
+        else if (c == 'T')
+            token_file = optarg;
+    }
+    if (argc - optind != 1)
+        return argc - optind < 1
+                       ? a2__cli_usage(cli, "presence needs a namespace")
+                       : a2__cli_usage(cli,
+                                       "presence: unexpected argument '%s'",
+                                       argv[optind + 1]);
+    const char *ns = argv[optind];
+    if (follow_on) {
+        if (!addr || !*addr)
+            return a2__cli_usage(cli, "--follow needs --connect ADDR (or "
+                                      "A2_CONSUMER)");
+        if (strncmp(addr, "unix:", 5) != 0 && strncmp(addr, "tcp:", 4) != 0)
+            return a2__cli_usage(cli,
+                                 "--connect needs unix:PATH or "
+                                 "tcp:HOST:PORT, not '%s'",
+                                 addr);
+        if (strncmp(addr, "tcp:", 4) == 0 && !token_file)
+            return a2__cli_usage(cli, "--connect tcp: needs --token-file");
+    }
+    char *token = NULL;
+    if (follow_on && token_file && !(token = read_token(cli, token_file, &rc)))
+        return rc;
+    a2_store *store = NULL;
+    a2_presence p = {0};
+    if ((rc = open_store(cli, &store)) != A2__CLI_OK)
+        goto done;
+    if (follow_on) {
+        rc = follow(cli, store, ns, addr, token);
+        goto done;
+    }
+    if (a2_store_presence_read(store, ns, &p) != 0) {
+        rc = failed(cli, store, "presence");
+        goto done;
+    }
+    rc = print_state(cli, ns, &p, 0);
+done:
+    a2_presence_free(&p);
+    a2_store_close(store);
+    free(token);
+    return rc;
+}
