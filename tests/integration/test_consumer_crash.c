@@ -55,6 +55,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    tc_kill_leftovers();
     a2_test_exec(db, "set client_min_messages = warning");
     a2_test_exec(db, "drop trigger if exists tc_versions on a2_cursors");
     PQfinish(db);
@@ -235,6 +236,7 @@ static void test_kill9_mid_burst(void **state)
         burst(0, 6000);
         _exit(0);
     }
+    tc_track(child);
     /* kill -9 three times while the burst runs, restarting each time */
     int delays[] = {150, 300, 250};
     int mid_burst = 0, st = 0, reaped = 0;
@@ -243,6 +245,8 @@ static void test_kill9_mid_burst(void **state)
         if (!reaped) {
             pid_t r = waitpid(child, &st, WNOHANG);
             reaped = r == child;
+            if (reaped)
+                tc_untrack(child);
             mid_burst += r == 0;
         }
         tc_kill9(&d);
@@ -251,6 +255,7 @@ static void test_kill9_mid_burst(void **state)
     }
     if (!reaped)
         waitpid(child, &st, 0);
+    tc_untrack(child);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     /* the kills hit the burst, and each restart resumed from the audit */
     assert_true(mid_burst >= 1);
@@ -442,6 +447,78 @@ static void test_invalidated_slot_gap(void **state)
     tc_cleanup(&d);
 }
 
+/* Switches WAL segments and checkpoints until the slot is lost. */
+static void invalidate_slot(const char *slot)
+{
+    char sql[256], *status = NULL;
+    snprintf(sql, sizeof sql,
+             "select wal_status from pg_replication_slots where slot_name = "
+             "'%s'",
+             slot);
+    a2_test_exec(db, "alter system set max_slot_wal_keep_size = '1MB'");
+    a2_test_exec(db, "select pg_reload_conf()");
+    for (int i = 0; i < 20; i++) {
+        a2_test_exec(db, "create table if not exists tc_filler(x int)");
+        a2_test_exec(db, "insert into tc_filler values (1)");
+        a2_test_exec(db, "select pg_switch_wal()");
+        a2_test_exec(db, "checkpoint");
+        free(status);
+        status = a2_test_scalar(db, sql);
+        if (status && strcmp(status, "lost") == 0)
+            break;
+    }
+    a2_test_exec(db, "alter system reset max_slot_wal_keep_size");
+    a2_test_exec(db, "select pg_reload_conf()");
+    a2_test_exec(db, "drop table if exists tc_filler");
+    assert_non_null(status);
+    assert_string_equal(status, "lost");
+    free(status);
+}
+
+/*
+ * The slot lost while the consumer runs (held still with SIGSTOP while its
+ * walsender is ended and the WAL moves on): it recreates the slot, writes
+ * the gap and resyncs the connected workers.
+ */
+static void test_slot_lost_while_running(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker w;
+    tc_msg m;
+    tc_init(&d, "tc_lostrun");
+    tc_start(&d);
+    tc_worker_open(&w, d.sock, "w1", "c", NULL);
+    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
+    assert_true(tc_wait_for(&w, "resync", 5000, &m)); /* subscribe's answer */
+    burst(0, 1);
+    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+
+    kill(d.pid, SIGSTOP);
+    a2_test_exec(db, "select pg_terminate_backend(active_pid) from "
+                     "pg_replication_slots where slot_name = 'tc_lostrun'");
+    for (int i = 0; i < 100; i++) {
+        if (a2_test_int(db, "select count(*) from pg_replication_slots where "
+                            "slot_name = 'tc_lostrun' and active") == 0)
+            break;
+        tc_sleep_ms(20);
+    }
+    invalidate_slot("tc_lostrun");
+    kill(d.pid, SIGCONT);
+
+    /* every worker gets a resync, then streaming goes on */
+    assert_true(tc_wait_for(&w, "resync", 10000, &m));
+    assert_true(m.all_sessions);
+    burst(4, 1);
+    assert_true(tc_wait_for(&w, "wake", 10000, &m));
+    assert_string_equal(m.cursor, "#4");
+    tc_worker_close(&w);
+    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"gap\""), 1);
+    assert_int_equal(tc_count_in_file(d.log, "was invalidated; recreated"), 1);
+    tc_cleanup(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -452,6 +529,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_postgres_crash_restart, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_walsender_terminated, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_slot_lost_while_running, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_invalidated_slot_gap, setup,
                                             teardown),

@@ -29,6 +29,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    tc_kill_leftovers();
     PQfinish(db);
     return 0;
 }

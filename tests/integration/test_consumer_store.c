@@ -32,6 +32,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    tc_kill_leftovers();
     a2_store_close(store);
     PQfinish(db);
     return 0;

@@ -30,6 +30,37 @@
 
 /* ---- the daemon ---- */
 
+/* Processes a test started and has not reaped yet (consumers, bursts), so
+ * that a test that failed half-way leaves nothing running into the next. */
+static pid_t tc_pids[32];
+
+static inline void tc_track(pid_t pid)
+{
+    for (int i = 0; i < 32; i++)
+        if (tc_pids[i] == 0) {
+            tc_pids[i] = pid;
+            return;
+        }
+}
+
+static inline void tc_untrack(pid_t pid)
+{
+    for (int i = 0; i < 32; i++)
+        if (tc_pids[i] == pid)
+            tc_pids[i] = 0;
+}
+
+/* Kills and reaps whatever a failed test left running (call in teardown). */
+static inline void tc_kill_leftovers(void)
+{
+    for (int i = 0; i < 32; i++)
+        if (tc_pids[i] > 0) {
+            kill(tc_pids[i], SIGKILL);
+            waitpid(tc_pids[i], NULL, 0);
+            tc_pids[i] = 0;
+        }
+}
+
 typedef struct {
     pid_t pid;
     char dir[64];
@@ -144,6 +175,7 @@ static inline int tc_start_args(tc_daemon *d, int expect_exit,
         _exit(127);
     }
     d->pid = pid;
+    tc_track(pid);
     if (expect_exit) {
         int st;
         int64_t t0 = a2_test_now_ms();
@@ -156,6 +188,7 @@ static inline int tc_start_args(tc_daemon *d, int expect_exit,
             tc_sleep_ms(20);
         }
         d->pid = 0;
+        tc_untrack(pid);
         return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     }
     int64_t t0 = a2_test_now_ms();
@@ -168,7 +201,12 @@ static inline int tc_start_args(tc_daemon *d, int expect_exit,
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             char *log = tc_read_file(d->log);
-            fail_msg("a2-consumer exited early: %s", log ? log : "");
+            d->pid = 0;
+            tc_untrack(pid);
+            fail_msg("a2-consumer exited early (%s %d): %s",
+                     WIFEXITED(st) ? "status" : "signal",
+                     WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st),
+                     log ? log + before : "");
         }
         if (a2_test_now_ms() - t0 > 20000)
             fail_msg("a2-consumer not ready in 20 s");
@@ -193,11 +231,13 @@ static inline int tc_stop(tc_daemon *d)
         if (a2_test_now_ms() - t0 > 15000) {
             kill(d->pid, SIGKILL);
             waitpid(d->pid, &st, 0);
+            tc_untrack(d->pid);
             d->pid = 0;
             fail_msg("a2-consumer did not stop on SIGTERM");
         }
         tc_sleep_ms(10);
     }
+    tc_untrack(d->pid);
     d->pid = 0;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
@@ -208,6 +248,7 @@ static inline void tc_kill9(tc_daemon *d)
         return;
     kill(d->pid, SIGKILL);
     waitpid(d->pid, NULL, 0);
+    tc_untrack(d->pid);
     d->pid = 0;
 }
 

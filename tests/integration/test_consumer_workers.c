@@ -25,6 +25,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    tc_kill_leftovers();
     PQfinish(db);
     return 0;
 }
