@@ -1,0 +1,517 @@
+/*
+ * Presence pushed from the WAL: the real a2-consumer on a real slot, two
+ * concurrent writers through liba2store, and `a2 presence NS --follow`
+ * joining while they write. The subscriber's snapshot followed by its
+ * patches must show every change of each writer exactly once and in order,
+ * and end equal to the store's state.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "a2/state.h"
+#include "a2/store.h"
+#include "a2/wire.h"
+#include "test_consumer_util.h"
+
+#define WRITES 300
+
+static PGconn *db;
+
+static int setup(void **state)
+{
+    (void)state;
+    db = a2_test_connect();
+    a2_test_exec(db, "truncate a2_presence");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tc_kill_leftovers();
+    PQfinish(db);
+    return 0;
+}
+
+typedef struct {
+    int k;
+    const char *ns;
+    atomic_int done; /* writes committed */
+    int rc;
+} writer_arg;
+
+/* Writer k: participant "w<k>" field n = 1..WRITES, and a contended field
+ * "last" of participant "both" with at = 2 i + k. */
+static void *writer(void *p)
+{
+    writer_arg *w = p;
+    a2_store *s;
+    a2_store_error err;
+    if (a2_store_open(&s, a2_test_db(), &err) != 0) {
+        w->rc = -100;
+        return NULL;
+    }
+    char me[16], v[64];
+    snprintf(me, sizeof me, "w%d", w->k);
+    for (int i = 1; i <= WRITES && w->rc == 0; i++) {
+        snprintf(v, sizeof v, "%d", i);
+        a2_presence_field f = {.field = "n", .value = v};
+        a2_presence_write_req req = {.ns = w->ns,
+                                     .participant = me,
+                                     .at = i,
+                                     .seen = A2_STORE_NONE,
+                                     .ttl_ms = 600000,
+                                     .fields = &f,
+                                     .nfields = 1};
+        a2_presence out;
+        w->rc = a2_store_presence_write(s, &req, &out);
+        a2_presence_free(&out);
+        if (w->rc == 0 && i % 3 == 0) {
+            snprintf(v, sizeof v, "{\"k\": %d, \"i\": %d}", w->k, i);
+            a2_presence_field g = {.field = "last", .value = v};
+            req.participant = "both";
+            req.at = 2 * i + w->k;
+            req.fields = &g;
+            w->rc = a2_store_presence_write(s, &req, &out);
+            a2_presence_free(&out);
+        }
+        atomic_store(&w->done, i);
+        tc_sleep_ms(1);
+    }
+    a2_store_close(s);
+    return NULL;
+}
+
+/* The subscriber's view: fields by "participant\x1ffield", JSON text. */
+typedef struct {
+    json_t *state;
+    uint64_t snap_lsn;
+    int snapshot_seen;
+    int last_n[2]; /* the last n seen of each writer (0: none) */
+    int seen_in_snapshot[2];
+    int patches;
+    uint64_t last_lsn;
+    int end_seen;
+} view;
+
+static void set_field(view *v, const char *participant, const char *field,
+                      json_t *value)
+{
+    char key[256];
+    snprintf(key, sizeof key, "%s\x1f%s", participant, field);
+    if (!value || json_is_null(value))
+        json_object_del(v->state, key);
+    else
+        json_object_set(v->state, key, value);
+}
+
+static void on_line(view *v, const char *line)
+{
+    json_error_t jerr;
+    json_t *o = json_loads(line, 0, &jerr);
+    if (!o)
+        fail_msg("subscriber printed a non-JSON line: %s", line);
+    const char *kind = json_string_value(json_object_get(o, "kind"));
+    assert_non_null(kind);
+    if (strcmp(kind, "state") == 0) {
+        assert_false(v->snapshot_seen);
+        const char *p = json_string_value(json_object_get(o, "participant"));
+        const char *f = json_string_value(json_object_get(o, "field"));
+        json_t *val = json_object_get(o, "value");
+        set_field(v, p, f, val);
+        for (int k = 0; k < 2; k++) {
+            char me[16];
+            snprintf(me, sizeof me, "w%d", k);
+            if (strcmp(p, me) == 0 && strcmp(f, "n") == 0) {
+                v->last_n[k] = (int)json_integer_value(val);
+                v->seen_in_snapshot[k] = v->last_n[k];
+            }
+        }
+    } else if (strcmp(kind, "snapshot") == 0) {
+        v->snapshot_seen = 1;
+        v->snap_lsn = (uint64_t)json_integer_value(json_object_get(o, "lsn"));
+        v->last_lsn = v->snap_lsn;
+    } else if (strcmp(kind, "patch") == 0) {
+        assert_true(v->snapshot_seen);
+        uint64_t lsn = (uint64_t)json_integer_value(json_object_get(o, "lsn"));
+        /* after the read, in commit order */
+        assert_true(lsn > v->snap_lsn);
+        assert_true(lsn >= v->last_lsn);
+        v->last_lsn = lsn;
+        v->patches++;
+        const char *p = json_string_value(json_object_get(o, "participant"));
+        const char *key;
+        json_t *val;
+        json_object_foreach(json_object_get(o, "fields"), key, val)
+        {
+            set_field(v, p, key, val);
+            for (int k = 0; k < 2; k++) {
+                char me[16];
+                snprintf(me, sizeof me, "w%d", k);
+                if (strcmp(p, me) == 0 && strcmp(key, "n") == 0) {
+                    int n = (int)json_integer_value(val);
+                    /* every change once, in order: the next value */
+                    if (n != v->last_n[k] + 1)
+                        fail_msg("writer %d: saw %d after %d", k, n,
+                                 v->last_n[k]);
+                    v->last_n[k] = n;
+                }
+            }
+            if (strcmp(p, "end") == 0)
+                v->end_seen = 1;
+        }
+    } else {
+        fail_msg("unexpected line kind %s", kind);
+    }
+    json_decref(o);
+}
+
+/* Lines from a pipe, without stdio buffering hiding them from poll. */
+typedef struct {
+    int fd;
+    char buf[1 << 20];
+    size_t len, start;
+} line_reader;
+
+/* The next line (NUL-terminated, without its newline), or NULL on end of
+ * file or when none comes within timeout_ms. */
+static const char *next_line(line_reader *lr, int timeout_ms)
+{
+    for (;;) {
+        char *nl = memchr(lr->buf + lr->start, '\n', lr->len - lr->start);
+        if (nl) {
+            *nl = '\0';
+            const char *line = lr->buf + lr->start;
+            lr->start = (size_t)(nl - lr->buf) + 1;
+            return line;
+        }
+        memmove(lr->buf, lr->buf + lr->start, lr->len - lr->start);
+        lr->len -= lr->start;
+        lr->start = 0;
+        if (lr->len == sizeof lr->buf)
+            fail_msg("line longer than %zu bytes", sizeof lr->buf);
+        struct pollfd p = {.fd = lr->fd, .events = POLLIN};
+        if (poll(&p, 1, timeout_ms) <= 0)
+            return NULL;
+        ssize_t n = read(lr->fd, lr->buf + lr->len, sizeof lr->buf - lr->len);
+        if (n <= 0)
+            return NULL;
+        lr->len += (size_t)n;
+    }
+}
+
+static pid_t start_subscriber(const char *ns, const char *sock, int *out_fd)
+{
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    static char bin[512], conn[256];
+    snprintf(bin, sizeof bin, "%s", a2_test_bin("a2"));
+    snprintf(conn, sizeof conn, "unix:%s", sock);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(pfd[1], 1);
+        close(pfd[0]);
+        close(pfd[1]);
+        execl(bin, bin, "--db", a2_test_db(), "--json", "presence", ns,
+              "--follow", "--connect", conn, (char *)NULL);
+        _exit(127);
+    }
+    assert_true(pid > 0);
+    tc_track(pid);
+    close(pfd[1]);
+    *out_fd = pfd[0];
+    return pid;
+}
+
+static void test_two_writers_one_subscriber(void **state)
+{
+    (void)state;
+    const char *ns = "stream-room";
+    tc_daemon d;
+    tc_init(&d, "tp_stream");
+    tc_start(&d);
+    writer_arg w[2] = {{.k = 0, .ns = ns}, {.k = 1, .ns = ns}};
+    pthread_t t[2];
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(pthread_create(&t[k], NULL, writer, &w[k]), 0);
+    /* join while they write */
+    while (atomic_load(&w[0].done) < WRITES / 4 ||
+           atomic_load(&w[1].done) < WRITES / 4)
+        tc_sleep_ms(2);
+    int fd;
+    pid_t sub = start_subscriber(ns, d.sock, &fd);
+    for (int k = 0; k < 2; k++)
+        pthread_join(t[k], NULL);
+    assert_int_equal(w[0].rc, 0);
+    assert_int_equal(w[1].rc, 0);
+    /* a last write marks the end of the stream */
+    a2_store *s;
+    a2_store_error err;
+    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
+    a2_presence_field f = {.field = "done", .value = "true"};
+    a2_presence_write_req req = {.ns = ns,
+                                 .participant = "end",
+                                 .at = 1,
+                                 .seen = A2_STORE_NONE,
+                                 .ttl_ms = 600000,
+                                 .fields = &f,
+                                 .nfields = 1};
+    a2_presence out;
+    assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
+    a2_presence_free(&out);
+
+    view v = {.state = json_object()};
+    line_reader *lr = calloc(1, sizeof *lr);
+    assert_non_null(lr);
+    lr->fd = fd;
+    const char *line;
+    int64_t t0 = a2_test_now_ms();
+    while (!v.end_seen && a2_test_now_ms() - t0 < 30000 &&
+           (line = next_line(lr, 1000)) != NULL)
+        on_line(&v, line);
+    assert_true(v.end_seen);
+    /* the subscriber joined mid-stream: some changes came in its read,
+     * later ones as patches */
+    assert_true(v.seen_in_snapshot[0] > 0 && v.seen_in_snapshot[1] > 0);
+    assert_true(v.seen_in_snapshot[0] < WRITES ||
+                v.seen_in_snapshot[1] < WRITES);
+    assert_int_equal(v.last_n[0], WRITES);
+    assert_int_equal(v.last_n[1], WRITES);
+    assert_true(v.patches > 0);
+    if (getenv("A2_TEST_VERBOSE"))
+        fprintf(stderr, "snapshot at w0=%d w1=%d, %d patches\n",
+                v.seen_in_snapshot[0], v.seen_in_snapshot[1], v.patches);
+    /* and ends where the store is */
+    assert_int_equal(a2_store_presence_read(s, ns, &out), 0);
+    assert_int_equal(json_object_size(v.state), out.count);
+    for (size_t i = 0; i < out.count; i++) {
+        char key[256];
+        snprintf(key, sizeof key, "%s\x1f%s", out.items[i].participant,
+                 out.items[i].field);
+        json_t *mine = json_object_get(v.state, key);
+        json_t *theirs = json_loads(out.items[i].value, JSON_DECODE_ANY, NULL);
+        if (!mine || !json_equal(mine, theirs))
+            fail_msg("%s: subscriber has a different value than the store %s",
+                     key, out.items[i].value);
+        json_decref(theirs);
+    }
+    a2_presence_free(&out);
+    a2_store_close(s);
+    /* SIGTERM ends the follow cleanly */
+    kill(sub, SIGTERM);
+    int st;
+    waitpid(sub, &st, 0);
+    tc_untrack(sub);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    close(fd);
+    free(lr);
+    json_decref(v.state);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
+/* A subscriber written here on liba2wire, to widen the window between the
+ * subscription and the read. */
+typedef struct {
+    int fd;
+    a2_wire_reader *rd;
+} wsub;
+
+/* The next message (1), or 0 when none comes within timeout_ms. */
+static int wsub_next(wsub *w, int timeout_ms, a2_wire_msg *m)
+{
+    for (;;) {
+        int r = a2_wire_reader_next(w->rd, m);
+        if (r < 0)
+            fail_msg("bad frame: %s", a2_wire_reader_error(w->rd));
+        if (r == 1)
+            return 1;
+        struct pollfd p = {.fd = w->fd, .events = POLLIN};
+        if (poll(&p, 1, timeout_ms) <= 0)
+            return 0;
+        char buf[65536];
+        ssize_t n = read(w->fd, buf, sizeof buf);
+        if (n <= 0)
+            fail_msg("a2-consumer closed the connection");
+        assert_int_equal(a2_wire_reader_feed(w->rd, buf, (size_t)n), 0);
+    }
+}
+
+/* A patch as the line `a2 presence --follow --json` prints. */
+static char *patch_line(const a2_wire_msg *m)
+{
+    json_t *f = json_loads(m->fields_json, 0, NULL);
+    assert_non_null(f);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:I}", "kind", "patch", "ns",
+                          m->ns, "participant", m->participant, "fields", f,
+                          "lsn", (json_int_t)m->lsn);
+    char *t = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return t;
+}
+
+static void test_wide_window(void **state)
+{
+    (void)state;
+    const char *ns = "window-room";
+    tc_daemon d;
+    tc_init(&d, "tp_window");
+    tc_start(&d);
+    writer_arg w[2] = {{.k = 0, .ns = ns}, {.k = 1, .ns = ns}};
+    pthread_t t[2];
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(pthread_create(&t[k], NULL, writer, &w[k]), 0);
+    while (atomic_load(&w[0].done) < WRITES / 4 ||
+           atomic_load(&w[1].done) < WRITES / 4)
+        tc_sleep_ms(2);
+    /* 1. subscribe, ping, and hold every patch from the pong on */
+    wsub sub = {.fd = tc_connect(d.sock),
+                .rd = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER)};
+    a2_wire_buf out = {0};
+    assert_int_equal(a2_wire_encode_hello(&out, "window", NULL), 0);
+    assert_int_equal(a2_wire_encode_presence_sub(&out, ns), 0);
+    assert_int_equal(a2_wire_encode_ping(&out, 7), 0);
+    tc_send_raw(sub.fd, out.data, out.len);
+    a2_wire_buf_free(&out);
+    a2_wire_msg m;
+    int ponged = 0;
+    while (!ponged) {
+        assert_true(wsub_next(&sub, 5000, &m));
+        ponged = m.type == A2_WIRE_PONG && m.id == 7;
+    }
+    char *held[4 * WRITES];
+    uint64_t held_lsn[4 * WRITES];
+    size_t nheld = 0;
+    int64_t until = a2_test_now_ms() + 200; /* the writers go on */
+    while (a2_test_now_ms() < until)
+        if (wsub_next(&sub, 10, &m) && m.type == A2_WIRE_PRESENCE) {
+            assert_true(nheld < 4 * WRITES);
+            held_lsn[nheld] = m.lsn;
+            held[nheld++] = patch_line(&m);
+        }
+    /* 2. the read */
+    a2_store *s;
+    a2_store_error err;
+    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
+    a2_presence rd;
+    assert_int_equal(a2_store_presence_read(s, ns, &rd), 0);
+    view v = {.state = json_object()};
+    for (size_t i = 0; i < rd.count; i++) {
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:o}", "kind", "state",
+                              "ns", ns, "participant", rd.items[i].participant,
+                              "field", rd.items[i].field, "value",
+                              json_loads(rd.items[i].value, JSON_DECODE_ANY,
+                                         NULL));
+        char *line = json_dumps(o, JSON_COMPACT);
+        on_line(&v, line);
+        free(line);
+        json_decref(o);
+    }
+    char snap[128];
+    snprintf(snap, sizeof snap, "{\"kind\":\"snapshot\",\"lsn\":%" PRIu64 "}",
+             rd.lsn);
+    on_line(&v, snap);
+    /* 3. held patches after the read's position, then the stream */
+    size_t discarded = 0;
+    for (size_t i = 0; i < nheld; i++) {
+        if (held_lsn[i] > rd.lsn)
+            on_line(&v, held[i]);
+        else
+            discarded++;
+        free(held[i]);
+    }
+    for (int k = 0; k < 2; k++)
+        pthread_join(t[k], NULL);
+    assert_int_equal(w[0].rc, 0);
+    assert_int_equal(w[1].rc, 0);
+    a2_presence_field f = {.field = "done", .value = "true"};
+    a2_presence_write_req req = {.ns = ns,
+                                 .participant = "end",
+                                 .at = 1,
+                                 .seen = A2_STORE_NONE,
+                                 .ttl_ms = 600000,
+                                 .fields = &f,
+                                 .nfields = 1};
+    a2_presence wo;
+    assert_int_equal(a2_store_presence_write(s, &req, &wo), 0);
+    a2_presence_free(&wo);
+    while (!v.end_seen) {
+        assert_true(wsub_next(&sub, 10000, &m));
+        if (m.type != A2_WIRE_PRESENCE)
+            continue;
+        if (m.lsn <= rd.lsn) { /* committed before the read, decoded late */
+            discarded++;
+            continue;
+        }
+        char *line = patch_line(&m);
+        on_line(&v, line);
+        free(line);
+    }
+    if (getenv("A2_TEST_VERBOSE"))
+        fprintf(stderr, "held %zu, %zu in the read, snapshot w0=%d w1=%d\n",
+                nheld, discarded, v.seen_in_snapshot[0],
+                v.seen_in_snapshot[1]);
+    /* the window held changes the read already had: dropped, not lost */
+    assert_true(discarded > 0);
+    assert_int_equal(v.last_n[0], WRITES);
+    assert_int_equal(v.last_n[1], WRITES);
+    a2_presence_free(&rd);
+    assert_int_equal(a2_store_presence_read(s, ns, &rd), 0);
+    assert_int_equal(json_object_size(v.state), rd.count);
+    a2_presence_free(&rd);
+    a2_store_close(s);
+    json_decref(v.state);
+    a2_wire_reader_free(sub.rd);
+    close(sub.fd);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
+/* A subscriber whose consumer goes away says so and exits 1. */
+static void test_consumer_gone(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_init(&d, "tp_gone");
+    tc_start(&d);
+    int fd;
+    pid_t sub = start_subscriber("gone-room", d.sock, &fd);
+    line_reader *lr = calloc(1, sizeof *lr);
+    assert_non_null(lr);
+    lr->fd = fd;
+    /* its snapshot line comes first */
+    const char *line = next_line(lr, 10000);
+    assert_non_null(line);
+    assert_non_null(strstr(line, "\"snapshot\""));
+    assert_int_equal(tc_stop(&d), 0);
+    int st;
+    waitpid(sub, &st, 0);
+    tc_untrack(sub);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 1);
+    close(fd);
+    free(lr);
+    tc_cleanup(&d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+            cmocka_unit_test_setup_teardown(test_two_writers_one_subscriber,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_wide_window, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_consumer_gone, setup,
+                                            teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
