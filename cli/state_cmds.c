@@ -31,6 +31,8 @@
 #define PONG_TIMEOUT_MS 10000
 #define PING_EVERY_MS   15000
 #define MAX_BUFFERED    100000 /* patches held while the read runs */
+#define REAP_EVERY_MS   1000   /* --follow reaps its namespace this often */
+#define REAP_LIMIT      1000
 
 static int open_store(a2__cli *cli, a2_store **out)
 {
@@ -521,8 +523,23 @@ static int follow(a2__cli *cli, a2_store *store, const char *ns,
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     int64_t next_ping = mono_ms() + PING_EVERY_MS;
+    int64_t next_reap = mono_ms() + REAP_EVERY_MS;
+    int reap_failing = 0;
     while (rc == A2__CLI_OK && !stop_follow) {
-        rc = pump(&fw, 500);
+        rc = pump(&fw, 200);
+        if (rc == A2__CLI_OK && mono_ms() >= next_reap) {
+            /* expiry reaches every subscriber as the reap's patches */
+            int64_t n = 0;
+            if (a2_store_presence_reap(store, ns, REAP_LIMIT, &n) != 0) {
+                if (!reap_failing)
+                    fprintf(cli->err, "a2: warning: reaping %s failed: %s\n",
+                            ns, a2_store_last_error(store)->message);
+                reap_failing = 1;
+            } else {
+                reap_failing = 0;
+            }
+            next_reap = mono_ms() + (n == REAP_LIMIT ? 0 : REAP_EVERY_MS);
+        }
         if (fflush(cli->out) != 0 && rc == A2__CLI_OK)
             rc = a2__cli_fail(cli, "could not write output: %s",
                               strerror(errno));
@@ -550,20 +567,25 @@ int a2__cli_cmd_presence(a2__cli *cli, int argc, char **argv)
             {"follow", no_argument, NULL, 'f'},
             {"connect", required_argument, NULL, 'C'},
             {"token-file", required_argument, NULL, 'T'},
+            {"reap", no_argument, NULL, 'r'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
     };
     static const char help[] =
             "usage: a2 presence NS [--follow [--connect ADDR] [--token-file "
             "F]]\n"
+            "       a2 presence NS --reap\n"
             "  the namespace's live presence fields (expired ones are "
             "deleted)\n"
+            "  --reap         only delete the expired fields, print how many\n"
             "  --follow       then every change, from a2-consumer (--connect\n"
             "                 unix:PATH or tcp:HOST:PORT, default "
             "$A2_CONSUMER),\n"
-            "                 with nothing missed or repeated between the two\n"
+            "                 with nothing missed or repeated between the two;\n"
+            "                 reaps the namespace every second, so expiry\n"
+            "                 reaches every subscriber\n"
             "  --token-file F token for a tcp: address\n";
-    int rc = A2__CLI_OK, c, follow_on = 0;
+    int rc = A2__CLI_OK, c, follow_on = 0, reap = 0;
     const char *addr = getenv("A2_CONSUMER"), *token_file = NULL;
     optind = 0;
     while ((c = next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
@@ -575,7 +597,11 @@ int a2__cli_cmd_presence(a2__cli *cli, int argc, char **argv)
             addr = optarg;
         else if (c == 'T')
             token_file = optarg;
+        else if (c == 'r')
+            reap = 1;
     }
+    if (reap && follow_on)
+        return a2__cli_usage(cli, "--reap and --follow do not go together");
     if (argc - optind != 1)
         return argc - optind < 1
                        ? a2__cli_usage(cli, "presence needs a namespace")
@@ -604,6 +630,23 @@ int a2__cli_cmd_presence(a2__cli *cli, int argc, char **argv)
         goto done;
     if (follow_on) {
         rc = follow(cli, store, ns, addr, token);
+        goto done;
+    }
+    if (reap) {
+        int64_t n = 0, total = 0;
+        do {
+            if (a2_store_presence_reap(store, ns, REAP_LIMIT, &n) != 0) {
+                rc = failed(cli, store, "presence --reap");
+                goto done;
+            }
+            total += n;
+        } while (n == REAP_LIMIT);
+        if (cli->json)
+            rc = print_json(cli, json_pack("{s:s, s:I}", "ns", ns, "reaped",
+                                           (json_int_t)total));
+        else
+            fprintf(cli->out, "reaped %" PRId64 " expired fields in %s\n",
+                    total, ns);
         goto done;
     }
     if (a2_store_presence_read(store, ns, &p) != 0) {

@@ -19,6 +19,8 @@
 #define NS P_TEXT("ns")
 #define NS_LOCK(fn)                                                         \
     fn "(24882, hashtext(" NS "))"
+#define NS_LOCK_OF(ns)                                                      \
+    "pg_advisory_xact_lock_shared(24882, hashtext(" ns "))"
 
 /*
  * Each field as a row (a tombstone's value is JSON null), under the
@@ -69,10 +71,20 @@
     "(select count(*) from reaped))) rows order by ord, pa collate \"C\", " \
     "fi collate \"C\""
 
-/* At most "limit" expired rows of any namespace. */
+/*
+ * At most "limit" expired rows of namespace "ns" (null: of any). The shared
+ * lock of a row's namespace is taken before the row's lock, as writes do,
+ * so a reap never commits inside a read's window and never closes a cycle
+ * with a writer and a waiting reader.
+ */
 #define SQL_PRESENCE_REAP                                                   \
-    "with doomed as materialized (select p.ctid from a2_presence p where "  \
-    "p.expires_at <= " P_BIGINT("now") " order by p.expires_at limit "      \
+    "with spaces as materialized (select distinct p.ns from a2_presence p " \
+    "where p.expires_at <= " P_BIGINT("now") " and (" NS " is null or "     \
+    "p.ns = " NS ") limit " P_BIGINT("limit") "), locked as materialized "  \
+    "(select spaces.ns from spaces where " NS_LOCK_OF("spaces.ns")          \
+    "::text is not null), doomed as materialized (select p.ctid from "      \
+    "a2_presence p where p.expires_at <= " P_BIGINT("now") " and p.ns in "  \
+    "(select locked.ns from locked) order by p.expires_at limit "           \
     P_BIGINT("limit") " for update skip locked), gone as (delete from "     \
     "a2_presence p using doomed where p.ctid = doomed.ctid returning 1) "   \
     "select jsonb_build_object('reaped', (select count(*) from gone))"
@@ -319,7 +331,8 @@ int a2_store_presence_read(a2_store *s, const char *ns, a2_presence *out)
     return rc;
 }
 
-int a2_store_presence_reap(a2_store *s, size_t limit, int64_t *reaped)
+int a2_store_presence_reap(a2_store *s, const char *ns, size_t limit,
+                           int64_t *reaped)
 {
     if (reaped)
         *reaped = 0;
@@ -328,14 +341,18 @@ int a2_store_presence_reap(a2_store *s, size_t limit, int64_t *reaped)
     if (limit < 1 || limit > MAX_REAP)
         return a2__store_fail(s, A2_EINVALID_ARGUMENT,
                               "limit must be within 1..%d", MAX_REAP);
+    int rc = ns ? check_name(s, "ns", ns) : 0;
+    if (rc)
+        return rc;
     json_t *p = json_object(), *rows = NULL;
     if (!p || !set(p, "now", json_integer(a2__store_now(s))) ||
+        !set(p, "ns", ns ? json_string(ns) : json_null()) ||
         !set(p, "limit", json_integer((json_int_t)limit))) {
         json_decref(p);
         return nomem(s);
     }
     const char *st[] = {SQL_PRESENCE_REAP};
-    int rc = run(s, st, 1, p, &rows);
+    rc = run(s, st, 1, p, &rows);
     if (rc == 0 && reaped)
         *reaped = a2__row_int(json_array_get(rows, 0), "reaped");
     json_decref(rows);

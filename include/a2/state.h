@@ -41,7 +41,7 @@
  *     rule, kept until it expires, so a late older write cannot bring the
  *     field back.
  * Reads hide expired rows and tombstones and delete expired rows of the
- * namespace (a2_store_presence_reap deletes them in every namespace).
+ * namespace; a2_store_presence_reap deletes them without a read.
  *
  * Subscribing without a gap. a2-consumer turns every committed change of
  * a2_presence into a `presence` patch {ns, participant, fields, lsn} for the
@@ -58,7 +58,8 @@
  *   3. applies, in order, only the patches with lsn greater than the read's.
  * Nothing committed after the read is missed (it is decoded after the
  * subscription took effect) and nothing in the read is applied twice.
- * Expiry shows as a patch when a read or reap deletes the expired row.
+ * Expiry shows as a patch when a read or reap deletes the expired row. Reaps
+ * take the shared lock of each namespace they delete in, before its rows.
  */
 #ifndef A2_STATE_H
 #define A2_STATE_H
@@ -183,9 +184,14 @@ A2_STORE_MUST_CHECK int a2_store_presence_write(a2_store *store,
 A2_STORE_MUST_CHECK int a2_store_presence_read(a2_store *store, const char *ns,
                                                a2_presence *out);
 
-/* Deletes at most limit (1..100000) expired rows of every namespace;
- * *reaped (may be NULL) is how many. */
-A2_STORE_MUST_CHECK int a2_store_presence_reap(a2_store *store, size_t limit,
-                                               int64_t *reaped);
+/*
+ * Deletes at most limit (1..100000) expired rows of namespace ns (NULL:
+ * of every namespace); *reaped (may be NULL) is how many. Each deletion
+ * reaches the namespace's subscribers as a patch (a nil value): run it
+ * periodically where expiry must be pushed (`a2 presence NS --follow`
+ * reaps its namespace every second). Call again while it returns limit.
+ */
+A2_STORE_MUST_CHECK int a2_store_presence_reap(a2_store *store, const char *ns,
+                                               size_t limit, int64_t *reaped);
 
 #endif

@@ -189,7 +189,9 @@ static void test_invalid_arguments(void **state)
     assert_int_equal(a2_store_presence_read(f->s, "x\xc3", &out),
                      A2_EINVALID_ARGUMENT);
     int64_t reaped = 7;
-    assert_int_equal(a2_store_presence_reap(f->s, 0, &reaped),
+    assert_int_equal(a2_store_presence_reap(f->s, NULL, 0, &reaped),
+                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(a2_store_presence_reap(f->s, "", 10, &reaped),
                      A2_EINVALID_ARGUMENT);
     assert_int_equal(reaped, 0);
     assert_int_equal(a2_store_round_trips(f->s), trips);
@@ -354,19 +356,83 @@ static void test_reap(void **state)
     OK(a2_store_presence_write(f->s, &req, &out));
     a2_presence_free(&out);
     f->now += 5000;
+    /* one namespace's reap leaves the others */
     int64_t total = 0, n = 0;
+    OK(a2_store_presence_reap(f->s, other, 100, &n));
+    assert_int_equal(n, 3);
+    assert_int_equal(rows_of(f), 1);
+    total += n;
+    OK(a2_store_presence_reap(f->s, other, 100, &n));
+    assert_int_equal(n, 0);
+    assert_true(put(f, "q", "x", "1", 1, 100)); /* expired again below */
+    f->now += 100;
     for (int i = 0; i < 100; i++) {
-        OK(a2_store_presence_reap(f->s, 2, &n));
+        OK(a2_store_presence_reap(f->s, NULL, 2, &n));
         assert_true(n <= 2);
         total += n;
         if (n == 0)
             break;
     }
-    assert_true(total >= 4); /* c here, x y z there (and any left over) */
+    assert_true(total >= 5); /* x y z there, c and x here (and leftovers) */
     assert_int_equal(rows_of(f), 0);
     assert_int_equal(a2_test_int(f->db, "select count(*) from a2_presence "
-                                        "where expires_at <= 5006000"),
+                                        "where expires_at <= 5006100"),
                      0);
+}
+
+/* A reap waits while a read holds the namespace. */
+typedef struct {
+    fx *f;
+    int64_t reaped;
+    int rc;
+} reaper_arg;
+
+static void *reaper(void *p)
+{
+    reaper_arg *r = p;
+    a2_store *s;
+    a2_store_error err;
+    if (a2_store_open(&s, a2_test_db(), &err) != 0) {
+        r->rc = -100;
+        return NULL;
+    }
+    a2_store_set_clock(s, fx_clock, r->f);
+    r->rc = a2_store_presence_reap(s, r->f->ns, 10, &r->reaped);
+    a2_store_close(s);
+    return NULL;
+}
+
+static void test_reap_waits_for_read(void **state)
+{
+    fx *f = *state;
+    assert_true(put(f, "p", "a", "1", 1, 1000));
+    f->now += 1000;
+    char sql[256];
+    a2_test_exec(f->db, "begin");
+    snprintf(sql, sizeof sql, "select pg_advisory_xact_lock(%d, hashtext('%s'))",
+             A2_PRESENCE_LOCK_CLASS, f->ns);
+    free(a2_test_scalar(f->db, sql));
+    reaper_arg r = {.f = f};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, reaper, &r), 0);
+    PGconn *probe = a2_test_connect();
+    int waited = 0;
+    for (int i = 0; i < 300 && !waited; i++) {
+        waited = a2_test_int(probe,
+                             "select count(*) from pg_stat_activity where "
+                             "wait_event_type = 'Lock' and wait_event = "
+                             "'advisory'") > 0;
+        if (!waited)
+            usleep(10000);
+    }
+    PQfinish(probe);
+    assert_true(waited);
+    assert_int_equal(rows_of(f), 1); /* not reaped while the read holds it */
+    a2_test_exec(f->db, "commit");
+    pthread_join(t, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.reaped, 1);
+    assert_int_equal(rows_of(f), 0);
 }
 
 /* A read waits for a write in flight in its namespace, and includes it. */
@@ -447,6 +513,8 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(test_tombstones, setup, teardown),
             cmocka_unit_test_setup_teardown(test_reap, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_reap_waits_for_read, setup,
+                                            teardown),
             cmocka_unit_test_setup_teardown(test_read_waits_for_writers, setup,
                                             teardown),
     };

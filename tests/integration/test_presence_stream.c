@@ -476,6 +476,65 @@ static void test_wide_window(void **state)
     tc_cleanup(&d);
 }
 
+/* Expiry reaches a follower as a patch: it reaps its namespace. */
+static void test_expiry_pushed(void **state)
+{
+    (void)state;
+    const char *ns = "expiry-room";
+    tc_daemon d;
+    tc_init(&d, "tp_expiry");
+    tc_start(&d);
+    a2_store *s;
+    a2_store_error err;
+    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
+    a2_presence_field f[2] = {{.field = "typing", .value = "true"},
+                              {.field = "name", .value = "\"ann\""}};
+    a2_presence_write_req req = {.ns = ns,
+                                 .participant = "ann",
+                                 .at = 1,
+                                 .seen = A2_STORE_NONE,
+                                 .ttl_ms = 1500,
+                                 .fields = f,
+                                 .nfields = 1};
+    a2_presence out;
+    assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
+    a2_presence_free(&out);
+    req.ttl_ms = 600000;
+    req.fields = &f[1];
+    assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
+    a2_presence_free(&out);
+    int64_t written = a2_test_now_ms();
+    int fd;
+    pid_t sub = start_subscriber(ns, d.sock, &fd);
+    line_reader *lr = calloc(1, sizeof *lr);
+    assert_non_null(lr);
+    lr->fd = fd;
+    view v = {.state = json_object()};
+    const char *line;
+    int expired = 0;
+    while (!expired && (line = next_line(lr, 5000)) != NULL) {
+        on_line(&v, line);
+        expired = v.snapshot_seen &&
+                  !json_object_get(v.state, "ann\x1ftyping") &&
+                  strstr(line, "\"patch\"");
+    }
+    assert_true(expired);
+    /* not before its time, and without a change of anyone's */
+    assert_true(a2_test_now_ms() - written >= 1400);
+    assert_non_null(json_object_get(v.state, "ann\x1fname"));
+    kill(sub, SIGTERM);
+    int st;
+    waitpid(sub, &st, 0);
+    tc_untrack(sub);
+    assert_int_equal(WEXITSTATUS(st), 0);
+    close(fd);
+    free(lr);
+    json_decref(v.state);
+    a2_store_close(s);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
 /* A subscriber whose consumer goes away says so and exits 1. */
 static void test_consumer_gone(void **state)
 {
@@ -509,6 +568,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_two_writers_one_subscriber,
                                             setup, teardown),
             cmocka_unit_test_setup_teardown(test_wide_window, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_expiry_pushed, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_consumer_gone, setup,
                                             teardown),
