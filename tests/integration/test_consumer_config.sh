@@ -122,6 +122,22 @@ bg=""
 [ "$rc" -eq 0 ] || fail "SIGTERM → exit $rc, wanted 0"
 grep -q "stopped at" "$tmp/busy.log" || fail "no clean stop logged: $(cat "$tmp/busy.log")"
 
+# a URI works as well as a conninfo; SIGINT stops cleanly too
+port=$(echo "$db" | sed -e 's/.*port=\([0-9]*\).*/\1/')
+dbname=$(echo "$db" | sed -e 's/.*dbname=\([^ ]*\).*/\1/')
+"$bin" --db "postgresql://postgres@127.0.0.1:$port/$dbname" --slot tc_uri --listen "unix:$tmp/uri.sock" 2>"$tmp/uri.log" &
+bg=$!
+for _ in $(seq 1 200); do grep -q "ready:" "$tmp/uri.log" && break; sleep 0.05; done
+kill -INT "$bg"
+wait "$bg"
+rc=$?
+bg=""
+if [ "$rc" -eq 0 ] && grep -q "ready:" "$tmp/uri.log" && grep -q "stopped at" "$tmp/uri.log"; then
+    echo "ok: URI conninfo, SIGINT → exit 0"
+else
+    fail "URI conninfo / SIGINT → exit $rc: $(cat "$tmp/uri.log")"
+fi
+
 # wal_level=replica: a second throwaway cluster
 pg2=$(mktemp -d /tmp/a2-tc-replica.XXXXXX)
 if PG_DEV_WAL_LEVEL=replica "$top/deploy/pg-dev" start "$pg2" >/dev/null 2>&1; then
