@@ -76,6 +76,12 @@ expect 1 'could not open token file' --db "$db" --listen tcp:127.0.0.1:0 --token
 expect 1 '^a2-consumer: could not connect to the database: ' \
     --db "host=127.0.0.1 port=1 dbname=x user=postgres connect_timeout=2" --listen "$sock"
 
+# the database from A2_DB, else the PG* variables
+A2_DB="host=127.0.0.1 port=1 dbname=a2_from_env user=postgres connect_timeout=2" \
+    expect 1 'could not connect to the database: connection to server at "127.0.0.1", port 1 failed' --listen "$sock"
+A2_DB= PGHOST=127.0.0.1 PGPORT=2 PGDATABASE=x PGCONNECT_TIMEOUT=2 \
+    expect 1 'could not connect to the database: connection to server at "127.0.0.1", port 2 failed' --listen "$sock"
+
 # schema missing
 psql "$admin" -qc "create database a2_tc_noschema" >/dev/null
 noschema=$(echo "$db" | sed -e 's/dbname=[^ ]*/dbname=a2_tc_noschema/')
