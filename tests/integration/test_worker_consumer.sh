@@ -148,6 +148,28 @@ checks=$((checks + 1))
 wait_for 10 "select count(*) from a2_events where session_id = 'live-back' and event_type = 'done'" 1
 wait_log 5 "$TMP/w1.log" "wake live-back"
 
+# A log consumer (--log TYPES): its cursor is started by an append naming
+# it; later events of its types, appended without naming it (here returned
+# by another consumer's handler), reach it through `log` wake-ups.
+: >"$TMP/logruns"
+"$W" --consumer auditor --log order.placed,done --connect "unix:$sock" --degraded-sweep 60000 \
+    --exec 'cat >/dev/null; echo "$A2_SESSION $A2_INDEX $A2_EVENT_TYPE" >>'"$TMP/logruns" \
+    >/dev/null 2>"$TMP/log.log" &
+pids+=($!)
+wait_log 10 "$TMP/log.log" "connected to a2-consumer"
+"$A2" append logs-1 order.placed '{}' --target live --log-consumer auditor:order.placed,done >/dev/null
+"$A2" append logs-1 order.ignored '{}' >/dev/null
+wait_for 10 "select count(*) from a2_events where session_id = 'logs-1' and event_type = 'done'" 1
+wait_for 10 "select count(*) from a2_cursors where session_id = 'logs-1' and consumer = 'auditor' and head is not null" 0
+deadline=$((SECONDS + 10))
+until [ "$(wc -l <"$TMP/logruns")" -ge 2 ] || [ $SECONDS -gt $deadline ]; do sleep 0.1; done
+sleep 0.5
+checks=$((checks + 1))
+[ "$(awk '{print $3}' "$TMP/logruns" | sort | tr '\n' ' ')" = "done order.placed " ] ||
+    fail "the log consumer ran: $(tr '\n' ';' <"$TMP/logruns") (wanted order.placed and done, not order.ignored)"
+checks=$((checks + 1))
+grep -q "\(log\|wake\) logs-1 " "$TMP/log.log" || fail "the log consumer was not woken: $(tail -5 "$TMP/log.log")"
+
 kill -TERM "${pids[@]}" 2>/dev/null
 for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
 pids=()
