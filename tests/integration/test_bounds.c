@@ -1,0 +1,350 @@
+/*
+ * a2-consumer's resource bounds, on a real slot: a 1-million-row
+ * transaction, a 10 MB payload, 10 000 idle worker connections and a worker
+ * that never reads. In each, the consumer's resident memory stays under the
+ * bound this test states: BOUND_MIB plus PER_CONN_KIB per open worker
+ * connection (four times that under ASan, whose allocator keeps quarantined
+ * memory), and it keeps serving a live worker: a wake-up for that worker
+ * arrives within seconds. The figures are printed.
+ *
+ * A2_BOUNDS_ROWS changes the size of the big transaction (default 1000000).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <sys/resource.h>
+
+#include "test_consumer_util.h"
+
+/* The bound this test holds a2-consumer to (release build). */
+#define BOUND_MIB    64
+#define PER_CONN_KIB 16
+
+static PGconn *db;
+static tc_daemon d;
+static long conns; /* worker connections open at the peak */
+
+static long bound_kib(void)
+{
+    const char *bin = getenv("A2_BIN");
+    long k = BOUND_MIB * 1024L + PER_CONN_KIB * conns;
+    return bin && strstr(bin, "asan") ? 4 * k : k;
+}
+
+static long rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    long kb = -1;
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
+/* The largest RSS seen by sample(). */
+static long peak;
+
+static void sample(void)
+{
+    long k = rss_kib(d.pid);
+    if (k > peak)
+        peak = k;
+}
+
+static void assert_bounded(const char *what)
+{
+    sample();
+    printf("  %s: a2-consumer peak RSS %ld KiB (bound %ld KiB)\n", what, peak,
+           bound_kib());
+    if (peak > bound_kib())
+        fail_msg("%s: a2-consumer RSS %ld KiB is over its bound of %ld KiB",
+                 what, peak, bound_kib());
+}
+
+/* Sleeps up to ms in steps, sampling the consumer's RSS. */
+static void sample_for(int ms)
+{
+    for (int t = 0; t < ms; t += 50) {
+        sample();
+        tc_sleep_ms(50);
+    }
+}
+
+static int n_live;
+
+/* A wake-up for the live worker arrives within timeout_ms of the commit;
+ * returns the delay. */
+static int64_t live_wake(tc_worker *live, int timeout_ms)
+{
+    char sql[512];
+    n_live++;
+    int64_t t0 = a2_test_now_ms();
+    snprintf(sql, sizeof sql,
+             "insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
+             "kind, head) values ('live-%d', 'live', '#1', 1, 'event', 1)",
+             n_live);
+    a2_test_exec(db, sql);
+    char want[64];
+    snprintf(want, sizeof want, "live-%d", n_live);
+    tc_msg m;
+    while (a2_test_now_ms() - t0 < timeout_ms) {
+        sample();
+        int rc = tc_next(live, 100, &m);
+        if (rc < 0)
+            fail_msg("the consumer closed the live worker's connection");
+        if (rc == 1 && strcmp(m.t, "wake") == 0 &&
+            strcmp(m.session, want) == 0)
+            return a2_test_now_ms() - t0;
+    }
+    fail_msg("no wake-up for %s within %d ms", want, timeout_ms);
+    return -1;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 10500) {
+        rl.rlim_cur = rl.rlim_max < 10500 ? rl.rlim_max : 10500;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    db = a2_test_connect();
+    a2_test_exec(db, "truncate a2_events, a2_cursors, a2_clears, "
+                     "a2_lane_events");
+    /* A log cursor: the consumer learns the log consumer "biglog" at start,
+     * so every event inserted is an action for it. */
+    a2_test_exec(db, "insert into a2_cursors(session_id, consumer, "
+                     "cursor_key, epoch, kind, types) values ('seed', "
+                     "'biglog', 'lane:log', 0, 'log', '[\"big\"]')");
+    tc_init(&d, "bounds");
+    tc_start(&d);
+    peak = 0;
+    conns = 0;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tc_cleanup(&d);
+    tc_kill_leftovers();
+    PQfinish(db);
+    return 0;
+}
+
+static void open_live(tc_worker *live)
+{
+    tc_msg m;
+    tc_worker_open(live, d.sock, "live", "live", NULL);
+    assert_true(tc_wait_for(live, "welcome", 10000, &m));
+}
+
+/* One transaction of N rows: the applier drops its wake-ups past its bound
+ * and asks for one resync; the memory stays bounded and the live worker is
+ * served as soon as the stream is past it. */
+static void test_million_row_transaction(void **state)
+{
+    (void)state;
+    const char *env = getenv("A2_BOUNDS_ROWS");
+    long rows = env ? atol(env) : 1000000;
+    tc_worker live, logw;
+    tc_msg m;
+    open_live(&live);
+    tc_worker_open(&logw, d.sock, "biglog", "biglog", "*");
+    assert_true(tc_wait_for(&logw, "welcome", 10000, &m));
+    assert_true(tc_wait_for(&logw, "resync", 10000, &m));
+    int64_t t0 = a2_test_now_ms();
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "insert into a2_events(session_id, idx, event_type, event_id, "
+             "created_at) select 'big', g, 'big', 'e' || g, 1 from "
+             "generate_series(1, %ld) g",
+             rows);
+    a2_test_exec(db, sql);
+    int64_t t1 = a2_test_now_ms();
+    int64_t wake = live_wake(&live, 600000);
+    /* The log worker: its log wake-ups were dropped for one resync. */
+    int resyncs = 0, logs = 0;
+    while (tc_next(&logw, 200, &m) == 1) {
+        if (strcmp(m.t, "resync") == 0)
+            resyncs++;
+        if (strcmp(m.t, "log") == 0)
+            logs++;
+    }
+    printf("  %ld-row transaction: committed in %lld ms, the next wake-up "
+           "%lld ms after it; log worker got %d resync(s), %d log(s)\n",
+           rows, (long long)(t1 - t0), (long long)wake, resyncs, logs);
+    if (rows > 100000) {
+        assert_true(resyncs >= 1);
+        assert_true(logs < 100000);
+    }
+    assert_bounded("big transaction");
+    tc_worker_close(&logw);
+    tc_worker_close(&live);
+    assert_int_equal(tc_stop(&d), 0);
+}
+
+/* A 10 MB payload goes through the decoder; the consumer's memory grows by
+ * about the message's size, no more, and the stream moves on. */
+static void test_ten_megabyte_payload(void **state)
+{
+    (void)state;
+    tc_worker live, logw;
+    tc_msg m;
+    open_live(&live);
+    tc_worker_open(&logw, d.sock, "biglog", "biglog", "*");
+    assert_true(tc_wait_for(&logw, "welcome", 10000, &m));
+    for (int i = 1; i <= 3; i++) {
+        char sql[512];
+        snprintf(sql, sizeof sql,
+                 "insert into a2_events(session_id, idx, event_type, "
+                 "event_id, created_at, payload) values ('huge', %d, 'big', "
+                 "'h%d', 1, jsonb_build_object('x', repeat('a', 10 * 1024 * "
+                 "1024)))",
+                 i, i);
+        a2_test_exec(db, sql);
+        int64_t wake = live_wake(&live, 60000);
+        printf("  10 MB payload %d: the next wake-up %lld ms after it\n", i,
+               (long long)wake);
+    }
+    /* The log worker heard of each of them. */
+    int logs = 0;
+    while (logs < 3 && tc_wait_for(&logw, "log", 10000, &m))
+        if (strcmp(m.session, "huge") == 0)
+            logs++;
+    assert_int_equal(logs, 3);
+    assert_bounded("10 MB payloads");
+    tc_worker_close(&logw);
+    tc_worker_close(&live);
+    assert_int_equal(tc_stop(&d), 0);
+}
+
+/* 10 000 idle workers (hello, then nothing): each is welcomed and kept; the
+ * live worker is still served promptly. */
+static void test_ten_thousand_idle_connections(void **state)
+{
+    (void)state;
+    enum { N = 10000 };
+    tc_worker live;
+    open_live(&live);
+    int *fds = calloc(N, sizeof *fds);
+    assert_non_null(fds);
+    conns = N + 1;
+    int64_t t0 = a2_test_now_ms();
+    for (int i = 0; i < N; i++) {
+        tc_worker w;
+        char name[32];
+        snprintf(name, sizeof name, "idle-%d", i);
+        tc_worker_open(&w, d.sock, name, i % 2 ? "idle" : NULL, NULL);
+        fds[i] = w.fd;
+        msgpack_unpacker_destroy(&w.up);
+        if (i % 500 == 0)
+            sample();
+    }
+    int64_t t1 = a2_test_now_ms();
+    sample_for(1000);
+    int64_t wake = live_wake(&live, 20000);
+    /* Wake-ups for the idle consumer reach its subscribers without growing
+     * the consumer past its bound. */
+    a2_test_exec(db, "insert into a2_cursors(session_id, consumer, "
+                     "cursor_key, epoch, kind, head) select 'i' || g, "
+                     "'idle', '#1', 1, 'event', 1 from generate_series(1, "
+                     "5000) g");
+    sample_for(2000);
+    int64_t wake2 = live_wake(&live, 20000);
+    /* Every idle connection is still open: a byte is readable (its welcome)
+     * and no EOF. */
+    int open_ok = 0;
+    for (int i = 0; i < N; i++) {
+        char b;
+        ssize_t r = recv(fds[i], &b, 1, MSG_DONTWAIT | MSG_PEEK);
+        if (r == 1)
+            open_ok++;
+    }
+    printf("  %d idle connections opened in %lld ms, %d welcomed and open; "
+           "live wake-up %lld ms, after 5000 wakes to idle workers %lld ms\n",
+           N, (long long)(t1 - t0), open_ok, (long long)wake,
+           (long long)wake2);
+    assert_int_equal(open_ok, N);
+    assert_bounded("10 000 idle connections");
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    free(fds);
+    tc_worker_close(&live);
+    assert_int_equal(tc_stop(&d), 0);
+}
+
+/* A worker that never reads: its queue is dropped past the bound, the
+ * consumer's memory stays bounded, the live worker is served, and once the
+ * slow worker reads it finds a resync (nothing lost: claim what is
+ * pending). */
+static void test_worker_that_never_reads(void **state)
+{
+    (void)state;
+    tc_worker live, slow;
+    tc_msg m;
+    open_live(&live);
+    int fd = tc_connect(d.sock);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    tc_worker_open_fd(&slow, fd, "slow", NULL, "slow", NULL);
+    /* 60 000 wake-ups for the slow worker, in transactions of 5000. */
+    for (int b = 0; b < 12; b++) {
+        char sql[512];
+        snprintf(sql, sizeof sql,
+                 "insert into a2_cursors(session_id, consumer, cursor_key, "
+                 "epoch, kind, head) select 'slow-' || g, 'slow', '#1', 1, "
+                 "'event', 1 from generate_series(%d, %d) g",
+                 b * 5000 + 1, b * 5000 + 5000);
+        a2_test_exec(db, sql);
+        sample();
+    }
+    int64_t wake = live_wake(&live, 30000);
+    sample_for(1000);
+    /* Now it reads: wakes, then the resync that replaced what was dropped. */
+    int wakes = 0, resync = 0;
+    int64_t t0 = a2_test_now_ms();
+    while (!resync && a2_test_now_ms() - t0 < 30000) {
+        int rc = tc_next(&slow, 1000, &m);
+        if (rc < 0)
+            fail_msg("the consumer dropped the slow worker");
+        if (rc == 1 && strcmp(m.t, "wake") == 0)
+            wakes++;
+        if (rc == 1 && strcmp(m.t, "resync") == 0 && m.all_sessions &&
+            strcmp(m.consumer, "slow") == 0 && wakes > 0)
+            resync = 1;
+    }
+    printf("  worker that never reads: live wake-up %lld ms; the slow "
+           "worker then read %d wakes and a resync of all sessions\n",
+           (long long)wake, wakes);
+    assert_true(resync);
+    assert_true(wakes < 60000);
+    assert_bounded("worker that never reads");
+    tc_worker_close(&slow);
+    tc_worker_close(&live);
+    assert_int_equal(tc_stop(&d), 0);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const struct CMUnitTest tests[] = {
+            cmocka_unit_test_setup_teardown(test_ten_megabyte_payload, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_worker_that_never_reads,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(
+                    test_ten_thousand_idle_connections, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_million_row_transaction,
+                                            setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
