@@ -146,14 +146,16 @@ void a2_worker_free(a2_worker *w);
  * Serves consumer: asks a2-consumer for its wake-ups (now, and after every
  * reconnect). log_filter: A2_WIRE_LOG_NONE (0) for a lane/event consumer,
  * A2_WIRE_LOG_ALL (1) for a log consumer of every type, A2_WIRE_LOG_TYPES (2)
- * with types[ntypes]. Strings are copied.
+ * with types[ntypes]. Strings are copied. Returns 0, A2_WORKER_EINVAL (bad
+ * arguments, more than A2_WORKER_MAX_SUBSCRIPTIONS) or A2_WORKER_ENOMEM.
  */
 A2_WORKER_MUST_CHECK int a2_worker_subscribe(a2_worker *w, const char *consumer,
                                              int log_filter,
                                              const char *const *types,
                                              size_t ntypes);
 
-/* Asks for presence patches of namespace ns. */
+/* Asks for presence patches of namespace ns (now, and after every
+ * reconnect). Same returns as a2_worker_subscribe. */
 A2_WORKER_MUST_CHECK int a2_worker_watch_presence(a2_worker *w, const char *ns);
 
 /* The descriptor to poll now (it changes across reconnects: ask before every
@@ -172,7 +174,8 @@ int a2_worker_timeout(const a2_worker *w);
  * Does every pending connect, read, write and timer without blocking (a
  * degraded sweep blocks for its query). Connection failures are not errors:
  * they become DISCONNECTED events and a reconnect. Returns 0, or
- * A2_WORKER_ENOMEM.
+ * A2_WORKER_ENOMEM, A2_WORKER_EIO (poll(2) failed), A2_WORKER_EINVAL (w is
+ * NULL).
  */
 A2_WORKER_MUST_CHECK int a2_worker_process(a2_worker *w);
 
