@@ -57,7 +57,10 @@
  *   2. calls a2_store_presence_read: the state as of lsn;
  *   3. applies, in order, only the patches with lsn greater than the read's.
  * Nothing committed after the read is missed (it is decoded after the
- * subscription took effect) and nothing in the read is applied twice.
+ * subscription took effect) and nothing in the read is applied twice. A new
+ * connection to the consumer (liba2worker's A2_WORKER_EV_CONNECTED) starts
+ * over at step 1: patches are not replayed across connections, nor after the
+ * consumer dropped a worker's overflowing queue.
  * Expiry shows as a patch when a read or reap deletes the expired row. Reaps
  * take the shared lock of each namespace they delete in, before its rows.
  */
