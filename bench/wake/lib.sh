@@ -19,6 +19,10 @@ bench_cleanup() {
     local p
     for p in "${bench_pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${bench_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    # Started in subshells: listed in $dir/pids.
+    if [ -n "$dir" ] && [ -f "$dir/pids" ]; then
+        while read -r p; do kill "$p" 2>/dev/null || true; done <"$dir/pids"
+    fi
     if [ -n "$dir" ]; then
         deploy/pg-dev destroy "$dir/pg" >/dev/null 2>&1 || true
         rm -rf "$dir"
@@ -55,10 +59,14 @@ bench_consumer_start() { # SLOT [extra options]
     local slot=$1
     shift
     rm -f "$dir/a2.sock"
+    # BENCH_AUDIT=0: no audit file (to tell its fsyncs apart).
+    local audit=(--audit "$dir/audit-$slot.jsonl")
+    [ "${BENCH_AUDIT:-1}" = 0 ] && audit=()
     "$bin/a2-consumer" --db "$db" --slot "$slot" --listen "unix:$dir/a2.sock" \
-        --audit "$dir/audit-$slot.jsonl" "$@" >>"$dir/consumer.log" 2>&1 &
+        "${audit[@]}" "$@" >>"$dir/consumer.log" 2>&1 &
     consumer_pid=$!
     bench_pids+=("$consumer_pid")
+    echo "$consumer_pid" >>"$dir/pids"
     local i
     for i in $(seq 1 100); do
         grep -q "ready:" "$dir/consumer.log" 2>/dev/null && [ -S "$dir/a2.sock" ] && return 0

@@ -20,6 +20,8 @@
  * Prints one line:
  *   mode rate achieved sent received p50 p95 p99 max queries_per_s early
  * (latencies in microseconds). Bounded by --seconds and --max-events.
+ * --dump FILE writes every event: slot, commit time from the start and
+ * latency (µs; -1: never arrived).
  */
 #include "a2/store.h"
 #include "a2/worker.h"
@@ -54,6 +56,7 @@ static struct {
     double drain_s;
     unsigned seed;
     char tag[64];
+    const char *dump;
 } cfg = {
     .mode = MODE_WAL,
     .rate = 10,
@@ -333,7 +336,7 @@ static void usage(FILE *f)
                "         [--connect unix:PATH] [--workers N] [--rate R]\n"
                "         [--seconds S] [--writers N] [--sessions N]\n"
                "         [--interval-ms MS] [--max-events N] [--drain S]\n"
-               "         [--tag T]\n");
+               "         [--tag T] [--dump FILE]\n");
 }
 
 static PGconn *connect_db(void)
@@ -362,6 +365,7 @@ int main(int argc, char **argv)
         {"max-events", required_argument, NULL, 'n'},
         {"drain", required_argument, NULL, 'D'},
         {"tag", required_argument, NULL, 'T'},
+        {"dump", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -379,6 +383,7 @@ int main(int argc, char **argv)
         case 'n': cfg.max_events = atol(optarg); break;
         case 'D': cfg.drain_s = atof(optarg); break;
         case 'T': snprintf(cfg.tag, sizeof cfg.tag, "%s", optarg); break;
+        case 'F': cfg.dump = optarg; break;
         case 'm':
             if (strcmp(optarg, "wal") == 0)
                 cfg.mode = MODE_WAL;
@@ -510,6 +515,15 @@ int main(int argc, char **argv)
             lat[nr++] = d;
     }
     qsort(lat, (size_t)nr, sizeof *lat, cmp64);
+    if (cfg.dump) { /* every event: commit time from the start, latency */
+        FILE *f = fopen(cfg.dump, "w");
+        for (size_t i = 0; f && i < (size_t)cfg.sessions * (size_t)maxidx; i++)
+            if (ack[i])
+                fprintf(f, "%zu %" PRId64 " %" PRId64 "\n", i,
+                        ack[i] - t0_us, arr[i] ? arr[i] - ack[i] : -1);
+        if (f)
+            fclose(f);
+    }
 #define PCT(p) (nr ? lat[(size_t)((double)(nr - 1) * (p) + 0.5)] : -1)
     double qps = (double)atomic_load(&queries) /
                  ((double)(q_end - t0_us) / 1e6);
