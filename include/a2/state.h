@@ -182,7 +182,9 @@ A2_STORE_MUST_CHECK int a2_store_presence_write(a2_store *store,
 
 /*
  * The namespace's live registers (no tombstones, nothing expired) and the
- * lsn they are exact at; deletes the namespace's expired rows.
+ * lsn they are exact at; deletes the namespace's expired rows. It waits for
+ * the namespace's writes in flight, and writes that start meanwhile wait for
+ * it (one short transaction).
  */
 A2_STORE_MUST_CHECK int a2_store_presence_read(a2_store *store, const char *ns,
                                                a2_presence *out);
