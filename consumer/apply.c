@@ -44,6 +44,8 @@ struct a2c_apply {
     uint64_t end; /* its commit end LSN (B's nextlsn) */
     char xid[32];
     char at[40];
+    char head[128]; /* {"lsn":"X/Y","xid":N,"at":"..." of the transaction */
+    size_t head_len;
     int skip_all;
     size_t skip_lines;    /* lines already in the file to skip */
     size_t written_early; /* lines of this transaction already written */
@@ -202,32 +204,6 @@ static int buf_append(a2c_apply *ap, const char *s, size_t n)
     return 0;
 }
 
-static json_t *jtext(a2_change_text t)
-{
-    return t.ptr ? json_stringn(t.ptr, t.len) : json_null();
-}
-
-static json_t *jint(a2_change_int v)
-{
-    return v.null ? json_null() : json_integer(v.value);
-}
-
-static json_t *row_object(const a2_cursor_row *r)
-{
-    if (!r)
-        return json_null();
-    json_t *o = json_object();
-    json_object_set_new(o, "head", jint(r->head));
-    json_object_set_new(o, "position", json_integer(r->position));
-    json_object_set_new(o, "attempt", json_integer(r->attempt_count));
-    json_object_set_new(o, "holder", jtext(r->claim_holder));
-    json_object_set_new(o, "expires_at", jint(r->claim_expires_at));
-    json_object_set_new(o, "failures", json_integer(r->failure_count));
-    json_object_set_new(o, "failed_at", jint(r->failed_at));
-    json_object_set_new(o, "error", jtext(r->last_error));
-    return o;
-}
-
 /* Appends one JSON line (takes obj). */
 static int append_line(a2c_apply *ap, json_t *obj, char *err, size_t errlen)
 {
@@ -278,6 +254,117 @@ static json_t *line_head(a2c_apply *ap, const char *op, const char *transition)
     return o;
 }
 
+/* ---- audit lines written directly (the per-change hot path) ---- */
+
+static int buf_lit(a2c_apply *ap, const char *s)
+{
+    return buf_append(ap, s, strlen(s));
+}
+
+/* A JSON string: the decoder hands out valid UTF-8 without NUL, so only
+ * quotes, backslashes and control characters need escapes. */
+static int buf_jstr(a2c_apply *ap, const char *p, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (buf_append(ap, "\"", 1) != 0)
+        return -1;
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        if (ch >= 0x20 && ch != '"' && ch != '\\')
+            continue;
+        if (buf_append(ap, p + run, i - run) != 0)
+            return -1;
+        char esc[7] = {'\\', 0, 0, 0, 0, 0, 0};
+        size_t elen = 2;
+        switch (ch) {
+        case '"':
+            esc[1] = '"';
+            break;
+        case '\\':
+            esc[1] = '\\';
+            break;
+        case '\n':
+            esc[1] = 'n';
+            break;
+        case '\r':
+            esc[1] = 'r';
+            break;
+        case '\t':
+            esc[1] = 't';
+            break;
+        case '\b':
+            esc[1] = 'b';
+            break;
+        case '\f':
+            esc[1] = 'f';
+            break;
+        default:
+            esc[1] = 'u';
+            esc[2] = '0';
+            esc[3] = '0';
+            esc[4] = hex[ch >> 4];
+            esc[5] = hex[ch & 15];
+            elen = 6;
+        }
+        if (buf_append(ap, esc, elen) != 0)
+            return -1;
+        run = i + 1;
+    }
+    if (buf_append(ap, p + run, n - run) != 0)
+        return -1;
+    return buf_append(ap, "\"", 1);
+}
+
+static int buf_text(a2c_apply *ap, a2_change_text t)
+{
+    return t.ptr ? buf_jstr(ap, t.ptr, t.len) : buf_lit(ap, "null");
+}
+
+static int buf_i64(a2c_apply *ap, int64_t v)
+{
+    char tmp[24];
+    char *e = tmp + sizeof tmp, *q = e;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        *--q = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--q = '-';
+    return buf_append(ap, q, (size_t)(e - q));
+}
+
+static int buf_nint(a2c_apply *ap, a2_change_int v)
+{
+    return v.null ? buf_lit(ap, "null") : buf_i64(ap, v.value);
+}
+
+static int buf_row(a2c_apply *ap, const a2_cursor_row *r)
+{
+    if (!r)
+        return buf_lit(ap, "null");
+    int rc = 0;
+    rc |= buf_lit(ap, "{\"head\":");
+    rc |= buf_nint(ap, r->head);
+    rc |= buf_lit(ap, ",\"position\":");
+    rc |= buf_i64(ap, r->position);
+    rc |= buf_lit(ap, ",\"attempt\":");
+    rc |= buf_i64(ap, r->attempt_count);
+    rc |= buf_lit(ap, ",\"holder\":");
+    rc |= buf_text(ap, r->claim_holder);
+    rc |= buf_lit(ap, ",\"expires_at\":");
+    rc |= buf_nint(ap, r->claim_expires_at);
+    rc |= buf_lit(ap, ",\"failures\":");
+    rc |= buf_i64(ap, r->failure_count);
+    rc |= buf_lit(ap, ",\"failed_at\":");
+    rc |= buf_nint(ap, r->failed_at);
+    rc |= buf_lit(ap, ",\"error\":");
+    rc |= buf_text(ap, r->last_error);
+    rc |= buf_lit(ap, "}");
+    return rc ? -1 : 0;
+}
+
 static int audit_cursor(a2c_apply *ap, const a2_change *c, char *err,
                         size_t errlen)
 {
@@ -293,20 +380,35 @@ static int audit_cursor(a2c_apply *ap, const a2_change *c, char *err,
     const char *op = c->action == A2_ACTION_INSERT   ? "insert"
                      : c->action == A2_ACTION_UPDATE ? "update"
                                                      : "delete";
-    json_t *o = line_head(ap, op, a2_transition_name(a2_change_transition(c)));
-    json_object_set_new(o, "session",
-                        key ? jtext(key->session_id) : json_null());
-    json_object_set_new(o, "consumer",
-                        key ? jtext(key->consumer) : json_null());
-    json_object_set_new(o, "cursor",
-                        key ? jtext(key->cursor_key) : json_null());
-    json_object_set_new(o, "epoch",
-                        key ? json_integer(key->epoch) : json_null());
-    json_object_set_new(o, "kind", key ? jtext(key->kind) : json_null());
-    json_object_set_new(o, "before", row_object(before));
-    json_object_set_new(o, "after", row_object(after));
-    if (append_line(ap, o, err, errlen) != 0)
+    size_t mark = ap->len;
+    int rc = 0;
+    /* {"lsn":..,"xid":..,"at":.. is the same for the whole transaction */
+    rc |= buf_append(ap, ap->head, ap->head_len);
+    rc |= buf_lit(ap, ",\"op\":\"");
+    rc |= buf_lit(ap, op);
+    rc |= buf_lit(ap, "\",\"transition\":\"");
+    rc |= buf_lit(ap, a2_transition_name(a2_change_transition(c)));
+    rc |= buf_lit(ap, "\",\"session\":");
+    rc |= key ? buf_text(ap, key->session_id) : buf_lit(ap, "null");
+    rc |= buf_lit(ap, ",\"consumer\":");
+    rc |= key ? buf_text(ap, key->consumer) : buf_lit(ap, "null");
+    rc |= buf_lit(ap, ",\"cursor\":");
+    rc |= key ? buf_text(ap, key->cursor_key) : buf_lit(ap, "null");
+    rc |= buf_lit(ap, ",\"epoch\":");
+    rc |= key ? buf_i64(ap, key->epoch) : buf_lit(ap, "null");
+    rc |= buf_lit(ap, ",\"kind\":");
+    rc |= key ? buf_text(ap, key->kind) : buf_lit(ap, "null");
+    rc |= buf_lit(ap, ",\"before\":");
+    rc |= buf_row(ap, before);
+    rc |= buf_lit(ap, ",\"after\":");
+    rc |= buf_row(ap, after);
+    rc |= buf_lit(ap, "}\n");
+    if (rc) {
+        ap->len = mark;
+        snprintf(err, errlen, "out of memory");
         return -1;
+    }
+    ap->buf_lines++;
     if (ap->len >= A2C_APPLY_MAX_AUDIT_BUFFER)
         return flush_buffer(ap, err, errlen);
     return 0;
@@ -366,6 +468,13 @@ static void begin(a2c_apply *ap, const a2_change *c)
     ap->at[0] = '\0';
     if (c->has_time)
         a2c_format_time_ms(c->time_us, ap->at, sizeof ap->at);
+    char lsn[32];
+    a2c_lsn_format(ap->end, lsn, sizeof lsn);
+    int hn = snprintf(ap->head, sizeof ap->head,
+                      "{\"lsn\":\"%s\",\"xid\":%s,\"at\":%s%s%s", lsn,
+                      ap->xid[0] ? ap->xid : "null", ap->at[0] ? "\"" : "",
+                      ap->at[0] ? ap->at : "null", ap->at[0] ? "\"" : "");
+    ap->head_len = hn > 0 && (size_t)hn < sizeof ap->head ? (size_t)hn : 0;
     uint64_t done = ap->done > ap->applied ? ap->done : ap->applied;
     ap->skip_all = ap->end != 0 && ap->end <= done;
     ap->skip_lines = ap->end == ap->partial_lsn ? ap->partial_lines : 0;

@@ -468,6 +468,53 @@ static void test_big_transaction_cut_and_resent(void **state)
     fx_destroy(&f);
 }
 
+/* Text with quotes, backslashes, control characters and UTF-8 survives
+ * the audit line exactly. */
+static void test_audit_line_escapes(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, 0);
+    char c[4096], line[5000];
+    cols(c, sizeof c, "s\\\"q", "c", "#1", "event", 1, 1, "w\\n1", 5, -1);
+    char *e = strstr(c, "{\"name\":\"last_error\",\"value\":null}");
+    assert_non_null(e);
+    char fixed[4096];
+    snprintf(fixed, sizeof fixed,
+             "%.*s{\"name\":\"last_error\",\"value\":"
+             "\"a\\\"b\\\\c\\nd\\u0001\\t\xc3\xa9\"}%s",
+             (int)(e - c), c,
+             e + strlen("{\"name\":\"last_error\",\"value\":null}"));
+    snprintf(line, sizeof line,
+             "{\"action\":\"I\",\"xid\":7,\"lsn\":\"0/1\",\"schema\":"
+             "\"public\",\"table\":\"a2_cursors\",\"columns\":%s}",
+             fixed);
+    begin(&f, 50, "0/D00");
+    feed(&f, line, 0);
+    commit(&f, 50, "0/D00", 0xD00);
+    fx_close(&f);
+    FILE *fp = fopen(f.path, "r");
+    char text[8192];
+    assert_non_null(fgets(text, sizeof text, fp));
+    fclose(fp);
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    if (!j)
+        fail_msg("audit line is not JSON (%s): %s", je.text, text);
+    assert_string_equal(json_string_value(json_object_get(j, "session")),
+                        "s\"q");
+    json_t *after = json_object_get(j, "after");
+    assert_string_equal(json_string_value(json_object_get(after, "error")),
+                        "a\"b\\c\nd\x01\t\xc3\xa9");
+    assert_string_equal(json_string_value(json_object_get(after, "holder")),
+                        "w\n1");
+    assert_int_equal(json_integer_value(json_object_get(after, "expires_at")),
+                     5);
+    assert_int_equal(json_integer_value(json_object_get(j, "xid")), 50);
+    json_decref(j);
+    fx_destroy(&f);
+}
+
 static void test_gap_record(void **state)
 {
     (void)state;
@@ -517,6 +564,7 @@ int main(void)
             cmocka_unit_test(test_cleared_log_presence),
             cmocka_unit_test(test_resume_skips_written_lines),
             cmocka_unit_test(test_big_transaction_cut_and_resent),
+            cmocka_unit_test(test_audit_line_escapes),
             cmocka_unit_test(test_gap_record),
             cmocka_unit_test(test_commit_without_begin),
     };
