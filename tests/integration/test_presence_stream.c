@@ -535,6 +535,118 @@ static void test_expiry_pushed(void **state)
     tc_cleanup(&d);
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+#define PUSHES 200
+
+/* Write-to-patch latency through a2-consumer, beside LISTEN/NOTIFY (the
+ * mechanism the WAL push replaces) measured in the same run. */
+static void test_push_latency(void **state)
+{
+    (void)state;
+    const char *ns = "latency-room";
+    tc_daemon d;
+    tc_init(&d, "tp_latency");
+    tc_start(&d);
+    wsub sub = {.fd = tc_connect(d.sock),
+                .rd = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER)};
+    a2_wire_buf out = {0};
+    assert_int_equal(a2_wire_encode_hello(&out, "latency", NULL), 0);
+    assert_int_equal(a2_wire_encode_presence_sub(&out, ns), 0);
+    assert_int_equal(a2_wire_encode_ping(&out, 1), 0);
+    tc_send_raw(sub.fd, out.data, out.len);
+    a2_wire_buf_free(&out);
+    a2_wire_msg m;
+    do
+        assert_true(wsub_next(&sub, 5000, &m));
+    while (m.type != A2_WIRE_PONG);
+    a2_store *s;
+    a2_store_error err;
+    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
+    static int64_t ours[PUSHES], notify[PUSHES];
+    for (int i = 0; i < PUSHES; i++) {
+        char v[32];
+        snprintf(v, sizeof v, "%d", i);
+        a2_presence_field f = {.field = "n", .value = v};
+        a2_presence_write_req req = {.ns = ns,
+                                     .participant = "p",
+                                     .at = i,
+                                     .seen = A2_STORE_NONE,
+                                     .ttl_ms = 600000,
+                                     .fields = &f,
+                                     .nfields = 1};
+        a2_presence wo;
+        int64_t t0 = now_us();
+        assert_int_equal(a2_store_presence_write(s, &req, &wo), 0);
+        a2_presence_free(&wo);
+        do
+            assert_true(wsub_next(&sub, 5000, &m));
+        while (m.type != A2_WIRE_PRESENCE);
+        ours[i] = now_us() - t0;
+        char want[48];
+        snprintf(want, sizeof want, "{\"n\":%d}", i);
+        assert_string_equal(m.fields_json, want);
+    }
+    /* the baseline: the same upsert with a NOTIFY in its transaction (the
+     * spec's presence channel), seen on another connection */
+    PGconn *listener = a2_test_connect(), *talker = a2_test_connect();
+    a2_test_exec(listener, "listen a2_bench_presence");
+    for (int i = 0; i < PUSHES; i++) {
+        char sql[512];
+        snprintf(sql, sizeof sql,
+                 "insert into a2_presence values ('baseline', 'p', 'n', "
+                 "'%d', null, %d, 9e15::bigint) on conflict (ns, "
+                 "participant, field) do update set value = excluded.value, "
+                 "at = excluded.at where a2_presence.at <= excluded.at; "
+                 "notify a2_bench_presence, 'x'",
+                 i, i);
+        int64_t t0 = now_us();
+        a2_test_exec(talker, sql);
+        PGnotify *n = NULL;
+        while (!n) {
+            struct pollfd p = {.fd = PQsocket(listener), .events = POLLIN};
+            assert_true(poll(&p, 1, 5000) > 0);
+            assert_int_equal(PQconsumeInput(listener), 1);
+            n = PQnotifies(listener);
+        }
+        PQfreemem(n);
+        notify[i] = now_us() - t0;
+    }
+    PQfinish(listener);
+    PQfinish(talker);
+    qsort(ours, PUSHES, sizeof ours[0], cmp_i64);
+    qsort(notify, PUSHES, sizeof notify[0], cmp_i64);
+    printf("presence push, write returned to patch received (us, %d "
+           "writes):\n",
+           PUSHES);
+    printf("  %-28s %8s %8s %8s\n", "", "p50", "p90", "p99");
+    printf("  %-28s %8" PRId64 " %8" PRId64 " %8" PRId64 "\n",
+           "a2-consumer (WAL)", ours[PUSHES / 2], ours[PUSHES * 9 / 10],
+           ours[PUSHES * 99 / 100]);
+    printf("  %-28s %8" PRId64 " %8" PRId64 " %8" PRId64 "\n",
+           "upsert+NOTIFY (baseline)", notify[PUSHES / 2],
+           notify[PUSHES * 9 / 10], notify[PUSHES * 99 / 100]);
+    fflush(stdout);
+    /* generous: a push that takes seconds is broken, not slow */
+    assert_true(ours[PUSHES / 2] < 1000000);
+    a2_store_close(s);
+    a2_wire_reader_free(sub.rd);
+    close(sub.fd);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
 /* A subscriber whose consumer goes away says so and exits 1. */
 static void test_consumer_gone(void **state)
 {
@@ -570,6 +682,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_wide_window, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_expiry_pushed, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_push_latency, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_consumer_gone, setup,
                                             teardown),
