@@ -211,13 +211,14 @@ static json_t *write_params(a2_store *s, const a2_presence_write_req *req,
         }
         json_t *o = json_object();
         if (!o || !set(o, "f", json_string(f->field)) ||
-            (v && json_object_set(o, "v", v) != 0) ||
-            json_array_append_new(fields, o) != 0) {
+            (v && json_object_set(o, "v", v) != 0)) {
             json_decref(v);
             json_decref(o);
             goto nomem;
         }
         json_decref(v);
+        if (json_array_append_new(fields, o) != 0)
+            goto nomem; /* the append released o */
     }
     if (json_object_set(p, "fields", fields) != 0)
         goto nomem;

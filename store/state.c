@@ -204,23 +204,30 @@ static json_t *write_params(a2_store *s, const char *session,
             goto fail;
         }
         json_t *o = json_object();
-        if (!o || !set(o, "i", json_integer(w[i].up_to_index)) ||
-            json_object_set_new(o, "s", state) != 0 ||
-            json_array_append_new(writes, o) != 0) {
+        if (!o || json_object_set_new(o, "s", state) != 0) {
+            if (!o)
+                json_decref(state);
             json_decref(o);
             goto nomem;
         }
+        if (!set(o, "i", json_integer(w[i].up_to_index))) {
+            json_decref(o);
+            goto nomem;
+        }
+        if (json_array_append_new(writes, o) != 0)
+            goto nomem; /* the append released o */
         for (size_t k = 0; k < w[i].npins; k++) {
             const a2_state_pin *pin = &w[i].pins[k];
             json_t *q = json_object();
             if (!q || !set(q, "consumer", json_string(pin->consumer)) ||
                 !set(q, "cursor_key", pin_key(pin)) ||
                 !set(q, "idx", json_integer(pin->index)) ||
-                !set(q, "up_to", json_integer(w[i].up_to_index)) ||
-                json_array_append_new(pins, q) != 0) {
+                !set(q, "up_to", json_integer(w[i].up_to_index))) {
                 json_decref(q);
                 goto nomem;
             }
+            if (json_array_append_new(pins, q) != 0)
+                goto nomem; /* the append released q */
         }
     }
     if (json_object_set(p, "writes", writes) != 0 ||
