@@ -51,9 +51,9 @@
  * the rows and pg_current_wal_insert_lsn() in one snapshot. Every change of
  * the namespace whose commit ends at or below the returned lsn is in the
  * rows; every later one ends above it. A subscriber therefore:
- *   1. subscribes (`presence` {ns}) and makes sure the consumer took it (a
- *      `ping` answered by its `pong`, or any later message), buffering the
- *      patches it receives;
+ *   1. subscribes (`presence` {ns}) and sends a `ping`: once its `pong` is
+ *      back the consumer has taken the subscription. It buffers the patches
+ *      it receives from then on;
  *   2. calls a2_store_presence_read: the state as of lsn;
  *   3. applies, in order, only the patches with lsn greater than the read's.
  * Nothing committed after the read is missed (it is decoded after the
