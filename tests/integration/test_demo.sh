@@ -31,6 +31,9 @@ grep -q '^\[audit\] .* completed \|^\[audit\] .* went_idle ' "$out" || fail "no 
 grep -q '^\[worker lane\] failed shop-.* card declined' "$out" || fail "no failed attempt (every fifth order fails once)"
 grep -q '^\[producer\] shop-1 order.placed #1 ' "$out" || fail "no producer line"
 grep -q '^\[demo\] done' "$out" || fail "the demo did not finish its cleanup"
+if grep -q 'Sanitizer\|runtime error:' "$out"; then
+    fail "a sanitizer reported: $(grep -m3 'Sanitizer\|runtime error:' "$out")"
+fi
 dir=$(sed -n 's/^\[demo\] starting PostgreSQL on loopback in \(.*\)\/pg$/\1/p' "$out")
 [ -n "$dir" ] || fail "no cluster folder in the output"
 if [ -n "$dir" ]; then
@@ -63,6 +66,9 @@ if kill -0 "$dpid" 2>/dev/null; then
     kill -KILL -- "-$dpid" 2>/dev/null
 fi
 grep -q '^\[demo\] done' "$out2" || fail "Ctrl-C: the demo did not finish its cleanup"
+if grep -q 'Sanitizer\|runtime error:' "$out2"; then
+    fail "Ctrl-C: a sanitizer reported: $(grep -m3 'Sanitizer\|runtime error:' "$out2")"
+fi
 dir2=$(sed -n 's/^\[demo\] starting PostgreSQL on loopback in \(.*\)\/pg$/\1/p' "$out2")
 if [ -n "$dir2" ]; then
     [ ! -e "$dir2" ] || fail "Ctrl-C: the demo left $dir2 behind"

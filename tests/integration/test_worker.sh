@@ -177,4 +177,9 @@ got=$(edge_error dupid); checks=$((checks + 1)); case "$got" in *"returned event
 contains_log '\[edge-badjson #1\] {"type":"x","payload":' "$TMP/edge.log"
 
 expect 2 "$W" --consumer audit --exec true --log ''
+# No sanitizer report in any program's log (ASan builds).
+checks=$((checks + 1))
+if grep -l 'Sanitizer\|runtime error:' "$TMP"/*.log >/dev/null 2>&1; then
+    fail "sanitizer report: $(grep -h -m3 'Sanitizer\|runtime error:' "$TMP"/*.log)"
+fi
 finish

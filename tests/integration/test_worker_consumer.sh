@@ -201,4 +201,9 @@ kill -TERM "${pids[@]}" 2>/dev/null
 for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
 pids=()
 stop_consumer
+# No sanitizer report in any program's log (ASan builds).
+checks=$((checks + 1))
+if grep -l 'Sanitizer\|runtime error:' "$TMP"/*.log >/dev/null 2>&1; then
+    fail "sanitizer report: $(grep -h -m3 'Sanitizer\|runtime error:' "$TMP"/*.log)"
+fi
 finish
