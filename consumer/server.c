@@ -102,6 +102,15 @@ struct a2c_server {
     a2c_route_cand *cands;
     worker **cw;
     size_t ncap;
+    /* The scratch holds the candidates of (cand_consumer, cand_type) as of
+     * generation cand_gen; gen moves whenever a worker becomes live, leaves
+     * or changes its subscriptions, so a run of wake-ups for one consumer
+     * scans the workers once, not once per wake-up. */
+    uint64_t gen;
+    uint64_t cand_gen;
+    char *cand_consumer;
+    char *cand_type;
+    size_t cand_n;
     int closing; /* a2c_server_free: no moves */
     char rbuf[READ_CHUNK];
 };
@@ -242,10 +251,21 @@ static int log_match(const sub *s, const char *type)
 
 /* Live subscribers of consumer (those following type when type != NULL)
  * into srv->cands / srv->cw; returns how many (0 when out of memory). */
+static char *dupstr(const char *s);
+
 static size_t candidates(a2c_server *srv, const char *consumer,
                          const char *type)
 {
     size_t n = 0;
+    if (srv->cand_consumer && srv->cand_gen == srv->gen &&
+        strcmp(srv->cand_consumer, consumer) == 0 &&
+        (type ? srv->cand_type && strcmp(srv->cand_type, type) == 0
+              : !srv->cand_type))
+        return srv->cand_n;
+    free(srv->cand_consumer);
+    free(srv->cand_type);
+    srv->cand_consumer = NULL;
+    srv->cand_type = NULL;
     for (worker *w = srv->workers; w; w = w->next) {
         const sub *s;
         if (w->state != W_LIVE || !(s = find_sub(w, consumer)))
@@ -259,6 +279,17 @@ static size_t candidates(a2c_server *srv, const char *consumer,
         srv->cw[n] = w;
         n++;
     }
+    /* Remembered only when complete (no allocation failed). */
+    srv->cand_consumer = dupstr(consumer);
+    srv->cand_type = type ? dupstr(type) : NULL;
+    if (!srv->cand_consumer || (type && !srv->cand_type)) {
+        free(srv->cand_consumer);
+        free(srv->cand_type);
+        srv->cand_consumer = NULL;
+        srv->cand_type = NULL;
+    }
+    srv->cand_gen = srv->gen;
+    srv->cand_n = n;
     return n;
 }
 
@@ -342,6 +373,7 @@ static void close_now(a2c_server *srv, worker *w)
 {
     if (w->state == W_DEAD)
         return;
+    srv->gen++;
     if (w->state == W_LIVE) {
         w->state = W_DEAD;
         depart(srv, w);
@@ -410,6 +442,7 @@ static void proto_error(a2c_server *srv, worker *w, const char *code,
 {
     if (w->state == W_CLOSING || w->state == W_DEAD)
         return;
+    srv->gen++;
     srv->protocol_errors++;
     if (w->state == W_LIVE) {
         w->state = W_CLOSING;
@@ -526,6 +559,7 @@ static void on_message(a2c_server *srv, worker *w, const a2_wire_msg *m)
         }
         w->id = a2c_route_worker_id(w->name);
         w->state = W_LIVE;
+        srv->gen++;
         srv->live++;
         a2_wire_msg wel = {.type = A2_WIRE_WELCOME, .lsn = srv->lsn};
         (void)push(srv, w, &wel);
@@ -541,6 +575,7 @@ static void on_message(a2c_server *srv, worker *w, const a2_wire_msg *m)
                         "too many subscriptions");
             return;
         }
+        srv->gen++;
         if (add_sub(w, m) != 0) {
             close_now(srv, w);
             return;
@@ -976,6 +1011,8 @@ void a2c_server_free(a2c_server *srv)
     free(srv->token);
     free(srv->cands);
     free(srv->cw);
+    free(srv->cand_consumer);
+    free(srv->cand_type);
     free(srv);
 }
 
