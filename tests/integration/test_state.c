@@ -517,6 +517,73 @@ static void test_pin_waits_for_completion(void **state)
     assert_int_equal(pins_of(f), 0);
 }
 
+/* A completion that comes while a pinning write holds the head (for share,
+ * uncommitted) waits for it, then releases the pins it wrote. */
+typedef struct {
+    fx *f;
+    a2_complete_result cr;
+    int rc;
+} completer_arg;
+
+static void *completer(void *p)
+{
+    completer_arg *c = p;
+    a2_store *s;
+    a2_store_error err;
+    if (a2_store_open(&s, a2_test_db(), &err) != 0) {
+        c->rc = -100;
+        return NULL;
+    }
+    a2_attempt_ref at = {.consumer = "a", .index = 1, .attempt = 1};
+    c->rc = a2_store_complete(s, c->f->session, &at, NULL, 0, NULL, 0, &c->cr);
+    a2_store_close(s);
+    return NULL;
+}
+
+static void test_completion_waits_for_pins(void **state)
+{
+    fx *f = *state;
+    a2_target tg = {.consumer = "a"};
+    append_n(f, 1, &tg, 1);
+    claim_all(f);
+    /* what write_state does, held open: the head for share, pin, history */
+    char sql[1024];
+    a2_test_exec(f->db, "begin");
+    snprintf(sql, sizeof sql,
+             "select 1 from a2_cursors where session_id = '%s' and consumer "
+             "= 'a' and cursor_key = '#1' and head = 1 for share",
+             f->session);
+    free(a2_test_scalar(f->db, sql));
+    snprintf(sql, sizeof sql,
+             "insert into a2_snapshot_history values ('%s', 'r', 1, '1', 0); "
+             "insert into a2_snapshot_pins values ('%s', 1, 'a', '#1', 'r', "
+             "1)",
+             f->session, f->session);
+    a2_test_exec(f->db, sql);
+    completer_arg c = {.f = f};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, completer, &c), 0);
+    PGconn *probe = a2_test_connect();
+    int waited = 0;
+    for (int i = 0; i < 200 && !waited; i++) {
+        waited = a2_test_int(probe,
+                             "select count(*) from pg_stat_activity where "
+                             "wait_event_type = 'Lock' and query like "
+                             "'%a2_batch%'") > 0;
+        if (!waited)
+            usleep(10000);
+    }
+    PQfinish(probe);
+    assert_true(waited);
+    a2_test_exec(f->db, "commit");
+    pthread_join(t, NULL);
+    assert_int_equal(c.rc, 0);
+    assert_int_equal(c.cr.outcome, A2_ATTEMPT_COMPLETED);
+    a2_complete_result_free(&c.cr);
+    assert_int_equal(pins_of(f), 0);
+    assert_int_equal(history_of(f), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -534,6 +601,8 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(test_reclaim, setup, teardown),
             cmocka_unit_test_setup_teardown(test_pin_waits_for_completion,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_completion_waits_for_pins,
                                             setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
