@@ -99,15 +99,26 @@ from (select case consumer when 'chaos_lane' then 0 when 'chaos_conc' then 1 els
       from outcome) v
 group by o, consumer;
 
+-- 6. Dead letters: each reached the consumer's max failures, and every
+-- failure a worker reported is a handler run that failed (the others are
+-- takeovers of lapsed leases).
 insert into chaos_result
-select 6, 'dead letters (concurrent cf=99 only)', count(*),
-       count(*) filter (where not planned), string_agg(ev, '; ') filter (where not planned)
-from (select o.session_id || ' #' || o.idx || ' ' || o.consumer as ev,
-             (o.consumer = 'chaos_conc' and p.cf = 99) as planned
-      from outcome o
-      join jobs j using (session_id, idx)
-      left join chaos_produced p on p.session_id = j.session_id and p.event_id = j.event_id
-      where o.dead = 1) v;
+select 6, 'dead letters: failures recorded', count(*) filter (where kind = 'dead'),
+       count(*) filter (where bad),
+       string_agg(ev, '; ') filter (where bad)
+from (select 'dead' as kind, k.failure_count < case k.consumer when 'chaos_conc' then 3 else 10 end as bad,
+             k.session_id || ' ' || k.consumer || ' #' || k.head || ': dead after ' || k.failure_count || ' failures' as ev
+      from a2_cursors k where k.failed_at is not null
+      union all
+      select 'failure', true,
+             a.session_id || ' ' || a.consumer || ' #' || (a.b->>'head') || ' attempt ' || (a.b->>'attempt') ||
+             ' reported failed without a failed handler run'
+      from au a
+      where a.tr in ('failed', 'dead_lettered') and a.b->>'holder' is not null
+        and (a.a->>'attempt')::int = (a.b->>'attempt')::int
+        and not exists (select 1 from chaos_inv i where i.consumer = a.consumer and i.session_id = a.session_id
+                          and i.idx = (a.b->>'head')::bigint and i.attempt = (a.b->>'attempt')::int
+                          and i.outcome = 'fail')) v;
 
 -- 7. Each completion appended exactly one returned event, with its cause.
 insert into chaos_result
