@@ -241,6 +241,12 @@ static void test_ten_thousand_idle_connections(void **state)
     (void)state;
     enum { N = 10000 };
     tc_worker live;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < N + 200) {
+        printf("  skipped: RLIMIT_NOFILE is %ld, %d connections need %d\n",
+               (long)rl.rlim_cur, N, N + 200);
+        skip();
+    }
     open_live(&live);
     int *fds = calloc(N, sizeof *fds);
     assert_non_null(fds);
