@@ -420,7 +420,7 @@ static void cursor_actions(a2c_apply *ap, const a2_change *c)
     const a2_cursor_row *o = c->old_row ? &c->old_row->cursor : NULL;
     const a2_cursor_row *n = c->new_row ? &c->new_row->cursor : NULL;
     if (c->action == A2_ACTION_DELETE || !n) {
-        if (o)
+        if (o && !ap->overflow)
             add_action(ap, ACT_TIMER_CANCEL, tdup(o->session_id),
                        tdup(o->consumer), tdup(o->cursor_key), NULL, 0,
                        o->epoch, 0);
@@ -432,6 +432,8 @@ static void cursor_actions(a2c_apply *ap, const a2_change *c)
             (void)a2c_apply_add_log_consumer(ap, name);
         free(name);
     }
+    if (ap->overflow)
+        return; /* the commit resyncs instead: copy nothing */
     int live = !n->head.null && n->failed_at.null;
     int wake = 0;
     if (c->action == A2_ACTION_INSERT || !o) {
@@ -663,7 +665,7 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
         cursor_actions(ap, c);
         break;
     case A2_TABLE_EVENTS:
-        if (c->action == A2_ACTION_INSERT && c->new_row) {
+        if (c->action == A2_ACTION_INSERT && c->new_row && !ap->overflow) {
             const a2_event_row *e = &c->new_row->event;
             if (teq(e->event_type, A2_STORE_CLEAR_TYPE))
                 add_action(ap, ACT_CLEARED, tdup(e->session_id), NULL, NULL,
@@ -674,7 +676,7 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
         }
         break;
     case A2_TABLE_CLEARS:
-        if (c->new_row)
+        if (c->new_row && !ap->overflow)
             add_action(ap, ACT_CLEARED, tdup(c->new_row->clear.session_id),
                        NULL, NULL, NULL, c->new_row->clear.clear_index, 0, 0);
         break;
@@ -682,7 +684,7 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
         const a2_presence_row *p =
                 c->new_row ? &c->new_row->presence
                            : (c->old_row ? &c->old_row->presence : NULL);
-        if (!p)
+        if (!p || ap->overflow)
             break;
         /* an update that left a TOASTed value unchanged does not carry it */
         if (c->action == A2_ACTION_UPDATE &&
