@@ -14,6 +14,9 @@
 #   make fuzz-worker    build build/fuzz/fuzz_worker (liba2worker's
 #                       connection: frame reader and events over a real
 #                       socket) and fuzz for FUZZ_WORKER_TIME s (default 20)
+#   make fuzz-campaign  the four libFuzzer targets (decoder, wire reader,
+#                       consumer server, worker connection) one after the
+#                       other, FUZZ_CAMPAIGN_TIME s each (default 600)
 # New inputs go to build/fuzz/{server,worker}-corpus; the seeds (and the
 # inputs of past findings) stay in tests/fuzz/{consumer,worker}/corpus.
 
@@ -21,7 +24,7 @@ CHAOS_SECONDS ?= 600
 CHAOS_VARIANT ?= release
 CHAOS_RSS_ASAN := $(if $(filter asan,$(CHAOS_VARIANT)),CHAOS_RSS_MB=512)
 
-.PHONY: chaos chaos-short fuzz-server fuzz-worker
+.PHONY: chaos chaos-short fuzz-server fuzz-worker fuzz-campaign
 
 chaos:
 	$(MAKE) VARIANT=$(CHAOS_VARIANT) all
@@ -65,5 +68,13 @@ fuzz-worker: $(FUZZ_WORKER_BIN)
 	    build/fuzz/worker-corpus tests/fuzz/worker/corpus
 
 fuzz: fuzz-server fuzz-worker
+
+FUZZ_CAMPAIGN_TIME ?= 600
+
+fuzz-campaign:
+	$(MAKE) fuzz-decoder FUZZ_DECODER_TIME=$(FUZZ_CAMPAIGN_TIME)
+	$(MAKE) fuzz-wire FUZZ_WIRE_TIME=$(FUZZ_CAMPAIGN_TIME)
+	$(MAKE) fuzz-server FUZZ_SERVER_TIME=$(FUZZ_CAMPAIGN_TIME)
+	$(MAKE) fuzz-worker FUZZ_WORKER_TIME=$(FUZZ_CAMPAIGN_TIME)
 
 CHECK_EXTRA += fuzz-server fuzz-worker chaos-short
