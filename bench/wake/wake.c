@@ -193,41 +193,43 @@ static void *wal_receiver(void *arg)
 {
     a2_worker **w = arg;
     struct pollfd *pfd = calloc((size_t)cfg.workers, sizeof *pfd);
-    int *map = calloc((size_t)cfg.workers, sizeof *map);
-    if (!pfd || !map) {
+    int *slot = calloc((size_t)cfg.workers, sizeof *slot);
+    int64_t *due = calloc((size_t)cfg.workers, sizeof *due);
+    if (!pfd || !slot || !due) {
         free(pfd);
-        free(map);
+        free(slot);
+        free(due);
+        atomic_store(&ready, 1);
         return NULL;
     }
     int64_t deadline = 0;
     int connected = 0;
-    int64_t connect_deadline = now_us() + 60 * 1000000LL;
+    int64_t connect_deadline = now_us() + 20 * 1000000LL;
     while (!receiver_finished(&deadline)) {
         int n = 0, timeout = 20;
+        int64_t t = now_us();
         for (int i = 0; i < cfg.workers; i++) {
-            int t = a2_worker_timeout(w[i]);
-            if (t >= 0 && t < timeout)
-                timeout = t;
+            int to = a2_worker_timeout(w[i]);
+            due[i] = to >= 0 ? t + (int64_t)to * 1000 : INT64_MAX;
+            if (to >= 0 && to < timeout)
+                timeout = to;
             int fd = a2_worker_fd(w[i]);
+            slot[i] = -1;
             if (fd < 0)
                 continue;
             pfd[n].fd = fd;
             pfd[n].events = a2_worker_poll_events(w[i]);
             pfd[n].revents = 0;
-            map[n++] = i;
+            slot[i] = n++;
         }
         int rc = poll(pfd, (nfds_t)n, timeout);
         if (rc < 0 && errno != EINTR)
             break;
-        int64_t t = now_us();
-        /* Process the ready ones, and every worker when a timer is due. */
-        for (int k = 0; k < n || (rc == 0 && k < cfg.workers); k++) {
-            int i;
-            if (rc == 0)
-                i = k;
-            else if (k < n && pfd[k].revents)
-                i = map[k];
-            else
+        t = now_us();
+        /* The ready ones, and those whose timer (reconnect, ping) is due. */
+        for (int i = 0; i < cfg.workers; i++) {
+            bool ready_fd = slot[i] >= 0 && rc > 0 && pfd[slot[i]].revents;
+            if (!ready_fd && t < due[i])
                 continue;
             if (a2_worker_process(w[i]) != 0)
                 continue;
@@ -235,22 +237,37 @@ static void *wal_receiver(void *arg)
             while (a2_worker_next(w[i], &ev) == 1) {
                 if (ev.type == A2_WORKER_EV_WAKE)
                     mark_arrival(session_number(ev.session), ev.head, t);
-                else if (ev.type == A2_WORKER_EV_CONNECTED)
-                    connected++;
-                else if (ev.type == A2_WORKER_EV_DISCONNECTED)
-                    connected--;
             }
+        }
+        if (!atomic_load(&ready)) {
+            /* A failed attempt reports DISCONNECTED too: ask each one. */
+            connected = 0;
+            for (int i = 0; i < cfg.workers; i++)
+                connected += a2_worker_connected(w[i]);
         }
         if (!atomic_load(&ready) && connected >= cfg.workers)
             atomic_store(&ready, 1);
         if (!atomic_load(&ready) && now_us() > connect_deadline) {
             fprintf(stderr, "a2-bench-wake: %d of %d workers connected\n",
                     connected, cfg.workers);
+            for (int i = 0, shown = 0; i < cfg.workers && shown < 3; i++)
+                if (!a2_worker_connected(w[i])) {
+                    a2_worker_stats st;
+                    a2_worker_get_stats(w[i], &st);
+                    fprintf(stderr,
+                            "a2-bench-wake: worker %d: %s (%lu connects, "
+                            "%lu disconnects)\n",
+                            i, a2_worker_last_error(w[i]),
+                            (unsigned long)st.connects,
+                            (unsigned long)st.disconnects);
+                    shown++;
+                }
             atomic_store(&ready, 1);
         }
     }
     free(pfd);
-    free(map);
+    free(slot);
+    free(due);
     return NULL;
 }
 
