@@ -8,12 +8,33 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* The group fsync runs on a helper thread so the daemon's loop never waits
+ * for the disk; it reports through an eventfd. Only the fields under `mu`
+ * are shared; everything else belongs to the caller's thread. */
+typedef struct {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started;
+    int efd;
+    /* under mu */
+    int stop;
+    int requested;
+    int fd;
+    uint64_t req_lsn;
+    int completed;
+    uint64_t done_lsn;
+    int sync_errno;
+} syncer;
 
 struct a2c_audit {
     char *path;
@@ -27,7 +48,91 @@ struct a2c_audit {
     uint64_t state_written;
     int64_t state_at; /* monotonic ms of the last state file write */
     uint64_t lines;
+    int outstanding; /* a background fsync was requested, not yet finished */
+    syncer sy;
 };
+
+static void *sync_main(void *arg)
+{
+    syncer *sy = arg;
+    pthread_mutex_lock(&sy->mu);
+    for (;;) {
+        while (!sy->stop && !sy->requested)
+            pthread_cond_wait(&sy->cv, &sy->mu);
+        if (sy->stop && !sy->requested)
+            break;
+        int fd = sy->fd;
+        uint64_t lsn = sy->req_lsn;
+        sy->requested = 0;
+        pthread_mutex_unlock(&sy->mu);
+        int rc = fdatasync(fd);
+        int e = rc != 0 ? errno : 0;
+        pthread_mutex_lock(&sy->mu);
+        sy->completed = 1;
+        sy->done_lsn = lsn;
+        sy->sync_errno = e;
+        uint64_t one = 1;
+        if (write(sy->efd, &one, sizeof one) < 0) {
+            /* the counter cannot overflow here; nothing to do */
+        }
+    }
+    pthread_mutex_unlock(&sy->mu);
+    return NULL;
+}
+
+static int sync_start_thread(a2c_audit *a)
+{
+    syncer *sy = &a->sy;
+    if (sy->started)
+        return 0;
+    sy->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (sy->efd < 0)
+        return -1;
+    pthread_mutex_init(&sy->mu, NULL);
+    pthread_cond_init(&sy->cv, NULL);
+    if (pthread_create(&sy->thread, NULL, sync_main, sy) != 0) {
+        close(sy->efd);
+        sy->efd = -1;
+        pthread_mutex_destroy(&sy->mu);
+        pthread_cond_destroy(&sy->cv);
+        return -1;
+    }
+    sy->started = 1;
+    return 0;
+}
+
+/* Waits until the helper is idle (no request pending or running). */
+static void sync_drain(a2c_audit *a)
+{
+    syncer *sy = &a->sy;
+    if (!sy->started || !a->outstanding)
+        return;
+    for (;;) {
+        pthread_mutex_lock(&sy->mu);
+        int done = sy->completed;
+        pthread_mutex_unlock(&sy->mu);
+        if (done)
+            break;
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void sync_stop_thread(a2c_audit *a)
+{
+    syncer *sy = &a->sy;
+    if (!sy->started)
+        return;
+    pthread_mutex_lock(&sy->mu);
+    sy->stop = 1;
+    pthread_cond_signal(&sy->cv);
+    pthread_mutex_unlock(&sy->mu);
+    pthread_join(sy->thread, NULL);
+    pthread_mutex_destroy(&sy->mu);
+    pthread_cond_destroy(&sy->cv);
+    close(sy->efd);
+    sy->started = 0;
+}
 
 static int64_t mono_ms(void)
 {
@@ -408,7 +513,7 @@ void a2c_audit_mark(a2c_audit *a, uint64_t lsn)
 {
     if (lsn > a->marked)
         a->marked = lsn;
-    if (!a->dirty)
+    if (!a->dirty && !a->outstanding)
         a->durable = a->marked;
 }
 
@@ -427,9 +532,89 @@ size_t a2c_audit_pending_lines(const a2c_audit *a)
     return a->pending_lines;
 }
 
+static int write_state_if_due(a2c_audit *a, int state_interval_ms, char *err,
+                              size_t errlen)
+{
+    int64_t now = mono_ms();
+    if (a->durable > a->state_written &&
+        now - a->state_at >= state_interval_ms) {
+        if (write_state(a->state_path, a->durable, err, errlen) != 0)
+            return -1;
+        a->state_written = a->durable;
+        a->state_at = now;
+    }
+    return 0;
+}
+
+int a2c_audit_event_fd(a2c_audit *a)
+{
+    return a->sy.started ? a->sy.efd : -1;
+}
+
+int a2c_audit_sync_start(a2c_audit *a, char *err, size_t errlen)
+{
+    if (!a->dirty || a->outstanding)
+        return 0;
+    if (sync_start_thread(a) != 0) /* no thread: fsync here instead */
+        return a2c_audit_sync(a, 1000, err, errlen);
+    syncer *sy = &a->sy;
+    pthread_mutex_lock(&sy->mu);
+    sy->fd = a->fd;
+    sy->req_lsn = a->marked;
+    sy->requested = 1;
+    sy->completed = 0;
+    pthread_cond_signal(&sy->cv);
+    pthread_mutex_unlock(&sy->mu);
+    a->outstanding = 1;
+    a->dirty = 0;
+    a->pending_lines = 0;
+    return 0;
+}
+
+int a2c_audit_sync_finish(a2c_audit *a, int state_interval_ms, char *err,
+                          size_t errlen)
+{
+    syncer *sy = &a->sy;
+    if (!sy->started || !a->outstanding)
+        return 0;
+    uint64_t n;
+    if (read(sy->efd, &n, sizeof n) < 0) {
+        /* nothing signalled yet; the flag below decides */
+    }
+    pthread_mutex_lock(&sy->mu);
+    int done = sy->completed;
+    uint64_t lsn = sy->done_lsn;
+    int e = sy->sync_errno;
+    pthread_mutex_unlock(&sy->mu);
+    if (!done)
+        return 0;
+    a->outstanding = 0;
+    if (e != 0) {
+        snprintf(err, errlen, "could not fsync audit file \"%s\": %s", a->path,
+                 strerror(e));
+        return -1;
+    }
+    if (lsn > a->durable)
+        a->durable = lsn;
+    /* nothing written since the request: everything marked is covered */
+    if (!a->dirty && a->marked > a->durable)
+        a->durable = a->marked;
+    return write_state_if_due(a, state_interval_ms, err, errlen);
+}
+
+int a2c_audit_busy(const a2c_audit *a)
+{
+    return a->outstanding;
+}
+
 int a2c_audit_sync(a2c_audit *a, int state_interval_ms, char *err,
                    size_t errlen)
 {
+    if (a->outstanding) {
+        sync_drain(a);
+        if (a2c_audit_sync_finish(a, state_interval_ms, err, errlen) != 0)
+            return -1;
+    }
     if (a->dirty) {
         if (fdatasync(a->fd) != 0) {
             snprintf(err, errlen, "could not fsync audit file \"%s\": %s",
@@ -440,15 +625,7 @@ int a2c_audit_sync(a2c_audit *a, int state_interval_ms, char *err,
         a->pending_lines = 0;
     }
     a->durable = a->marked;
-    int64_t now = mono_ms();
-    if (a->durable > a->state_written &&
-        now - a->state_at >= state_interval_ms) {
-        if (write_state(a->state_path, a->durable, err, errlen) != 0)
-            return -1;
-        a->state_written = a->durable;
-        a->state_at = now;
-    }
-    return 0;
+    return write_state_if_due(a, state_interval_ms, err, errlen);
 }
 
 uint64_t a2c_audit_durable(const a2c_audit *a)
@@ -478,10 +655,12 @@ void a2c_audit_close(a2c_audit *a)
 {
     if (!a)
         return;
+    sync_drain(a);
+    sync_stop_thread(a);
+    a->outstanding = 0;
     if (a->fd >= 0) {
         char err[256];
-        if (a->dirty)
-            (void)fdatasync(a->fd);
+        (void)fdatasync(a->fd);
         a->dirty = 0;
         a->durable = a->marked;
         if (a->durable > a->state_written && a->state_path)

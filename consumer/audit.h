@@ -65,12 +65,33 @@ int64_t a2c_audit_dirty_since(const a2c_audit *a);
 size_t a2c_audit_pending_lines(const a2c_audit *a);
 
 /*
- * fsyncs the file; afterwards everything marked is durable. Writes the state
+ * fsyncs the file now (after any background fsync); afterwards everything
+ * marked is durable. Writes the state
  * file when at least state_interval_ms passed since its last write (0 =
  * always). Returns 0 or -1 with the reason in err.
  */
 __attribute__((warn_unused_result)) int
 a2c_audit_sync(a2c_audit *a, int state_interval_ms, char *err, size_t errlen);
+
+/*
+ * Group fsync without waiting: asks a helper thread to fsync what is written
+ * so far (nothing when clean or when one is already running). Poll
+ * a2c_audit_event_fd for readability, then call a2c_audit_sync_finish, which
+ * moves the durable LSN once the fsync is done (and writes the state file
+ * when state_interval_ms passed). Both return 0 or -1 with the reason in err
+ * (a failed fsync is fatal: the lines' durability is unknown).
+ */
+__attribute__((warn_unused_result)) int
+a2c_audit_sync_start(a2c_audit *a, char *err, size_t errlen);
+__attribute__((warn_unused_result)) int
+a2c_audit_sync_finish(a2c_audit *a, int state_interval_ms, char *err,
+                      size_t errlen);
+
+/* The helper's eventfd, or -1 before the first a2c_audit_sync_start. */
+int a2c_audit_event_fd(a2c_audit *a);
+
+/* 1 while a background fsync is outstanding. */
+int a2c_audit_busy(const a2c_audit *a);
 
 /* The last marked LSN that is durable. */
 uint64_t a2c_audit_durable(const a2c_audit *a);

@@ -605,15 +605,26 @@ static char *render_metrics(void *ctx, int health, int *healthy)
 
 /* ---- main loop ---- */
 
-static int sync_audit(daemon_t *d, int force, char *err, size_t errlen)
+/*
+ * Group fsync: in the background when the group is due (FSYNC_GROUP_MS after
+ * its first write, or FSYNC_GROUP_LINES lines, or a status update is due), so
+ * the loop never waits for the disk; wait = fsync here (the clean stop).
+ */
+static int sync_audit(daemon_t *d, int due, int wait, char *err, size_t errlen)
 {
-    if (!d->audit || !a2c_audit_dirty(d->audit))
+    if (!d->audit)
+        return 0;
+    if (wait)
+        return a2c_audit_sync(d->audit, 0, err, errlen);
+    if (a2c_audit_sync_finish(d->audit, STATE_INTERVAL_MS, err, errlen) != 0)
+        return -1;
+    if (!a2c_audit_dirty(d->audit) || a2c_audit_busy(d->audit))
         return 0;
     int64_t since = a2c_audit_dirty_since(d->audit);
-    if (!force && mono_ms() - since < FSYNC_GROUP_MS &&
+    if (!due && mono_ms() - since < FSYNC_GROUP_MS &&
         a2c_audit_pending_lines(d->audit) < FSYNC_GROUP_LINES)
         return 0;
-    return a2c_audit_sync(d->audit, STATE_INTERVAL_MS, err, errlen);
+    return a2c_audit_sync_start(d->audit, err, errlen);
 }
 
 static int handle_signals(daemon_t *d)
@@ -661,14 +672,17 @@ static int run(daemon_t *d)
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }
-        if (d->audit && a2c_audit_dirty(d->audit)) {
+        if (d->audit && a2c_audit_dirty(d->audit) &&
+            !a2c_audit_busy(d->audit)) {
             int64_t t = a2c_audit_dirty_since(d->audit) + FSYNC_GROUP_MS - now;
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }
 
-        struct pollfd pfd[4];
+        struct pollfd pfd[5];
         int n = 0, irepl = -1, isrv, imet = -1, isig;
+        if (d->audit && a2c_audit_event_fd(d->audit) >= 0)
+            pfd[n++] = (struct pollfd){a2c_audit_event_fd(d->audit), POLLIN, 0};
         isig = n;
         pfd[n++] = (struct pollfd){d->sigfd, POLLIN, 0};
         isrv = n;
@@ -744,7 +758,7 @@ static int run(daemon_t *d)
         now = mono_ms();
         int status_due = d->streaming &&
                          now - d->last_status_ms >= d->status_interval_ms;
-        if (sync_audit(d, reply || status_due, err, sizeof err) != 0) {
+        if (sync_audit(d, reply || status_due, 0, err, sizeof err) != 0) {
             logline("%s", err);
             return 1;
         }
@@ -764,7 +778,7 @@ static int run(daemon_t *d)
         }
     }
     /* clean stop */
-    if (sync_audit(d, 1, err, sizeof err) != 0)
+    if (sync_audit(d, 1, 1, err, sizeof err) != 0)
         logline("%s", err);
     if (d->streaming) {
         uint64_t flush = flush_lsn(d);

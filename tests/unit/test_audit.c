@@ -2,6 +2,7 @@
  * Unit tests of consumer/audit.c: appending, torn-tail repair, the resume
  * point (tail + state file), reopen after rotation, errors.
  */
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,6 +197,56 @@ static void test_unwritable_path(void **state)
     assert_non_null(strstr(err, "No such file or directory"));
 }
 
+/* The background group fsync moves the durable LSN only once it is done,
+ * and only over what was written before it started. */
+static void test_background_sync(void **state)
+{
+    (void)state;
+    a2c_audit_resume r;
+    char err[256];
+    a2c_audit *a = a2c_audit_open(path, &r, err, sizeof err);
+    assert_non_null(a);
+    assert_int_equal(a2c_audit_event_fd(a), -1);
+    const char *t1 = LINE("0/100", 1);
+    assert_int_equal(a2c_audit_write(a, t1, strlen(t1), 1, err, sizeof err), 0);
+    a2c_audit_mark(a, 0x100);
+    assert_int_equal(a2c_audit_sync_start(a, err, sizeof err), 0);
+    assert_true(a2c_audit_busy(a));
+    assert_false(a2c_audit_dirty(a));
+    /* written while the fsync runs: not covered by it */
+    const char *t2 = LINE("0/200", 2);
+    assert_int_equal(a2c_audit_write(a, t2, strlen(t2), 1, err, sizeof err), 0);
+    a2c_audit_mark(a, 0x200);
+    assert_true(a2c_audit_durable(a) == 0);
+    int efd = a2c_audit_event_fd(a);
+    assert_true(efd >= 0);
+    struct pollfd p = {efd, POLLIN, 0};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    assert_int_equal(a2c_audit_sync_finish(a, 0, err, sizeof err), 0);
+    assert_false(a2c_audit_busy(a));
+    assert_true(a2c_audit_durable(a) == 0x100);
+    assert_string_equal(slurp(spath), "0/100\n");
+    /* the second group */
+    assert_true(a2c_audit_dirty(a));
+    assert_int_equal(a2c_audit_sync_start(a, err, sizeof err), 0);
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    assert_int_equal(a2c_audit_sync_finish(a, 0, err, sizeof err), 0);
+    assert_true(a2c_audit_durable(a) == 0x200);
+    /* a position with nothing written after the last fsync is durable */
+    a2c_audit_mark(a, 0x300);
+    assert_true(a2c_audit_durable(a) == 0x300);
+    /* a blocking sync while one runs waits for it */
+    const char *t3 = LINE("0/400", 3);
+    assert_int_equal(a2c_audit_write(a, t3, strlen(t3), 1, err, sizeof err), 0);
+    a2c_audit_mark(a, 0x400);
+    assert_int_equal(a2c_audit_sync_start(a, err, sizeof err), 0);
+    assert_int_equal(a2c_audit_sync(a, 0, err, sizeof err), 0);
+    assert_false(a2c_audit_busy(a));
+    assert_true(a2c_audit_durable(a) == 0x400);
+    a2c_audit_close(a);
+    assert_string_equal(slurp(spath), "0/400\n");
+}
+
 static void test_reopen_after_rotation(void **state)
 {
     (void)state;
@@ -238,6 +289,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_bad_line_and_bad_state, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_unwritable_path, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_background_sync, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_reopen_after_rotation, setup,
                                             teardown),
