@@ -2,7 +2,8 @@
 # bench_start NAME: a throwaway cluster (fsync on) with the schema and the
 # NOTIFY trigger function, in $dir, conninfo in $db; removed on exit.
 # bench_consumer_start SLOT / bench_consumer_stop: a2-consumer on the
-# cluster, workers' socket unix:$dir/a2.sock, pid in $consumer_pid.
+# cluster, workers' socket unix:$dir/a2.sock, pid in $consumer_pid; the stop
+# drops the slot.
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$top"
@@ -12,6 +13,7 @@ PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 secs=${BENCH_SECONDS:-3}
 bench_pids=()
 consumer_pid=
+consumer_slot=
 dir=
 db=
 
@@ -57,6 +59,7 @@ bench_set() { # NAME VALUE: a server setting, reloaded
 
 bench_consumer_start() { # SLOT [extra options]
     local slot=$1
+    consumer_slot=$slot
     shift
     rm -f "$dir/a2.sock"
     # BENCH_AUDIT=0: no audit file (to tell its fsyncs apart).
@@ -77,11 +80,16 @@ bench_consumer_start() { # SLOT [extra options]
     exit 1
 }
 
+# Stops a2-consumer and drops its slot and audit file: the next start
+# begins at the current WAL position, not with the backlog of the cells
+# measured in between.
 bench_consumer_stop() {
     [ -n "$consumer_pid" ] || return 0
     kill "$consumer_pid" 2>/dev/null || true
     wait "$consumer_pid" 2>/dev/null || true
     consumer_pid=
+    bench_drop_slot "$consumer_slot"
+    rm -f "$dir/audit-$consumer_slot.jsonl" "$dir/audit-$consumer_slot.jsonl.lsn"
     : >"$dir/consumer.log"
 }
 
