@@ -26,6 +26,9 @@
 static PGconn *db;
 static tc_daemon d;
 static long conns; /* worker connections open at the peak */
+/* Set by each test as it ends; when unset, teardown shows the consumer's
+ * log. */
+static int passed;
 
 static long bound_kib(void)
 {
@@ -133,6 +136,7 @@ static int setup(void **state)
                      "'biglog', 'lane:log', 0, 'log', '[\"big\"]')");
     tc_init(&d, "bounds");
     tc_start(&d);
+    passed = 0;
     peak = 0;
     conns = 0;
     return 0;
@@ -141,6 +145,13 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    if (!passed) {
+        char *log = tc_read_file(d.log);
+        size_t n = log ? strlen(log) : 0;
+        fprintf(stderr, "a2-consumer's log (end):\n%s\n",
+                log ? log + (n > 3000 ? n - 3000 : 0) : "(none)");
+        free(log);
+    }
     tc_cleanup(&d);
     tc_kill_leftovers();
     PQfinish(db);
@@ -197,6 +208,7 @@ static void test_million_row_transaction(void **state)
     tc_worker_close(&logw);
     tc_worker_close(&live);
     assert_int_equal(tc_stop(&d), 0);
+    passed = 1;
 }
 
 /* A 10 MB payload goes through the decoder; the consumer's memory grows by
@@ -232,6 +244,7 @@ static void test_ten_megabyte_payload(void **state)
     tc_worker_close(&logw);
     tc_worker_close(&live);
     assert_int_equal(tc_stop(&d), 0);
+    passed = 1;
 }
 
 /* 10 000 idle workers (hello, then nothing): each is welcomed and kept; the
@@ -301,6 +314,7 @@ static void test_ten_thousand_idle_connections(void **state)
     free(fds);
     tc_worker_close(&live);
     assert_int_equal(tc_stop(&d), 0);
+    passed = 1;
 }
 
 /* A worker that never reads: its queue is dropped past the bound, the
@@ -352,6 +366,7 @@ static void test_worker_that_never_reads(void **state)
     tc_worker_close(&slow);
     tc_worker_close(&live);
     assert_int_equal(tc_stop(&d), 0);
+    passed = 1;
 }
 
 int main(void)
