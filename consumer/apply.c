@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <search.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,8 +60,78 @@ struct a2c_apply {
     char **log_consumers;
     size_t nlog, caplog;
 
+    /* session -> clear marker (tsearch tree of clear_entry) */
+    void *clears;
+    size_t nclears;
+
     a2c_apply_stats stats;
 };
+
+typedef struct {
+    int64_t clear_index;
+    char session[]; /* NUL-terminated */
+} clear_entry;
+
+static int clear_cmp(const void *a, const void *b)
+{
+    return strcmp(((const clear_entry *)a)->session,
+                  ((const clear_entry *)b)->session);
+}
+
+static void forget_clears(a2c_apply *ap)
+{
+    tdestroy(ap->clears, free);
+    ap->clears = NULL;
+    ap->nclears = 0;
+}
+
+/* Remembers session's clear marker (markers only grow). */
+static void remember_clear(a2c_apply *ap, const char *session, size_t len,
+                           int64_t clear_index)
+{
+    clear_entry *e = malloc(sizeof *e + len + 1);
+    if (!e)
+        return;
+    memcpy(e->session, session, len);
+    e->session[len] = '\0';
+    e->clear_index = clear_index;
+    clear_entry **found = tfind(e, &ap->clears, clear_cmp);
+    if (found) {
+        if ((*found)->clear_index < clear_index)
+            (*found)->clear_index = clear_index;
+        free(e);
+        return;
+    }
+    if (ap->nclears >= A2C_APPLY_MAX_CLEARS)
+        forget_clears(ap);
+    if (!tsearch(e, &ap->clears, clear_cmp)) {
+        free(e);
+        return;
+    }
+    ap->nclears++;
+}
+
+/* The session's clear marker: remembered, else asked of the sink; -1 when
+ * unknown. */
+static int64_t clear_index_of(a2c_apply *ap, a2_change_text session)
+{
+    if (!session.ptr)
+        return -1;
+    clear_entry *key = malloc(sizeof *key + session.len + 1);
+    if (!key)
+        return -1;
+    memcpy(key->session, session.ptr, session.len);
+    key->session[session.len] = '\0';
+    clear_entry **found = tfind(key, &ap->clears, clear_cmp);
+    int64_t idx = found ? (*found)->clear_index : -1;
+    if (!found && ap->sink.clear_index) {
+        idx = ap->sink.clear_index(ap->sink.ctx, key->session);
+        if (idx >= 0)
+            remember_clear(ap, session.ptr, session.len, idx);
+    }
+    free(key);
+    return idx;
+}
 
 static char *tdup(a2_change_text t)
 {
@@ -135,6 +206,7 @@ void a2c_apply_free(a2c_apply *ap)
     for (size_t i = 0; i < ap->nlog; i++)
         free(ap->log_consumers[i]);
     free(ap->log_consumers);
+    forget_clears(ap);
     free(ap);
 }
 
@@ -387,7 +459,14 @@ static int audit_cursor(a2c_apply *ap, const a2_change *c, char *err,
     rc |= buf_lit(ap, ",\"op\":\"");
     rc |= buf_lit(ap, op);
     rc |= buf_lit(ap, "\",\"transition\":\"");
-    rc |= buf_lit(ap, a2_transition_name(a2_change_transition(c)));
+    a2_transition tr = a2_change_transition(c);
+    /* A deleted run with a head: retired when the clear marker passed it. */
+    if (tr == A2_TRANSITION_DELETED && before && !before->head.null) {
+        int64_t clear_index = clear_index_of(ap, before->session_id);
+        if (clear_index >= 0)
+            tr = a2_transition_classify_cleared(before, NULL, clear_index);
+    }
+    rc |= buf_lit(ap, a2_transition_name(tr));
     rc |= buf_lit(ap, "\",\"session\":");
     rc |= key ? buf_text(ap, key->session_id) : buf_lit(ap, "null");
     rc |= buf_lit(ap, ",\"consumer\":");
@@ -676,6 +755,10 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
         }
         break;
     case A2_TABLE_CLEARS:
+        if (c->new_row && c->new_row->clear.session_id.ptr)
+            remember_clear(ap, c->new_row->clear.session_id.ptr,
+                           c->new_row->clear.session_id.len,
+                           c->new_row->clear.clear_index);
         if (c->new_row && !ap->overflow)
             add_action(ap, ACT_CLEARED, tdup(c->new_row->clear.session_id),
                        NULL, NULL, NULL, c->new_row->clear.clear_index, 0, 0);

@@ -248,6 +248,26 @@ static void sink_resync(void *ctx)
     d->need_resync = 1;
 }
 
+/* The session's clear marker, read on the normal connection; -1 when it
+ * cannot be read now (the audit then names the delete without it). */
+static int64_t sink_clear_index(void *ctx, const char *session)
+{
+    daemon_t *d = ctx;
+    if (!d->db || PQstatus(d->db) != CONNECTION_OK)
+        return -1;
+    const char *values[1] = {session};
+    PGresult *res = PQexecParams(
+            d->db,
+            "select coalesce((select clear_index from a2_clears "
+            "where session_id = $1), 0)",
+            1, NULL, values, NULL, NULL, 0);
+    int64_t idx = -1;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+        idx = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    return idx;
+}
+
 /* ---- database ---- */
 
 static int ensure_db(daemon_t *d, char *err, size_t errlen)
@@ -514,6 +534,16 @@ static void appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
         *buf = nb;
         *cap = ncap;
     }
+}
+
+/* A worker subscribed to a log consumer: `log` wake-ups reach it from now
+ * on, before the consumer has a cursor in any session. */
+static void on_log_subscribe(void *ctx, const char *consumer)
+{
+    daemon_t *d = ctx;
+    if (a2c_apply_add_log_consumer(d->apply, consumer) != 0)
+        logline("could not follow log consumer \"%s\": out of memory",
+                consumer);
 }
 
 static char *render_metrics(void *ctx, int health, int *healthy)
@@ -990,7 +1020,8 @@ int main(int argc, char **argv)
     d.timers = a2c_timers_new();
     d.dec = a2_decoder_new();
     a2c_sink sink = {&d,           sink_wake,     sink_log,
-                     sink_cleared, sink_presence, sink_resync};
+                     sink_cleared, sink_presence, sink_resync,
+                     sink_clear_index};
     d.apply = a2c_apply_new(d.audit, d.timers, &sink, &d.resume);
     if (!d.timers || !d.dec || !d.apply) {
         logline("out of memory");
@@ -1013,6 +1044,8 @@ int main(int argc, char **argv)
             .tcp_port = d.tcp_port,
             .token = d.token,
             .route = d.route,
+            .on_log_subscribe = on_log_subscribe,
+            .on_log_subscribe_ctx = &d,
     };
     d.srv = a2c_server_new(&so, err, sizeof err);
     if (!d.srv) {

@@ -90,6 +90,8 @@ struct a2c_server {
     a2c_route route;
     size_t queue_limit;
     int hello_timeout_ms;
+    void (*on_log_subscribe)(void *ctx, const char *consumer);
+    void *on_log_subscribe_ctx;
     uint64_t lsn;
     uint64_t serial;
     worker *workers;
@@ -580,6 +582,8 @@ static void on_message(a2c_server *srv, worker *w, const a2_wire_msg *m)
             close_now(srv, w);
             return;
         }
+        if (m->log_filter != A2_WIRE_LOG_NONE && srv->on_log_subscribe)
+            srv->on_log_subscribe(srv->on_log_subscribe_ctx, m->consumer);
         push_resync_all(srv, w, m->consumer);
         return;
     case A2_WIRE_PRESENCE_SUB:
@@ -952,6 +956,8 @@ a2c_server *a2c_server_new(const a2c_server_options *opts, char *err,
     srv->ltcp = (handle){H_TCP, -1};
     srv->timer = (handle){H_TIMER, -1};
     srv->route = opts->route;
+    srv->on_log_subscribe = opts->on_log_subscribe;
+    srv->on_log_subscribe_ctx = opts->on_log_subscribe_ctx;
     srv->queue_limit =
             opts->queue_limit ? opts->queue_limit : DEFAULT_QUEUE_LIMIT;
     srv->hello_timeout_ms = opts->hello_timeout_ms > 0

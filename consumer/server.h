@@ -64,6 +64,11 @@ typedef struct {
     size_t queue_limit;
     /* A worker that sends no hello in time is dropped; 0 = 5000 ms. */
     int hello_timeout_ms;
+    /* Called when a worker subscribes to a consumer as a log consumer
+     * (log_types given, or nil for every type), so the daemon sends that
+     * consumer `log` wake-ups before it has a cursor. NULL: not called. */
+    void (*on_log_subscribe)(void *ctx, const char *consumer);
+    void *on_log_subscribe_ctx;
 } a2c_server_options;
 
 /* Counters for metrics. */

@@ -295,6 +295,32 @@ static void test_log_and_cleared(void **state)
     tc_cleanup(&d);
 }
 
+/* A worker subscribed as a log consumer gets `log` wake-ups for its types
+ * before its consumer has a cursor anywhere. */
+static void test_log_before_cursor(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker lw;
+    tc_msg m;
+    tc_init(&d, "tc_logfresh");
+    tc_start(&d);
+    open_worker(&lw, &d, "freshw", "fresh", "signup");
+    tc_sleep_ms(100);
+    sqlf("insert into a2_events(session_id, idx, event_type, event_id, "
+         "created_at) values ('s9', 1, 'other', 'o1', 1), ('s9', 2, "
+         "'signup', 'g2', 1)");
+    assert_true(tc_wait_for(&lw, "log", 5000, &m));
+    assert_string_equal(m.consumer, "fresh");
+    assert_string_equal(m.session, "s9");
+    assert_int_equal(m.idx, 2);
+    assert_string_equal(m.type, "signup");
+    assert_int_equal(tc_wait_for(&lw, "log", 400, &m), 0);
+    tc_worker_close(&lw);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
 static void test_presence_patch(void **state)
 {
     (void)state;
@@ -458,6 +484,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_says_when_behind, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_log_and_cleared, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_log_before_cursor, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_presence_patch, setup,
                                             teardown),

@@ -70,8 +70,19 @@ static void s_resync(void *ctx)
     rec("resync");
 }
 
-static const a2c_sink sink = {NULL,      s_wake,     s_log,
-                              s_cleared, s_presence, s_resync};
+/* The database's clear markers, as the daemon would read them: s2 is
+ * cleared through 9; asking counts. */
+static int clear_asks;
+static int64_t s_clear_index(void *ctx, const char *session)
+{
+    (void)ctx;
+    clear_asks++;
+    return strcmp(session, "s2") == 0 ? 9 : 0;
+}
+
+static const a2c_sink sink = {NULL,       s_wake,     s_log,
+                              s_cleared,  s_presence, s_resync,
+                              s_clear_index};
 
 /* ---- fixture ---- */
 
@@ -237,6 +248,38 @@ static void event_insert(fx *f, const char *session, int64_t idx,
             "{\"name\":\"cause\",\"value\":null}]}",
             session, idx, type, idx);
     feed(f, line, 0);
+}
+
+static void cursor_delete(fx *f, const char *session, const char *key,
+                          int64_t head)
+{
+    char o[4096], line[5000];
+    cols(o, sizeof o, session, "c", key, "lane", head, 0, NULL, -1, -1);
+    snprintf(line, sizeof line,
+             "{\"action\":\"D\",\"xid\":7,\"lsn\":\"0/1\",\"schema\":"
+             "\"public\",\"table\":\"a2_cursors\",\"identity\":%s}",
+             o);
+    feed(f, line, 0);
+}
+
+/* The transition of the n-th (0-based) audit line of the file. */
+static char *transition_at(const char *path, int n)
+{
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    char line[8192];
+    char *out = NULL;
+    for (int i = 0; i <= n && fgets(line, sizeof line, fp); i++) {
+        if (i < n)
+            continue;
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        out = strdup(json_string_value(json_object_get(j, "transition")));
+        json_decref(j);
+    }
+    fclose(fp);
+    assert_non_null(out);
+    return out;
 }
 
 static int count_lines(const char *path)
@@ -540,6 +583,48 @@ static void test_gap_record(void **state)
     fx_destroy(&f);
 }
 
+/*
+ * A deleted run with a head is retired when the session's clear marker
+ * passed it (reclaim), and deleted otherwise (a hand-made delete). The
+ * marker comes from the stream's a2_clears rows, else from the database,
+ * asked once per session.
+ */
+static void test_delete_retired_or_deleted(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, 0);
+    clear_asks = 0;
+    begin(&f, 30, "0/900");
+    /* s1: marker 5 seen in the stream */
+    feed(&f,
+         "{\"action\":\"I\",\"xid\":30,\"lsn\":\"0/1\",\"schema\":\"public\","
+         "\"table\":\"a2_clears\",\"columns\":[{\"name\":\"session_id\","
+         "\"value\":\"s1\"},{\"name\":\"clear_index\",\"value\":5}]}",
+         0);
+    cursor_delete(&f, "s1", "lane:a", 4);  /* below the marker: retired */
+    cursor_delete(&f, "s1", "lane:b", 7);  /* above it: deleted */
+    cursor_delete(&f, "s1", "lane:c", -1); /* idle: retired */
+    /* s2: marker 9 read from the database, once */
+    cursor_delete(&f, "s2", "lane:a", 3);
+    cursor_delete(&f, "s2", "lane:b", 8);
+    cursor_delete(&f, "s2", "lane:c", 12);
+    commit(&f, 30, "0/900", 0x900);
+    char err[256];
+    assert_int_equal(a2c_audit_sync(f.audit, 0, err, sizeof err), 0);
+    const char *want[] = {"retired", "deleted", "retired",
+                          "retired", "retired", "deleted"};
+    for (int i = 0; i < 6; i++) {
+        char *t = transition_at(f.path, i);
+        if (strcmp(t, want[i]) != 0)
+            fail_msg("line %d: %s, expected %s", i, t, want[i]);
+        free(t);
+    }
+    assert_int_equal(clear_asks, 1);
+    fx_close(&f);
+    fx_destroy(&f);
+}
+
 static void test_commit_without_begin(void **state)
 {
     (void)state;
@@ -567,6 +652,7 @@ int main(void)
             cmocka_unit_test(test_audit_line_escapes),
             cmocka_unit_test(test_gap_record),
             cmocka_unit_test(test_commit_without_begin),
+            cmocka_unit_test(test_delete_retired_or_deleted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
