@@ -90,12 +90,25 @@ deps:
 
 # The test command of the README. Release build first (warnings are errors),
 # then everything again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# The extra checks of the modules (short fuzz runs, the short chaos run) go
+# first, each into its own log under build/check/ with one line of result, so
+# the output ends with the test summaries.
 check: deps
 	$(MAKE) VARIANT=release tests
 	$(MAKE) VARIANT=asan tests
+	@mkdir -p build/check
+	@for t in $(CHECK_EXTRA); do \
+	    start=$$(date +%s); \
+	    if $(MAKE) --no-print-directory $$t > build/check/$$t.log 2>&1; then \
+	        echo "check: $$t passed in $$(( $$(date +%s) - start )) s (log: build/check/$$t.log)"; \
+	    else \
+	        echo "check: $$t FAILED; the end of build/check/$$t.log:"; \
+	        tail -n 60 build/check/$$t.log; \
+	        exit 1; \
+	    fi; \
+	done
 	tests/run release
 	tests/run asan
-	@if [ -n "$(strip $(CHECK_EXTRA))" ]; then $(MAKE) $(CHECK_EXTRA); fi
 
 # Run the tests of one variant against an already built tree.
 check-variant: tests
