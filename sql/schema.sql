@@ -137,7 +137,10 @@ create index if not exists a2_presence_expiry on a2_presence (expires_at);
 --   * a row holding the key "stop" ends the batch after its statement.
 -- Statements are the store's constants: each is prepared once per server
 -- session (named a2b_<md5 of its text>) so its plan is cached, and runs as
--- EXECUTE with params as its one jsonb argument. Past
+-- EXECUTE with params as its one jsonb argument. The setting a2.a2b_<md5>
+-- remembers that the session prepared it, so the common path reads no
+-- catalog view; a rolled-back call forgets the setting and the next call
+-- looks in pg_prepared_statements once more. DISCARD ALL clears both. Past
 -- a2_batch_prepared_limit() prepared statements a new text runs unprepared.
 create or replace function a2_batch_prepared_limit() returns integer
 language sql immutable as 'select 512';
@@ -159,14 +162,18 @@ begin
     end if;
     foreach statement in array statements loop
         pname := 'a2b_' || md5(statement);
-        if exists (select 1 from pg_prepared_statements p where p.name = pname) then
-            runner := format('execute %I(%L::jsonb)', pname, params);
-        elsif (select count(*) from pg_prepared_statements p
-                where p.name like 'a2b\_%') < a2_batch_prepared_limit() then
-            execute format('prepare %I(jsonb) as %s', pname, statement);
-            runner := format('execute %I(%L::jsonb)', pname, params);
-        else
-            runner := null;
+        runner := format('execute %I(%L::jsonb)', pname, params);
+        if current_setting('a2.' || pname, true) is distinct from 'prepared' then
+            if exists (select 1 from pg_prepared_statements p
+                        where p.name = pname) then
+                perform set_config('a2.' || pname, 'prepared', false);
+            elsif (select count(*) from pg_prepared_statements p
+                    where p.name like 'a2b\_%') < a2_batch_prepared_limit() then
+                execute format('prepare %I(jsonb) as %s', pname, statement);
+                perform set_config('a2.' || pname, 'prepared', false);
+            else
+                runner := null;
+            end if;
         end if;
         for r in execute coalesce(runner, statement) using params loop
             if jsonb_typeof(r) = 'object' then

@@ -361,6 +361,28 @@ static void test_prepared_and_limit(void **state)
                                        "pg_prepared_statements where name "
                                        "like 'a2b\\_%'"),
                      1);
+    /* Prepared in a transaction that rolls back: the statement stays
+     * prepared, the setting that remembers it does not; the next call finds
+     * it again. DISCARD ALL forgets both; the next call prepares anew. */
+    const char *again[] = {"select jsonb_build_object('p', 4, 'x', $1->'x')"};
+    for (int round = 0; round < 3; round++) {
+        if (round == 0)
+            a2_test_exec(conn, "begin");
+        res = run_batch(conn, again, 1, "{\"x\": 4}");
+        assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+        json_t *r = row_json(res, 0);
+        assert_int_equal(json_integer_value(json_object_get(r, "x")), 4);
+        json_decref(r);
+        PQclear(res);
+        if (round == 0)
+            a2_test_exec(conn, "rollback");
+        if (round == 1)
+            a2_test_exec(conn, "discard all");
+    }
+    assert_int_equal(a2_test_int(conn, "select count(*) from "
+                                       "pg_prepared_statements where name "
+                                       "like 'a2b\\_%'"),
+                     1);
     /* A statement that cannot be prepared fails the call with its error. */
     const char *bad[] = {"select jsonb_build_object('x', missing_column)"};
     res = run_batch(conn, bad, 1, "{}");
