@@ -37,6 +37,23 @@ __attribute__((format(printf, 2, 3))) int a2__cli_fail(const a2__cli *cli,
  */
 int a2__cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 
+struct option;
+typedef struct a2_store a2_store;
+
+/* Opens the store on cli->db; on failure prints the one error line and
+ * returns A2__CLI_RUNTIME. */
+int a2__cli_store_open(a2__cli *cli, a2_store **out);
+
+/* Maps a failed store call to its exit status and one error line (a refused
+ * argument is a usage error). */
+int a2__cli_store_failed(a2__cli *cli, a2_store *store, const char *what);
+
+/* getopt_long with a command's --help and error handling: returns the
+ * option, -1 at the end, or -2 when the command ends with *rc. */
+int a2__cli_next_opt(a2__cli *cli, int argc, char **argv,
+                     const struct option *longopts, const char *help_text,
+                     int *rc);
+
 /* Commands. argv[0] is the command's name. */
 int a2__cli_cmd_schema(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_audit(a2__cli *cli, int argc, char **argv);

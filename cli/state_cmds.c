@@ -34,49 +34,6 @@
 #define REAP_EVERY_MS   1000   /* --follow reaps its namespace this often */
 #define REAP_LIMIT      1000
 
-static int open_store(a2__cli *cli, a2_store **out)
-{
-    a2_store_error err = {0};
-    if (a2_store_open(out, cli->db, &err) != 0)
-        return a2__cli_fail(cli, "could not connect to the database: %s",
-                            err.message[0] ? err.message : "unknown error");
-    return A2__CLI_OK;
-}
-
-static int failed(a2__cli *cli, a2_store *store, const char *what)
-{
-    const a2_store_error *e = a2_store_last_error(store);
-    int code = e ? e->code : A2_ESTORE_FAILED;
-    const char *msg = e && e->message[0] ? e->message : "unknown error";
-    if (code == A2_EINVALID_ARGUMENT)
-        return a2__cli_usage(cli, "%s: %s", what, msg);
-    return a2__cli_fail(cli, "%s failed: %s (%s)", what, msg,
-                        a2_store_code_name(code));
-}
-
-/* getopt_long with the usual help and error handling: -2 ends the command
- * with *rc. */
-static int next_opt(a2__cli *cli, int argc, char **argv,
-                    const struct option *longopts, const char *help, int *rc)
-{
-    int c = getopt_long(argc, argv, ":h", longopts, NULL);
-    switch (c) {
-    case 'h':
-        fputs(help, cli->out);
-        *rc = A2__CLI_OK;
-        return -2;
-    case ':':
-        *rc = a2__cli_usage(cli, "option %s needs a value", argv[optind - 1]);
-        return -2;
-    case '?':
-        *rc = a2__cli_usage(cli, "unknown option %s for %s", argv[optind - 1],
-                            argv[0]);
-        return -2;
-    default:
-        return c;
-    }
-}
-
 static int print_json(a2__cli *cli, json_t *doc)
 {
     if (!doc)
@@ -110,7 +67,7 @@ int a2__cli_cmd_state(a2__cli *cli, int argc, char **argv)
     int rc = A2__CLI_OK, c;
     int64_t at = A2_STORE_NONE;
     optind = 0;
-    while ((c = next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
+    while ((c = a2__cli_next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
         if (c == -2)
             return rc;
         if (c == 'a' && a2__cli_parse_i64(optarg, 0, INT64_MAX, &at) != 0)
@@ -126,10 +83,10 @@ int a2__cli_cmd_state(a2__cli *cli, int argc, char **argv)
     const char *session = argv[optind], *reducer = argv[optind + 1];
     a2_store *store = NULL;
     a2_state st = {0};
-    if ((rc = open_store(cli, &store)) != A2__CLI_OK)
+    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
         goto done;
     if (a2_store_read_state(store, session, reducer, at, &st) != 0) {
-        rc = failed(cli, store, "state");
+        rc = a2__cli_store_failed(cli, store, "state");
         goto done;
     }
     if (cli->json) {
@@ -505,7 +462,7 @@ static int follow(a2__cli *cli, a2_store *store, const char *ns,
         goto done;
     /* 2. the state, exact at p.lsn */
     if (a2_store_presence_read(store, ns, &p) != 0) {
-        rc = failed(cli, store, "presence");
+        rc = a2__cli_store_failed(cli, store, "presence");
         goto done;
     }
     fw.after = p.lsn;
@@ -588,7 +545,7 @@ int a2__cli_cmd_presence(a2__cli *cli, int argc, char **argv)
     int rc = A2__CLI_OK, c, follow_on = 0, reap = 0;
     const char *addr = getenv("A2_CONSUMER"), *token_file = NULL;
     optind = 0;
-    while ((c = next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
+    while ((c = a2__cli_next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
         if (c == -2)
             return rc;
         if (c == 'f')
@@ -626,7 +583,7 @@ int a2__cli_cmd_presence(a2__cli *cli, int argc, char **argv)
         return rc;
     a2_store *store = NULL;
     a2_presence p = {0};
-    if ((rc = open_store(cli, &store)) != A2__CLI_OK)
+    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
         goto done;
     if (follow_on) {
         rc = follow(cli, store, ns, addr, token);
@@ -636,7 +593,7 @@ int a2__cli_cmd_presence(a2__cli *cli, int argc, char **argv)
         int64_t n = 0, total = 0;
         do {
             if (a2_store_presence_reap(store, ns, REAP_LIMIT, &n) != 0) {
-                rc = failed(cli, store, "presence --reap");
+                rc = a2__cli_store_failed(cli, store, "presence --reap");
                 goto done;
             }
             total += n;
@@ -650,7 +607,7 @@ int a2__cli_cmd_presence(a2__cli *cli, int argc, char **argv)
         goto done;
     }
     if (a2_store_presence_read(store, ns, &p) != 0) {
-        rc = failed(cli, store, "presence");
+        rc = a2__cli_store_failed(cli, store, "presence");
         goto done;
     }
     rc = print_state(cli, ns, &p, 0);

@@ -15,7 +15,7 @@
 
 #define MAX_TARGETS A2_STORE_MAX_TARGETS
 
-static int store_open(a2__cli *cli, a2_store **out)
+int a2__cli_store_open(a2__cli *cli, a2_store **out)
 {
     a2_store_error err = {0};
     if (a2_store_open(out, cli->db, &err) != 0)
@@ -24,8 +24,7 @@ static int store_open(a2__cli *cli, a2_store **out)
     return A2__CLI_OK;
 }
 
-/* Maps a failed store call to the exit status and its one error line. */
-static int store_failed(a2__cli *cli, a2_store *store, const char *what)
+int a2__cli_store_failed(a2__cli *cli, a2_store *store, const char *what)
 {
     const a2_store_error *e = a2_store_last_error(store);
     int code = e ? e->code : A2_ESTORE_FAILED;
@@ -155,9 +154,9 @@ static int print_events(a2__cli *cli, const a2_events *ev, int with_payload)
  * options, or the val of an option, or sets *rc and returns -2 on error or
  * --help (help is printed from help_text).
  */
-static int next_opt(a2__cli *cli, int argc, char **argv,
-                    const struct option *longopts, const char *help_text,
-                    int *rc)
+int a2__cli_next_opt(a2__cli *cli, int argc, char **argv,
+                     const struct option *longopts, const char *help_text,
+                     int *rc)
 {
     int c = getopt_long(argc, argv, ":h", longopts, NULL);
     switch (c) {
@@ -270,7 +269,7 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
     a2_store *store = NULL;
     a2_events out = {0};
     optind = 0;
-    while ((c = next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
+    while ((c = a2__cli_next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
         if (c == -2)
             goto done;
         if (c == 'i') {
@@ -345,7 +344,7 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
         }
         json_decref(v);
     }
-    if ((rc = store_open(cli, &store)) != A2__CLI_OK)
+    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
         goto done;
     a2_append_event ev = {.type = type,
                           .payload = payload,
@@ -355,7 +354,7 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
     a2_append_options ao = {.consumers = logc, .nconsumers = nlogc};
     if (a2_store_append(store, session, &ev, 1, nlogc ? &ao : NULL, &out) !=
         0) {
-        rc = store_failed(cli, store, "append");
+        rc = a2__cli_store_failed(cli, store, "append");
         goto done;
     }
     if (cli->json) {
@@ -406,7 +405,7 @@ int a2__cli_cmd_read(a2__cli *cli, int argc, char **argv)
     a2_store *store = NULL;
     a2_events out = {0};
     optind = 0;
-    while ((c = next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
+    while ((c = a2__cli_next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
         if (c == -2)
             return rc;
         int64_t v;
@@ -428,10 +427,10 @@ int a2__cli_cmd_read(a2__cli *cli, int argc, char **argv)
     }
     if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
         return rc;
-    if ((rc = store_open(cli, &store)) != A2__CLI_OK)
+    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
         goto done;
     if (a2_store_read(store, argv[optind], &ro, &out) != 0) {
-        rc = store_failed(cli, store, "read");
+        rc = a2__cli_store_failed(cli, store, "read");
         goto done;
     }
     if (!cli->json && out.count == 0)
@@ -491,15 +490,15 @@ int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv)
     a2_cursors out = {0};
     a2__table *t = NULL;
     optind = 0;
-    while ((c = next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
+    while ((c = a2__cli_next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
         if (c == -2)
             return rc;
     if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
         return rc;
-    if ((rc = store_open(cli, &store)) != A2__CLI_OK)
+    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
         goto done;
     if (a2_store_cursors(store, argv[optind], &out) != 0) {
-        rc = store_failed(cli, store, "cursors");
+        rc = a2__cli_store_failed(cli, store, "cursors");
         goto done;
     }
     if (cli->json) {
@@ -570,15 +569,15 @@ int a2__cli_cmd_dead_letters(a2__cli *cli, int argc, char **argv)
     a2_heads out = {0};
     a2__table *t = NULL;
     optind = 0;
-    while ((c = next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
+    while ((c = a2__cli_next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
         if (c == -2)
             return rc;
     if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
         return rc;
-    if ((rc = store_open(cli, &store)) != A2__CLI_OK)
+    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
         goto done;
     if (a2_store_dead_letters(store, argv[optind], &out) != 0) {
-        rc = store_failed(cli, store, "dead-letters");
+        rc = a2__cli_store_failed(cli, store, "dead-letters");
         goto done;
     }
     if (cli->json) {
@@ -653,7 +652,7 @@ int a2__cli_cmd_redrive(a2__cli *cli, int argc, char **argv)
     int rc = A2__CLI_OK, c, action = 0;
     a2_store *store = NULL;
     optind = 0;
-    while ((c = next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
+    while ((c = a2__cli_next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
         if (c == -2)
             return rc;
         int a = c == 'r' ? A2_REDRIVE_RETRY : A2_REDRIVE_SKIP;
@@ -674,12 +673,12 @@ int a2__cli_cmd_redrive(a2__cli *cli, int argc, char **argv)
                              "'%s'",
                              argv[optind + 2]);
     const char *session = argv[optind], *consumer = argv[optind + 1];
-    if ((rc = store_open(cli, &store)) != A2__CLI_OK)
+    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
         goto done;
     a2_redrive_result out = {0};
     if (a2_store_redrive(store, session, consumer, index, action, NULL, 0,
                          &out) != 0) {
-        rc = store_failed(cli, store, "redrive");
+        rc = a2__cli_store_failed(cli, store, "redrive");
         goto done;
     }
     const char *verb = action == A2_REDRIVE_RETRY ? "retry" : "skip";
@@ -714,17 +713,17 @@ int a2__cli_cmd_clear(a2__cli *cli, int argc, char **argv)
     int rc = A2__CLI_OK, c;
     a2_store *store = NULL;
     optind = 0;
-    while ((c = next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
+    while ((c = a2__cli_next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
         if (c == -2)
             return rc;
     if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
         return rc;
     const char *session = argv[optind];
-    if ((rc = store_open(cli, &store)) != A2__CLI_OK)
+    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
         goto done;
     a2_clear_result out = {0};
     if (a2_store_clear(store, session, A2_STORE_NONE, NULL, &out) != 0) {
-        rc = store_failed(cli, store, "clear");
+        rc = a2__cli_store_failed(cli, store, "clear");
         goto done;
     }
     if (cli->json)
@@ -754,13 +753,13 @@ int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv)
     int rc = A2__CLI_OK, c;
     a2_store *store = NULL;
     optind = 0;
-    while ((c = next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
+    while ((c = a2__cli_next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
         if (c == -2)
             return rc;
     if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
         return rc;
     const char *session = argv[optind];
-    if ((rc = store_open(cli, &store)) != A2__CLI_OK)
+    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
         goto done;
     int64_t total = 0, batches = 0;
     int tty = isatty(fileno(cli->err));
@@ -769,7 +768,7 @@ int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv)
         if (a2_store_reclaim(store, session, &out) != 0) {
             if (tty && batches)
                 fputc('\n', cli->err);
-            rc = store_failed(cli, store, "reclaim");
+            rc = a2__cli_store_failed(cli, store, "reclaim");
             goto done;
         }
         total += out.deleted;
