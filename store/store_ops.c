@@ -504,15 +504,24 @@ static int nomem(a2_store *s)
     return a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
 }
 
+/* A result's arena and its array of n items of size bytes (at least one,
+ * so an empty result still has an array). */
+static int result_init(a2_store *s, a2_store_arena **arena, void **items,
+                       size_t n, size_t size)
+{
+    *arena = a2__arena_new();
+    if (!*arena)
+        return nomem(s);
+    *items = a2__arena_alloc(*arena, (n ? n : 1) * size);
+    return *items ? 0 : nomem(s);
+}
+
 static int events_init(a2_store *s, a2_events *out, size_t n)
 {
-    out->arena_ = a2__arena_new();
-    if (!out->arena_)
-        return nomem(s);
-    out->items = a2__arena_alloc(out->arena_, (n ? n : 1) * sizeof(a2_event));
-    if (!out->items)
-        return nomem(s);
-    return 0;
+    void *items = NULL;
+    int rc = result_init(s, &out->arena_, &items, n, sizeof(a2_event));
+    out->items = items;
+    return rc;
 }
 
 void a2_events_free(a2_events *r)
@@ -972,11 +981,10 @@ done:
 
 static int cursors_init(a2_store *s, a2_cursors *out, size_t n)
 {
-    out->arena_ = a2__arena_new();
-    if (!out->arena_)
-        return nomem(s);
-    out->items = a2__arena_alloc(out->arena_, (n ? n : 1) * sizeof(a2_cursor));
-    return out->items ? 0 : nomem(s);
+    void *items = NULL;
+    int rc = result_init(s, &out->arena_, &items, n, sizeof(a2_cursor));
+    out->items = items;
+    return rc;
 }
 
 int a2_store_cursors(a2_store *s, const char *session, a2_cursors *out)
@@ -1016,11 +1024,10 @@ int a2_store_cursors(a2_store *s, const char *session, a2_cursors *out)
 
 static int heads_init(a2_store *s, a2_heads *out, size_t n)
 {
-    out->arena_ = a2__arena_new();
-    if (!out->arena_)
-        return nomem(s);
-    out->items = a2__arena_alloc(out->arena_, (n ? n : 1) * sizeof(a2_head));
-    return out->items ? 0 : nomem(s);
+    void *items = NULL;
+    int rc = result_init(s, &out->arena_, &items, n, sizeof(a2_head));
+    out->items = items;
+    return rc;
 }
 
 int a2_store_dead_letters(a2_store *s, const char *session, a2_heads *out)
