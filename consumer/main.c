@@ -29,8 +29,8 @@
 #include "server.h"
 #include "timers.h"
 
-#define FSYNC_GROUP_MS        10
-#define FSYNC_GROUP_LINES     1000
+#define FSYNC_GROUP_MS        100
+#define FSYNC_GROUP_LINES     10000
 #define STATE_INTERVAL_MS     1000
 #define BACKOFF_MIN_MS        100
 #define BACKOFF_MAX_MS        10000
@@ -735,6 +735,8 @@ static int run(daemon_t *d)
         }
         if (pr > 0 && (pfd[isig].revents & POLLIN))
             handle_signals(d);
+        if (irepl >= 0 && pr > 0 && pfd[irepl].revents)
+            a2c_repl_readable(d->repl);
         if (d->stop)
             break;
         if (pr > 0 && pfd[isrv].revents) {
@@ -755,7 +757,6 @@ static int run(daemon_t *d)
 
         /* stream */
         int reply = 0;
-        (void)irepl;
         more = 0;
         if (d->streaming) {
             for (int i = 0; i < MAX_MESSAGES_PER_TURN; i++) {
@@ -784,6 +785,7 @@ static int run(daemon_t *d)
         }
 
         a2c_apply_fire_timers(d->apply, wall_ms());
+        a2c_server_flush(d->srv); /* this turn's wake-ups, one send each */
 
         now = mono_ms();
         int status_due = d->streaming &&

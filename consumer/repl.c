@@ -13,6 +13,7 @@ struct a2c_repl {
     PGconn *conn;
     char *buf; /* the last PQgetCopyData buffer */
     int streaming;
+    int readable; /* the socket may hold data libpq has not read */
 };
 
 int64_t a2c_now_us(void)
@@ -249,6 +250,7 @@ a2c_repl *a2c_repl_connect(const char *conninfo, char *err, size_t errlen)
         return NULL;
     }
     r->conn = c;
+    r->readable = 1;
     return r;
 }
 
@@ -357,6 +359,12 @@ static void put64(char *p, uint64_t v)
     }
 }
 
+void a2c_repl_readable(a2c_repl *r)
+{
+    if (r)
+        r->readable = 1;
+}
+
 int a2c_repl_read(a2c_repl *r, a2c_msg *m, char *err, size_t errlen)
 {
     if (r->buf) {
@@ -367,6 +375,9 @@ int a2c_repl_read(a2c_repl *r, a2c_msg *m, char *err, size_t errlen)
         char *buf = NULL;
         int n = PQgetCopyData(r->conn, &buf, 1);
         if (n == 0) {
+            if (!r->readable)
+                return 0; /* libpq's buffer is empty: poll first */
+            r->readable = 0;
             if (pass == 0 && PQconsumeInput(r->conn) == 0) {
                 one_line(err, errlen, "replication connection lost: ",
                          PQerrorMessage(r->conn));

@@ -82,8 +82,11 @@ int a2c_repl_socket(const a2c_repl *r);
 
 /*
  * Reads one message without blocking: 1 with *m filled, 0 when none is
- * ready (poll the socket), -1 when the stream ended or failed (err).
+ * ready (poll the socket), -1 when the stream ended or failed (err). The
+ * socket is read only after a2c_repl_readable (poll saw it readable): once
+ * libpq's buffer is drained, 0 costs no system call.
  */
+void a2c_repl_readable(a2c_repl *r);
 int a2c_repl_read(a2c_repl *r, a2c_msg *m, char *err, size_t errlen);
 
 /* Sends a standby status update (write, flush, apply = flush). 0 or -1. */

@@ -71,6 +71,9 @@ typedef struct worker {
     a2_wire_buf out;
     int epout;
     int shut_wr;
+    struct worker *dnext; /* on the server's dirty list: frames to send */
+    struct worker *dprev;
+    int dirty;
     sub *subs;
     size_t n_subs;
     char **ns;
@@ -96,6 +99,8 @@ struct a2c_server {
     uint64_t serial;
     worker *workers;
     worker *dead;
+    worker *dirty; /* pushed to since the last flush */
+    int64_t armed_ms; /* the deadline the timer is armed for (0: none) */
     uint64_t live;
     uint64_t overflows;
     uint64_t protocol_errors;
@@ -178,13 +183,41 @@ static const sub *find_sub(const worker *w, const char *consumer)
     return NULL;
 }
 
+static void dirty_add(a2c_server *srv, worker *w)
+{
+    if (w->dirty || w->state == W_DEAD)
+        return;
+    w->dirty = 1;
+    w->dprev = NULL;
+    w->dnext = srv->dirty;
+    if (srv->dirty)
+        srv->dirty->dprev = w;
+    srv->dirty = w;
+}
+
+static void dirty_remove(a2c_server *srv, worker *w)
+{
+    if (!w->dirty)
+        return;
+    if (w->dprev)
+        w->dprev->dnext = w->dnext;
+    else
+        srv->dirty = w->dnext;
+    if (w->dnext)
+        w->dnext->dprev = w->dprev;
+    w->dnext = w->dprev = NULL;
+    w->dirty = 0;
+}
+
+/* Queues m for w; the frames go out at the next a2c_server_flush (or run),
+ * so a turn's wake-ups to one worker leave in one send. */
 static int push(a2c_server *srv, worker *w, const a2_wire_msg *m)
 {
     int rc = a2c_queue_push(w->q, m);
     if (rc == A2C_QUEUE_OVERFLOW)
         srv->overflows++;
-    if (rc >= 0)
-        set_out(srv, w, 1);
+    if (rc >= 0 && !w->epout)
+        dirty_add(srv, w);
     return rc;
 }
 
@@ -381,6 +414,7 @@ static void close_now(a2c_server *srv, worker *w)
         depart(srv, w);
     }
     w->state = W_DEAD;
+    dirty_remove(srv, w);
     epoll_ctl(srv->epfd, EPOLL_CTL_DEL, w->h.fd, NULL);
     close(w->h.fd);
     w->h.fd = -1;
@@ -717,6 +751,9 @@ static void deadlines(a2c_server *srv)
         if ((w->state == W_NEW || w->state == W_CLOSING) &&
             (next == 0 || w->deadline_ms < next))
             next = w->deadline_ms;
+    if (next == srv->armed_ms)
+        return; /* armed already (or nothing to arm, again) */
+    srv->armed_ms = next;
     if (next) {
         int64_t d = next - now;
         if (d < 1)
@@ -760,6 +797,7 @@ int a2c_server_run(a2c_server *srv)
                 if (read(h->fd, &ticks, sizeof ticks) < 0) {
                     /* EAGAIN: already consumed */
                 }
+                srv->armed_ms = 0; /* one-shot: it fired */
             } else {
                 worker *w = (worker *)h;
                 if (w->state == W_DEAD)
@@ -776,8 +814,21 @@ int a2c_server_run(a2c_server *srv)
             break;
     }
     deadlines(srv);
+    a2c_server_flush(srv);
     reap(srv);
     return rc;
+}
+
+void a2c_server_flush(a2c_server *srv)
+{
+    if (!srv)
+        return;
+    while (srv->dirty) {
+        worker *w = srv->dirty;
+        dirty_remove(srv, w);
+        if (w->state != W_DEAD && flush(srv, w) != 0)
+            close_now(srv, w);
+    }
 }
 
 /* ---- listeners ---- */
