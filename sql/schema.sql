@@ -156,13 +156,15 @@ declare
     runner text;
     r jsonb;
     stopping boolean := false;
+    arg text;
 begin
     if statements is null then
         return;
     end if;
+    arg := quote_nullable(params::text) || '::jsonb';
     foreach statement in array statements loop
         pname := 'a2b_' || md5(statement);
-        runner := format('execute %I(%L::jsonb)', pname, params);
+        runner := format('execute %I(%s)', pname, arg);
         if current_setting('a2.' || pname, true) is distinct from 'prepared' then
             if exists (select 1 from pg_prepared_statements p
                         where p.name = pname) then

@@ -825,13 +825,16 @@ int a2_store_append(a2_store *s, const char *session,
         rc = nomem(s);
         goto done;
     }
+    /* Without ids or causes the checks, the insert and the single targets
+     * are one statement. */
+    bool fresh = ncauses == 0 && nsupplied == 0;
     const char *st[] = {
             SQL_LOCK_SESSION,
-            SQL_APPEND_CHECKS,
+            fresh ? SQL_APPEND_FRESH : SQL_APPEND_CHECKS,
             ncauses ? SQL_FENCE : NULL,
             nsupplied ? SQL_REUSE_IDS : NULL,
-            SQL_INSERT_EVENTS,
-            w.singles ? SQL_START_EVENTS : NULL,
+            fresh ? NULL : SQL_INSERT_EVENTS,
+            !fresh && w.singles ? SQL_START_EVENTS : NULL,
             w.queued ? SQL_QUEUE_LANES : NULL,
             w.queued ? SQL_START_LANES : NULL,
             w.logs ? SQL_WAKE_LOGS : NULL,

@@ -131,6 +131,37 @@
     "jsonb_build_object('base', boundary.base, 'has_pending', "             \
     "boundary.has_pending) end from boundary"
 
+/* The append of a batch that names no ids and no causes, in one statement:
+ * no replay or mix is possible, so the checks reduce to the cleared origin;
+ * the events and their single targets' cursors are inserted in the same
+ * statement (writable CTEs), skipped when the origin is cleared (the row
+ * then aborts the call). Returns the row SQL_APPEND_CHECKS would have. */
+#define SQL_APPEND_FRESH                                                    \
+    "with boundary as materialized (select coalesce(max(idx), 0) as base, " \
+    CLEAR_INDEX " as clear_index, " PENDING_IN(P_TEXTS("served"))           \
+    " as has_pending from a2_events where session_id = " SESSION            \
+    "), verdict as materialized (select boundary.base, "                    \
+    "boundary.has_pending, " P_BIGINT("origin") " <= boundary.clear_index " \
+    "as cleared from boundary), inserted as (insert into a2_events ("       \
+    "session_id, idx, event_type, payload, event_id, created_at, cause) "   \
+    "select " SESSION ", verdict.base + event.ord, event.type, coalesce("   \
+    "event.payload::jsonb, 'null'::jsonb), event.id, " P_BIGINT("now")      \
+    ", event.cause from verdict, jsonb_to_recordset($1->'events') as "      \
+    "event(ord bigint, type text, payload text, id text, cause jsonb) "     \
+    "where verdict.cleared is not true order by event.ord returning 1), "   \
+    "started as (insert into a2_cursors (session_id, consumer, cursor_key," \
+    " epoch, lane, kind, position, head) select " SESSION ", "              \
+    "single.consumer, '#' || (verdict.base + single.ord), verdict.base + "  \
+    "single.ord, null, 'event', verdict.base + single.ord - 1, "            \
+    "verdict.base + single.ord from verdict, jsonb_to_recordset("           \
+    "$1->'singles') as single(consumer text, ord bigint) where "            \
+    "verdict.cleared is not true on conflict do nothing returning 1) "      \
+    "select case when verdict.cleared then jsonb_build_object('abort', "    \
+    "'cleared') else jsonb_build_object('base', verdict.base, "             \
+    "'has_pending', verdict.has_pending, 'inserted', (select count(*) "     \
+    "from inserted), 'started', (select count(*) from started)) end from "  \
+    "verdict"
+
 /* The attempt-currency fence: each cause's cursor, read for share while its
  * head and attempt still match; the first that fails aborts. */
 #define SQL_FENCE                                                           \
