@@ -6,6 +6,10 @@
  *   --mode raw      a single-row INSERT into bench_raw (autocommit)
  *   --mode notify   like store, plus a LISTEN client draining the NOTIFYs a
  *                   trigger on a2_events sends (the trigger is the caller's)
+ *   --mode floor    select bench_floor(session, payload): the least an append
+ *                   on the a2 tables does (the session lock, max(idx), the
+ *                   event row, one event cursor) in one server function (the
+ *                   caller's), the ceiling of any append on this schema
  *
  * --subscribe unix:PATH adds a liba2worker connection to a2-consumer that
  * serves consumer "bench" and counts the wake-ups pushed to it (reported as
@@ -29,7 +33,10 @@
 #include <string.h>
 #include <time.h>
 
-enum mode { MODE_STORE, MODE_RAW, MODE_NOTIFY };
+enum mode { MODE_STORE, MODE_RAW, MODE_NOTIFY, MODE_FLOOR };
+
+/* Raw and floor writers run one prepared statement on a plain connection. */
+#define PLAIN_MODE(m) ((m) == MODE_RAW || (m) == MODE_FLOOR)
 
 struct config {
     const char *db;
@@ -110,7 +117,8 @@ static void *raw_writer(void *arg)
         snprintf(session, sizeof session, "%s-%d", cfg.prefix, s);
         const char *values[2] = {session, "{\"n\":1}"};
         res = PQexecPrepared(conn, "ins", 2, values, NULL, NULL, 0);
-        if (PQresultStatus(res) == PGRES_COMMAND_OK) {
+        if (PQresultStatus(res) == PGRES_COMMAND_OK ||
+            PQresultStatus(res) == PGRES_TUPLES_OK) {
             if (atomic_fetch_add(&total_commits, 1) + 1 >= cfg.max_commits)
                 atomic_store(&stop_flag, 1);
         } else {
@@ -160,7 +168,7 @@ static void *subscriber(void *arg)
 static int open_writer(struct writer_arg *wa, int i)
 {
     wa->id = i;
-    if (cfg.mode != MODE_RAW) {
+    if (!PLAIN_MODE(cfg.mode)) {
         a2_store_error err;
         if (a2_store_open(&wa->store, cfg.db, &err) != 0) {
             fprintf(stderr, "a2-bench-commit: could not open store: %s\n",
@@ -176,8 +184,10 @@ static int open_writer(struct writer_arg *wa, int i)
         return -1;
     }
     PGresult *res = PQprepare(wa->conn, "ins",
-                              "insert into bench_raw (session_id, payload) "
-                              "values ($1, $2::jsonb)",
+                              cfg.mode == MODE_RAW
+                                      ? "insert into bench_raw (session_id, "
+                                        "payload) values ($1, $2::jsonb)"
+                                      : "select bench_floor($1, $2::jsonb)",
                               2, NULL);
     int ok = PQresultStatus(res) == PGRES_COMMAND_OK;
     if (!ok)
@@ -190,7 +200,7 @@ static int open_writer(struct writer_arg *wa, int i)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: a2-bench-commit --db CONNINFO [--mode store|raw|notify]\n"
+            "usage: a2-bench-commit --db CONNINFO [--mode store|raw|notify|floor]\n"
             "                       [--writers N] [--sessions N] [--seconds S]\n"
             "                       [--max-commits N] [--prefix P]\n"
             "                       [--subscribe unix:PATH]\n");
@@ -223,6 +233,8 @@ int main(int argc, char **argv)
                 cfg.mode = MODE_RAW;
             else if (strcmp(optarg, "notify") == 0)
                 cfg.mode = MODE_NOTIFY;
+            else if (strcmp(optarg, "floor") == 0)
+                cfg.mode = MODE_FLOOR;
             else {
                 fprintf(stderr, "a2-bench-commit: unknown mode %s\n", optarg);
                 return 2;
@@ -310,7 +322,7 @@ int main(int argc, char **argv)
     double t0 = now_s();
     for (int i = 0; i < cfg.writers; i++)
         pthread_create(&th[i], NULL,
-                       cfg.mode == MODE_RAW ? raw_writer : store_writer,
+                       PLAIN_MODE(cfg.mode) ? raw_writer : store_writer,
                        &wa[i]);
     while (!atomic_load(&stop_flag) && now_s() - t0 < cfg.seconds) {
         struct timespec ts = {0, 10 * 1000 * 1000};
@@ -335,7 +347,7 @@ int main(int argc, char **argv)
         PQfinish(lconn);
     }
     long commits = atomic_load(&total_commits);
-    static const char *names[] = {"store", "raw", "notify"};
+    static const char *names[] = {"store", "raw", "notify", "floor"};
     printf("%s %d %d %ld %.3f %.1f %ld %ld\n", names[cfg.mode], cfg.writers,
            cfg.sessions, commits, elapsed, (double)commits / elapsed,
            atomic_load(&notifications), atomic_load(&total_errors));
