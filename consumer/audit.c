@@ -50,7 +50,40 @@ struct a2c_audit {
     uint64_t lines;
     int outstanding; /* a background fsync was requested, not yet finished */
     syncer sy;
+    char *wbuf; /* lines not yet written: a2c_audit_flush writes them */
+    size_t wlen;
+    size_t wcap;
 };
+
+/* Lines are gathered up to this many bytes between flushes. */
+#define WBUF_MAX (256 * 1024)
+
+static int write_all(a2c_audit *a, const char *buf, size_t len, char *err,
+                     size_t errlen)
+{
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(a->fd, buf + off, len - off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            snprintf(err, errlen, "could not write audit file \"%s\": %s",
+                     a->path, strerror(errno));
+            return -1;
+        }
+        off += (size_t)w;
+    }
+    return 0;
+}
+
+int a2c_audit_flush(a2c_audit *a, char *err, size_t errlen)
+{
+    if (!a || a->wlen == 0)
+        return 0;
+    size_t n = a->wlen;
+    a->wlen = 0; /* a failed write leaves a torn tail; the next open cuts it */
+    return write_all(a, a->wbuf, n, err, errlen);
+}
 
 static void *sync_main(void *arg)
 {
@@ -487,18 +520,30 @@ error:
 int a2c_audit_write(a2c_audit *a, const char *buf, size_t len, size_t lines,
                     char *err, size_t errlen)
 {
-    size_t off = 0;
-    while (off < len) {
-        ssize_t w = write(a->fd, buf + off, len - off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            snprintf(err, errlen, "could not write audit file \"%s\": %s",
-                     a->path, strerror(errno));
+    if (a->wlen + len > WBUF_MAX && a2c_audit_flush(a, err, errlen) != 0)
+        return -1;
+    if (len >= WBUF_MAX) {
+        if (write_all(a, buf, len, err, errlen) != 0)
             return -1;
+    } else if (len > 0) {
+        if (a->wlen + len > a->wcap) {
+            size_t cap = a->wcap ? a->wcap : 16384;
+            while (cap < a->wlen + len)
+                cap *= 2;
+            char *nb = realloc(a->wbuf, cap);
+            if (!nb) {
+                if (a2c_audit_flush(a, err, errlen) != 0 ||
+                    write_all(a, buf, len, err, errlen) != 0)
+                    return -1;
+                goto counted;
+            }
+            a->wbuf = nb;
+            a->wcap = cap;
         }
-        off += (size_t)w;
+        memcpy(a->wbuf + a->wlen, buf, len);
+        a->wlen += len;
     }
+counted:
     if (len > 0) {
         if (!a->dirty)
             a->dirty_since = mono_ms();
@@ -555,6 +600,8 @@ int a2c_audit_sync_start(a2c_audit *a, char *err, size_t errlen)
 {
     if (!a->dirty || a->outstanding)
         return 0;
+    if (a2c_audit_flush(a, err, errlen) != 0)
+        return -1;
     if (sync_start_thread(a) != 0) /* no thread: fsync here instead */
         return a2c_audit_sync(a, 1000, err, errlen);
     syncer *sy = &a->sy;
@@ -616,6 +663,8 @@ int a2c_audit_sync(a2c_audit *a, int state_interval_ms, char *err,
             return -1;
     }
     if (a->dirty) {
+        if (a2c_audit_flush(a, err, errlen) != 0)
+            return -1;
         if (fdatasync(a->fd) != 0) {
             snprintf(err, errlen, "could not fsync audit file \"%s\": %s",
                      a->path, strerror(errno));
@@ -660,6 +709,8 @@ void a2c_audit_close(a2c_audit *a)
     a->outstanding = 0;
     if (a->fd >= 0) {
         char err[256];
+        if (a2c_audit_flush(a, err, sizeof err) != 0)
+            fprintf(stderr, "a2-consumer: %s\n", err);
         (void)fdatasync(a->fd);
         a->dirty = 0;
         a->durable = a->marked;
@@ -667,6 +718,7 @@ void a2c_audit_close(a2c_audit *a)
             (void)write_state(a->state_path, a->durable, err, sizeof err);
         close(a->fd);
     }
+    free(a->wbuf);
     free(a->path);
     free(a->state_path);
     free(a);

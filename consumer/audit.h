@@ -44,13 +44,19 @@ a2c_audit *a2c_audit_open(const char *path, a2c_audit_resume *resume, char *err,
 void a2c_audit_close(a2c_audit *a);
 
 /*
- * Appends len bytes (whole lines) with one write(2) where possible. Returns 0,
- * or -1 with the reason in err (the file may then hold a torn line, which the
- * next open repairs).
+ * Appends len bytes (whole lines). They are gathered in memory (up to 256 KiB)
+ * and written by a2c_audit_flush, which the daemon calls once per loop turn,
+ * and before every fsync, rotation and close. Returns 0, or -1 with the
+ * reason in err when a write it had to do failed (the file may then hold a
+ * torn line, which the next open repairs).
  */
 __attribute__((warn_unused_result)) int
 a2c_audit_write(a2c_audit *a, const char *buf, size_t len, size_t lines,
                 char *err, size_t errlen);
+
+/* Writes the gathered lines with one write(2). 0, or -1 with err. */
+__attribute__((warn_unused_result)) int
+a2c_audit_flush(a2c_audit *a, char *err, size_t errlen);
 
 /* Records that every transaction ending at or before lsn is written. */
 void a2c_audit_mark(a2c_audit *a, uint64_t lsn);

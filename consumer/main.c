@@ -786,6 +786,10 @@ static int run(daemon_t *d)
 
         a2c_apply_fire_timers(d->apply, wall_ms());
         a2c_server_flush(d->srv); /* this turn's wake-ups, one send each */
+        if (d->audit && a2c_audit_flush(d->audit, err, sizeof err) != 0) {
+            logline("%s", err);
+            return 1;
+        }
 
         now = mono_ms();
         int status_due = d->streaming &&

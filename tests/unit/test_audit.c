@@ -3,10 +3,12 @@
  * point (tail + state file), reopen after rotation, errors.
  */
 #include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -272,6 +274,80 @@ static void test_reopen_after_rotation(void **state)
     assert_true(r.done == 0x200);
 }
 
+/* Lines are gathered in memory and reach the file at a flush (or a sync);
+ * past 256 KiB they are written without waiting for one. */
+static void test_lines_gathered_until_flush(void **state)
+{
+    (void)state;
+    a2c_audit_resume r;
+    char err[256];
+    a2c_audit *a = a2c_audit_open(path, &r, err, sizeof err);
+    assert_non_null(a);
+    const char *t1 = LINE("0/100", 1);
+    const char *t2 = LINE("0/200", 2);
+    assert_int_equal(a2c_audit_write(a, t1, strlen(t1), 1, err, sizeof err), 0);
+    assert_int_equal(a2c_audit_write(a, t2, strlen(t2), 1, err, sizeof err), 0);
+    assert_true(a2c_audit_dirty(a));
+    assert_string_equal(slurp(path), "");
+    assert_int_equal(a2c_audit_flush(a, err, sizeof err), 0);
+    assert_string_equal(slurp(path), LINE("0/100", 1) LINE("0/200", 2));
+    assert_int_equal(a2c_audit_flush(a, err, sizeof err), 0); /* nothing */
+    /* a sync writes what is gathered before it fsyncs */
+    const char *t3 = LINE("0/300", 3);
+    assert_int_equal(a2c_audit_write(a, t3, strlen(t3), 1, err, sizeof err), 0);
+    a2c_audit_mark(a, 0x300);
+    assert_int_equal(a2c_audit_sync(a, 0, err, sizeof err), 0);
+    assert_true(a2c_audit_durable(a) == 0x300);
+    assert_string_equal(slurp(path),
+                        LINE("0/100", 1) LINE("0/200", 2) LINE("0/300", 3));
+    /* more than the buffer holds goes out at once */
+    static char big[300 * 1024];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\n';
+    assert_int_equal(a2c_audit_write(a, big, sizeof big, 1, err, sizeof err),
+                     0);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_true((size_t)st.st_size ==
+                3 * strlen(t1) + sizeof big);
+    a2c_audit_close(a);
+}
+
+/* A write the file refuses (here: past RLIMIT_FSIZE) fails the flush with
+ * the file named, and a sync does not report durable what was not written. */
+static void test_flush_failure(void **state)
+{
+    (void)state;
+    a2c_audit_resume r;
+    char err[256];
+    a2c_audit *a = a2c_audit_open(path, &r, err, sizeof err);
+    assert_non_null(a);
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = 16;
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    const char *t1 = LINE("0/100", 1);
+    assert_int_equal(a2c_audit_write(a, t1, strlen(t1), 1, err, sizeof err), 0);
+    a2c_audit_mark(a, 0x100);
+    int rc = a2c_audit_flush(a, err, sizeof err);
+    const char *t2 = LINE("0/200", 2);
+    int wrc = a2c_audit_write(a, t2, strlen(t2), 1, err, sizeof err);
+    int src = wrc == 0 ? a2c_audit_sync(a, 0, err, sizeof err) : -2;
+    char serr[256];
+    snprintf(serr, sizeof serr, "%s", err);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, prev);
+    assert_int_equal(rc, -1);
+    assert_non_null(strstr(serr, "could not write audit file"));
+    assert_non_null(strstr(serr, path));
+    assert_int_equal(wrc, 0);
+    assert_int_equal(src, -1);
+    assert_true(a2c_audit_durable(a) == 0);
+    a2c_audit_close(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -293,6 +369,10 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_background_sync, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_reopen_after_rotation, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_lines_gathered_until_flush,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_flush_failure, setup,
                                             teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
