@@ -150,19 +150,53 @@ static int teq(a2_change_text t, const char *s)
     return t.ptr && strlen(s) == t.len && memcmp(t.ptr, s, t.len) == 0;
 }
 
+/* Writes the decimal digits of v (width digits at least, zero-padded). */
+static size_t put_dec(char *out, uint64_t v, int width)
+{
+    char tmp[24];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while ((int)n < width)
+        tmp[n++] = '0';
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}
+
 char *a2c_format_time_ms(int64_t us, char *buf, size_t len)
 {
+    /* The date and time of the last second formatted: transactions come many
+     * to a second, and gmtime_r and strftime cost more than the rest. */
+    static __thread int64_t cached_secs = INT64_MIN;
+    static __thread char cached[32];
+    static __thread size_t cached_len;
     int64_t secs = us / 1000000, ms = (us % 1000000) / 1000;
     if (ms < 0) {
         ms += 1000;
         secs--;
     }
-    time_t t = (time_t)secs;
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    char base[32];
-    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf, len, "%s.%03dZ", base, (int)ms);
+    if (secs != cached_secs) {
+        time_t t = (time_t)secs;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        cached_len = strftime(cached, sizeof cached, "%Y-%m-%dT%H:%M:%S", &tm);
+        cached_secs = secs;
+    }
+    char t[48];
+    memcpy(t, cached, cached_len);
+    size_t n = cached_len;
+    t[n++] = '.';
+    n += put_dec(t + n, (uint64_t)ms, 3);
+    t[n++] = 'Z';
+    if (len == 0)
+        return buf;
+    if (n >= len)
+        n = len - 1;
+    memcpy(buf, t, n);
+    buf[n] = '\0';
     return buf;
 }
 
@@ -544,18 +578,35 @@ static void begin(a2c_apply *ap, const a2_change *c)
     ap->in_txn = 1;
     ap->end = c->has_nextlsn ? c->nextlsn : 0;
     ap->xid[0] = '\0';
-    if (!c->xid.null)
-        snprintf(ap->xid, sizeof ap->xid, "%" PRId64, c->xid.value);
+    if (!c->xid.null) {
+        size_t k = 0;
+        if (c->xid.value < 0)
+            ap->xid[k++] = '-';
+        k += put_dec(ap->xid + k,
+                     c->xid.value < 0 ? 0 - (uint64_t)c->xid.value
+                                      : (uint64_t)c->xid.value,
+                     1);
+        ap->xid[k] = '\0';
+    }
     ap->at[0] = '\0';
     if (c->has_time)
         a2c_format_time_ms(c->time_us, ap->at, sizeof ap->at);
     char lsn[32];
     a2c_lsn_format(ap->end, lsn, sizeof lsn);
-    int hn = snprintf(ap->head, sizeof ap->head,
-                      "{\"lsn\":\"%s\",\"xid\":%s,\"at\":%s%s%s", lsn,
-                      ap->xid[0] ? ap->xid : "null", ap->at[0] ? "\"" : "",
-                      ap->at[0] ? ap->at : "null", ap->at[0] ? "\"" : "");
-    ap->head_len = hn > 0 && (size_t)hn < sizeof ap->head ? (size_t)hn : 0;
+    /* {"lsn":"X/Y","xid":N,"at":"T" (or null), built without printf: it is
+     * made for every transaction. */
+    const char *parts[] = {"{\"lsn\":\"", lsn, "\",\"xid\":",
+                           ap->xid[0] ? ap->xid : "null", ",\"at\":",
+                           ap->at[0] ? "\"" : "", ap->at[0] ? ap->at : "null",
+                           ap->at[0] ? "\"" : ""};
+    size_t hn = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+        size_t k = strlen(parts[i]);
+        memcpy(ap->head + hn, parts[i], k); /* 23 + 17 + 21 + 41 < 128 */
+        hn += k;
+    }
+    ap->head[hn] = '\0';
+    ap->head_len = hn;
     uint64_t done = ap->done > ap->applied ? ap->done : ap->applied;
     ap->skip_all = ap->end != 0 && ap->end <= done;
     ap->skip_lines = ap->end == ap->partial_lsn ? ap->partial_lines : 0;

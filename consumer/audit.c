@@ -184,9 +184,33 @@ int a2c_lsn_parse(const char *s, uint64_t *lsn)
     return 0;
 }
 
+/* Upper-case hex of v without leading zeros ("0" for 0); the digit count. */
+static size_t hex32(uint32_t v, char *out)
+{
+    static const char digits[] = "0123456789ABCDEF";
+    char tmp[8];
+    size_t n = 0;
+    do {
+        tmp[n++] = digits[v & 0xf];
+        v >>= 4;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}
+
 char *a2c_lsn_format(uint64_t lsn, char *buf, size_t len)
 {
-    snprintf(buf, len, "%X/%X", (unsigned int)(lsn >> 32), (unsigned int)lsn);
+    char t[20];
+    size_t n = hex32((uint32_t)(lsn >> 32), t);
+    t[n++] = '/';
+    n += hex32((uint32_t)lsn, t + n);
+    if (len == 0)
+        return buf;
+    if (n >= len)
+        n = len - 1;
+    memcpy(buf, t, n);
+    buf[n] = '\0';
     return buf;
 }
 

@@ -76,6 +76,13 @@ static void test_lsn_text(void **state)
     assert_true(l == (UINT64_C(0xAB) << 32));
     assert_string_equal(a2c_lsn_format(UINT64_C(0x10000002A), buf, sizeof buf),
                         "1/2A");
+    assert_string_equal(a2c_lsn_format(0, buf, sizeof buf), "0/0");
+    assert_string_equal(a2c_lsn_format(UINT64_MAX, buf, sizeof buf),
+                        "FFFFFFFF/FFFFFFFF");
+    char small[4];
+    assert_string_equal(a2c_lsn_format(UINT64_C(0xAB00000001), small,
+                                       sizeof small),
+                        "AB/");
     assert_int_equal(a2c_lsn_parse("1/2X", &l), -1);
     assert_int_equal(a2c_lsn_parse("12", &l), -1);
     assert_int_equal(a2c_lsn_parse(NULL, &l), -1);

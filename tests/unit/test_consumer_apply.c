@@ -641,9 +641,37 @@ static void test_commit_without_begin(void **state)
     fx_destroy(&f);
 }
 
+/* Commit times as the audit writes them: UTC, milliseconds, the date part
+ * reused within a second and redone across one (and before the epoch). */
+static void test_time_format(void **state)
+{
+    (void)state;
+    char buf[40];
+    assert_string_equal(a2c_format_time_ms(INT64_C(1700000000123456), buf,
+                                           sizeof buf),
+                        "2023-11-14T22:13:20.123Z");
+    assert_string_equal(a2c_format_time_ms(INT64_C(1700000000999999), buf,
+                                           sizeof buf),
+                        "2023-11-14T22:13:20.999Z");
+    assert_string_equal(a2c_format_time_ms(INT64_C(1700000001000000), buf,
+                                           sizeof buf),
+                        "2023-11-14T22:13:21.000Z");
+    assert_string_equal(a2c_format_time_ms(INT64_C(1700000000007000), buf,
+                                           sizeof buf),
+                        "2023-11-14T22:13:20.007Z");
+    assert_string_equal(a2c_format_time_ms(-1000, buf, sizeof buf),
+                        "1969-12-31T23:59:59.999Z");
+    assert_string_equal(a2c_format_time_ms(0, buf, sizeof buf),
+                        "1970-01-01T00:00:00.000Z");
+    char small[11];
+    assert_string_equal(a2c_format_time_ms(0, small, sizeof small),
+                        "1970-01-01");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_time_format),
             cmocka_unit_test(test_started_wakes_and_audits),
             cmocka_unit_test(test_claim_timer_fail_retry_complete),
             cmocka_unit_test(test_cleared_log_presence),
