@@ -2,11 +2,11 @@
  * a2-bench-wake: wake-up latency from a commit to the worker, measured in one
  * process with CLOCK_MONOTONIC.
  *
- * Writers append one event at a time with liba2store (session "<tag>.<s>",
- * the tag new in every run, so sessions start at index 1; one
- * concurrent cursor of consumer "bench" each) on a Poisson schedule of --rate
- * events/s; each records the time its commit was acknowledged (the append's
- * return). A receiver records when the event reaches it:
+ * Writers append --batch events at a time (default 1) with liba2store
+ * (session "<tag>.<s>", the tag new in every run, so sessions start at index
+ * 1; one concurrent cursor of consumer "bench" each) on a Poisson schedule of
+ * --rate events/s (--rate / --batch appends/s); each records the time its
+ * commit was acknowledged (the append's return) for every event it carried. A receiver records when the event reaches it:
  *
  *   --mode wal      N a2_worker connections (liba2worker) to a2-consumer's
  *                   socket (--connect); the wake frame's session and head
@@ -53,6 +53,7 @@ static struct {
     int sessions;
     int workers;
     int interval_ms;
+    int batch;
     double drain_s;
     unsigned seed;
     char tag[64];
@@ -66,11 +67,13 @@ static struct {
     .sessions = 64,
     .workers = 1,
     .interval_ms = 100,
+    .batch = 1,
     .drain_s = 2,
     .seed = 1,
 };
 
 static long nevents;    /* scheduled events */
+static long ntickets;   /* scheduled appends, --batch events each */
 static int64_t *sched;  /* per ticket: scheduled start, µs from t0 */
 static int64_t *ack;    /* per slot (session, idx): commit acknowledged */
 static int64_t *arr;    /* per slot: arrival at the receiver */
@@ -133,18 +136,20 @@ static void *writer(void *arg)
 {
     a2_store *store = arg;
     a2_target target = {.consumer = "bench", .lane = NULL};
-    a2_append_event ev = {
-        .type = "bench.tick",
-        .payload = "{\"n\":1}",
-        .targets = &target,
-        .ntargets = 1,
-    };
+    a2_append_event ev[100];
+    for (int k = 0; k < cfg.batch; k++)
+        ev[k] = (a2_append_event){
+                .type = "bench.tick",
+                .payload = "{\"n\":1}",
+                .targets = &target,
+                .ntargets = 1,
+        };
     while (!atomic_load(&go))
         sleep_us(1000);
     char session[96];
     for (;;) {
         long t = atomic_fetch_add(&next_ticket, 1);
-        if (t >= nevents)
+        if (t >= ntickets)
             break;
         int64_t at = t0_us + sched[t], end = t0_us + (int64_t)(cfg.seconds * 1e6);
         /* Behind schedule (an overloaded machine): the cell still ends. */
@@ -154,12 +159,17 @@ static void *writer(void *arg)
         int s = (int)(t % cfg.sessions);
         snprintf(session, sizeof session, "%s.%d", cfg.tag, s);
         a2_events out;
-        int rc = a2_store_append(store, session, &ev, 1, NULL, &out);
+        int rc = a2_store_append(store, session, ev, (size_t)cfg.batch, NULL,
+                                 &out);
         int64_t done = now_us();
-        if (rc == 0 && out.count == 1 && out.items[0].index < maxidx) {
-            ack[(size_t)s * (size_t)maxidx + (size_t)out.items[0].index] =
-                done;
-            atomic_fetch_add(&sent, 1);
+        if (rc == 0 && out.count == (size_t)cfg.batch) {
+            for (size_t k = 0; k < out.count; k++) {
+                if (out.items[k].index >= maxidx)
+                    continue;
+                ack[(size_t)s * (size_t)maxidx +
+                    (size_t)out.items[k].index] = done;
+                atomic_fetch_add(&sent, 1);
+            }
         } else {
             atomic_fetch_add(&send_errors, 1);
         }
@@ -353,7 +363,7 @@ static void usage(FILE *f)
                "         [--connect unix:PATH] [--workers N] [--rate R]\n"
                "         [--seconds S] [--writers N] [--sessions N]\n"
                "         [--interval-ms MS] [--max-events N] [--drain S]\n"
-               "         [--tag T] [--dump FILE]\n");
+               "         [--batch N] [--tag T] [--dump FILE]\n");
 }
 
 static PGconn *connect_db(void)
@@ -381,6 +391,7 @@ int main(int argc, char **argv)
         {"interval-ms", required_argument, NULL, 'i'},
         {"max-events", required_argument, NULL, 'n'},
         {"drain", required_argument, NULL, 'D'},
+        {"batch", required_argument, NULL, 'b'},
         {"tag", required_argument, NULL, 'T'},
         {"dump", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
@@ -399,6 +410,7 @@ int main(int argc, char **argv)
         case 'i': cfg.interval_ms = atoi(optarg); break;
         case 'n': cfg.max_events = atol(optarg); break;
         case 'D': cfg.drain_s = atof(optarg); break;
+        case 'b': cfg.batch = atoi(optarg); break;
         case 'T': snprintf(cfg.tag, sizeof cfg.tag, "%s", optarg); break;
         case 'F': cfg.dump = optarg; break;
         case 'm':
@@ -419,8 +431,9 @@ int main(int argc, char **argv)
     }
     if (!cfg.db)
         cfg.db = getenv("A2_DB");
+    double appends = cfg.batch >= 1 ? cfg.rate / cfg.batch : cfg.rate;
     if (cfg.writers == 0)
-        cfg.writers = cfg.rate <= 200 ? 1 : cfg.rate <= 2000 ? 8 : 32;
+        cfg.writers = appends <= 200 ? 1 : appends <= 2000 ? 8 : 32;
     if (!cfg.tag[0])
         snprintf(cfg.tag, sizeof cfg.tag, "b%ld-%ld", (long)getpid(),
                  (long)time(NULL));
@@ -429,6 +442,7 @@ int main(int argc, char **argv)
         cfg.sessions < 1 || cfg.sessions > 100000 || cfg.workers < 1 ||
         cfg.workers > 5000 || cfg.interval_ms < 1 || cfg.max_events < 1 ||
         cfg.max_events > 10000000 || cfg.drain_s < 0 || cfg.drain_s > 60 ||
+        cfg.batch < 1 || cfg.batch > 100 ||
         (cfg.mode == MODE_WAL && !cfg.connect)) {
         usage(stderr);
         return 2;
@@ -438,16 +452,17 @@ int main(int argc, char **argv)
     nevents = (long)(cfg.rate * cfg.seconds * 1.2) + 16;
     if (nevents > cfg.max_events)
         nevents = cfg.max_events;
-    sched = calloc((size_t)nevents, sizeof *sched);
-    maxidx = nevents / cfg.sessions + 2;
+    ntickets = nevents / cfg.batch + 1;
+    sched = calloc((size_t)ntickets, sizeof *sched);
+    maxidx = nevents / cfg.sessions + 2 * cfg.batch + 2;
     ack = calloc((size_t)cfg.sessions * (size_t)maxidx, sizeof *ack);
     arr = calloc((size_t)cfg.sessions * (size_t)maxidx, sizeof *arr);
     if (!sched || !ack || !arr)
         return 1;
     srand48(cfg.seed);
     double t = 0;
-    for (long i = 0; i < nevents; i++) {
-        t += -log(1.0 - drand48()) / cfg.rate;
+    for (long i = 0; i < ntickets; i++) {
+        t += -log(1.0 - drand48()) / appends;
         sched[i] = (int64_t)(t * 1e6);
     }
 
