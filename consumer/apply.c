@@ -150,22 +150,6 @@ static int teq(a2_change_text t, const char *s)
     return t.ptr && strlen(s) == t.len && memcmp(t.ptr, s, t.len) == 0;
 }
 
-/* Writes the decimal digits of v (width digits at least, zero-padded). */
-static size_t put_dec(char *out, uint64_t v, int width)
-{
-    char tmp[24];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while ((int)n < width)
-        tmp[n++] = '0';
-    for (size_t i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
-    return n;
-}
-
 char *a2c_format_time_ms(int64_t us, char *buf, size_t len)
 {
     /* The date and time of the last second formatted: transactions come many
@@ -189,15 +173,9 @@ char *a2c_format_time_ms(int64_t us, char *buf, size_t len)
     memcpy(t, cached, cached_len);
     size_t n = cached_len;
     t[n++] = '.';
-    n += put_dec(t + n, (uint64_t)ms, 3);
+    n += a2c_put_uint(t + n, (uint64_t)ms, 10, 3);
     t[n++] = 'Z';
-    if (len == 0)
-        return buf;
-    if (n >= len)
-        n = len - 1;
-    memcpy(buf, t, n);
-    buf[n] = '\0';
-    return buf;
+    return a2c_put_text(buf, len, t, n);
 }
 
 a2c_apply *a2c_apply_new(a2c_audit *audit, a2c_timers *timers,
@@ -582,10 +560,10 @@ static void begin(a2c_apply *ap, const a2_change *c)
         size_t k = 0;
         if (c->xid.value < 0)
             ap->xid[k++] = '-';
-        k += put_dec(ap->xid + k,
-                     c->xid.value < 0 ? 0 - (uint64_t)c->xid.value
-                                      : (uint64_t)c->xid.value,
-                     1);
+        k += a2c_put_uint(ap->xid + k,
+                          c->xid.value < 0 ? 0 - (uint64_t)c->xid.value
+                                           : (uint64_t)c->xid.value,
+                          10, 1);
         ap->xid[k] = '\0';
     }
     ap->at[0] = '\0';

@@ -50,9 +50,8 @@ struct a2c_audit {
     uint64_t lines;
     int outstanding; /* a background fsync was requested, not yet finished */
     syncer sy;
-    char *wbuf; /* lines not yet written: a2c_audit_flush writes them */
+    char *wbuf; /* WBUF_MAX bytes: lines a2c_audit_flush has yet to write */
     size_t wlen;
-    size_t wcap;
 };
 
 /* Lines are gathered up to this many bytes between flushes. */
@@ -184,34 +183,40 @@ int a2c_lsn_parse(const char *s, uint64_t *lsn)
     return 0;
 }
 
-/* Upper-case hex of v without leading zeros ("0" for 0); the digit count. */
-static size_t hex32(uint32_t v, char *out)
+size_t a2c_put_uint(char *out, uint64_t v, unsigned base, int width)
 {
     static const char digits[] = "0123456789ABCDEF";
-    char tmp[8];
+    char tmp[64];
     size_t n = 0;
     do {
-        tmp[n++] = digits[v & 0xf];
-        v >>= 4;
+        tmp[n++] = digits[v % base];
+        v /= base;
     } while (v);
+    while ((int)n < width && n < sizeof tmp)
+        tmp[n++] = '0';
     for (size_t i = 0; i < n; i++)
         out[i] = tmp[n - 1 - i];
     return n;
 }
 
-char *a2c_lsn_format(uint64_t lsn, char *buf, size_t len)
+char *a2c_put_text(char *buf, size_t len, const char *text, size_t n)
 {
-    char t[20];
-    size_t n = hex32((uint32_t)(lsn >> 32), t);
-    t[n++] = '/';
-    n += hex32((uint32_t)lsn, t + n);
     if (len == 0)
         return buf;
     if (n >= len)
         n = len - 1;
-    memcpy(buf, t, n);
+    memcpy(buf, text, n);
     buf[n] = '\0';
     return buf;
+}
+
+char *a2c_lsn_format(uint64_t lsn, char *buf, size_t len)
+{
+    char t[20];
+    size_t n = a2c_put_uint(t, lsn >> 32, 16, 1);
+    t[n++] = '/';
+    n += a2c_put_uint(t + n, (uint32_t)lsn, 16, 1);
+    return a2c_put_text(buf, len, t, n);
 }
 
 static char *state_path_of(const char *path)
@@ -544,30 +549,16 @@ error:
 int a2c_audit_write(a2c_audit *a, const char *buf, size_t len, size_t lines,
                     char *err, size_t errlen)
 {
+    if (!a->wbuf)
+        a->wbuf = malloc(WBUF_MAX); /* without it, lines are written at once */
     if (a->wlen + len > WBUF_MAX && a2c_audit_flush(a, err, errlen) != 0)
         return -1;
-    if (len >= WBUF_MAX) {
-        if (write_all(a, buf, len, err, errlen) != 0)
-            return -1;
-    } else if (len > 0) {
-        if (a->wlen + len > a->wcap) {
-            size_t cap = a->wcap ? a->wcap : 16384;
-            while (cap < a->wlen + len)
-                cap *= 2;
-            char *nb = realloc(a->wbuf, cap);
-            if (!nb) {
-                if (a2c_audit_flush(a, err, errlen) != 0 ||
-                    write_all(a, buf, len, err, errlen) != 0)
-                    return -1;
-                goto counted;
-            }
-            a->wbuf = nb;
-            a->wcap = cap;
-        }
+    if (a->wbuf && len < WBUF_MAX) {
         memcpy(a->wbuf + a->wlen, buf, len);
         a->wlen += len;
+    } else if (write_all(a, buf, len, err, errlen) != 0) {
+        return -1;
     }
-counted:
     if (len > 0) {
         if (!a->dirty)
             a->dirty_since = mono_ms();

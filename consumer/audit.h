@@ -126,4 +126,13 @@ int a2c_lsn_parse(const char *s, uint64_t *lsn);
 /* Formats lsn as "X/Y" into buf (at least 24 bytes); returns buf. */
 char *a2c_lsn_format(uint64_t lsn, char *buf, size_t len);
 
+/* Writes v in base (10 or 16, upper case), zero-padded to width digits, at
+ * out without a terminator; returns the digit count (at most 64). The audit
+ * line heads are built with it instead of printf, once per transaction. */
+size_t a2c_put_uint(char *out, uint64_t v, unsigned base, int width);
+
+/* Copies n bytes of text into buf (len bytes) as a string, cut to fit;
+ * returns buf. */
+char *a2c_put_text(char *buf, size_t len, const char *text, size_t n);
+
 #endif

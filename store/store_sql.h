@@ -111,12 +111,38 @@
     "(select coalesce(max(idx), 0) - " P_BIGINT("count")                    \
     " from a2_events where session_id = " SESSION ")"
 
+/* The session's last index, clear marker and whether a served consumer has
+ * a head, read under the session lock. A CTE. */
+#define APPEND_BOUNDARY                                                     \
+    " boundary as materialized (select coalesce(max(idx), 0) as base, "     \
+    CLEAR_INDEX " as clear_index, " PENDING_IN(P_TEXTS("served"))           \
+    " as has_pending from a2_events where session_id = " SESSION ") "
+
+/* Inserts the batch's events after `base`, an expression over `from`, when
+ * `cond` holds. The body of a CTE. Payloads travel as JSON text and are cast
+ * here, so their numbers keep the caller's precision. */
+#define INSERT_EVENTS_AFTER(base, from, cond)                               \
+    "insert into a2_events (session_id, idx, event_type, payload, "         \
+    "event_id, created_at, cause) select " SESSION ", " base " + event.ord"  \
+    ", event.type, coalesce(event.payload::jsonb, 'null'::jsonb), "         \
+    "event.id, " P_BIGINT("now") ", event.cause from " from ", "            \
+    "jsonb_to_recordset($1->'events') as event(ord bigint, type text, "     \
+    "payload text, id text, cause jsonb) where " cond " order by "          \
+    "event.ord returning 1"
+
+/* An event cursor for each single target, its event at `base` + ord
+ * (`base` an expression over `from`), when `cond` holds. A CTE body. */
+#define START_SINGLES_AFTER(base, from, cond)                               \
+    "insert into a2_cursors (session_id, consumer, cursor_key, epoch, "     \
+    "lane, kind, position, head) select " SESSION ", single.consumer, "     \
+    "'#' || (" base " + single.ord), " base " + single.ord, null, 'event'," \
+    " " base " + single.ord - 1, " base " + single.ord from " from ", "     \
+    "jsonb_to_recordset($1->'singles') as single(consumer text, ord "       \
+    "bigint) where " cond " on conflict do nothing returning 1"
+
 /* An append's checks under the session lock: replay, mixed, cleared. */
 #define SQL_APPEND_CHECKS                                                   \
-    "with boundary as materialized (select coalesce(max(idx), 0) as base, " \
-    CLEAR_INDEX " as clear_index, " PENDING_IN(P_TEXTS("served"))           \
-    " as has_pending from a2_events where session_id = " SESSION            \
-    "), owned as materialized (select event.session_id, event.idx, "        \
+    "with" APPEND_BOUNDARY ", owned as materialized (select event.session_id, event.idx, "        \
     "event.event_type, event.payload::text as payload, event.event_id, "    \
     "event.created_at, event.cause from a2_events event, boundary where "   \
     "event.session_id = " SESSION " and event.event_id = any("              \
@@ -137,26 +163,15 @@
  * statement (writable CTEs), skipped when the origin is cleared (the row
  * then aborts the call). Returns the row SQL_APPEND_CHECKS would have. */
 #define SQL_APPEND_FRESH                                                    \
-    "with boundary as materialized (select coalesce(max(idx), 0) as base, " \
-    CLEAR_INDEX " as clear_index, " PENDING_IN(P_TEXTS("served"))           \
-    " as has_pending from a2_events where session_id = " SESSION            \
-    "), verdict as materialized (select boundary.base, "                    \
-    "boundary.has_pending, " P_BIGINT("origin") " <= boundary.clear_index " \
-    "as cleared from boundary), inserted as (insert into a2_events ("       \
-    "session_id, idx, event_type, payload, event_id, created_at, cause) "   \
-    "select " SESSION ", verdict.base + event.ord, event.type, coalesce("   \
-    "event.payload::jsonb, 'null'::jsonb), event.id, " P_BIGINT("now")      \
-    ", event.cause from verdict, jsonb_to_recordset($1->'events') as "      \
-    "event(ord bigint, type text, payload text, id text, cause jsonb) "     \
-    "where verdict.cleared is not true order by event.ord returning 1), "   \
-    "started as (insert into a2_cursors (session_id, consumer, cursor_key," \
-    " epoch, lane, kind, position, head) select " SESSION ", "              \
-    "single.consumer, '#' || (verdict.base + single.ord), verdict.base + "  \
-    "single.ord, null, 'event', verdict.base + single.ord - 1, "            \
-    "verdict.base + single.ord from verdict, jsonb_to_recordset("           \
-    "$1->'singles') as single(consumer text, ord bigint) where "            \
-    "verdict.cleared is not true on conflict do nothing returning 1) "      \
-    "select case when verdict.cleared then jsonb_build_object('abort', "    \
+    "with" APPEND_BOUNDARY ", verdict as materialized (select "             \
+    "boundary.base, boundary.has_pending, " P_BIGINT("origin")              \
+    " <= boundary.clear_index as cleared from boundary), inserted as ("     \
+    INSERT_EVENTS_AFTER("verdict.base", "verdict",                          \
+                        "verdict.cleared is not true")                      \
+    "), started as ("                                                       \
+    START_SINGLES_AFTER("verdict.base", "verdict",                          \
+                        "verdict.cleared is not true")                      \
+    ") select case when verdict.cleared then jsonb_build_object('abort', "  \
     "'cleared') else jsonb_build_object('base', verdict.base, "             \
     "'has_pending', verdict.has_pending, 'inserted', (select count(*) "     \
     "from inserted), 'started', (select count(*) from started)) end from "  \
@@ -189,29 +204,20 @@
     "event.event_id = any(" P_TEXTS("ids") ") and event.idx < "             \
     CLEAR_INDEX ")"
 
-/* Inserts the events after the session's head. Payloads travel as JSON
- * text and are cast here, so their numbers keep the caller's precision. */
+/* Inserts the events after the session's head. */
 #define SQL_INSERT_EVENTS                                                   \
-    "with inserted as (insert into a2_events (session_id, idx, event_type," \
-    " payload, event_id, created_at, cause) select " SESSION ", base.base " \
-    "+ event.ord, event.type, coalesce(event.payload::jsonb, "              \
-    "'null'::jsonb), event.id, " P_BIGINT("now") ", event.cause from "      \
-    "(select coalesce(max(idx), 0) as base from a2_events where "           \
-    "session_id = " SESSION ") base, jsonb_to_recordset($1->'events') as "  \
-    "event(ord bigint, type text, payload text, id text, cause jsonb) "     \
-    "order by event.ord returning 1) select jsonb_build_object('inserted'," \
-    " count(*)) from inserted"
+    "with inserted as ("                                                    \
+    INSERT_EVENTS_AFTER("head.base", "(select coalesce(max(idx), 0) as "    \
+                        "base from a2_events where session_id = " SESSION   \
+                        ") head", "true")                                   \
+    ") select jsonb_build_object('inserted', count(*)) from inserted"
 
 /* A concurrent cursor for each single target. */
 #define SQL_START_EVENTS                                                    \
-    "with started as (insert into a2_cursors (session_id, consumer, "       \
-    "cursor_key, epoch, lane, kind, position, head) select " SESSION ", "   \
-    "target.consumer, '#' || target.idx, target.idx, null, 'event', "       \
-    "target.idx - 1, target.idx from (select single.consumer, "             \
-    INSERTED_AFTER " + single.ord as idx from jsonb_to_recordset("          \
-    "$1->'singles') as single(consumer text, ord bigint)) target on "       \
-    "conflict do nothing returning 1) select "                              \
-    "jsonb_build_object('started', count(*)) from started"
+    "with started as ("                                                     \
+    START_SINGLES_AFTER("head.base", "(select " INSERTED_AFTER " as base) " \
+                        "head", "true")                                     \
+    ") select jsonb_build_object('started', count(*)) from started"
 
 /* Queues each lane target's event in its lane. */
 #define SQL_QUEUE_LANES                                                     \
