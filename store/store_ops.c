@@ -828,7 +828,12 @@ int a2_store_append(a2_store *s, const char *session,
     /* Without ids or causes the checks, the insert and the single targets
      * are one statement. */
     bool fresh = ncauses == 0 && nsupplied == 0;
+    /* The fence runs before the session lock too: a completion holds its
+     * cursor row while it waits for the session lock, so the causes' rows
+     * are locked first; the run under the lock re-checks them against the
+     * clear marker without waiting. */
     const char *st[] = {
+            ncauses ? SQL_FENCE : NULL,
             SQL_LOCK_SESSION,
             fresh ? SQL_APPEND_FRESH : SQL_APPEND_CHECKS,
             ncauses ? SQL_FENCE : NULL,
@@ -1795,9 +1800,12 @@ int a2_store_redrive(a2_store *s, const char *session, const char *consumer,
         goto done;
     }
     bool skip = action == A2_REDRIVE_SKIP;
-    const char *st[] = {skip ? SQL_LOCK_SESSION : NULL, SQL_LOCK_DEAD,
+    /* A skip promotes lane work, so it reads under the session lock; the
+     * dead letter's row is locked before that lock, as a completion does. */
+    const char *st[] = {skip ? SQL_LOCK_DEAD : NULL,
+                        skip ? SQL_LOCK_SESSION : NULL, SQL_LOCK_DEAD,
                         skip ? SQL_SKIP_DEAD : SQL_RETRY_DEAD, SQL_PENDING};
-    rc = run_plain(s, st, 4, p, &rows);
+    rc = run_plain(s, st, sizeof st / sizeof *st, p, &rows);
     if (rc)
         goto done;
     out->redriven = a2__row_bool(row_with(rows, "redriven"), "redriven");
@@ -1847,9 +1855,11 @@ int a2_store_clear(a2_store *s, const char *session, int64_t if_last_index,
         rc = nomem(s);
         goto done;
     }
-    const char *st[] = {SQL_LOCK_SESSION, cause ? SQL_CLEAR_FENCE : NULL,
-                        SQL_CLEAR_CHECK, SQL_CLEAR_WRITE};
-    rc = a2__store_batch(s, st, 4, p, &rows, &abort_row);
+    /* The cause's row is locked before the session lock, as by append. */
+    const char *st[] = {cause ? SQL_CLEAR_FENCE : NULL, SQL_LOCK_SESSION,
+                        cause ? SQL_CLEAR_FENCE : NULL, SQL_CLEAR_CHECK,
+                        SQL_CLEAR_WRITE};
+    rc = a2__store_batch(s, st, sizeof st / sizeof *st, p, &rows, &abort_row);
     if (rc == A2__ABORTED)
         rc = a2__store_fail(s, A2_ESUPERSEDED_ATTEMPT,
                             "attempt %d of %s at index %" PRId64

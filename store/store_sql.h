@@ -6,12 +6,15 @@
  * statement's text. Statements hold no comments (they are sent with their
  * whitespace collapsed) and no string literals with runs of spaces.
  *
- * Lock discipline (the contract of the operations): an operation that
- * appends, clears or starts cursor work takes the session's advisory lock
- * first; a completion locks its cursor row first and only then the session
- * lock (when it appends or its cursor goes idle). A cursor row is only locked
- * in the exact state the operation acts on (a head, an attempt). Under the
- * session lock an append never waits on a cursor row: starting an idle lane
+ * Lock discipline (the contract of the operations): cursor rows first, then
+ * the session's advisory lock. A completion locks its cursor row and only
+ * then the session lock (when it appends or its cursor goes idle); an append
+ * or clear fenced on an attempt, and a skipped dead letter, lock that row
+ * before the session lock and check it again under the lock, where the row
+ * is already theirs. Every other append, clear or start of cursor work takes
+ * the session lock first. A cursor row is only locked in the exact state the
+ * operation acts on (a head, an attempt). Under the session lock an
+ * operation never waits on a cursor row it did not lock before: starting an idle lane
  * or log cursor inserts a new run (keyed by its first head, the epoch) and
  * retires the idle one with skip locked. Statements that lock several cursor
  * rows lock them in primary-key order (cursor_key, consumer, epoch), which no

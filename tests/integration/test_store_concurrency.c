@@ -172,6 +172,145 @@ static void test_appends_many_sessions(void **state)
     run_appenders(16);
 }
 
+/* ── lock order of the fences ─────────────────────────────────────────── */
+
+/*
+ * A completion locks its cursor row and then waits for the session lock; an
+ * append or a clear fenced on the same attempt must not hold the session
+ * lock while it waits for that row. A third connection holds the session
+ * lock so that the fenced call queues first and the completion second.
+ */
+typedef struct fence_call {
+    a2_store *store;
+    const char *session;
+    a2_attempt_ref ref;
+    int op; /* 0: append caused by ref, 1: clear caused by ref, 2: complete */
+    int rc, outcome;
+    char sqlstate[6];
+    char message[512];
+} fence_call;
+
+static void *fence_run(void *arg)
+{
+    fence_call *c = arg;
+    a2_cause cause = {c->ref.consumer, c->ref.lane, c->ref.index,
+                      c->ref.attempt};
+    a2_target tg = {.consumer = "fo"};
+    a2_consumer cons[] = {{.name = "fc"}, {.name = "fo"}};
+    if (c->op == 0) {
+        a2_append_event ev = {.type = "caused", .cause = &cause,
+                              .targets = &tg, .ntargets = 1};
+        a2_append_options opts = {.consumers = cons, .nconsumers = 2};
+        a2_events out;
+        c->rc = a2_store_append(c->store, c->session, &ev, 1, &opts, &out);
+        if (c->rc == 0)
+            a2_events_free(&out);
+    } else if (c->op == 1) {
+        a2_clear_result clr;
+        c->rc = a2_store_clear(c->store, c->session, A2_STORE_NONE, &cause,
+                               &clr);
+    } else {
+        a2_append_event kid = {.type = "child", .id = "fence-child",
+                               .targets = &tg, .ntargets = 1};
+        a2_complete_result comp;
+        c->rc = a2_store_complete(c->store, c->session, &c->ref, &kid, 1, cons,
+                                  2, &comp);
+        if (c->rc == 0) {
+            c->outcome = comp.outcome;
+            a2_complete_result_free(&comp);
+        }
+    }
+    const a2_store_error *e = a2_store_last_error(c->store);
+    snprintf(c->sqlstate, sizeof c->sqlstate, "%s", c->rc ? e->sqlstate : "");
+    snprintf(c->message, sizeof c->message, "%s", c->rc ? e->message : "");
+    return NULL;
+}
+
+/* Waits (at most 10 s) until n backends of this database wait on a lock. */
+static void wait_for_lock_waiters(PGconn *db, int n)
+{
+    for (int i = 0; i < 1000; i++) {
+        if (a2_test_int(db, "select count(*) from pg_stat_activity where "
+                            "datname = current_database() and "
+                            "wait_event_type = 'Lock'") >= n)
+            return;
+        usleep(10000);
+    }
+    fail_msg("%d backends never waited on a lock", n);
+}
+
+static void fence_against_completion(int op)
+{
+    char session[96];
+    snprintf(session, sizeof session, "%s-fence-%d", prefix, op);
+    a2_store *s = open_store();
+    a2_target tg = {.consumer = "fc", .lane = "L"};
+    a2_append_event ev = {.type = "work", .targets = &tg, .ntargets = 1};
+    a2_consumer cons[] = {{.name = "fc"}};
+    a2_append_options opts = {.consumers = cons, .nconsumers = 1};
+    a2_events out;
+    assert_int_equal(a2_store_append(s, session, &ev, 1, &opts, &out), 0);
+    a2_events_free(&out);
+    a2_claim_request req = {.holder = "fence-holder",
+                            .ttl_ms = 600000,
+                            .consumers = cons,
+                            .nconsumers = 1};
+    a2_claim_result cr;
+    assert_int_equal(a2_store_claim(s, session, &req, &cr), 0);
+    assert_int_equal(cr.heads.count, 1);
+    a2_attempt_ref ref = {"fc", "L", cr.heads.items[0].event.index,
+                          cr.heads.items[0].dispatch.attempt_count};
+    a2_claim_result_free(&cr);
+
+    PGconn *db = a2_test_connect();
+    PGconn *blocker = a2_test_connect();
+    char sql[256];
+    snprintf(sql, sizeof sql, "select pg_advisory_xact_lock(hashtext('%s'))",
+             session);
+    a2_test_exec(blocker, "begin");
+    a2_test_exec(blocker, sql);
+
+    fence_call fenced = {.store = open_store(), .session = session,
+                         .ref = ref, .op = op};
+    fence_call done = {.store = open_store(), .session = session,
+                       .ref = ref, .op = 2};
+    pthread_t tf, td;
+    assert_int_equal(pthread_create(&tf, NULL, fence_run, &fenced), 0);
+    wait_for_lock_waiters(db, 1);
+    assert_int_equal(pthread_create(&td, NULL, fence_run, &done), 0);
+    wait_for_lock_waiters(db, 2);
+    a2_test_exec(blocker, "commit");
+    pthread_join(tf, NULL);
+    pthread_join(td, NULL);
+    print_message("%s: fenced rc %d %s, completion rc %d outcome %d %s\n",
+                  op == 0 ? "append" : "clear", fenced.rc, fenced.message,
+                  done.rc, done.outcome, done.message);
+    assert_string_not_equal(fenced.sqlstate, "40P01");
+    assert_string_not_equal(done.sqlstate, "40P01");
+    assert_int_equal(fenced.rc, 0);
+    assert_int_equal(done.rc, 0);
+    /* The append leaves the head held; the clear releases it. */
+    assert_int_equal(done.outcome, op == 0 ? A2_ATTEMPT_COMPLETED
+                                           : A2_ATTEMPT_SUPERSEDED);
+    a2_store_close(fenced.store);
+    a2_store_close(done.store);
+    a2_store_close(s);
+    PQfinish(blocker);
+    PQfinish(db);
+}
+
+static void test_append_fence_against_completion(void **state)
+{
+    (void)state;
+    fence_against_completion(0);
+}
+
+static void test_clear_fence_against_completion(void **state)
+{
+    (void)state;
+    fence_against_completion(1);
+}
+
 /* ── claim races ─────────────────────────────────────────────────────── */
 
 #define RACE_SESSIONS 4
@@ -556,8 +695,10 @@ static void soak_check(a2_store *s, int rc, const char *op)
         return;
     const a2_store_error *e = a2_store_last_error(s);
     pthread_mutex_lock(&S.mu);
-    if (strcmp(e->sqlstate, "40P01") == 0)
+    if (strcmp(e->sqlstate, "40P01") == 0) {
         S.deadlock_errors++;
+        print_message("deadlock in %s: %s\n", op, e->message);
+    }
     /* A reused id that a reclaim holds this instant. */
     if (!(rc == A2_ESTORE_UNAVAILABLE && strstr(e->message, "held"))) {
         S.unexpected++;
@@ -960,6 +1101,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_appends_one_session),
             cmocka_unit_test(test_appends_many_sessions),
+            cmocka_unit_test(test_append_fence_against_completion),
+            cmocka_unit_test(test_clear_fence_against_completion),
             cmocka_unit_test(test_claim_race),
             cmocka_unit_test(test_many_lanes_no_deadlock),
             cmocka_unit_test(test_mixed_workload),
