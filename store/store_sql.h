@@ -330,7 +330,9 @@
     P_INT("maxFailures") ")"
 
 /* Claims every eligible head in head order; stops when it claimed some and
- * dead-lettered none. */
+ * dead-lettered none. When its snapshot held no eligible head it waited on
+ * no row, and it stops with RETRY_AT's answer from the same snapshot; when
+ * it lost every head to a race it goes on, and RETRY_AT reads afresh. */
 #define SQL_CLAIM                                                           \
     "with eligible as materialized (select cur.consumer, cur.cursor_key, "  \
     "cur.epoch " ELIGIBLE " and (cur.claim_expires_at is null or "          \
@@ -357,7 +359,13 @@
     "heads.consumer as c, to_jsonb(heads) as r from heads union all select" \
     " 1, null, null, jsonb_build_object('stop', 'claimed') where exists "   \
     "(select 1 from heads) and not exists (select 1 from heads where "      \
-    "failed_at is not null)) claim order by ord, h, c collate \"C\""
+    "failed_at is not null) union all select 1, null, null, "               \
+    "jsonb_build_object('stop', 'settled', 'retry_at', (select "            \
+    "min(cur.claim_expires_at) " ELIGIBLE " and cur.claim_expires_at > "    \
+    P_BIGINT("now") ")) where not exists (select 1 from heads) and not "    \
+    "exists (select 1 " ELIGIBLE " and (cur.claim_expires_at is null or "   \
+    "cur.claim_expires_at <= " P_BIGINT("now") "))) claim order by ord, h," \
+    " c collate \"C\""
 
 /* Releases the snapshot pins of heads dead-lettered at now. */
 #define SQL_RELEASE_DEAD                                                    \

@@ -311,6 +311,81 @@ static void test_clear_fence_against_completion(void **state)
     fence_against_completion(1);
 }
 
+/* A claim that waited on its only eligible head and lost it to another
+ * claim reports the session busy until that claim's lease ends, as read
+ * after the wait, not settled as its snapshot would say. */
+typedef struct claim_call {
+    a2_store *store;
+    const char *session;
+    int rc;
+    a2_claim_result cr;
+} claim_call;
+
+static void *claim_run(void *arg)
+{
+    claim_call *c = arg;
+    a2_consumer cons[] = {{.name = "lc"}};
+    a2_claim_request req = {.holder = "loser",
+                            .ttl_ms = 60000,
+                            .consumers = cons,
+                            .nconsumers = 1};
+    c->rc = a2_store_claim(c->store, c->session, &req, &c->cr);
+    return NULL;
+}
+
+static void test_claim_loses_race(void **state)
+{
+    (void)state;
+    char session[96];
+    snprintf(session, sizeof session, "%s-lost", prefix);
+    a2_store *s = open_store();
+    a2_target tg = {.consumer = "lc"};
+    a2_append_event ev = {.type = "work", .targets = &tg, .ntargets = 1};
+    a2_events out;
+    assert_int_equal(a2_store_append(s, session, &ev, 1, NULL, &out), 0);
+    a2_events_free(&out);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t expires = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 +
+                      600000;
+    PGconn *db = a2_test_connect();
+    PGconn *other = a2_test_connect();
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "update a2_cursors set attempt_count = attempt_count + 1, "
+             "claim_holder = 'winner', claim_expires_at = %" PRId64
+             " where session_id = '%s' and consumer = 'lc'",
+             expires, session);
+    a2_test_exec(other, "begin");
+    a2_test_exec(other, sql);
+    claim_call c = {.store = open_store(), .session = session};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, claim_run, &c), 0);
+    wait_for_lock_waiters(db, 1);
+    a2_test_exec(other, "commit");
+    pthread_join(t, NULL);
+    assert_int_equal(c.rc, 0);
+    assert_int_equal(c.cr.heads.count, 0);
+    assert_int_equal(c.cr.outcome, A2_CLAIM_BUSY);
+    assert_int_equal(c.cr.retry_at, expires);
+    a2_claim_result_free(&c.cr);
+    /* Nothing eligible and nothing held: settled, in one statement. */
+    snprintf(sql, sizeof sql,
+             "update a2_cursors set claim_expires_at = null, claim_holder = "
+             "null, failed_at = 1 where session_id = '%s'",
+             session);
+    a2_test_exec(db, sql);
+    claim_call d = {.store = c.store, .session = session};
+    claim_run(&d);
+    assert_int_equal(d.rc, 0);
+    assert_int_equal(d.cr.outcome, A2_CLAIM_SETTLED);
+    a2_claim_result_free(&d.cr);
+    a2_store_close(c.store);
+    a2_store_close(s);
+    PQfinish(other);
+    PQfinish(db);
+}
+
 /* ── claim races ─────────────────────────────────────────────────────── */
 
 #define RACE_SESSIONS 4
@@ -1103,6 +1178,7 @@ int main(void)
             cmocka_unit_test(test_appends_many_sessions),
             cmocka_unit_test(test_append_fence_against_completion),
             cmocka_unit_test(test_clear_fence_against_completion),
+            cmocka_unit_test(test_claim_loses_race),
             cmocka_unit_test(test_claim_race),
             cmocka_unit_test(test_many_lanes_no_deadlock),
             cmocka_unit_test(test_mixed_workload),
