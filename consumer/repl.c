@@ -78,6 +78,17 @@ static PGconn *connect_with(const char *conninfo, int replication, char *err,
     return c;
 }
 
+/* The head of the error when the server refuses the output plugin: from
+ * PostgreSQL 15.19 on, a slot may only use the plugins that the setting
+ * output_plugin_libraries names. */
+static void not_allowed(char *prefix, size_t size, const char *plugin)
+{
+    snprintf(prefix, size,
+             "the server does not allow output plugin %s (add it to "
+             "output_plugin_libraries and reload the server configuration): ",
+             plugin);
+}
+
 PGconn *a2c_db_connect(const char *conninfo, char *err, size_t errlen)
 {
     return connect_with(conninfo, 0, err, errlen);
@@ -288,6 +299,8 @@ int a2c_repl_create_slot(a2c_repl *r, const char *slot, const char *plugin,
         if (st && strcmp(st, "58P01") == 0)
             snprintf(prefix, sizeof prefix,
                      "output plugin %s is not installed: ", plugin);
+        else if (st && strcmp(st, "42501") == 0)
+            not_allowed(prefix, sizeof prefix, plugin);
         else
             snprintf(prefix, sizeof prefix,
                      "could not create replication slot \"%s\": ", slot);
@@ -326,6 +339,8 @@ int a2c_repl_start(a2c_repl *r, const char *slot, uint64_t lsn, char *err,
             snprintf(prefix, sizeof prefix,
                      "the output plugin of slot \"%s\" is not installed: ",
                      slot);
+        else if (st && strcmp(st, "42501") == 0)
+            not_allowed(prefix, sizeof prefix, "wal2json");
         else
             snprintf(prefix, sizeof prefix,
                      "could not start replication from slot \"%s\": ", slot);

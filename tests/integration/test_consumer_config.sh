@@ -99,9 +99,26 @@ psql "$admin" -qc "create role a2_tc_norepl login" >/dev/null
 norepl="$db user=a2_tc_norepl"
 expect 1 'role "a2_tc_norepl" lacks the REPLICATION attribute' --db "$norepl" --slot tc_norepl --listen "$sock"
 
+# Servers from PostgreSQL 15.19 on only load the output plugins that
+# output_plugin_libraries names; allow LIST sets it for the test database
+# (a list, unquoted; empty: back to the server's).
+plugin_list=$(psql "$db" -qAtc "select current_setting('output_plugin_libraries', true)")
+dbname=$(psql "$db" -qAtc "select current_database()")
+allow() {
+    if [ -z "$plugin_list" ]; then
+        return 0
+    elif [ -n "$1" ]; then
+        psql "$admin" -qc "alter database \"$dbname\" set output_plugin_libraries = $1"
+    else
+        psql "$admin" -qc "alter database \"$dbname\" reset output_plugin_libraries"
+    fi
+}
+
 # no wal2json (an output plugin that is not installed)
+allow "pgoutput, wal2json, a2_no_such_plugin"
 expect 1 'output plugin a2_no_such_plugin is not installed: could not access file "a2_no_such_plugin"' \
     --db "$db" --slot tc_noplugin --listen "$sock" --plugin a2_no_such_plugin
+allow ""
 n=$(psql "$db" -qAtc "select count(*) from pg_replication_slots where slot_name = 'tc_noplugin'")
 [ "$n" = 0 ] || fail "a slot was left behind by the failed start"
 
@@ -109,6 +126,25 @@ n=$(psql "$db" -qAtc "select count(*) from pg_replication_slots where slot_name 
 psql "$db" -qAtc "select pg_create_logical_replication_slot('tc_decoding', 'test_decoding')" >/dev/null
 expect 1 'replication slot "tc_decoding" uses output plugin "test_decoding", not wal2json' \
     --db "$db" --slot tc_decoding --listen "$sock"
+
+# a server that does not allow wal2json as an output plugin (PostgreSQL
+# 15.19 and later name the allowed ones in output_plugin_libraries): when the
+# slot is created, and when an existing slot starts streaming
+if [ -n "$plugin_list" ]; then
+    allow "pgoutput"
+    expect 1 'the server does not allow output plugin wal2json \(add it to output_plugin_libraries and reload the server configuration\): library "wal2json" may not be used as an output plugin' \
+        --db "$db" --slot tc_refused --listen "$sock"
+    n=$(psql "$db" -qAtc "select count(*) from pg_replication_slots where slot_name = 'tc_refused'")
+    [ "$n" = 0 ] || fail "a slot was left behind by the refused start"
+    allow ""
+    psql "$db" -qAtc "select pg_create_logical_replication_slot('tc_refused_later', 'wal2json')" >/dev/null
+    allow "pgoutput"
+    expect 1 'the server does not allow output plugin wal2json \(add it to output_plugin_libraries' \
+        --db "$db" --slot tc_refused_later --listen "$sock"
+    allow ""
+else
+    echo "test_consumer_config.sh: this server has no output_plugin_libraries: its refusal is not tested"
+fi
 
 # a slot of another database
 psql "$admin" -qAtc "select pg_create_logical_replication_slot('tc_otherdb', 'wal2json')" >/dev/null
