@@ -3,6 +3,7 @@
  * the round trips each operation costs.
  *
  *   a2-bench-store --db CONNINFO [--seconds S] [--csv FILE]
+ *                  [--native PATH/a2_batch.so]
  *
  * For 1, 4 and 16 connections (one thread each) over 1 and 16 sessions:
  *   raw      INSERT of one row into bench_raw (autocommit)
@@ -10,9 +11,12 @@
  *   claim    a2_store_claim + a2_store_complete of every head it returns,
  *            over heads prepared beforehand (16 lanes per session), counted
  *            per completed head
+ * append and claim run on the PL/pgSQL a2_batch of schema.sql and, with
+ * --native, again on the native one (sql/a2_batch.c), in the same cell.
  * Then one connection runs each operation once and reports how many round
  * trips it took.
  */
+#include "a2/schema.h"
 #include "a2/store.h"
 
 #include <inttypes.h>
@@ -298,9 +302,30 @@ static void round_trips(FILE *csv)
     a2_store_close(s);
 }
 
+/* Makes a2_batch the PL/pgSQL one (so == NULL) or the native one in so. */
+static void use_batch(PGconn *c, const char *so)
+{
+    if (!so) {
+        exec_sql(c, a2_schema_sql);
+        return;
+    }
+    char *lit = PQescapeLiteral(c, so, strlen(so));
+    if (!lit)
+        die("escape", PQerrorMessage(c));
+    char sql[8192];
+    snprintf(sql, sizeof sql,
+             "create or replace function a2_batch(statements text[], params "
+             "jsonb) returns setof jsonb language c volatile as %s, "
+             "'a2_batch'",
+             lit);
+    PQfreemem(lit);
+    exec_sql(c, sql);
+}
+
 int main(int argc, char **argv)
 {
     const char *csv_path = NULL;
+    const char *native = NULL;
     int only_conns = 0, only_sessions = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--db") == 0 && i + 1 < argc)
@@ -312,9 +337,12 @@ int main(int argc, char **argv)
             i++;
         else if (strcmp(argv[i], "--csv") == 0 && i + 1 < argc)
             csv_path = argv[++i];
+        else if (strcmp(argv[i], "--native") == 0 && i + 1 < argc)
+            native = argv[++i];
         else {
             fprintf(stderr, "usage: a2-bench-store --db CONNINFO [--seconds S] "
-                            "[--csv FILE] [--only CONNS,SESSIONS]\n");
+                            "[--csv FILE] [--only CONNS,SESSIONS] "
+                            "[--native SO]\n");
             return 2;
         }
     }
@@ -330,12 +358,15 @@ int main(int argc, char **argv)
     FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
     if (csv)
         fprintf(csv, "metric,connections,sessions,raw_insert_per_s,"
-                     "append_per_s,claim_complete_per_s\n");
-    printf("liba2store: operations/s, %.0f s per cell (raw = one-row INSERT, "
-           "same cluster, same run)\n",
+                     "append_per_s,claim_complete_per_s,"
+                     "append_native_per_s,claim_complete_native_per_s\n");
+    printf("liba2store: operations/s, %.0f s per cell (raw = one-row INSERT; "
+           "pl = a2_batch in PL/pgSQL, C = native a2_batch; same cluster, "
+           "same run)\n",
            seconds);
-    printf("%-6s %-9s %12s %12s %8s %18s\n", "conns", "sessions",
-           "raw insert/s", "append/s", "app/raw", "claim+complete/s");
+    printf("%-5s %-8s %10s %10s %10s %6s %7s %12s %12s %6s\n", "conns",
+           "sessions", "raw ins/s", "append pl", "append C", "C/pl", "C/raw",
+           "claim+cpl pl", "claim+cpl C", "C/pl");
     int conns[] = {1, 4, 16};
     int sessions[] = {1, 16};
     int cell = 0;
@@ -348,22 +379,32 @@ int main(int argc, char **argv)
                 continue;
             snprintf(run, sizeof run, "raw%d", cell);
             double raw = run_cell(OP_RAW, conns[ci], sessions[si], run);
-            snprintf(run, sizeof run, "app%d", cell);
-            double app = run_cell(OP_APPEND, conns[ci], sessions[si], run);
-            snprintf(run, sizeof run, "clm%d", cell);
-            /* Enough heads for the cell: what one run could do, and more. */
-            prepare_heads(run, sessions[si], 6000);
-            double clm = run_cell(OP_CLAIM, conns[ci], sessions[si], run);
-            printf("%-6d %-9d %12.0f %12.0f %8.2f %18.0f\n", conns[ci],
-                   sessions[si], raw, app, raw > 0 ? app / raw : 0, clm);
+            double app[2] = {0, 0}, clm[2] = {0, 0};
+            for (int v = 0; v < (native ? 2 : 1); v++) {
+                use_batch(c, v ? native : NULL);
+                snprintf(run, sizeof run, "app%d%s", cell, v ? "c" : "p");
+                app[v] = run_cell(OP_APPEND, conns[ci], sessions[si], run);
+                snprintf(run, sizeof run, "clm%d%s", cell, v ? "c" : "p");
+                /* Enough heads for the cell: what one run could do, and
+                 * more. */
+                prepare_heads(run, sessions[si], 6000);
+                clm[v] = run_cell(OP_CLAIM, conns[ci], sessions[si], run);
+            }
+            printf("%-5d %-8d %10.0f %10.0f %10.0f %6.2f %7.2f %12.0f %12.0f "
+                   "%6.2f\n",
+                   conns[ci], sessions[si], raw, app[0], app[1],
+                   app[0] > 0 ? app[1] / app[0] : 0, raw > 0 ? app[1] / raw : 0,
+                   clm[0], clm[1], clm[0] > 0 ? clm[1] / clm[0] : 0);
             fflush(stdout);
             if (csv)
-                fprintf(csv, "throughput,%d,%d,%.0f,%.0f,%.0f\n", conns[ci],
-                        sessions[si], raw, app, clm);
+                fprintf(csv, "throughput,%d,%d,%.0f,%.0f,%.0f,%.0f,%.0f\n",
+                        conns[ci], sessions[si], raw, app[0], clm[0], app[1],
+                        clm[1]);
             exec_sql(c, "truncate bench_raw, a2_events, a2_cursors, "
                         "a2_lane_events, a2_clears");
         }
     }
+    use_batch(c, NULL);
     round_trips(csv);
     if (csv)
         fclose(csv);

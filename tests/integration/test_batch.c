@@ -1,7 +1,11 @@
 /*
  * a2_batch itself, against a real PostgreSQL: statement order, a snapshot
  * per statement, abort and stop rows, and values that only travel as params.
+ * The contract runs twice: on the PL/pgSQL a2_batch of schema.sql, then on
+ * the native one (sql/a2_batch.c) when the test cluster has it
+ * (A2_TEST_PGDEV/lib/a2_batch.so); each has tests of its own besides.
  */
+#include "a2/schema.h"
 #include "a2test.h"
 
 #include <stdarg.h>
@@ -11,6 +15,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -392,16 +397,164 @@ static void test_prepared_and_limit(void **state)
     PQfinish(conn);
 }
 
+/* ── the native a2_batch ─────────────────────────────────────────────── */
+
+static char native_so[4096];
+
+/* Statements that return something other than jsonb rows, and null
+ * statements, are errors; so is a statement that cannot be prepared, each
+ * time it is sent. */
+static void test_native_errors(void **state)
+{
+    (void)state;
+    PGconn *conn = a2_test_connect();
+    const char *ints[] = {"select 1"};
+    PGresult *res = run_batch(conn, ints, 1, "{}");
+    assert_int_equal(PQresultStatus(res), PGRES_FATAL_ERROR);
+    assert_string_equal(PQresultErrorField(res, PG_DIAG_SQLSTATE), "42804");
+    assert_non_null(strstr(PQerrorMessage(conn), "does not return jsonb"));
+    PQclear(res);
+    res = PQexec(conn, "select a2_batch(array[null]::text[], '{}')");
+    assert_int_equal(PQresultStatus(res), PGRES_FATAL_ERROR);
+    assert_string_equal(PQresultErrorField(res, PG_DIAG_SQLSTATE), "22004");
+    PQclear(res);
+    const char *bad[] = {"select jsonb_build_object('x', missing_column)"};
+    for (int i = 0; i < 2; i++) {
+        res = run_batch(conn, bad, 1, "{}");
+        assert_int_equal(PQresultStatus(res), PGRES_FATAL_ERROR);
+        assert_string_equal(PQresultErrorField(res, PG_DIAG_SQLSTATE),
+                            "42703");
+        PQclear(res);
+    }
+    /* In the select list too, with a null params document. */
+    res = PQexec(conn, "select a2_batch(array['select jsonb_build_object("
+                       "''null'', $1 is null)'], null)");
+    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+    assert_string_equal(PQgetvalue(res, 0, 0), "{\"null\": true}");
+    PQclear(res);
+    PQfinish(conn);
+}
+
+/* A kept plan follows the table it reads: a column added after the first
+ * call shows in the next one. Past the plans it keeps (512), statements
+ * still run, unprepared. */
+static void test_native_plans(void **state)
+{
+    (void)state;
+    PGconn *conn = a2_test_connect();
+    setup_table(conn);
+    a2_test_exec(conn, "insert into batch_t values (1, 'a')");
+    const char *row[] = {"select to_jsonb(t) from batch_t t"};
+    PGresult *res = run_batch(conn, row, 1, "{}");
+    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+    json_t *r = row_json(res, 0);
+    assert_null(json_object_get(r, "w"));
+    json_decref(r);
+    PQclear(res);
+    a2_test_exec(conn, "alter table batch_t add column w int default 5");
+    res = run_batch(conn, row, 1, "{}");
+    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+    r = row_json(res, 0);
+    assert_int_equal(json_integer_value(json_object_get(r, "w")), 5);
+    json_decref(r);
+    PQclear(res);
+    enum { MANY = 600 };
+    static char texts[MANY][80];
+    const char *many[MANY];
+    for (int i = 0; i < MANY; i++) {
+        snprintf(texts[i], sizeof texts[i],
+                 "select jsonb_build_object('i', %d, 'x', $1->'x')", i);
+        many[i] = texts[i];
+    }
+    for (int round = 0; round < 2; round++) {
+        res = run_batch(conn, many, MANY, "{\"x\": 9}");
+        assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+        assert_int_equal(PQntuples(res), MANY);
+        for (int i = 0; i < MANY; i += 97) {
+            r = row_json(res, i);
+            assert_int_equal(json_integer_value(json_object_get(r, "i")), i);
+            assert_int_equal(json_integer_value(json_object_get(r, "x")), 9);
+            json_decref(r);
+        }
+        PQclear(res);
+    }
+    PQfinish(conn);
+}
+
+/* Which a2_batch the test database runs: 'plpgsql' or 'c'. */
+static char *batch_language(void)
+{
+    PGconn *conn = a2_test_connect();
+    char *lang = a2_test_scalar(conn, "select l.lanname from pg_proc p join "
+                                      "pg_language l on l.oid = p.prolang "
+                                      "where p.proname = 'a2_batch'");
+    PQfinish(conn);
+    return lang;
+}
+
+static int use_plpgsql(void **state)
+{
+    (void)state;
+    PGconn *conn = a2_test_connect();
+    a2_test_exec(conn, a2_schema_sql);
+    PQfinish(conn);
+    char *lang = batch_language();
+    int rc = strcmp(lang, "plpgsql") == 0 ? 0 : -1;
+    free(lang);
+    return rc;
+}
+
+static int use_native(void **state)
+{
+    (void)state;
+    PGconn *conn = a2_test_connect();
+    char *so = PQescapeLiteral(conn, native_so, strlen(native_so));
+    char sql[8192];
+    snprintf(sql, sizeof sql,
+             "create or replace function a2_batch(statements text[], params "
+             "jsonb) returns setof jsonb language c volatile as %s, "
+             "'a2_batch'",
+             so);
+    PQfreemem(so);
+    a2_test_exec(conn, sql);
+    PQfinish(conn);
+    char *lang = batch_language();
+    int rc = strcmp(lang, "c") == 0 ? 0 : -1;
+    free(lang);
+    return rc;
+}
+
+#define CONTRACT                                                            \
+    cmocka_unit_test(test_order), cmocka_unit_test(test_abort_rolls_back),  \
+            cmocka_unit_test(test_stop),                                    \
+            cmocka_unit_test(test_params_are_data),                         \
+            cmocka_unit_test(test_snapshot_after_lock),                     \
+            cmocka_unit_test(test_edges)
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_order),
-        cmocka_unit_test(test_abort_rolls_back),
-        cmocka_unit_test(test_stop),
-        cmocka_unit_test(test_params_are_data),
-        cmocka_unit_test(test_snapshot_after_lock),
-        cmocka_unit_test(test_edges),
-        cmocka_unit_test(test_prepared_and_limit),
+    const struct CMUnitTest plpgsql[] = {
+            CONTRACT,
+            cmocka_unit_test(test_prepared_and_limit),
     };
-    return cmocka_run_group_tests_name("a2_batch", tests, NULL, NULL);
+    const struct CMUnitTest native[] = {
+            CONTRACT,
+            cmocka_unit_test(test_native_errors),
+            cmocka_unit_test(test_native_plans),
+    };
+    int failed = cmocka_run_group_tests_name("a2_batch in PL/pgSQL", plpgsql,
+                                             use_plpgsql, NULL);
+    const char *dir = getenv("A2_TEST_PGDEV");
+    snprintf(native_so, sizeof native_so, "%s/lib/a2_batch.so",
+             dir ? dir : "");
+    FILE *f = dir ? fopen(native_so, "rb") : NULL;
+    if (!f) {
+        printf("a2_batch: no native library at %s: its tests skipped\n",
+               native_so);
+        return failed;
+    }
+    fclose(f);
+    failed += cmocka_run_group_tests_name("a2_batch in C", native, use_native,
+                                          use_plpgsql);
+    return failed;
 }
