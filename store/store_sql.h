@@ -14,11 +14,12 @@
  * is already theirs. Every other append, clear or start of cursor work takes
  * the session lock first. A cursor row is only locked in the exact state the
  * operation acts on (a head, an attempt). Under the session lock an
- * operation never waits on a cursor row it did not lock before: starting an idle lane
- * or log cursor inserts a new run (keyed by its first head, the epoch) and
- * retires the idle one with skip locked. Statements that lock several cursor
- * rows lock them in primary-key order (cursor_key, consumer, epoch), which no
- * update changes, so two of them never wait on each other in a cycle.
+ * operation never waits on a cursor row it did not lock before: starting an
+ * idle lane or log cursor inserts a new run (keyed by its first head, the
+ * epoch) and retires the idle one with skip locked. Statements that lock
+ * several cursor rows lock them in primary-key order (cursor_key, consumer,
+ * epoch), which no update changes, so two of them never wait on each other
+ * in a cycle.
  */
 #ifndef A2_STORE_SQL_H
 #define A2_STORE_SQL_H

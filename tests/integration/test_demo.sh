@@ -78,6 +78,24 @@ if [ -n "$dir2" ]; then
 else
     fail "Ctrl-C: no cluster folder in the output"
 fi
+# A reader that goes away (demo | head): the demo still stops everything
+# and removes the cluster, though it can no longer say so.
+first=$(A2_DEMO_SKIP_DEPS=1 DEMO_SECONDS=10 NO_COLOR=1 timeout -k 10 90 "$top/deploy/demo" 2>/dev/null | head -n 1)
+dir3=$(printf '%s\n' "$first" | sed -n 's/^\[demo\] starting PostgreSQL on loopback in \(.*\)\/pg$/\1/p')
+if [ -n "$dir3" ]; then
+    deadline=$((SECONDS + 40))
+    while { [ -e "$dir3" ] || ps -eo args | grep -v grep | grep -q "$dir3"; } && [ $SECONDS -lt $deadline ]; do
+        sleep 0.5
+    done
+    [ ! -e "$dir3" ] || fail "closed output: the demo left $dir3 behind"
+    if ps -eo args | grep -v grep | grep -q "$dir3"; then
+        fail "closed output: processes are still running: $(ps -eo pid,args | grep -v grep | grep "$dir3")"
+        pkill -f "$dir3"
+    fi
+else
+    fail "closed output: no cluster folder in the first line ($first)"
+fi
+
 if [ "$failures" -gt 0 ]; then
     echo "--- demo output (last 60 lines) ---" >&2
     tail -n 60 "$out" >&2
@@ -85,4 +103,4 @@ if [ "$failures" -gt 0 ]; then
     tail -n 20 "$out2" >&2
     exit 1
 fi
-echo "test_demo.sh: $summary; Ctrl-C cleaned up"
+echo "test_demo.sh: $summary; Ctrl-C and a closed output cleaned up"
