@@ -746,14 +746,19 @@ static void *slot_main(void *arg)
         j->again = 0;
         int wake_log = j->wake_log;
         j->wake_log = 0;
+        /* Woken by a2-consumer, which announces every head that becomes
+         * claimable: one claim round is enough. */
+        int woken = j->hinted;
         char *session = strdup(j->session);
         a->nrunning++;
         pthread_mutex_unlock(&a->mu);
 
         a2_worker_run_stats st = {0};
-        int rc = session ? a2_worker_runner_run(s->runner, session,
-                                                wake_log != 0, &st)
-                         : A2_WORKER_ENOMEM;
+        int rc = !session ? A2_WORKER_ENOMEM
+                 : woken  ? a2_worker_runner_run_woken(s->runner, session,
+                                                      wake_log != 0, &st)
+                          : a2_worker_runner_run(s->runner, session,
+                                                 wake_log != 0, &st);
         if (rc != 0 && rc != A2_WORKER_ESTOPPED)
             say("a2-worker: %s",
                 rc == A2_WORKER_ESTORE ? a2_worker_runner_last_error(s->runner)

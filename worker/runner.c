@@ -540,8 +540,10 @@ static int settle(a2_worker_runner *r, const char *session,
     return 0;
 }
 
-int a2_worker_runner_run(a2_worker_runner *r, const char *session,
-                         bool wake_log, a2_worker_run_stats *stats)
+/* The run of a2_worker_runner_run; with once, it ends after the first
+ * claim's heads when that claim took every eligible head it saw. */
+static int run_session(a2_worker_runner *r, const char *session,
+                       bool wake_log, bool once, a2_worker_run_stats *stats)
 {
     a2_worker_run_stats local = {0};
     a2_worker_run_stats *st = stats ? stats : &local;
@@ -578,6 +580,14 @@ int a2_worker_runner_run(a2_worker_runner *r, const char *session,
             a2_claim_result_free(&cl);
             rc = store_error(r, "claim", session);
             break;
+        }
+        /* Heads whose lapsed lease was their last attempt. */
+        for (size_t i = 0; i < cl.dead_lettered.count; i++) {
+            const a2_head *d = &cl.dead_lettered.items[i];
+            st->dead_lettered++;
+            RLOG(r, "dead-lettered %s %s #%lld: its lease lapsed at failure %d",
+                 session, d->dispatch.consumer, (long long)d->event.index,
+                 d->dispatch.failure_count);
         }
         if (cl.outcome == A2_CLAIM_SETTLED) {
             st->retry_at = 0;
@@ -619,12 +629,32 @@ int a2_worker_runner_run(a2_worker_runner *r, const char *session,
         unpublish(r, st);
         free(refs);
         free(done);
+        /* A claim that dead-lettered nothing took every eligible head of
+         * its snapshot: what became claimable since is announced by a2-
+         * consumer, so a woken run need not claim again to find out. */
+        bool took_all = cl.dead_lettered.count == 0;
         a2_claim_result_free(&cl);
         if (rc != 0)
             break;
+        if (once && took_all) {
+            st->retry_at = 0;
+            break;
+        }
     }
     reply_free(&rp);
     return rc;
+}
+
+int a2_worker_runner_run(a2_worker_runner *r, const char *session,
+                         bool wake_log, a2_worker_run_stats *stats)
+{
+    return run_session(r, session, wake_log, false, stats);
+}
+
+int a2_worker_runner_run_woken(a2_worker_runner *r, const char *session,
+                               bool wake_log, a2_worker_run_stats *stats)
+{
+    return run_session(r, session, wake_log, true, stats);
 }
 
 int a2_worker_runner_pending(a2_worker_runner *r,

@@ -207,17 +207,23 @@ static int later_timeout(const struct worker_ctx *wc, int cap)
 }
 
 /*
- * Runs a session as a2-worker does: a busy session again at the claim's
- * retry_at; a wake-up that found nothing to claim again after 20, 40 and
- * 80 ms (a wake-up can reach the worker before its commit is visible to new
- * snapshots).
+ * Runs a session as a2-worker does: one claim round when a wake-up asked
+ * for it (a2_worker_runner_run_woken), every round when polling; a busy
+ * session again at the claim's retry_at; a wake-up that found nothing to
+ * claim again after 20, 40 and 80 ms (a wake-up can reach the worker before
+ * its commit is visible to new snapshots).
  */
 static void run_job(struct worker_ctx *wc, const struct job *j)
 {
     a2_worker_run_stats st;
     memset(&st, 0, sizeof st);
     atomic_fetch_add(&runs, 1);
-    if (a2_worker_runner_run(wc->runner, j->session, false, &st) != 0)
+    int rc = j->rechecks >= 0
+                     ? a2_worker_runner_run_woken(wc->runner, j->session,
+                                                  false, &st)
+                     : a2_worker_runner_run(wc->runner, j->session, false,
+                                            &st);
+    if (rc != 0)
         atomic_fetch_add(&errors, 1);
     if (st.claimed == 0)
         atomic_fetch_add(&empty_runs, 1);

@@ -285,6 +285,22 @@ A2_WORKER_MUST_CHECK int a2_worker_runner_run(a2_worker_runner *r,
                                               bool wake_log,
                                               a2_worker_run_stats *stats);
 
+/*
+ * A run for a caller that a2-consumer wakes (a wake-up, a log message or a
+ * resync): as a2_worker_runner_run, but it ends after the first claim's
+ * heads are handled when that claim dead-lettered nothing, since such a
+ * claim took every head that was eligible then, and a2-consumer wakes the
+ * caller again for every head that becomes claimable later (new events, a
+ * lane's next head, a lapsed lease, a retry hold that ends). That saves the
+ * claim that would find the session settled. stats->retry_at is 0 then.
+ * A caller that polls, or has lost its a2-consumer, uses
+ * a2_worker_runner_run.
+ */
+A2_WORKER_MUST_CHECK int a2_worker_runner_run_woken(a2_worker_runner *r,
+                                                    const char *session,
+                                                    bool wake_log,
+                                                    a2_worker_run_stats *stats);
+
 /* Asks a run in progress to stop after the heads it has claimed: no new
  * claim is made. Async-signal-safe. */
 void a2_worker_runner_stop(a2_worker_runner *r);

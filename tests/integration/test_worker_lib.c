@@ -629,6 +629,82 @@ static void test_runner(void **state)
     PQfinish(conn);
 }
 
+/* A handler that appends one more head for its consumer to its session on
+ * its first call, as a producer would while the run works. */
+typedef struct {
+    int calls;
+} wctx;
+
+static int appending_handler(void *ctx, const a2_head *h,
+                             a2_worker_reply *reply)
+{
+    (void)reply;
+    wctx *w = ctx;
+    if (w->calls++ == 0)
+        append_for(h->event.session_id, "woken", NULL);
+    return 0;
+}
+
+/*
+ * A woken run ends after one claim round when that claim took every
+ * eligible head: the head appended meanwhile waits for its own wake-up (the
+ * next run), where a polling run claims it in the same run. A claim that
+ * dead-lettered a head goes on claiming.
+ */
+static void test_runner_woken(void **state)
+{
+    (void)state;
+    wctx w = {0};
+    a2_consumer c = {.name = "woken"};
+    char err[512];
+    a2_worker_runner_options o = {.db = a2_test_db(),
+                                  .holder = "woken-holder",
+                                  .consumers = &c,
+                                  .nconsumers = 1,
+                                  .max_failures = 2,
+                                  .retry_after_ms = -1,
+                                  .handler = appending_handler,
+                                  .ctx = &w};
+    a2_worker_runner *r = a2_worker_runner_new(&o, err, sizeof err);
+    assert_non_null(r);
+    a2_worker_run_stats st;
+
+    append_for("woken-1", "woken", NULL);
+    assert_int_equal(a2_worker_runner_run_woken(r, "woken-1", false, &st), 0);
+    assert_int_equal(st.claimed, 1);
+    assert_int_equal(st.completed, 1);
+    assert_int_equal(st.retry_at, 0);
+    assert_int_equal(a2_worker_runner_run_woken(r, "woken-1", false, &st), 0);
+    assert_int_equal(st.claimed, 1);
+    assert_int_equal(st.completed, 1);
+    assert_int_equal(a2_worker_runner_run_woken(r, "woken-1", false, &st), 0);
+    assert_int_equal(st.claimed, 0);
+
+    w.calls = 0;
+    append_for("woken-2", "woken", NULL);
+    assert_int_equal(a2_worker_runner_run(r, "woken-2", false, &st), 0);
+    assert_int_equal(st.claimed, 2);
+    assert_int_equal(st.completed, 2);
+
+    /* A lapsed claim at its last failure is dead-lettered by the claim that
+     * takes the other head over: the woken run claims again and takes the
+     * head its handler appended. */
+    w.calls = 0;
+    append_for("woken-3", "woken", NULL);
+    append_for("woken-3", "woken", NULL);
+    PGconn *conn = a2_test_connect();
+    a2_test_exec(conn, "update a2_cursors set attempt_count = 1, "
+                       "claim_holder = 'gone', claim_expires_at = 1, "
+                       "failure_count = 1 where session_id = 'woken-3' and "
+                       "head = 1");
+    assert_int_equal(a2_worker_runner_run_woken(r, "woken-3", false, &st), 0);
+    assert_int_equal(st.dead_lettered, 1);
+    assert_int_equal(st.claimed, 2);
+    assert_int_equal(st.completed, 2);
+    PQfinish(conn);
+    a2_worker_runner_free(r);
+}
+
 /* Pending sessions for a resync, paged through the runner's connection. */
 static void seen(void *ctx, const char *session)
 {
@@ -669,6 +745,7 @@ int main(void)
             cmocka_unit_test(test_reconnect_and_sweep),
             cmocka_unit_test(test_ping_timeout),
             cmocka_unit_test(test_runner),
+            cmocka_unit_test(test_runner_woken),
             cmocka_unit_test(test_runner_pending),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
