@@ -56,6 +56,24 @@ int64_t a2_test_int(PGconn *conn, const char *sql)
     return v;
 }
 
+int64_t a2_test_lock_waiters(PGconn *conn, const char *where, int64_t n,
+                             int timeout_ms)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "select count(*) from pg_stat_activity where wait_event_type = "
+             "'Lock'%s%s",
+             where ? " and " : "", where ? where : "");
+    int64_t seen = 0;
+    for (int waited = 0;; waited += 10) {
+        seen = a2_test_int(conn, sql);
+        if (seen >= n || waited >= timeout_ms)
+            return seen;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int64_t a2_test_now_ms(void)
 {
     struct timespec ts;

@@ -28,6 +28,16 @@ char *a2_test_scalar(PGconn *conn, const char *sql);
 /* a2_test_scalar as a 64-bit integer (0 for null). */
 int64_t a2_test_int(PGconn *conn, const char *sql);
 
+/*
+ * Polls pg_stat_activity every 10 ms, for at most timeout_ms, until at least
+ * n backends wait on a lock and match `where` (a further condition on
+ * pg_stat_activity, or NULL). Returns the last count seen. Poll from a
+ * connection outside any open transaction: a transaction keeps its first
+ * view of pg_stat_activity.
+ */
+int64_t a2_test_lock_waiters(PGconn *conn, const char *where, int64_t n,
+                             int timeout_ms);
+
 /* Monotonic milliseconds. */
 int64_t a2_test_now_ms(void);
 

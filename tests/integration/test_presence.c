@@ -416,15 +416,8 @@ static void test_reap_waits_for_read(void **state)
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, reaper, &r), 0);
     PGconn *probe = a2_test_connect();
-    int waited = 0;
-    for (int i = 0; i < 300 && !waited; i++) {
-        waited = a2_test_int(probe,
-                             "select count(*) from pg_stat_activity where "
-                             "wait_event_type = 'Lock' and wait_event = "
-                             "'advisory'") > 0;
-        if (!waited)
-            usleep(10000);
-    }
+    int waited =
+            a2_test_lock_waiters(probe, "wait_event = 'advisory'", 1, 3000) > 0;
     PQfinish(probe);
     assert_true(waited);
     assert_int_equal(rows_of(f), 1); /* not reaped while the read holds it */
@@ -477,15 +470,8 @@ static void test_read_waits_for_writers(void **state)
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, reader, &r), 0);
     PGconn *probe = a2_test_connect();
-    int waited = 0;
-    for (int i = 0; i < 300 && !waited; i++) {
-        waited = a2_test_int(probe,
-                             "select count(*) from pg_stat_activity where "
-                             "wait_event_type = 'Lock' and wait_event = "
-                             "'advisory'") > 0;
-        if (!waited)
-            usleep(10000);
-    }
+    int waited =
+            a2_test_lock_waiters(probe, "wait_event = 'advisory'", 1, 3000) > 0;
     assert_true(waited);
     a2_test_exec(f->db, "commit");
     char *commit_lsn = a2_test_scalar(

@@ -498,15 +498,8 @@ static void test_pin_waits_for_completion(void **state)
     assert_int_equal(pthread_create(&t, NULL, pin_writer, &w), 0);
     /* The writer waits on the row. */
     PGconn *probe = a2_test_connect();
-    int waited = 0;
-    for (int i = 0; i < 200 && !waited; i++) {
-        waited = a2_test_int(probe,
-                             "select count(*) from pg_stat_activity where "
-                             "wait_event_type = 'Lock' and query like "
-                             "'%a2_batch%'") > 0;
-        if (!waited)
-            usleep(10000);
-    }
+    int waited =
+            a2_test_lock_waiters(probe, "query like '%a2_batch%'", 1, 2000) > 0;
     PQfinish(probe);
     assert_true(waited);
     a2_test_exec(f->db, "commit");
@@ -564,15 +557,8 @@ static void test_completion_waits_for_pins(void **state)
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, completer, &c), 0);
     PGconn *probe = a2_test_connect();
-    int waited = 0;
-    for (int i = 0; i < 200 && !waited; i++) {
-        waited = a2_test_int(probe,
-                             "select count(*) from pg_stat_activity where "
-                             "wait_event_type = 'Lock' and query like "
-                             "'%a2_batch%'") > 0;
-        if (!waited)
-            usleep(10000);
-    }
+    int waited =
+            a2_test_lock_waiters(probe, "query like '%a2_batch%'", 1, 2000) > 0;
     PQfinish(probe);
     assert_true(waited);
     a2_test_exec(f->db, "commit");

@@ -1036,15 +1036,9 @@ static void test_claim_waits_for_moved_head(void **state)
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, claim_thread, &job), 0);
     /* Wait until the claim blocks on the row lock. */
-    int64_t waiting = 0;
-    for (int i = 0; i < 500 && waiting == 0; i++) {
-        usleep(10000);
-        waiting = a2_test_int(f->db,
-                              "select count(*) from pg_stat_activity "
-                              "where wait_event_type = 'Lock' and datname = "
-                              "current_database() and "
-                              "query like '%a2_batch%'");
-    }
+    int64_t waiting = a2_test_lock_waiters(
+            f->db, "datname = current_database() and query like '%a2_batch%'",
+            1, 5000);
     assert_int_equal(waiting, 1);
     a2_test_exec(mover, "commit");
     PQfinish(mover);

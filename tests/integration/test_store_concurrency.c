@@ -227,16 +227,11 @@ static void *fence_run(void *arg)
 }
 
 /* Waits (at most 10 s) until n backends of this database wait on a lock. */
-static void wait_for_lock_waiters(PGconn *db, int n)
+static void wait_for(PGconn *db, int n)
 {
-    for (int i = 0; i < 1000; i++) {
-        if (a2_test_int(db, "select count(*) from pg_stat_activity where "
-                            "datname = current_database() and "
-                            "wait_event_type = 'Lock'") >= n)
-            return;
-        usleep(10000);
-    }
-    fail_msg("%d backends never waited on a lock", n);
+    if (a2_test_lock_waiters(db, "datname = current_database()", n, 10000) <
+        n)
+        fail_msg("%d backends never waited on a lock", n);
 }
 
 static void fence_against_completion(int op)
@@ -276,9 +271,9 @@ static void fence_against_completion(int op)
                        .ref = ref, .op = 2};
     pthread_t tf, td;
     assert_int_equal(pthread_create(&tf, NULL, fence_run, &fenced), 0);
-    wait_for_lock_waiters(db, 1);
+    wait_for(db, 1);
     assert_int_equal(pthread_create(&td, NULL, fence_run, &done), 0);
-    wait_for_lock_waiters(db, 2);
+    wait_for(db, 2);
     a2_test_exec(blocker, "commit");
     pthread_join(tf, NULL);
     pthread_join(td, NULL);
@@ -361,7 +356,7 @@ static void test_claim_loses_race(void **state)
     claim_call c = {.store = open_store(), .session = session};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, claim_run, &c), 0);
-    wait_for_lock_waiters(db, 1);
+    wait_for(db, 1);
     a2_test_exec(other, "commit");
     pthread_join(t, NULL);
     assert_int_equal(c.rc, 0);
