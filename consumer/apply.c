@@ -27,8 +27,13 @@ typedef struct {
     act_kind kind;
     char *s1, *s2, *s3,
             *s4; /* session/consumer/key, or ns/participant/field/value */
-    int64_t n1, n2, n3; /* head/idx, epoch, deadline */
+    int64_t n1, n2, n3; /* head/idx, epoch, deadline; presence: expires_at,
+                           PRESENCE_KEPT when the value did not change */
 } action;
+
+/* An ACT_PRESENCE update that left a TOASTed value as it was: no patch, but
+ * its new expiry counts. */
+#define PRESENCE_KEPT 1
 
 struct a2c_apply {
     a2c_audit *audit;
@@ -63,6 +68,13 @@ struct a2c_apply {
     /* session -> clear marker (tsearch tree of clear_entry) */
     void *clears;
     size_t nclears;
+
+    /* Live presence fields: ns -> participant -> field -> expires_at. */
+    json_t *expiries;
+    size_t nexpiries;
+    int64_t expiry_due;  /* earliest of them, or earlier; INT64_MAX: none */
+    int64_t expire_tick; /* > 0: the open transaction carries an expiry tick
+                            of that time */
 
     a2c_apply_stats stats;
 };
@@ -194,6 +206,12 @@ a2c_apply *a2c_apply_new(a2c_audit *audit, a2c_timers *timers,
         ap->partial_lines = resume->partial_lines;
     }
     ap->applied = ap->done;
+    ap->expiries = json_object();
+    ap->expiry_due = INT64_MAX;
+    if (!ap->expiries) {
+        free(ap);
+        return NULL;
+    }
     return ap;
 }
 
@@ -219,7 +237,106 @@ void a2c_apply_free(a2c_apply *ap)
         free(ap->log_consumers[i]);
     free(ap->log_consumers);
     forget_clears(ap);
+    json_decref(ap->expiries);
     free(ap);
+}
+
+int a2c_apply_track_presence(a2c_apply *ap, const char *ns,
+                             const char *participant, const char *field,
+                             int64_t expires_at)
+{
+    json_t *byp = json_object_get(ap->expiries, ns);
+    json_t *f = byp ? json_object_get(byp, participant) : NULL;
+    if (expires_at <= 0) {
+        if (!f || !json_object_get(f, field))
+            return 0;
+        json_object_del(f, field);
+        ap->nexpiries--;
+        if (json_object_size(f) == 0)
+            json_object_del(byp, participant);
+        if (json_object_size(byp) == 0)
+            json_object_del(ap->expiries, ns);
+        return 0;
+    }
+    int fresh = !f || !json_object_get(f, field);
+    if (fresh && ap->nexpiries >= A2C_APPLY_MAX_PRESENCE)
+        return -1;
+    if (!byp) {
+        byp = json_object();
+        if (json_object_set_new(ap->expiries, ns, byp) != 0)
+            return -1;
+    }
+    if (!f) {
+        f = json_object();
+        if (json_object_set_new(byp, participant, f) != 0)
+            return -1;
+    }
+    if (json_object_set_new(f, field, json_integer(expires_at)) != 0)
+        return -1;
+    if (fresh)
+        ap->nexpiries++;
+    if (expires_at < ap->expiry_due)
+        ap->expiry_due = expires_at;
+    return 0;
+}
+
+void a2c_apply_forget_presence(a2c_apply *ap)
+{
+    json_object_clear(ap->expiries);
+    ap->nexpiries = 0;
+    ap->expiry_due = INT64_MAX;
+}
+
+int64_t a2c_apply_expiry_due(const a2c_apply *ap)
+{
+    return ap->expiry_due;
+}
+
+/* The expiry tick of time now_ms: a `presence` patch (nil values) for each
+ * participant with fields expired by then, at the tick's commit end; the
+ * fields are forgotten. */
+static void push_expired(a2c_apply *ap, int64_t now_ms)
+{
+    int64_t due = INT64_MAX;
+    const char *ns, *pa, *field;
+    json_t *byp, *f, *e;
+    void *t1, *t2, *t3;
+    json_object_foreach_safe(ap->expiries, t1, ns, byp)
+    {
+        json_object_foreach_safe(byp, t2, pa, f)
+        {
+            json_t *gone = json_object();
+            json_object_foreach_safe(f, t3, field, e)
+            {
+                int64_t at = json_integer_value(e);
+                if (at > now_ms || !gone ||
+                    json_object_set_new(gone, field, json_null()) != 0) {
+                    if (at < due) /* kept: its time is still to come, or
+                                     there was no memory to say it */
+                        due = at;
+                    continue;
+                }
+                json_object_del(f, field);
+                ap->nexpiries--;
+            }
+            char *text = gone && json_object_size(gone) > 0
+                                 ? json_dumps(gone, JSON_COMPACT)
+                                 : NULL;
+            if (text && ap->sink.presence)
+                ap->sink.presence(ap->sink.ctx, ns, pa, text, ap->end);
+            if (text) {
+                ap->stats.presence++;
+                ap->stats.presence_expired += json_object_size(gone);
+            }
+            free(text);
+            json_decref(gone);
+            if (json_object_size(f) == 0)
+                json_object_del(byp, pa);
+        }
+        if (json_object_size(byp) == 0)
+            json_object_del(ap->expiries, ns);
+    }
+    ap->expiry_due = due;
 }
 
 int a2c_apply_add_log_consumer(a2c_apply *ap, const char *consumer)
@@ -609,6 +726,7 @@ void a2c_apply_abort_txn(a2c_apply *ap)
     ap->buf_lines = 0;
     free_actions(ap);
     ap->overflow = 0;
+    ap->expire_tick = 0;
 }
 
 /* Sends the presence patches of the transaction, one per (ns, participant). */
@@ -616,13 +734,14 @@ static void push_presence(a2c_apply *ap)
 {
     for (size_t i = 0; i < ap->nacts; i++) {
         action *a = &ap->acts[i];
-        if (a->kind != ACT_PRESENCE || !a->s1)
+        if (a->kind != ACT_PRESENCE || !a->s1 || a->n2 == PRESENCE_KEPT)
             continue;
         json_t *fields = json_object();
         for (size_t j = i; j < ap->nacts; j++) {
             action *b = &ap->acts[j];
             if (b->kind != ACT_PRESENCE || !b->s1 ||
-                strcmp(a->s1, b->s1) != 0 || strcmp(a->s2, b->s2) != 0)
+                b->n2 == PRESENCE_KEPT || strcmp(a->s1, b->s1) != 0 ||
+                strcmp(a->s2, b->s2) != 0)
                 continue;
             json_t *v = NULL;
             if (b->s4)
@@ -652,6 +771,7 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
     ap->in_txn = 0;
     if (ap->skip_all) {
         ap->stats.skipped++;
+        ap->expire_tick = 0;
         free_actions(ap);
         if (end > ap->applied)
             ap->applied = end;
@@ -716,10 +836,19 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
                 ap->sink.resync(ap->sink.ctx);
             break;
         case ACT_PRESENCE:
+            /* a tombstone or a delete ends the field's life */
+            if (a->s1 && a->s2 && a->s3)
+                (void)a2c_apply_track_presence(
+                        ap, a->s1, a->s2, a->s3,
+                        a->s4 || a->n2 == PRESENCE_KEPT ? a->n1 : 0);
             break;
         }
     }
     push_presence(ap);
+    if (ap->expire_tick > 0) {
+        push_expired(ap, ap->expire_tick);
+        ap->expire_tick = 0;
+    }
     free_actions(ap);
     ap->applied = end;
     ap->stats.transactions++;
@@ -745,6 +874,22 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
     case A2_ACTION_MESSAGE:
         if (!c->transactional && !ap->in_txn)
             a2c_apply_note_position(ap, data_start);
+        if (c->transactional && ap->in_txn &&
+            teq(c->prefix, A2C_TICK_PREFIX) && c->content.ptr &&
+            c->content.len > strlen(A2C_EXPIRE_TICK) &&
+            memcmp(c->content.ptr, A2C_EXPIRE_TICK,
+                   strlen(A2C_EXPIRE_TICK)) == 0) {
+            char ms[24];
+            size_t n = c->content.len - strlen(A2C_EXPIRE_TICK);
+            if (n < sizeof ms) {
+                memcpy(ms, c->content.ptr + strlen(A2C_EXPIRE_TICK), n);
+                ms[n] = '\0';
+                char *end;
+                long long v = strtoll(ms, &end, 10);
+                if (*end == '\0' && v > 0)
+                    ap->expire_tick = v;
+            }
+        }
         return 0;
     default:
         break;
@@ -764,6 +909,8 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
             }
             add_action(ap, ACT_TRUNCATE, NULL, NULL, NULL, NULL, 0, 0, 0);
         }
+        if (c->table == A2_TABLE_PRESENCE)
+            a2c_apply_forget_presence(ap);
         return 0;
     }
     switch (c->table) {
@@ -798,16 +945,26 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
                            : (c->old_row ? &c->old_row->presence : NULL);
         if (!p || ap->overflow)
             break;
-        /* an update that left a TOASTed value unchanged does not carry it */
+        int64_t expires = p->present & (1u << A2_PRESENCE_EXPIRES_AT)
+                                  ? p->expires_at
+                                  : 0;
+        /* an update that left a TOASTed value unchanged does not carry it:
+         * no patch, only its new expiry */
         if (c->action == A2_ACTION_UPDATE &&
-            !(p->present & (1u << A2_PRESENCE_VALUE)))
+            !(p->present & (1u << A2_PRESENCE_VALUE))) {
+            if (expires > 0)
+                add_action(ap, ACT_PRESENCE, tdup(p->ns),
+                           tdup(p->participant), tdup(p->field), NULL,
+                           expires, PRESENCE_KEPT, 0);
             break;
+        }
         char *value = NULL;
         if (c->action != A2_ACTION_DELETE && p->value.ptr &&
             !teq(p->value, "null"))
             value = tdup(p->value);
         add_action(ap, ACT_PRESENCE, tdup(p->ns), tdup(p->participant),
-                   tdup(p->field), value, 0, 0, 0);
+                   tdup(p->field), value,
+                   c->action == A2_ACTION_DELETE ? 0 : expires, 0, 0);
         break;
     }
     default:

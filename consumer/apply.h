@@ -53,6 +53,24 @@ typedef struct {
  * markers starts over (each is asked again when needed). */
 #define A2C_APPLY_MAX_CLEARS 100000
 
+/* Live presence fields whose expiry the applier keeps; past it a field's
+ * expiry shows only when a read or a reap deletes its row. */
+#define A2C_APPLY_MAX_PRESENCE 1000000
+
+/*
+ * Presence expiry. The applier keeps each live presence field's expires_at
+ * (store clock, ms). When the earliest is due, the daemon commits a
+ * transactional logical message with prefix A2C_TICK_PREFIX and content
+ * A2C_EXPIRE_TICK "<now ms>"; when that transaction comes back through the
+ * stream, the fields expired by then go out as `presence` patches with nil
+ * values, at the tick's commit end LSN. Every change committed before the
+ * tick was applied first (stream order), and every presence read that began
+ * before the tick was committed ends below that LSN, so a subscriber applies
+ * the patch exactly when its read still showed the field.
+ */
+#define A2C_TICK_PREFIX  "a2-hb"
+#define A2C_EXPIRE_TICK  "expire "
+
 typedef struct a2c_apply a2c_apply;
 
 typedef struct {
@@ -64,7 +82,8 @@ typedef struct {
     uint64_t timer_wakes;  /* wake-ups from expired timers */
     uint64_t logs;
     uint64_t cleared;
-    uint64_t presence;
+    uint64_t presence;         /* presence patches pushed */
+    uint64_t presence_expired; /* fields pushed as expired by a tick */
     uint64_t overflows; /* transactions whose wake-ups were dropped */
 } a2c_apply_stats;
 
@@ -122,6 +141,19 @@ a2c_apply_gap(a2c_apply *ap, uint64_t from, uint64_t to, const char *reason,
               char *err, size_t errlen);
 
 void a2c_apply_get_stats(const a2c_apply *ap, a2c_apply_stats *out);
+
+/* Keeps (expires_at > 0) or forgets (0) the expiry of a live presence field:
+ * the stream does this itself; the daemon adds the table's rows on start.
+ * -1 when out of memory or past A2C_APPLY_MAX_PRESENCE fields. */
+int a2c_apply_track_presence(a2c_apply *ap, const char *ns,
+                             const char *participant, const char *field,
+                             int64_t expires_at);
+
+/* Forgets every kept expiry (before the table is read again). */
+void a2c_apply_forget_presence(a2c_apply *ap);
+
+/* No kept field expires before this (ms; INT64_MAX: none kept). */
+int64_t a2c_apply_expiry_due(const a2c_apply *ap);
 
 /* Formats microseconds since the Unix epoch as RFC 3339 UTC with ms
  * ("2026-11-29T06:40:48.313Z") into buf (at least 32 bytes). */

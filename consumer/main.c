@@ -36,6 +36,9 @@
 #define BACKOFF_MAX_MS        10000
 #define MAX_MESSAGES_PER_TURN 5000
 #define LAG_WARN_SECONDS      10.0
+/* A presence expiry tick not back through the stream after this is sent
+ * again. */
+#define EXPIRE_RETRY_MS 1000
 
 typedef struct {
     /* options */
@@ -75,6 +78,7 @@ typedef struct {
     int64_t last_status_ms;
     int64_t last_activity_ms;
     int64_t last_heartbeat_ms;
+    int64_t expire_sent_ms; /* the last presence expiry tick (mono) */
     double lag_seconds;
     int64_t last_lag_log_ms;
 
@@ -321,7 +325,46 @@ static int rebuild_timers(daemon_t *d, char *err, size_t errlen)
         for (int i = 0; i < PQntuples(res); i++)
             (void)a2c_apply_add_log_consumer(d->apply, PQgetvalue(res, i, 0));
     PQclear(res);
+    /* live presence fields, whose expiry the stream alone would only show
+     * for the ones written from now on */
+    res = PQexec(d->db, "select ns, participant, field, expires_at from "
+                        "a2_presence where value <> 'null'::jsonb");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        snprintf(err, errlen, "could not read the presence fields: %s",
+                 PQerrorMessage(d->db));
+        err[strcspn(err, "\n")] = '\0';
+        PQclear(res);
+        return -1;
+    }
+    a2c_apply_forget_presence(d->apply);
+    int kept = 0;
+    for (int i = 0; i < PQntuples(res); i++)
+        if (a2c_apply_track_presence(
+                    d->apply, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
+                    PQgetvalue(res, i, 2),
+                    strtoll(PQgetvalue(res, i, 3), NULL, 10)) == 0)
+            kept++;
+    if (kept < PQntuples(res))
+        logline("keeping the expiry of %d of %d presence fields; the others "
+                "show when a read or a reap deletes them",
+                kept, PQntuples(res));
+    PQclear(res);
     return 0;
+}
+
+/* Commits a presence expiry tick when the earliest kept field is due (and
+ * the last tick is not still on its way). */
+static void expire_presence(daemon_t *d)
+{
+    int64_t now = mono_ms();
+    if (!d->streaming || a2c_apply_expiry_due(d->apply) > wall_ms() ||
+        (d->expire_sent_ms && now - d->expire_sent_ms < EXPIRE_RETRY_MS))
+        return;
+    d->expire_sent_ms = now;
+    char err[512];
+    if (ensure_db(d, err, sizeof err) != 0 ||
+        a2c_db_expire_tick(d->db, wall_ms(), err, sizeof err) != 0)
+        logline("%s", err);
 }
 
 /* ---- replication ---- */
@@ -597,6 +640,9 @@ static char *render_metrics(void *ctx, int health, int *healthy)
       "%" PRIu64, as.transactions);
     G("a2_consumer_decode_errors_total", "messages that did not decode",
       "counter", "%" PRIu64, d->decode_errors);
+    G("a2_consumer_presence_expired_total",
+      "presence fields pushed as expired at their time", "counter",
+      "%" PRIu64, as.presence_expired);
     appendf(&buf, &len, &cap,
             "# HELP a2_consumer_wakeups_sent_total wake-ups sent to workers\n"
             "# TYPE a2_consumer_wakeups_sent_total counter\n"
@@ -702,6 +748,16 @@ static int run(daemon_t *d)
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }
+        if (d->streaming &&
+            a2c_apply_expiry_due(d->apply) != INT64_MAX) {
+            int64_t t = a2c_apply_expiry_due(d->apply) - wall_ms();
+            if (d->expire_sent_ms &&
+                now - d->expire_sent_ms < EXPIRE_RETRY_MS &&
+                d->expire_sent_ms + EXPIRE_RETRY_MS - now > t)
+                t = d->expire_sent_ms + EXPIRE_RETRY_MS - now;
+            if (t < timeout)
+                timeout = t < 0 ? 0 : t;
+        }
         if (d->audit && a2c_audit_dirty(d->audit) &&
             !a2c_audit_busy(d->audit)) {
             int64_t t = a2c_audit_dirty_since(d->audit) + FSYNC_GROUP_MS - now;
@@ -785,6 +841,7 @@ static int run(daemon_t *d)
         }
 
         a2c_apply_fire_timers(d->apply, wall_ms());
+        expire_presence(d);
         a2c_server_flush(d->srv); /* this turn's wake-ups, one send each */
         if (d->audit && a2c_audit_flush(d->audit, err, sizeof err) != 0) {
             logline("%s", err);

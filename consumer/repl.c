@@ -3,6 +3,8 @@
  */
 #include "repl.h"
 
+#include "apply.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,6 +232,22 @@ int a2c_db_heartbeat(PGconn *db, char *err, size_t errlen)
                           "select pg_logical_emit_message(false, 'a2-hb', "
                           "now()::text)",
                           0, NULL, "send a heartbeat", err, errlen);
+    if (!res)
+        return -1;
+    PQclear(res);
+    return 0;
+}
+
+int a2c_db_expire_tick(PGconn *db, int64_t now_ms, char *err, size_t errlen)
+{
+    char content[48];
+    snprintf(content, sizeof content, "%s%" PRId64, A2C_EXPIRE_TICK, now_ms);
+    const char *params[1] = {content};
+    PGresult *res = query(db,
+                          "select pg_logical_emit_message(true, '" A2C_TICK_PREFIX
+                          "', $1::text)",
+                          1, params, "commit a presence expiry tick", err,
+                          errlen);
     if (!res)
         return -1;
     PQclear(res);

@@ -47,6 +47,11 @@ int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
 /* pg_logical_emit_message(false, 'a2-hb', now) from the normal connection. */
 int a2c_db_heartbeat(PGconn *db, char *err, size_t errlen);
 
+/* Commits the presence expiry tick of time now_ms (apply.h): a
+ * transactional logical message, so that it comes back through the stream
+ * after every change committed before it. 0 or -1. */
+int a2c_db_expire_tick(PGconn *db, int64_t now_ms, char *err, size_t errlen);
+
 /* Drops a slot (for an invalidated one); 0 or -1. */
 int a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen);
 

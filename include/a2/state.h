@@ -61,8 +61,13 @@
  * connection to the consumer (liba2worker's A2_WORKER_EV_CONNECTED) starts
  * over at step 1: patches are not replayed across connections, nor after the
  * consumer dropped a worker's overflowing queue.
- * Expiry shows as a patch when a read or reap deletes the expired row. Reaps
- * take the shared lock of each namespace they delete in, before its rows.
+ * Expiry shows as a patch at its time: a2-consumer keeps each live field's
+ * expires_at and, when one is due, commits an expiry tick (a transactional
+ * logical message) whose commit end is the patch's lsn; every read begun
+ * before the tick ends below it (docs/protocol.md). A read or reap that
+ * deletes an expired row sends a nil patch again, which changes nothing.
+ * Reaps take the shared lock of each namespace they delete in, before its
+ * rows.
  */
 #ifndef A2_STATE_H
 #define A2_STATE_H
@@ -192,9 +197,10 @@ A2_STORE_MUST_CHECK int a2_store_presence_read(a2_store *store, const char *ns,
 /*
  * Deletes at most limit (1..100000) expired rows of namespace ns (NULL:
  * of every namespace); *reaped (may be NULL) is how many. Each deletion
- * reaches the namespace's subscribers as a patch (a nil value): run it
- * periodically where expiry must be pushed (`a2 presence NS --follow`
- * reaps its namespace every second). Call again while it returns limit.
+ * reaches the namespace's subscribers as a patch (a nil value; a2-consumer
+ * has pushed the expiry itself at its time): run it periodically so that
+ * expired rows do not pile up (`a2 presence NS --follow` reaps its
+ * namespace every second). Call again while it returns limit.
  */
 A2_STORE_MUST_CHECK int a2_store_presence_reap(a2_store *store, const char *ns,
                                                size_t limit, int64_t *reaped);

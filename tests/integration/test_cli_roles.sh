@@ -47,6 +47,10 @@ done
 # The consumer role reads, never writes, and cannot call a2_batch.
 checks=$((checks + 1))
 psql "$cons_db" -XAtqc "select count(*) from a2_cursors" >/dev/null 2>&1 || fail "a2_consumer cannot read a2_cursors"
+# ... but commits its presence expiry ticks (a transactional logical message).
+checks=$((checks + 1))
+psql "$cons_db" -XAtqc "select pg_logical_emit_message(true, 'a2-hb', 'expire 1')" >/dev/null 2>&1 ||
+    fail "a2_consumer cannot commit a presence expiry tick"
 for stmt in "delete from a2_events" "insert into a2_clears values ('x', 1)" "select a2_batch(null, null)"; do
     checks=$((checks + 1))
     if psql "$cons_db" -XAtqc "$stmt" >/dev/null 2>&1; then fail "a2_consumer could run: $stmt"; fi

@@ -290,6 +290,7 @@ typedef struct {
     char participant[64];
     char fields[512]; /* "k=v;..." with v a string, number, or "nil" */
     int64_t head, idx, clear_index;
+    uint64_t lsn;
     int all_sessions;
     int n_sessions;
     char sessions[8][64];
@@ -463,6 +464,8 @@ static inline void flatten(msgpack_object o, tc_msg *m)
             copy_str(m->ns, sizeof m->ns, v);
         else if (!strcmp(key, "participant"))
             copy_str(m->participant, sizeof m->participant, v);
+        else if (!strcmp(key, "lsn"))
+            m->lsn = (uint64_t)obj_int(v);
         else if (!strcmp(key, "fields") && v.type == MSGPACK_OBJECT_MAP) {
             size_t off = 0;
             for (uint32_t j = 0; j < v.via.map.size; j++) {

@@ -353,6 +353,61 @@ static void test_presence_patch(void **state)
     tc_cleanup(&d);
 }
 
+/* Expiry is pushed at its time, with nobody reading or reaping: for fields
+ * the stream showed and for fields already in the table at start, not for
+ * tombstones, after the write's own patch, and without a write of the
+ * consumer's to a2_presence. */
+static void test_presence_expiry_pushed(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker w;
+    tc_msg m;
+    tc_init(&d, "tc_expiry");
+    sqlf("truncate a2_presence");
+    sqlf("insert into a2_presence values ('hall', 'p0', 'seat', '1', null, 1, "
+         "(extract(epoch from clock_timestamp()) * 1000)::bigint + 1500)");
+    tc_start(&d);
+    open_worker(&w, &d, "xw", "c", NULL);
+    tc_presence_sub(&w, "room");
+    tc_presence_sub(&w, "hall");
+    tc_sleep_ms(100);
+    int64_t written = tc_wall_ms();
+    sqlf("insert into a2_presence values ('room', 'p1', 'typing', '\"yes\"', "
+         "null, 1, (extract(epoch from clock_timestamp()) * 1000)::bigint + "
+         "1000), ('room', 'p1', 'status', '\"online\"', null, 1, "
+         "9999999999999), ('room', 'p1', 'old', 'null', null, 1, "
+         "(extract(epoch from clock_timestamp()) * 1000)::bigint + 300)");
+    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    assert_string_equal(m.fields, "typing=yes;status=online;old=nil;");
+    uint64_t write_lsn = m.lsn;
+    assert_true(write_lsn > 0);
+    int typing = 0, seat = 0, other = 0;
+    while ((!typing || !seat) && tc_wait_for(&w, "presence", 5000, &m)) {
+        if (!strcmp(m.ns, "room") && !strcmp(m.fields, "typing=nil;")) {
+            typing = 1;
+            assert_true(tc_wall_ms() - written >= 950);
+            assert_true(m.lsn > write_lsn);
+        } else if (!strcmp(m.ns, "hall") && !strcmp(m.fields, "seat=nil;")) {
+            seat = 1;
+        } else {
+            other++;
+        }
+    }
+    assert_true(typing);
+    assert_true(seat);
+    assert_int_equal(other, 0);
+    /* nothing more: the tombstone's expiry is not news, status lives on */
+    assert_int_equal(tc_wait_for(&w, "presence", 700, &m), 0);
+    /* the rows are still there: the consumer pushed, nobody deleted */
+    PGresult *r = PQexec(db, "select count(*) from a2_presence");
+    assert_string_equal(PQgetvalue(r, 0, 0), "4");
+    PQclear(r);
+    tc_worker_close(&w);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
 static char *http_get(int port, const char *path)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -488,6 +543,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_log_before_cursor, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_presence_patch, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_presence_expiry_pushed, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_metrics_heartbeat_and_stop,
                                             setup, teardown),

@@ -424,6 +424,125 @@ static void test_cleared_log_presence(void **state)
     fx_destroy(&f);
 }
 
+/* A presence row of room/p1 as wal2json prints an insert or update of it;
+ * value NULL leaves the column out (a TOASTed value the update kept). */
+static void presence_row(fx *f, int xid, const char *action,
+                         const char *field, const char *value,
+                         int64_t expires_at)
+{
+    char b[1024], v[256] = "";
+    if (value)
+        snprintf(v, sizeof v, "{\"name\":\"value\",\"value\":\"%s\"},",
+                 value);
+    snprintf(b, sizeof b,
+             "{\"action\":\"%s\",\"xid\":%d,\"lsn\":\"0/1\",\"schema\":"
+             "\"public\",\"table\":\"a2_presence\",\"columns\":[{\"name\":"
+             "\"ns\",\"value\":\"room\"},{\"name\":\"participant\",\"value\":"
+             "\"p1\"},{\"name\":\"field\",\"value\":\"%s\"},%s{\"name\":"
+             "\"seen\",\"value\":null},{\"name\":\"at\",\"value\":1},{\"name\":"
+             "\"expires_at\",\"value\":%" PRId64 "}]%s}",
+             action, xid, field, v, expires_at,
+             strcmp(action, "U") == 0
+                     ? ",\"identity\":[{\"name\":\"ns\",\"value\":\"room\"},"
+                       "{\"name\":\"participant\",\"value\":\"p1\"},{\"name\":"
+                       "\"field\",\"value\":\"x\"}]"
+                     : "");
+    feed(f, b, 0);
+}
+
+static void tick(fx *f, int xid, const char *lsn, uint64_t end,
+                 const char *prefix, int transactional, const char *content)
+{
+    char b[256];
+    begin(f, xid, lsn);
+    snprintf(b, sizeof b,
+             "{\"action\":\"M\",\"xid\":%d,\"lsn\":\"0/1\",\"transactional\":"
+             "%s,\"prefix\":\"%s\",\"content\":\"%s\"}",
+             xid, transactional ? "true" : "false", prefix, content);
+    feed(f, b, 0);
+    commit(f, xid, lsn, end);
+}
+
+/* Expiry is pushed by the tick that comes back through the stream: only
+ * fields expired by the tick's time, live ones (not tombstones), with the
+ * latest expiry the stream showed, and each once. */
+static void test_presence_expiry_tick(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, 0);
+    assert_true(a2c_apply_expiry_due(f.ap) == INT64_MAX);
+    begin(&f, 30, "0/900");
+    presence_row(&f, 30, "I", "status", "\\\"online\\\"", 1000);
+    presence_row(&f, 30, "I", "typing", "true", 5000);
+    presence_row(&f, 30, "I", "gone", "null", 10); /* a tombstone */
+    commit(&f, 30, "0/900", 0x900);
+    assert_int_equal(nevents, 1);
+    assert_true(a2c_apply_expiry_due(f.ap) == 1000);
+
+    /* not a tick: another prefix, not transactional, not a time */
+    tick(&f, 31, "0/910", 0x910, "a2", 1, "expire 2000");
+    tick(&f, 32, "0/920", 0x920, "a2-hb", 0, "expire 2000");
+    tick(&f, 33, "0/930", 0x930, "a2-hb", 1, "expire soon");
+    tick(&f, 34, "0/940", 0x940, "a2-hb", 1, "expire -5");
+    assert_int_equal(nevents, 1);
+    assert_true(a2c_apply_expiry_due(f.ap) == 1000);
+
+    /* a tick before anything expired pushes nothing */
+    tick(&f, 35, "0/950", 0x950, "a2-hb", 1, "expire 999");
+    assert_int_equal(nevents, 1);
+    assert_true(a2c_apply_expiry_due(f.ap) == 1000);
+
+    tick(&f, 36, "0/960", 0x960, "a2-hb", 1, "expire 2000");
+    assert_int_equal(nevents, 2);
+    assert_string_equal(events[1], "presence room p1 {\"status\":null}");
+    assert_true(a2c_apply_expiry_due(f.ap) == 5000);
+    tick(&f, 37, "0/970", 0x970, "a2-hb", 1, "expire 2000");
+    assert_int_equal(nevents, 2); /* once */
+
+    /* renewed without a new value (TOAST kept it): no patch, later expiry */
+    begin(&f, 38, "0/980");
+    presence_row(&f, 38, "U", "typing", NULL, 9000);
+    commit(&f, 38, "0/980", 0x980);
+    assert_int_equal(nevents, 2);
+    tick(&f, 39, "0/990", 0x990, "a2-hb", 1, "expire 6000");
+    assert_int_equal(nevents, 2);
+    assert_true(a2c_apply_expiry_due(f.ap) == 9000);
+
+    /* a tombstone ends it: nothing to push at its old expiry */
+    begin(&f, 40, "0/9A0");
+    presence_row(&f, 40, "U", "typing", "null", 20000);
+    commit(&f, 40, "0/9A0", 0x9A0);
+    assert_int_equal(nevents, 3);
+    assert_string_equal(events[2], "presence room p1 {\"typing\":null}");
+    tick(&f, 41, "0/9B0", 0x9B0, "a2-hb", 1, "expire 30000");
+    assert_int_equal(nevents, 3);
+    assert_true(a2c_apply_expiry_due(f.ap) == INT64_MAX);
+
+    /* rows read from the table (start), forgotten on demand */
+    assert_int_equal(a2c_apply_track_presence(f.ap, "hall", "ann", "seat",
+                                              7000),
+                     0);
+    assert_true(a2c_apply_expiry_due(f.ap) == 7000);
+    a2c_apply_forget_presence(f.ap);
+    assert_true(a2c_apply_expiry_due(f.ap) == INT64_MAX);
+    assert_int_equal(a2c_apply_track_presence(f.ap, "hall", "ann", "seat",
+                                              7000),
+                     0);
+    assert_int_equal(a2c_apply_track_presence(f.ap, "hall", "bob", "seat",
+                                              7500),
+                     0);
+    tick(&f, 42, "0/9C0", 0x9C0, "a2-hb", 1, "expire 8000");
+    assert_int_equal(nevents, 5);
+    assert_string_equal(events[3], "presence hall ann {\"seat\":null}");
+    assert_string_equal(events[4], "presence hall bob {\"seat\":null}");
+    a2c_apply_stats st;
+    a2c_apply_get_stats(f.ap, &st);
+    assert_int_equal(st.presence_expired, 3);
+    fx_close(&f);
+    fx_destroy(&f);
+}
+
 /* A crash after the first of two lines of a transaction: on restart the
  * transaction comes again and only its second line is written. */
 static void test_resume_skips_written_lines(void **state)
@@ -675,6 +794,7 @@ int main(void)
             cmocka_unit_test(test_started_wakes_and_audits),
             cmocka_unit_test(test_claim_timer_fail_retry_complete),
             cmocka_unit_test(test_cleared_log_presence),
+            cmocka_unit_test(test_presence_expiry_tick),
             cmocka_unit_test(test_resume_skips_written_lines),
             cmocka_unit_test(test_big_transaction_cut_and_resent),
             cmocka_unit_test(test_audit_line_escapes),
