@@ -771,6 +771,8 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
     ap->in_txn = 0;
     if (ap->skip_all) {
         ap->stats.skipped++;
+        if (ap->expire_tick > 0)
+            ap->stats.expire_ticks++;
         ap->expire_tick = 0;
         free_actions(ap);
         if (end > ap->applied)
@@ -848,6 +850,7 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
     if (ap->expire_tick > 0) {
         push_expired(ap, ap->expire_tick);
         ap->expire_tick = 0;
+        ap->stats.expire_ticks++;
     }
     free_actions(ap);
     ap->applied = end;

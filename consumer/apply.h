@@ -84,6 +84,7 @@ typedef struct {
     uint64_t cleared;
     uint64_t presence;         /* presence patches pushed */
     uint64_t presence_expired; /* fields pushed as expired by a tick */
+    uint64_t expire_ticks;     /* expiry ticks applied */
     uint64_t overflows; /* transactions whose wake-ups were dropped */
 } a2c_apply_stats;
 

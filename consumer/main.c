@@ -37,8 +37,10 @@
 #define MAX_MESSAGES_PER_TURN 5000
 #define LAG_WARN_SECONDS      10.0
 /* A presence expiry tick not back through the stream after this is sent
- * again. */
-#define EXPIRE_RETRY_MS 1000
+ * again; ticks are at least EXPIRE_SPACING_MS apart (expiries due meanwhile
+ * go out together). */
+#define EXPIRE_RETRY_MS   1000
+#define EXPIRE_SPACING_MS 50
 
 typedef struct {
     /* options */
@@ -78,7 +80,8 @@ typedef struct {
     int64_t last_status_ms;
     int64_t last_activity_ms;
     int64_t last_heartbeat_ms;
-    int64_t expire_sent_ms; /* the last presence expiry tick (mono) */
+    int64_t expire_sent_ms;   /* the last presence expiry tick (mono) */
+    uint64_t expire_sent_seen; /* ticks applied when it was sent */
     double lag_seconds;
     int64_t last_lag_log_ms;
 
@@ -352,15 +355,30 @@ static int rebuild_timers(daemon_t *d, char *err, size_t errlen)
     return 0;
 }
 
-/* Commits a presence expiry tick when the earliest kept field is due (and
- * the last tick is not still on its way). */
+/* When the next presence expiry tick may be sent (mono ms): the last one
+ * came back through the stream, or was sent EXPIRE_RETRY_MS ago. */
+static int64_t expire_next_ms(const daemon_t *d)
+{
+    if (!d->expire_sent_ms)
+        return 0;
+    a2c_apply_stats as;
+    a2c_apply_get_stats(d->apply, &as);
+    return d->expire_sent_ms + (as.expire_ticks > d->expire_sent_seen
+                                        ? EXPIRE_SPACING_MS
+                                        : EXPIRE_RETRY_MS);
+}
+
+/* Commits a presence expiry tick when the earliest kept field is due. */
 static void expire_presence(daemon_t *d)
 {
     int64_t now = mono_ms();
     if (!d->streaming || a2c_apply_expiry_due(d->apply) > wall_ms() ||
-        (d->expire_sent_ms && now - d->expire_sent_ms < EXPIRE_RETRY_MS))
+        now < expire_next_ms(d))
         return;
+    a2c_apply_stats as;
+    a2c_apply_get_stats(d->apply, &as);
     d->expire_sent_ms = now;
+    d->expire_sent_seen = as.expire_ticks;
     char err[512];
     if (ensure_db(d, err, sizeof err) != 0 ||
         a2c_db_expire_tick(d->db, wall_ms(), err, sizeof err) != 0)
@@ -751,10 +769,8 @@ static int run(daemon_t *d)
         if (d->streaming &&
             a2c_apply_expiry_due(d->apply) != INT64_MAX) {
             int64_t t = a2c_apply_expiry_due(d->apply) - wall_ms();
-            if (d->expire_sent_ms &&
-                now - d->expire_sent_ms < EXPIRE_RETRY_MS &&
-                d->expire_sent_ms + EXPIRE_RETRY_MS - now > t)
-                t = d->expire_sent_ms + EXPIRE_RETRY_MS - now;
+            if (expire_next_ms(d) - now > t)
+                t = expire_next_ms(d) - now;
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }

@@ -539,6 +539,7 @@ static void test_presence_expiry_tick(void **state)
     a2c_apply_stats st;
     a2c_apply_get_stats(f.ap, &st);
     assert_int_equal(st.presence_expired, 3);
+    assert_int_equal(st.expire_ticks, 6); /* 35, 36, 37, 39, 41 and 42 */
     fx_close(&f);
     fx_destroy(&f);
 }
