@@ -305,10 +305,12 @@ static void push_expired(a2c_apply *ap, int64_t now_ms)
     {
         json_object_foreach_safe(byp, t2, pa, f)
         {
-            json_t *gone = json_object();
+            json_t *gone = NULL;
             json_object_foreach_safe(f, t3, field, e)
             {
                 int64_t at = json_integer_value(e);
+                if (at <= now_ms && !gone)
+                    gone = json_object();
                 if (at > now_ms || !gone ||
                     json_object_set_new(gone, field, json_null()) != 0) {
                     if (at < due) /* kept: its time is still to come, or
@@ -319,9 +321,7 @@ static void push_expired(a2c_apply *ap, int64_t now_ms)
                 json_object_del(f, field);
                 ap->nexpiries--;
             }
-            char *text = gone && json_object_size(gone) > 0
-                                 ? json_dumps(gone, JSON_COMPACT)
-                                 : NULL;
+            char *text = gone ? json_dumps(gone, JSON_COMPACT) : NULL;
             if (text && ap->sink.presence)
                 ap->sink.presence(ap->sink.ctx, ns, pa, text, ap->end);
             if (text) {
@@ -690,9 +690,13 @@ static void begin(a2c_apply *ap, const a2_change *c)
     a2c_lsn_format(ap->end, lsn, sizeof lsn);
     /* {"lsn":"X/Y","xid":N,"at":"T" (or null), built without printf: it is
      * made for every transaction. */
-    const char *parts[] = {"{\"lsn\":\"", lsn, "\",\"xid\":",
-                           ap->xid[0] ? ap->xid : "null", ",\"at\":",
-                           ap->at[0] ? "\"" : "", ap->at[0] ? ap->at : "null",
+    const char *parts[] = {"{\"lsn\":\"",
+                           lsn,
+                           "\",\"xid\":",
+                           ap->xid[0] ? ap->xid : "null",
+                           ",\"at\":",
+                           ap->at[0] ? "\"" : "",
+                           ap->at[0] ? ap->at : "null",
                            ap->at[0] ? "\"" : ""};
     size_t hn = 0;
     for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
@@ -739,9 +743,8 @@ static void push_presence(a2c_apply *ap)
         json_t *fields = json_object();
         for (size_t j = i; j < ap->nacts; j++) {
             action *b = &ap->acts[j];
-            if (b->kind != ACT_PRESENCE || !b->s1 ||
-                b->n2 == PRESENCE_KEPT || strcmp(a->s1, b->s1) != 0 ||
-                strcmp(a->s2, b->s2) != 0)
+            if (b->kind != ACT_PRESENCE || !b->s1 || b->n2 == PRESENCE_KEPT ||
+                strcmp(a->s1, b->s1) != 0 || strcmp(a->s2, b->s2) != 0)
                 continue;
             json_t *v = NULL;
             if (b->s4)
@@ -858,6 +861,21 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
     return 0;
 }
 
+/* The time of an expiry tick message (A2C_EXPIRE_TICK "<ms>"), or 0. */
+static int64_t tick_time(const a2_change *c)
+{
+    const size_t k = sizeof A2C_EXPIRE_TICK - 1;
+    if (!teq(c->prefix, A2C_TICK_PREFIX) || !c->content.ptr ||
+        c->content.len <= k || c->content.len - k >= 24 ||
+        memcmp(c->content.ptr, A2C_EXPIRE_TICK, k) != 0)
+        return 0;
+    char ms[24], *end;
+    memcpy(ms, c->content.ptr + k, c->content.len - k);
+    ms[c->content.len - k] = '\0';
+    long long v = strtoll(ms, &end, 10);
+    return *end == '\0' && v > 0 ? v : 0;
+}
+
 int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
                      char *err, size_t errlen)
 {
@@ -877,21 +895,10 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
     case A2_ACTION_MESSAGE:
         if (!c->transactional && !ap->in_txn)
             a2c_apply_note_position(ap, data_start);
-        if (c->transactional && ap->in_txn &&
-            teq(c->prefix, A2C_TICK_PREFIX) && c->content.ptr &&
-            c->content.len > strlen(A2C_EXPIRE_TICK) &&
-            memcmp(c->content.ptr, A2C_EXPIRE_TICK,
-                   strlen(A2C_EXPIRE_TICK)) == 0) {
-            char ms[24];
-            size_t n = c->content.len - strlen(A2C_EXPIRE_TICK);
-            if (n < sizeof ms) {
-                memcpy(ms, c->content.ptr + strlen(A2C_EXPIRE_TICK), n);
-                ms[n] = '\0';
-                char *end;
-                long long v = strtoll(ms, &end, 10);
-                if (*end == '\0' && v > 0)
-                    ap->expire_tick = v;
-            }
+        if (c->transactional && ap->in_txn) {
+            int64_t t = tick_time(c);
+            if (t > 0)
+                ap->expire_tick = t;
         }
         return 0;
     default:
@@ -948,17 +955,15 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
                            : (c->old_row ? &c->old_row->presence : NULL);
         if (!p || ap->overflow)
             break;
-        int64_t expires = p->present & (1u << A2_PRESENCE_EXPIRES_AT)
-                                  ? p->expires_at
-                                  : 0;
+        int64_t expires =
+                p->present & (1u << A2_PRESENCE_EXPIRES_AT) ? p->expires_at : 0;
         /* an update that left a TOASTed value unchanged does not carry it:
          * no patch, only its new expiry */
         if (c->action == A2_ACTION_UPDATE &&
             !(p->present & (1u << A2_PRESENCE_VALUE))) {
             if (expires > 0)
-                add_action(ap, ACT_PRESENCE, tdup(p->ns),
-                           tdup(p->participant), tdup(p->field), NULL,
-                           expires, PRESENCE_KEPT, 0);
+                add_action(ap, ACT_PRESENCE, tdup(p->ns), tdup(p->participant),
+                           tdup(p->field), NULL, expires, PRESENCE_KEPT, 0);
             break;
         }
         char *value = NULL;

@@ -68,8 +68,8 @@ typedef struct {
  * before the tick was committed ends below that LSN, so a subscriber applies
  * the patch exactly when its read still showed the field.
  */
-#define A2C_TICK_PREFIX  "a2-hb"
-#define A2C_EXPIRE_TICK  "expire "
+#define A2C_TICK_PREFIX "a2-hb"
+#define A2C_EXPIRE_TICK "expire "
 
 typedef struct a2c_apply a2c_apply;
 
@@ -85,7 +85,7 @@ typedef struct {
     uint64_t presence;         /* presence patches pushed */
     uint64_t presence_expired; /* fields pushed as expired by a tick */
     uint64_t expire_ticks;     /* expiry ticks applied */
-    uint64_t overflows; /* transactions whose wake-ups were dropped */
+    uint64_t overflows;        /* transactions whose wake-ups were dropped */
 } a2c_apply_stats;
 
 /*

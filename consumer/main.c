@@ -39,8 +39,8 @@
 /* A presence expiry tick not back through the stream after this is sent
  * again; ticks are at least EXPIRE_SPACING_MS apart (expiries due meanwhile
  * go out together). */
-#define EXPIRE_RETRY_MS   1000
-#define EXPIRE_SPACING_MS 50
+#define EXPIRE_RETRY_MS       1000
+#define EXPIRE_SPACING_MS     50
 
 typedef struct {
     /* options */
@@ -80,7 +80,7 @@ typedef struct {
     int64_t last_status_ms;
     int64_t last_activity_ms;
     int64_t last_heartbeat_ms;
-    int64_t expire_sent_ms;   /* the last presence expiry tick (mono) */
+    int64_t expire_sent_ms;    /* the last presence expiry tick (mono) */
     uint64_t expire_sent_seen; /* ticks applied when it was sent */
     double lag_seconds;
     int64_t last_lag_log_ms;
@@ -263,11 +263,11 @@ static int64_t sink_clear_index(void *ctx, const char *session)
     if (!d->db || PQstatus(d->db) != CONNECTION_OK)
         return -1;
     const char *values[1] = {session};
-    PGresult *res = PQexecParams(
-            d->db,
-            "select coalesce((select clear_index from a2_clears "
-            "where session_id = $1), 0)",
-            1, NULL, values, NULL, NULL, 0);
+    PGresult *res =
+            PQexecParams(d->db,
+                         "select coalesce((select clear_index from a2_clears "
+                         "where session_id = $1), 0)",
+                         1, NULL, values, NULL, NULL, 0);
     int64_t idx = -1;
     if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
         idx = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
@@ -297,18 +297,14 @@ static int rebuild_timers(daemon_t *d, char *err, size_t errlen)
 {
     if (ensure_db(d, err, errlen) != 0)
         return -1;
-    PGresult *res = PQexec(
-            d->db, "select session_id, consumer, cursor_key, epoch, head, "
-                   "claim_expires_at from a2_cursors "
-                   "where claim_expires_at is not null and head is not null "
-                   "and failed_at is null");
-    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        snprintf(err, errlen, "could not read the live claims: %s",
-                 PQerrorMessage(d->db));
-        err[strcspn(err, "\n")] = '\0';
-        PQclear(res);
+    PGresult *res = a2c_db_query(
+            d->db,
+            "select session_id, consumer, cursor_key, epoch, head, "
+            "claim_expires_at from a2_cursors where claim_expires_at is not "
+            "null and head is not null and failed_at is null",
+            0, NULL, "read the live claims", err, errlen);
+    if (!res)
         return -1;
-    }
     a2c_timers_clear(d->timers);
     for (int i = 0; i < PQntuples(res); i++) {
         if (a2c_timers_set(d->timers, PQgetvalue(res, i, 0),
@@ -330,15 +326,12 @@ static int rebuild_timers(daemon_t *d, char *err, size_t errlen)
     PQclear(res);
     /* live presence fields, whose expiry the stream alone would only show
      * for the ones written from now on */
-    res = PQexec(d->db, "select ns, participant, field, expires_at from "
-                        "a2_presence where value <> 'null'::jsonb");
-    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        snprintf(err, errlen, "could not read the presence fields: %s",
-                 PQerrorMessage(d->db));
-        err[strcspn(err, "\n")] = '\0';
-        PQclear(res);
+    res = a2c_db_query(d->db,
+                       "select ns, participant, field, expires_at from "
+                       "a2_presence where value <> 'null'::jsonb",
+                       0, NULL, "read the presence fields", err, errlen);
+    if (!res)
         return -1;
-    }
     a2c_apply_forget_presence(d->apply);
     int kept = 0;
     for (int i = 0; i < PQntuples(res); i++)
@@ -371,9 +364,10 @@ static int64_t expire_next_ms(const daemon_t *d)
 /* Commits a presence expiry tick when the earliest kept field is due. */
 static void expire_presence(daemon_t *d)
 {
+    if (!d->streaming || a2c_apply_expiry_due(d->apply) == INT64_MAX)
+        return;
     int64_t now = mono_ms();
-    if (!d->streaming || a2c_apply_expiry_due(d->apply) > wall_ms() ||
-        now < expire_next_ms(d))
+    if (a2c_apply_expiry_due(d->apply) > wall_ms() || now < expire_next_ms(d))
         return;
     a2c_apply_stats as;
     a2c_apply_get_stats(d->apply, &as);
@@ -659,8 +653,8 @@ static char *render_metrics(void *ctx, int health, int *healthy)
     G("a2_consumer_decode_errors_total", "messages that did not decode",
       "counter", "%" PRIu64, d->decode_errors);
     G("a2_consumer_presence_expired_total",
-      "presence fields pushed as expired at their time", "counter",
-      "%" PRIu64, as.presence_expired);
+      "presence fields pushed as expired at their time", "counter", "%" PRIu64,
+      as.presence_expired);
     appendf(&buf, &len, &cap,
             "# HELP a2_consumer_wakeups_sent_total wake-ups sent to workers\n"
             "# TYPE a2_consumer_wakeups_sent_total counter\n"
@@ -766,11 +760,11 @@ static int run(daemon_t *d)
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }
-        if (d->streaming &&
-            a2c_apply_expiry_due(d->apply) != INT64_MAX) {
+        if (d->streaming && a2c_apply_expiry_due(d->apply) != INT64_MAX) {
             int64_t t = a2c_apply_expiry_due(d->apply) - wall_ms();
-            if (expire_next_ms(d) - now > t)
-                t = expire_next_ms(d) - now;
+            int64_t next = expire_next_ms(d) - now;
+            if (next > t)
+                t = next;
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }
@@ -1098,9 +1092,9 @@ int main(int argc, char **argv)
     }
     d.timers = a2c_timers_new();
     d.dec = a2_decoder_new();
-    a2c_sink sink = {&d,           sink_wake,     sink_log,
-                     sink_cleared, sink_presence, sink_resync,
-                     sink_clear_index};
+    a2c_sink sink = {
+            &d,          sink_wake,       sink_log, sink_cleared, sink_presence,
+            sink_resync, sink_clear_index};
     d.apply = a2c_apply_new(d.audit, d.timers, &sink, &d.resume);
     if (!d.timers || !d.dec || !d.apply) {
         logline("out of memory");

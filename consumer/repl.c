@@ -96,7 +96,7 @@ PGconn *a2c_db_connect(const char *conninfo, char *err, size_t errlen)
     return connect_with(conninfo, 0, err, errlen);
 }
 
-static PGresult *query(PGconn *db, const char *sql, int nparams,
+PGresult *a2c_db_query(PGconn *db, const char *sql, int nparams,
                        const char *const *params, const char *what, char *err,
                        size_t errlen)
 {
@@ -121,7 +121,8 @@ int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
     PGresult *res = NULL;
     memset(info, 0, sizeof *info);
 
-    res = query(db, "show wal_level", 0, NULL, "read wal_level", err, errlen);
+    res = a2c_db_query(db, "show wal_level", 0, NULL, "read wal_level", err,
+                       errlen);
     if (!res)
         goto done;
     if (strcmp(PQgetvalue(res, 0, 0), "logical") != 0) {
@@ -133,10 +134,11 @@ int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
     }
     PQclear(res);
 
-    res = query(db,
-                "select current_user, rolreplication or rolsuper from pg_roles "
-                "where rolname = current_user",
-                0, NULL, "read the role's attributes", err, errlen);
+    res = a2c_db_query(
+            db,
+            "select current_user, rolreplication or rolsuper from pg_roles "
+            "where rolname = current_user",
+            0, NULL, "read the role's attributes", err, errlen);
     if (!res)
         goto done;
     if (PQntuples(res) != 1 || strcmp(PQgetvalue(res, 0, 1), "t") != 0) {
@@ -148,11 +150,12 @@ int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
     }
     PQclear(res);
 
-    res = query(db,
-                "select string_agg(t, ', ' order by t) from unnest(array["
-                "'a2_events','a2_cursors','a2_lane_events','a2_clears',"
-                "'a2_presence']) t where to_regclass('public.' || t) is null",
-                0, NULL, "check the a2 schema", err, errlen);
+    res = a2c_db_query(
+            db,
+            "select string_agg(t, ', ' order by t) from unnest(array["
+            "'a2_events','a2_cursors','a2_lane_events','a2_clears',"
+            "'a2_presence']) t where to_regclass('public.' || t) is null",
+            0, NULL, "check the a2 schema", err, errlen);
     if (!res)
         goto done;
     if (!PQgetisnull(res, 0, 0)) {
@@ -164,11 +167,11 @@ int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
     }
     PQclear(res);
 
-    res = query(db,
-                "select relreplident from pg_class "
-                "where oid = 'public.a2_cursors'::regclass",
-                0, NULL, "check the replica identity of a2_cursors", err,
-                errlen);
+    res = a2c_db_query(db,
+                       "select relreplident from pg_class "
+                       "where oid = 'public.a2_cursors'::regclass",
+                       0, NULL, "check the replica identity of a2_cursors", err,
+                       errlen);
     if (!res)
         goto done;
     if (strcmp(PQgetvalue(res, 0, 0), "f") != 0) {
@@ -180,11 +183,12 @@ int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
     PQclear(res);
 
     const char *params[1] = {slot};
-    res = query(db,
-                "select plugin, database, database = current_database(), "
-                "active_pid, wal_status, confirmed_flush_lsn, slot_type "
-                "from pg_replication_slots where slot_name = $1",
-                1, params, "read the replication slot", err, errlen);
+    res = a2c_db_query(
+            db,
+            "select plugin, database, database = current_database(), "
+            "active_pid, wal_status, confirmed_flush_lsn, slot_type "
+            "from pg_replication_slots where slot_name = $1",
+            1, params, "read the replication slot", err, errlen);
     if (!res)
         goto done;
     if (PQntuples(res) == 1) {
@@ -228,10 +232,11 @@ done:
 
 int a2c_db_heartbeat(PGconn *db, char *err, size_t errlen)
 {
-    PGresult *res = query(db,
-                          "select pg_logical_emit_message(false, 'a2-hb', "
-                          "now()::text)",
-                          0, NULL, "send a heartbeat", err, errlen);
+    PGresult *res =
+            a2c_db_query(db,
+                         "select pg_logical_emit_message(false, 'a2-hb', "
+                         "now()::text)",
+                         0, NULL, "send a heartbeat", err, errlen);
     if (!res)
         return -1;
     PQclear(res);
@@ -243,11 +248,11 @@ int a2c_db_expire_tick(PGconn *db, int64_t now_ms, char *err, size_t errlen)
     char content[48];
     snprintf(content, sizeof content, "%s%" PRId64, A2C_EXPIRE_TICK, now_ms);
     const char *params[1] = {content};
-    PGresult *res = query(db,
-                          "select pg_logical_emit_message(true, '" A2C_TICK_PREFIX
-                          "', $1::text)",
-                          1, params, "commit a presence expiry tick", err,
-                          errlen);
+    PGresult *res = a2c_db_query(
+            db,
+            "select pg_logical_emit_message(true, '" A2C_TICK_PREFIX
+            "', $1::text)",
+            1, params, "commit a presence expiry tick", err, errlen);
     if (!res)
         return -1;
     PQclear(res);
@@ -257,10 +262,11 @@ int a2c_db_expire_tick(PGconn *db, int64_t now_ms, char *err, size_t errlen)
 int a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen)
 {
     const char *params[1] = {slot};
-    PGresult *res = query(db,
-                          "select pg_drop_replication_slot($1) "
-                          "from pg_replication_slots where slot_name = $1",
-                          1, params, "drop the replication slot", err, errlen);
+    PGresult *res =
+            a2c_db_query(db,
+                         "select pg_drop_replication_slot($1) "
+                         "from pg_replication_slots where slot_name = $1",
+                         1, params, "drop the replication slot", err, errlen);
     if (!res)
         return -1;
     PQclear(res);

@@ -44,6 +44,12 @@ typedef struct {
 int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
                  a2c_slot_info *info, char *err, size_t errlen);
 
+/* Runs sql (with nparams text params) on the normal connection; NULL with
+ * "could not <what>: <the server's first line>" in err when it fails. */
+PGresult *a2c_db_query(PGconn *db, const char *sql, int nparams,
+                       const char *const *params, const char *what, char *err,
+                       size_t errlen);
+
 /* pg_logical_emit_message(false, 'a2-hb', now) from the normal connection. */
 int a2c_db_heartbeat(PGconn *db, char *err, size_t errlen);
 
