@@ -639,10 +639,6 @@ int a2c_audit_sync_finish(a2c_audit *a, int state_interval_ms, char *err,
     syncer *sy = &a->sy;
     if (!sy->started || !a->outstanding)
         return 0;
-    uint64_t n;
-    if (read(sy->efd, &n, sizeof n) < 0) {
-        /* nothing signalled yet; the flag below decides */
-    }
     pthread_mutex_lock(&sy->mu);
     int done = sy->completed;
     uint64_t lsn = sy->done_lsn;
@@ -650,6 +646,14 @@ int a2c_audit_sync_finish(a2c_audit *a, int state_interval_ms, char *err,
     pthread_mutex_unlock(&sy->mu);
     if (!done)
         return 0;
+    /* The helper signals under mu in the same step that sets completed, so
+     * the signal is there now: consume it, or poll would report it on every
+     * turn until the next fsync. Read before the flag, a signal sent after
+     * the read and before the lock would be left behind. */
+    uint64_t n;
+    if (read(sy->efd, &n, sizeof n) < 0) {
+        /* already consumed by an earlier call: nothing left to clear */
+    }
     a->outstanding = 0;
     if (e != 0) {
         snprintf(err, errlen, "could not fsync audit file \"%s\": %s", a->path,

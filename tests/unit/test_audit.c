@@ -256,6 +256,42 @@ static void test_background_sync(void **state)
     assert_string_equal(slurp(spath), "0/400\n");
 }
 
+/* Once a background fsync is reported done, its eventfd is quiet again:
+ * a signal left behind would make the daemon's poll return at once on every
+ * turn until the next fsync. The finish is called in a tight loop, as the
+ * daemon's turns do under load, so that it often looks while the helper is
+ * between its report and its signal. */
+static void test_sync_done_leaves_event_fd_quiet(void **state)
+{
+    (void)state;
+    a2c_audit_resume r;
+    char err[256];
+    a2c_audit *a = a2c_audit_open(path, &r, err, sizeof err);
+    assert_non_null(a);
+    int loud = 0;
+    for (int i = 0; i < 300; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "{\"lsn\":\"0/%X\",\"n\":%d}\n",
+                 0x100 + i, i);
+        assert_int_equal(
+                a2c_audit_write(a, line, strlen(line), 1, err, sizeof err), 0);
+        a2c_audit_mark(a, 0x100 + (uint64_t)i);
+        assert_int_equal(a2c_audit_sync_start(a, err, sizeof err), 0);
+        int turns = 0;
+        while (a2c_audit_busy(a)) {
+            assert_int_equal(a2c_audit_sync_finish(a, 1000, err, sizeof err),
+                             0);
+            assert_true(++turns < 100000000);
+        }
+        assert_true(a2c_audit_durable(a) == 0x100 + (uint64_t)i);
+        struct pollfd p = {a2c_audit_event_fd(a), POLLIN, 0};
+        if (poll(&p, 1, 0) != 0)
+            loud++;
+    }
+    assert_int_equal(loud, 0);
+    a2c_audit_close(a);
+}
+
 static void test_reopen_after_rotation(void **state)
 {
     (void)state;
@@ -375,6 +411,8 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(test_background_sync, setup,
                                             teardown),
+            cmocka_unit_test_setup_teardown(
+                    test_sync_done_leaves_event_fd_quiet, setup, teardown),
             cmocka_unit_test_setup_teardown(test_reopen_after_rotation, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_lines_gathered_until_flush,
