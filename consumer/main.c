@@ -470,12 +470,14 @@ static int stream_up(daemon_t *d, int startup, char *err, size_t errlen)
             goto fail;
     }
     uint64_t start = a2c_apply_applied(d->apply);
-    if (a2c_repl_start(d->repl, d->slot, start, err, errlen, st) != 0) {
+    if (a2c_repl_start(d->repl, d->slot, d->plugin, start, err, errlen, st) !=
+        0) {
         if (strcmp(st, "55000") == 0 && strstr(err, "cannot read from")) {
             if (recreate_slot(d, "invalidated", err, errlen) != 0)
                 goto fail;
             start = a2c_apply_applied(d->apply);
-            if (a2c_repl_start(d->repl, d->slot, start, err, errlen, st) == 0)
+            if (a2c_repl_start(d->repl, d->slot, d->plugin, start, err, errlen,
+                               st) == 0)
                 goto started;
         }
         goto fail;

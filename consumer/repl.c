@@ -341,8 +341,8 @@ int a2c_repl_create_slot(a2c_repl *r, const char *slot, const char *plugin,
     return 0;
 }
 
-int a2c_repl_start(a2c_repl *r, const char *slot, uint64_t lsn, char *err,
-                   size_t errlen, char sqlstate[6])
+int a2c_repl_start(a2c_repl *r, const char *slot, const char *plugin,
+                   uint64_t lsn, char *err, size_t errlen, char sqlstate[6])
 {
     char *ident = PQescapeIdentifier(r->conn, slot, strlen(slot));
     char sql[1024];
@@ -364,7 +364,7 @@ int a2c_repl_start(a2c_repl *r, const char *slot, uint64_t lsn, char *err,
                      "the output plugin of slot \"%s\" is not installed: ",
                      slot);
         else if (st && strcmp(st, "42501") == 0)
-            not_allowed(prefix, sizeof prefix, "wal2json");
+            not_allowed(prefix, sizeof prefix, plugin);
         else
             snprintf(prefix, sizeof prefix,
                      "could not start replication from slot \"%s\": ", slot);

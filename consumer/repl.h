@@ -85,9 +85,10 @@ int a2c_repl_create_slot(a2c_repl *r, const char *slot, const char *plugin,
                          int *created, uint64_t *consistent, char *err,
                          size_t errlen, char sqlstate[6]);
 
-/* START_REPLICATION SLOT slot LOGICAL lsn (wal2json options). 0 or -1. */
-int a2c_repl_start(a2c_repl *r, const char *slot, uint64_t lsn, char *err,
-                   size_t errlen, char sqlstate[6]);
+/* START_REPLICATION SLOT slot LOGICAL lsn (wal2json options); plugin is
+ * the slot's, named when the server refuses it. 0 or -1. */
+int a2c_repl_start(a2c_repl *r, const char *slot, const char *plugin,
+                   uint64_t lsn, char *err, size_t errlen, char sqlstate[6]);
 
 int a2c_repl_socket(const a2c_repl *r);
 

@@ -141,6 +141,12 @@ if [ -n "$plugin_list" ]; then
     allow "pgoutput"
     expect 1 'the server does not allow output plugin wal2json \(add it to output_plugin_libraries' \
         --db "$db" --slot tc_refused_later --listen "$sock"
+    # the refusal names the slot's plugin (--plugin), not wal2json
+    allow ""
+    psql "$db" -qAtc "select pg_create_logical_replication_slot('tc_refused_td', 'test_decoding')" >/dev/null
+    allow "pgoutput"
+    expect 1 'the server does not allow output plugin test_decoding \(add it to output_plugin_libraries' \
+        --db "$db" --slot tc_refused_td --listen "$sock" --plugin test_decoding
     allow ""
 else
     echo "test_consumer_config.sh: this server has no output_plugin_libraries: its refusal is not tested"
