@@ -41,6 +41,8 @@
  * go out together). */
 #define EXPIRE_RETRY_MS       1000
 #define EXPIRE_SPACING_MS     50
+/* A resync whose table reads failed reads them again after this. */
+#define REBUILD_RETRY_MS      1000
 
 typedef struct {
     /* options */
@@ -74,6 +76,8 @@ typedef struct {
     int backoff_ms;
     char down_reason[256];
     int need_resync;
+    int rebuild_due; /* the timers and presence fields are to be read */
+    int64_t rebuild_at_ms;
 
     uint64_t received; /* highest LSN seen on the stream */
     uint64_t flush_sent;
@@ -292,7 +296,9 @@ static int ensure_db(daemon_t *d, char *err, size_t errlen)
     return d->db ? 0 : -1;
 }
 
-/* Reads the live claims and retry holds, and the log consumers, once. */
+/* Reads the live claims and retry holds, the log consumers and the live
+ * presence fields. 0, or -1 with the reason in err: the caller reads them
+ * all again later. */
 static int rebuild_timers(daemon_t *d, char *err, size_t errlen)
 {
     if (ensure_db(d, err, errlen) != 0)
@@ -318,11 +324,14 @@ static int rebuild_timers(daemon_t *d, char *err, size_t errlen)
         }
     }
     PQclear(res);
-    res = PQexec(d->db,
-                 "select distinct consumer from a2_cursors where kind = 'log'");
-    if (PQresultStatus(res) == PGRES_TUPLES_OK)
-        for (int i = 0; i < PQntuples(res); i++)
-            (void)a2c_apply_add_log_consumer(d->apply, PQgetvalue(res, i, 0));
+    res = a2c_db_query(
+            d->db,
+            "select distinct consumer from a2_cursors where kind = 'log'", 0,
+            NULL, "read the log consumers", err, errlen);
+    if (!res)
+        return -1;
+    for (int i = 0; i < PQntuples(res); i++)
+        (void)a2c_apply_add_log_consumer(d->apply, PQgetvalue(res, i, 0));
     PQclear(res);
     /* live presence fields, whose expiry the stream alone would only show
      * for the ones written from now on */
@@ -770,6 +779,11 @@ static int run(daemon_t *d)
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }
+        if (d->rebuild_due) {
+            int64_t t = d->rebuild_at_ms - now;
+            if (t < timeout)
+                timeout = t < 0 ? 0 : t;
+        }
         if (d->audit && a2c_audit_dirty(d->audit) &&
             !a2c_audit_busy(d->audit)) {
             int64_t t = a2c_audit_dirty_since(d->audit) + FSYNC_GROUP_MS - now;
@@ -845,12 +859,23 @@ static int run(daemon_t *d)
             }
         }
 
-        if (d->need_resync) {
+        int resync = d->need_resync;
+        if (resync) {
             d->need_resync = 0;
-            if (rebuild_timers(d, err, sizeof err) != 0)
-                logline("%s", err);
-            a2c_server_resync_all(d->srv);
+            d->rebuild_due = 1;
+            d->rebuild_at_ms = 0;
         }
+        if (d->rebuild_due && mono_ms() >= d->rebuild_at_ms) {
+            if (rebuild_timers(d, err, sizeof err) == 0) {
+                d->rebuild_due = 0;
+            } else {
+                /* the stream cleared what this read replaces: try again */
+                logline("%s; reading again in %d ms", err, REBUILD_RETRY_MS);
+                d->rebuild_at_ms = mono_ms() + REBUILD_RETRY_MS;
+            }
+        }
+        if (resync)
+            a2c_server_resync_all(d->srv);
 
         a2c_apply_fire_timers(d->apply, wall_ms());
         expire_presence(d);

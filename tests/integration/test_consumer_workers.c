@@ -254,12 +254,74 @@ static void test_huge_transaction_resyncs(void **state)
     tc_cleanup(&d);
 }
 
+/*
+ * A resync whose table reads fail (the consumer's role may not read
+ * a2_cursors for a while) reads them again until they succeed: a lease that
+ * only the read can tell of (its transaction was too big to follow) still
+ * lapses into a wake-up.
+ */
+static void test_resync_read_retried(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker w;
+    tc_msg m;
+    a2_test_exec(db, "do $$ begin if exists (select 1 from pg_roles where "
+                     "rolname = 'a2_tc_rebuild') then execute 'drop owned by "
+                     "a2_tc_rebuild'; execute 'drop role a2_tc_rebuild'; end "
+                     "if; end $$");
+    a2_test_exec(db, "create role a2_tc_rebuild login replication");
+    a2_test_exec(db, "grant select on all tables in schema public to "
+                     "a2_tc_rebuild");
+    char conn[1024];
+    snprintf(conn, sizeof conn, "%s user=a2_tc_rebuild", a2_test_db());
+    const char *extra[] = {"--db", conn, NULL};
+    tc_init(&d, "tc_rebuild");
+    tc_start_args(&d, 0, extra);
+    tc_worker_open(&w, d.sock, "w1", "c", NULL);
+    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
+    assert_true(tc_wait_for(&w, "resync", 5000, &m));
+
+    a2_test_exec(db, "revoke select on a2_cursors from a2_tc_rebuild");
+    int64_t due = tc_wall_ms() + 3000;
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
+             "kind, head, claim_holder, attempt_count, claim_expires_at) "
+             "select 'h' || i, 'c', '#1', 1, 'event', 1, case when i = 1 "
+             "then 'gone' end, case when i = 1 then 1 else 0 end, case when "
+             "i = 1 then %" PRId64 " end from generate_series(1, 100001) i",
+             due);
+    a2_test_exec(db, sql);
+    assert_true(tc_wait_for(&w, "resync", 60000, &m));
+    int64_t t0 = a2_test_now_ms();
+    while (tc_count_in_file(d.log, "could not read the live claims") == 0) {
+        assert_true(a2_test_now_ms() - t0 < 20000);
+        tc_sleep_ms(50);
+    }
+    assert_int_equal(tc_wait_for(&w, "wake", 300, &m), 0);
+    a2_test_exec(db, "grant select on a2_cursors to a2_tc_rebuild");
+    /* the next read finds the lease; it lapses into a wake-up */
+    assert_true(tc_wait_for(&w, "wake", 15000, &m));
+    assert_string_equal(m.session, "h1");
+    assert_string_equal(m.cursor, "#1");
+    assert_true(tc_wall_ms() >= due);
+    assert_true(tc_count_in_file(d.log, "reading again in") >= 1);
+    tc_worker_close(&w);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+    a2_test_exec(db, "drop owned by a2_tc_rebuild");
+    a2_test_exec(db, "drop role a2_tc_rebuild");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_affinity_and_move, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_bad_workers_are_dropped, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_resync_read_retried, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_huge_transaction_resyncs,
                                             setup, teardown),
