@@ -381,8 +381,7 @@ static void test_presence_expiry_pushed(void **state)
          "('room', 'p1', 'cursor', '7', null, 1, (extract(epoch from "
          "clock_timestamp()) * 1000)::bigint + 1300)");
     assert_true(tc_wait_for(&w, "presence", 5000, &m));
-    assert_string_equal(m.fields,
-                        "typing=yes;status=online;old=nil;cursor=7;");
+    assert_string_equal(m.fields, "typing=yes;status=online;old=nil;cursor=7;");
     uint64_t write_lsn = m.lsn;
     assert_true(write_lsn > 0);
     int typing = 0, cursor = 0, seat = 0, other = 0;
@@ -390,10 +389,10 @@ static void test_presence_expiry_pushed(void **state)
            tc_wait_for(&w, "presence", 5000, &m)) {
         /* typing's and cursor's expiries 300 ms apart: normally two ticks,
          * one if the first was held up that long */
-        if (!strcmp(m.ns, "room") && (!strcmp(m.fields, "typing=nil;") ||
-                                      !strcmp(m.fields, "cursor=nil;") ||
-                                      !strcmp(m.fields,
-                                              "typing=nil;cursor=nil;"))) {
+        if (!strcmp(m.ns, "room") &&
+            (!strcmp(m.fields, "typing=nil;") ||
+             !strcmp(m.fields, "cursor=nil;") ||
+             !strcmp(m.fields, "typing=nil;cursor=nil;"))) {
             assert_true(m.lsn > write_lsn);
             if (strstr(m.fields, "typing")) {
                 typing = 1;
@@ -420,6 +419,45 @@ static void test_presence_expiry_pushed(void **state)
     PGresult *r = PQexec(db, "select count(*) from a2_presence");
     assert_string_equal(PQgetvalue(r, 0, 0), "5");
     PQclear(r);
+    tc_worker_close(&w);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
+/*
+ * An expiry tick that cannot be committed (the consumer's database
+ * connection was ended) is logged and sent again on a new connection: the
+ * expiry still reaches the subscriber, a second or so late.
+ */
+static void test_presence_expiry_tick_retried(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker w;
+    tc_msg m;
+    tc_init(&d, "tc_tickretry");
+    sqlf("truncate a2_presence");
+    tc_start(&d);
+    open_worker(&w, &d, "xw", "c", NULL);
+    tc_presence_sub(&w, "room");
+    tc_sleep_ms(100);
+    assert_true(a2_test_int(db, "select count(pg_terminate_backend(pid)) "
+                                "from pg_stat_activity where "
+                                "application_name = 'a2-consumer' and "
+                                "backend_type = 'client backend' and "
+                                "datname = current_database()") >= 1);
+    int64_t due = tc_wall_ms() + 300;
+    sqlf("insert into a2_presence values ('room', 'p1', 'typing', '\"yes\"', "
+         "null, 1, %" PRId64 ")",
+         due);
+    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    assert_string_equal(m.fields, "typing=yes;");
+    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    assert_string_equal(m.fields, "typing=nil;");
+    assert_true(tc_wall_ms() >= due);
+    assert_int_equal(
+            tc_count_in_file(d.log, "could not commit a presence expiry tick"),
+            1);
     tc_worker_close(&w);
     assert_int_equal(tc_stop(&d), 0);
     tc_cleanup(&d);
@@ -561,6 +599,8 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(test_presence_patch, setup,
                                             teardown),
+            cmocka_unit_test_setup_teardown(test_presence_expiry_tick_retried,
+                                            setup, teardown),
             cmocka_unit_test_setup_teardown(test_presence_expiry_pushed, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_metrics_heartbeat_and_stop,
