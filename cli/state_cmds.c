@@ -116,13 +116,12 @@ done:
 
 static json_t *entry_json(const char *ns, const a2_presence_entry *e)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:I, s:I}", "kind",
-                     "state", "ns", ns, "participant", e->participant,
-                     "field", e->field, "value", json_value(e->value), "seen",
-                     e->seen == A2_STORE_NONE ? json_null()
-                                              : json_integer(e->seen),
-                     "at", (json_int_t)e->at, "expires_at",
-                     (json_int_t)e->expires_at);
+    return json_pack(
+            "{s:s, s:s, s:s, s:s, s:o, s:o, s:I, s:I}", "kind", "state", "ns",
+            ns, "participant", e->participant, "field", e->field, "value",
+            json_value(e->value), "seen",
+            e->seen == A2_STORE_NONE ? json_null() : json_integer(e->seen),
+            "at", (json_int_t)e->at, "expires_at", (json_int_t)e->expires_at);
 }
 
 static int print_state(a2__cli *cli, const char *ns, const a2_presence *p,
@@ -178,11 +177,10 @@ static int print_patch(a2__cli *cli, const char *ns, const char *participant,
 {
     if (cli->json) {
         json_t *f = json_loads(fields, 0, NULL);
-        return print_json(cli, json_pack("{s:s, s:s, s:s, s:o, s:I}", "kind",
-                                         "patch", "ns", ns, "participant",
-                                         participant, "fields",
-                                         f ? f : json_object(), "lsn",
-                                         (json_int_t)lsn));
+        return print_json(
+                cli, json_pack("{s:s, s:s, s:s, s:o, s:I}", "kind", "patch",
+                               "ns", ns, "participant", participant, "fields",
+                               f ? f : json_object(), "lsn", (json_int_t)lsn));
     }
     fprintf(cli->out, "%s %s\n", participant, fields);
     return A2__CLI_OK;
@@ -345,8 +343,9 @@ static int on_message(follower *fw, const a2_wire_msg *m)
                                m->lsn);
         }
         if (fw->nheld == MAX_BUFFERED)
-            return a2__cli_fail(cli, "more than %d patches arrived during the "
-                                     "read",
+            return a2__cli_fail(cli,
+                                "more than %d patches arrived during the "
+                                "read",
                                 MAX_BUFFERED);
         if (fw->nheld == fw->capheld) {
             size_t cap = fw->capheld ? fw->capheld * 2 : 64;
@@ -378,9 +377,9 @@ static int pump(follower *fw, int timeout_ms)
     struct pollfd p = {.fd = fw->fd, .events = POLLIN};
     int n = poll(&p, 1, timeout_ms);
     if (n < 0)
-        return errno == EINTR ? A2__CLI_OK
-                              : a2__cli_fail(fw->cli, "poll: %s",
-                                             strerror(errno));
+        return errno == EINTR
+                       ? A2__CLI_OK
+                       : a2__cli_fail(fw->cli, "poll: %s", strerror(errno));
     if (n == 0)
         return A2__CLI_OK;
     char buf[65536];
@@ -389,7 +388,8 @@ static int pump(follower *fw, int timeout_ms)
         return A2__CLI_OK;
     if (got <= 0)
         return a2__cli_fail(fw->cli, "a2-consumer closed the connection%s%s",
-                            got < 0 ? ": " : "", got < 0 ? strerror(errno) : "");
+                            got < 0 ? ": " : "",
+                            got < 0 ? strerror(errno) : "");
     if (a2_wire_reader_feed(fw->rd, buf, (size_t)got) != 0)
         return a2__cli_fail(fw->cli, "out of memory");
     for (;;) {
@@ -439,8 +439,7 @@ static int follow(a2__cli *cli, a2_store *store, const char *ns,
     snprintf(name, sizeof name, "a2-presence-%ld", (long)getpid());
     if (!fw.rd || a2_wire_encode_hello(&out, name, token) != 0 ||
         a2_wire_encode_presence_sub(&out, ns) != 0) {
-        rc = a2__cli_fail(cli, "could not encode the subscription for %s",
-                          ns);
+        rc = a2__cli_fail(cli, "could not encode the subscription for %s", ns);
         goto done;
     }
     if (send_all(fw.fd, &out) != 0) {
@@ -471,8 +470,8 @@ static int follow(a2__cli *cli, a2_store *store, const char *ns,
     /* 3. the patches held, then the stream: only those after the read */
     for (size_t i = 0; i < fw.nheld && rc == A2__CLI_OK; i++)
         if (fw.held[i].lsn > fw.after)
-            rc = print_patch(cli, ns, fw.held[i].participant,
-                             fw.held[i].fields, fw.held[i].lsn);
+            rc = print_patch(cli, ns, fw.held[i].participant, fw.held[i].fields,
+                             fw.held[i].lsn);
     free_held(&fw);
     fw.have_state = 1;
     fflush(cli->out);
@@ -538,7 +537,8 @@ int a2__cli_cmd_presence(a2__cli *cli, int argc, char **argv)
             "  --follow       then every change, from a2-consumer (--connect\n"
             "                 unix:PATH or tcp:HOST:PORT, default "
             "$A2_CONSUMER),\n"
-            "                 with nothing missed or repeated between the two;\n"
+            "                 with nothing missed or repeated between the "
+            "two;\n"
             "                 reaps the namespace every second, so expiry\n"
             "                 reaches every subscriber\n"
             "  --token-file F token for a tcp: address\n";

@@ -55,8 +55,8 @@ a2c_audit_write(a2c_audit *a, const char *buf, size_t len, size_t lines,
                 char *err, size_t errlen);
 
 /* Writes the gathered lines with one write(2). 0, or -1 with err. */
-__attribute__((warn_unused_result)) int
-a2c_audit_flush(a2c_audit *a, char *err, size_t errlen);
+__attribute__((warn_unused_result)) int a2c_audit_flush(a2c_audit *a, char *err,
+                                                        size_t errlen);
 
 /* Records that every transaction ending at or before lsn is written. */
 void a2c_audit_mark(a2c_audit *a, uint64_t lsn);

@@ -99,7 +99,7 @@ struct a2c_server {
     uint64_t serial;
     worker *workers;
     worker *dead;
-    worker *dirty; /* pushed to since the last flush */
+    worker *dirty;    /* pushed to since the last flush */
     int64_t armed_ms; /* the deadline the timer is armed for (0: none) */
     uint64_t live;
     uint64_t overflows;

@@ -106,10 +106,10 @@ int a2c_server_tcp_port(const a2c_server *srv);
 int a2c_server_run(a2c_server *srv);
 
 /*
- * Sends what the wake-up calls below queued since the last flush (a2c_server_run
- * flushes too): the daemon calls it once per turn, after the turn's
- * replication messages, so a burst of wake-ups leaves in one write per worker.
- * A worker whose socket is full is written when it drains.
+ * Sends what the wake-up calls below queued since the last flush
+ * (a2c_server_run flushes too): the daemon calls it once per turn, after the
+ * turn's replication messages, so a burst of wake-ups leaves in one write per
+ * worker. A worker whose socket is full is written when it drains.
  */
 void a2c_server_flush(a2c_server *srv);
 

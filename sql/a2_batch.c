@@ -42,15 +42,15 @@ PG_MODULE_MAGIC;
 #define A2_BATCH_ABORT MAKE_SQLSTATE('A', '2', '0', '0', '1')
 
 typedef struct plan_entry {
-    uint64 key;       /* hash of the statement text (the table's key) */
-    char *sql;        /* the text, in TopMemoryContext */
-    SPIPlanPtr plan;  /* kept by SPI_keepplan */
+    uint64 key;      /* hash of the statement text (the table's key) */
+    char *sql;       /* the text, in TopMemoryContext */
+    SPIPlanPtr plan; /* kept by SPI_keepplan */
 } plan_entry;
 
 static HTAB *plans;
 
-/* The kept plan of statement `sql`, prepared on first use; NULL when it must run
- * unprepared (the table is full, or another text has the same hash). */
+/* The kept plan of statement `sql`, prepared on first use; NULL when it must
+ * run unprepared (the table is full, or another text has the same hash). */
 static SPIPlanPtr plan_for(const char *sql)
 {
     if (!plans) {
@@ -58,8 +58,7 @@ static SPIPlanPtr plan_for(const char *sql)
         memset(&ctl, 0, sizeof ctl);
         ctl.keysize = sizeof(uint64);
         ctl.entrysize = sizeof(plan_entry);
-        plans = hash_create("a2_batch plans", 64, &ctl,
-                            HASH_ELEM | HASH_BLOBS);
+        plans = hash_create("a2_batch plans", 64, &ctl, HASH_ELEM | HASH_BLOBS);
     }
     size_t len = strlen(sql);
     uint64 key = hash_bytes_extended((const unsigned char *)sql, (int)len, 0);
@@ -156,11 +155,10 @@ Datum a2_batch(PG_FUNCTION_ARGS)
         if (tt) {
             if (tt->tupdesc->natts < 1 ||
                 SPI_gettypeid(tt->tupdesc, 1) != JSONBOID)
-                ereport(ERROR,
-                        (errcode(ERRCODE_DATATYPE_MISMATCH),
-                         errmsg("a2_batch: statement %d does not return "
-                                "jsonb rows",
-                                i + 1)));
+                ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+                                errmsg("a2_batch: statement %d does not return "
+                                       "jsonb rows",
+                                       i + 1)));
             for (uint64 k = 0; k < SPI_processed; k++) {
                 bool isnull;
                 Datum d = SPI_getbinval(tt->vals[k], tt->tupdesc, 1, &isnull);

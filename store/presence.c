@@ -191,8 +191,9 @@ static json_t *write_params(a2_store *s, const a2_presence_write_req *req,
     if (!set(p, "ns", json_string(req->ns)) ||
         !set(p, "participant", json_string(req->participant)) ||
         !set(p, "at", json_integer(req->at)) ||
-        !set(p, "seen", req->seen == A2_STORE_NONE ? json_null()
-                                                   : json_integer(req->seen)) ||
+        !set(p, "seen",
+             req->seen == A2_STORE_NONE ? json_null()
+                                        : json_integer(req->seen)) ||
         !set(p, "now", json_integer(now)) ||
         !set(p, "expires", json_integer(now + req->ttl_ms)))
         goto nomem;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+        __attribute__((format(printf, 3, 4)));
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -72,44 +72,46 @@ int a2_schema_apply(const char *conninfo, char *err, size_t errlen)
 
 /* One row per problem, in a stable order. */
 static const char CHECK_SQL[] =
-    "select problem from ("
-    " select 1 as ord, 'table ' || t || ' is missing' as problem"
-    "   from unnest(array['a2_meta','a2_events','a2_cursors','a2_lane_events',"
-    "                     'a2_clears','a2_snapshots','a2_snapshot_history',"
-    "                     'a2_snapshot_pins','a2_presence']) as t"
-    "  where to_regclass(t) is null"
-    " union all"
-    " select 2, 'index a2_events_types is missing'"
-    "  where to_regclass('a2_events') is not null"
-    "    and to_regclass('a2_events_types') is null"
-    " union all"
-    " select 3, 'function a2_batch(text[], jsonb) is missing'"
-    "  where to_regprocedure('a2_batch(text[],jsonb)') is null"
-    " union all"
-    " select 4, 'a2_cursors needs REPLICA IDENTITY FULL (it is '"
-    "        || case relreplident when 'd' then 'DEFAULT' when 'n' then 'NOTHING'"
-    "           when 'i' then 'USING INDEX' else relreplident::text end || ')'"
-    "   from pg_class where oid = to_regclass('a2_cursors')"
-    "    and relreplident <> 'f'"
-    " union all"
-    " select 5, 'wal_level is ' || current_setting('wal_level')"
-    "        || ', a2-consumer needs wal_level = logical'"
-    "  where current_setting('wal_level') <> 'logical'"
-    " union all"
-    " select 6, 'schema version is missing (apply sql/schema.sql)'"
-    "  where to_regclass('a2_meta') is not null and not exists ("
-    "    select 1 from a2_meta where key = 'schema_version')"
-    ") p order by ord";
+        "select problem from ("
+        " select 1 as ord, 'table ' || t || ' is missing' as problem"
+        "   from "
+        "unnest(array['a2_meta','a2_events','a2_cursors','a2_lane_events',"
+        "                     'a2_clears','a2_snapshots','a2_snapshot_history',"
+        "                     'a2_snapshot_pins','a2_presence']) as t"
+        "  where to_regclass(t) is null"
+        " union all"
+        " select 2, 'index a2_events_types is missing'"
+        "  where to_regclass('a2_events') is not null"
+        "    and to_regclass('a2_events_types') is null"
+        " union all"
+        " select 3, 'function a2_batch(text[], jsonb) is missing'"
+        "  where to_regprocedure('a2_batch(text[],jsonb)') is null"
+        " union all"
+        " select 4, 'a2_cursors needs REPLICA IDENTITY FULL (it is '"
+        "        || case relreplident when 'd' then 'DEFAULT' when 'n' then "
+        "'NOTHING'"
+        "           when 'i' then 'USING INDEX' else relreplident::text end || "
+        "')'"
+        "   from pg_class where oid = to_regclass('a2_cursors')"
+        "    and relreplident <> 'f'"
+        " union all"
+        " select 5, 'wal_level is ' || current_setting('wal_level')"
+        "        || ', a2-consumer needs wal_level = logical'"
+        "  where current_setting('wal_level') <> 'logical'"
+        " union all"
+        " select 6, 'schema version is missing (apply sql/schema.sql)'"
+        "  where to_regclass('a2_meta') is not null and not exists ("
+        "    select 1 from a2_meta where key = 'schema_version')"
+        ") p order by ord";
 
 static const char VERSION_SQL[] =
-    "select value from a2_meta where key = 'schema_version'";
+        "select value from a2_meta where key = 'schema_version'";
 
 static void append_line(char *report, size_t len, size_t *used, const char *s)
 {
     if (!report || len == 0 || *used >= len - 1)
         return;
-    int n = snprintf(report + *used, len - *used, "%s%s",
-                     *used ? "\n" : "", s);
+    int n = snprintf(report + *used, len - *used, "%s%s", *used ? "\n" : "", s);
     if (n < 0)
         return;
     *used += (size_t)n;

@@ -168,8 +168,7 @@ static int check_writes(a2_store *s, const a2_state_write *w, size_t n)
     for (size_t i = 1; i < n && rc == 0; i++)
         if (idx[i] == idx[i - 1])
             rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
-                                "two writes with up_to_index %" PRId64,
-                                idx[i]);
+                                "two writes with up_to_index %" PRId64, idx[i]);
     free(idx);
     return rc;
 }
@@ -196,8 +195,7 @@ static json_t *write_params(a2_store *s, const char *session,
         goto nomem;
     for (size_t i = 0; i < n; i++) {
         json_error_t jerr;
-        json_t *state =
-                json_loads(w[i].state, JSON_DECODE_ANY, &jerr);
+        json_t *state = json_loads(w[i].state, JSON_DECODE_ANY, &jerr);
         if (!state) {
             *rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
                                  "a write's state is not JSON: %s", jerr.text);

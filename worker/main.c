@@ -756,7 +756,7 @@ static void *slot_main(void *arg)
         a2_worker_run_stats st = {0};
         int rc = !session ? A2_WORKER_ENOMEM
                  : woken  ? a2_worker_runner_run_woken(s->runner, session,
-                                                      wake_log != 0, &st)
+                                                       wake_log != 0, &st)
                           : a2_worker_runner_run(s->runner, session,
                                                  wake_log != 0, &st);
         if (rc != 0 && rc != A2_WORKER_ESTOPPED)

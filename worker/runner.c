@@ -542,8 +542,8 @@ static int settle(a2_worker_runner *r, const char *session,
 
 /* The run of a2_worker_runner_run; with once, it ends after the first
  * claim's heads when that claim took every eligible head it saw. */
-static int run_session(a2_worker_runner *r, const char *session,
-                       bool wake_log, bool once, a2_worker_run_stats *stats)
+static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
+                       bool once, a2_worker_run_stats *stats)
 {
     a2_worker_run_stats local = {0};
     a2_worker_run_stats *st = stats ? stats : &local;

@@ -50,13 +50,13 @@ struct config {
 };
 
 static struct config cfg = {
-    .db = NULL,
-    .mode = MODE_STORE,
-    .writers = 1,
-    .sessions = 64,
-    .seconds = 3.0,
-    .max_commits = 5000000,
-    .prefix = "b",
+        .db = NULL,
+        .mode = MODE_STORE,
+        .writers = 1,
+        .sessions = 64,
+        .seconds = 3.0,
+        .max_commits = 5000000,
+        .prefix = "b",
 };
 
 static atomic_long total_commits;
@@ -84,10 +84,10 @@ static void *store_writer(void *arg)
     a2_store *store = wa->store;
     a2_target target = {.consumer = "bench", .lane = NULL};
     a2_append_event ev = {
-        .type = "bench.tick",
-        .payload = "{\"n\":1}",
-        .targets = &target,
-        .ntargets = 1,
+            .type = "bench.tick",
+            .payload = "{\"n\":1}",
+            .targets = &target,
+            .ntargets = 1,
     };
     char session[64];
     for (long i = 0; !atomic_load(&stop_flag); i++) {
@@ -199,26 +199,27 @@ static int open_writer(struct writer_arg *wa, int i)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: a2-bench-commit --db CONNINFO [--mode store|raw|notify|floor]\n"
-            "                       [--writers N] [--sessions N] [--seconds S]\n"
-            "                       [--max-commits N] [--prefix P]\n"
-            "                       [--subscribe unix:PATH]\n");
+    fprintf(f, "usage: a2-bench-commit --db CONNINFO [--mode "
+               "store|raw|notify|floor]\n"
+               "                       [--writers N] [--sessions N] [--seconds "
+               "S]\n"
+               "                       [--max-commits N] [--prefix P]\n"
+               "                       [--subscribe unix:PATH]\n");
 }
 
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"db", required_argument, NULL, 'd'},
-        {"mode", required_argument, NULL, 'm'},
-        {"writers", required_argument, NULL, 'w'},
-        {"sessions", required_argument, NULL, 's'},
-        {"seconds", required_argument, NULL, 't'},
-        {"max-commits", required_argument, NULL, 'n'},
-        {"prefix", required_argument, NULL, 'p'},
-        {"subscribe", required_argument, NULL, 'S'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+            {"db", required_argument, NULL, 'd'},
+            {"mode", required_argument, NULL, 'm'},
+            {"writers", required_argument, NULL, 'w'},
+            {"sessions", required_argument, NULL, 's'},
+            {"seconds", required_argument, NULL, 't'},
+            {"max-commits", required_argument, NULL, 'n'},
+            {"prefix", required_argument, NULL, 'p'},
+            {"subscribe", required_argument, NULL, 'S'},
+            {"help", no_argument, NULL, 'h'},
+            {NULL, 0, NULL, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {

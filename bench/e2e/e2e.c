@@ -51,14 +51,14 @@ static struct {
     long max_events;
     char tag[64];
 } cfg = {
-    .mode = MODE_WAL,
-    .workers = 4,
-    .writers = 4,
-    .sessions = 64,
-    .interval_ms = 100,
-    .seconds = 3,
-    .drain_s = 20,
-    .max_events = 200000,
+        .mode = MODE_WAL,
+        .workers = 4,
+        .writers = 4,
+        .sessions = 64,
+        .interval_ms = 100,
+        .seconds = 3,
+        .drain_s = 20,
+        .max_events = 200000,
 };
 
 static int64_t *ack, *done_at;
@@ -142,8 +142,8 @@ static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
     if (s >= 0 && i >= 1 && i < maxidx) {
         int64_t zero = 0;
         if (__atomic_compare_exchange_n(
-                &done_at[(size_t)s * (size_t)maxidx + (size_t)i], &zero,
-                now_us(), false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+                    &done_at[(size_t)s * (size_t)maxidx + (size_t)i], &zero,
+                    now_us(), false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
             atomic_fetch_add(&completed, 1);
     }
     return 0;
@@ -219,10 +219,9 @@ static void run_job(struct worker_ctx *wc, const struct job *j)
     memset(&st, 0, sizeof st);
     atomic_fetch_add(&runs, 1);
     int rc = j->rechecks >= 0
-                     ? a2_worker_runner_run_woken(wc->runner, j->session,
-                                                  false, &st)
-                     : a2_worker_runner_run(wc->runner, j->session, false,
-                                            &st);
+                     ? a2_worker_runner_run_woken(wc->runner, j->session, false,
+                                                  &st)
+                     : a2_worker_runner_run(wc->runner, j->session, false, &st);
     if (rc != 0)
         atomic_fetch_add(&errors, 1);
     if (st.claimed == 0)
@@ -314,35 +313,57 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"db", required_argument, NULL, 'd'},
-        {"mode", required_argument, NULL, 'm'},
-        {"connect", required_argument, NULL, 'c'},
-        {"workers", required_argument, NULL, 'W'},
-        {"writers", required_argument, NULL, 'w'},
-        {"sessions", required_argument, NULL, 's'},
-        {"interval-ms", required_argument, NULL, 'i'},
-        {"seconds", required_argument, NULL, 't'},
-        {"drain", required_argument, NULL, 'D'},
-        {"max-events", required_argument, NULL, 'n'},
-        {"tag", required_argument, NULL, 'T'},
-        {"rate", required_argument, NULL, 'r'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+            {"db", required_argument, NULL, 'd'},
+            {"mode", required_argument, NULL, 'm'},
+            {"connect", required_argument, NULL, 'c'},
+            {"workers", required_argument, NULL, 'W'},
+            {"writers", required_argument, NULL, 'w'},
+            {"sessions", required_argument, NULL, 's'},
+            {"interval-ms", required_argument, NULL, 'i'},
+            {"seconds", required_argument, NULL, 't'},
+            {"drain", required_argument, NULL, 'D'},
+            {"max-events", required_argument, NULL, 'n'},
+            {"tag", required_argument, NULL, 'T'},
+            {"rate", required_argument, NULL, 'r'},
+            {"help", no_argument, NULL, 'h'},
+            {NULL, 0, NULL, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': cfg.db = optarg; break;
-        case 'c': cfg.connect = optarg; break;
-        case 'W': cfg.workers = atoi(optarg); break;
-        case 'w': cfg.writers = atoi(optarg); break;
-        case 's': cfg.sessions = atoi(optarg); break;
-        case 'i': cfg.interval_ms = atoi(optarg); break;
-        case 't': cfg.seconds = atof(optarg); break;
-        case 'D': cfg.drain_s = atof(optarg); break;
-        case 'n': cfg.max_events = atol(optarg); break;
-        case 'T': snprintf(cfg.tag, sizeof cfg.tag, "%s", optarg); break;
-        case 'r': cfg.rate = atof(optarg); break;
+        case 'd':
+            cfg.db = optarg;
+            break;
+        case 'c':
+            cfg.connect = optarg;
+            break;
+        case 'W':
+            cfg.workers = atoi(optarg);
+            break;
+        case 'w':
+            cfg.writers = atoi(optarg);
+            break;
+        case 's':
+            cfg.sessions = atoi(optarg);
+            break;
+        case 'i':
+            cfg.interval_ms = atoi(optarg);
+            break;
+        case 't':
+            cfg.seconds = atof(optarg);
+            break;
+        case 'D':
+            cfg.drain_s = atof(optarg);
+            break;
+        case 'n':
+            cfg.max_events = atol(optarg);
+            break;
+        case 'T':
+            snprintf(cfg.tag, sizeof cfg.tag, "%s", optarg);
+            break;
+        case 'r':
+            cfg.rate = atof(optarg);
+            break;
         case 'm':
             if (strcmp(optarg, "wal") == 0)
                 cfg.mode = MODE_WAL;
@@ -353,8 +374,12 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (!cfg.db)
@@ -365,8 +390,9 @@ int main(int argc, char **argv)
     if (!cfg.db || cfg.workers < 1 || cfg.workers > 64 || cfg.writers < 1 ||
         cfg.writers > 64 || cfg.sessions < 1 || cfg.sessions > 10000 ||
         cfg.interval_ms < 1 || cfg.seconds <= 0 || cfg.seconds > 600 ||
-        cfg.drain_s < 0 || cfg.drain_s > 600 || cfg.rate < 0 || cfg.max_events < 1 ||
-        cfg.max_events > 10000000 || (cfg.mode == MODE_WAL && !cfg.connect)) {
+        cfg.drain_s < 0 || cfg.drain_s > 600 || cfg.rate < 0 ||
+        cfg.max_events < 1 || cfg.max_events > 10000000 ||
+        (cfg.mode == MODE_WAL && !cfg.connect)) {
         usage(stderr);
         return 2;
     }
@@ -406,8 +432,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "a2-bench-e2e: worker: %s\n", err);
                 return 1;
             }
-            for (int k = 0; k < 100 && !a2_worker_connected(wc[i].conn);
-                 k++) {
+            for (int k = 0; k < 100 && !a2_worker_connected(wc[i].conn); k++) {
                 a2_worker_event ev;
                 if (a2_worker_wait(wc[i].conn, &ev, 50) < 0)
                     break;
@@ -466,8 +491,7 @@ int main(int argc, char **argv)
     double elapsed = (double)(last - t0) / 1e6;
     double app_s = (double)(t_app - t0) / 1e6;
     long a = atomic_load(&appended), d = atomic_load(&completed);
-    printf("%s %d %ld %ld %.3f %.1f %.1f %" PRId64 " %" PRId64
-           " %ld %ld %ld\n",
+    printf("%s %d %ld %ld %.3f %.1f %.1f %" PRId64 " %" PRId64 " %ld %ld %ld\n",
            cfg.mode == MODE_WAL ? "wal" : "poll", cfg.workers, a, d, elapsed,
            (double)a / app_s, elapsed > 0 ? (double)d / elapsed : 0.0,
            n ? lat[(size_t)((double)(n - 1) * 0.50 + 0.5)] : -1,

@@ -16,8 +16,8 @@
  * Then one connection runs each operation once and reports how many round
  * trips it took.
  */
-#include "a2/schema.h"
 #include "a2/store.h"
+#include "a2/schema.h"
 
 #include <inttypes.h>
 #include <libpq-fe.h>

@@ -6,7 +6,8 @@
  * (session "<tag>.<s>", the tag new in every run, so sessions start at index
  * 1; one concurrent cursor of consumer "bench" each) on a Poisson schedule of
  * --rate events/s (--rate / --batch appends/s); each records the time its
- * commit was acknowledged (the append's return) for every event it carried. A receiver records when the event reaches it:
+ * commit was acknowledged (the append's return) for every event it carried. A
+ * receiver records when the event reaches it:
  *
  *   --mode wal      N a2_worker connections (liba2worker) to a2-consumer's
  *                   socket (--connect); the wake frame's session and head
@@ -59,25 +60,25 @@ static struct {
     char tag[64];
     const char *dump;
 } cfg = {
-    .mode = MODE_WAL,
-    .rate = 10,
-    .seconds = 3,
-    .max_events = 200000,
-    .writers = 0,
-    .sessions = 64,
-    .workers = 1,
-    .interval_ms = 100,
-    .batch = 1,
-    .drain_s = 2,
-    .seed = 1,
+        .mode = MODE_WAL,
+        .rate = 10,
+        .seconds = 3,
+        .max_events = 200000,
+        .writers = 0,
+        .sessions = 64,
+        .workers = 1,
+        .interval_ms = 100,
+        .batch = 1,
+        .drain_s = 2,
+        .seed = 1,
 };
 
-static long nevents;    /* scheduled events */
-static long ntickets;   /* scheduled appends, --batch events each */
-static int64_t *sched;  /* per ticket: scheduled start, µs from t0 */
-static int64_t *ack;    /* per slot (session, idx): commit acknowledged */
-static int64_t *arr;    /* per slot: arrival at the receiver */
-static long maxidx;     /* idx capacity per session */
+static long nevents;   /* scheduled events */
+static long ntickets;  /* scheduled appends, --batch events each */
+static int64_t *sched; /* per ticket: scheduled start, µs from t0 */
+static int64_t *ack;   /* per slot (session, idx): commit acknowledged */
+static int64_t *arr;   /* per slot: arrival at the receiver */
+static long maxidx;    /* idx capacity per session */
 static atomic_long next_ticket;
 static atomic_long sent;
 static atomic_long received;
@@ -151,7 +152,8 @@ static void *writer(void *arg)
         long t = atomic_fetch_add(&next_ticket, 1);
         if (t >= ntickets)
             break;
-        int64_t at = t0_us + sched[t], end = t0_us + (int64_t)(cfg.seconds * 1e6);
+        int64_t at = t0_us + sched[t],
+                end = t0_us + (int64_t)(cfg.seconds * 1e6);
         /* Behind schedule (an overloaded machine): the cell still ends. */
         if (at > end || now_us() > end)
             break;
@@ -166,8 +168,8 @@ static void *writer(void *arg)
             for (size_t k = 0; k < out.count; k++) {
                 if (out.items[k].index >= maxidx)
                     continue;
-                ack[(size_t)s * (size_t)maxidx +
-                    (size_t)out.items[k].index] = done;
+                ack[(size_t)s * (size_t)maxidx + (size_t)out.items[k].index] =
+                        done;
                 atomic_fetch_add(&sent, 1);
             }
         } else {
@@ -195,8 +197,7 @@ static bool receiver_finished(int64_t *deadline)
         return false;
     if (*deadline == 0)
         *deadline = drain_deadline();
-    return atomic_load(&received) >= atomic_load(&sent) ||
-           now_us() > *deadline;
+    return atomic_load(&received) >= atomic_load(&sent) || now_us() > *deadline;
 }
 
 static void *wal_receiver(void *arg)
@@ -380,39 +381,65 @@ static PGconn *connect_db(void)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"db", required_argument, NULL, 'd'},
-        {"mode", required_argument, NULL, 'm'},
-        {"connect", required_argument, NULL, 'c'},
-        {"workers", required_argument, NULL, 'W'},
-        {"rate", required_argument, NULL, 'r'},
-        {"seconds", required_argument, NULL, 't'},
-        {"writers", required_argument, NULL, 'w'},
-        {"sessions", required_argument, NULL, 's'},
-        {"interval-ms", required_argument, NULL, 'i'},
-        {"max-events", required_argument, NULL, 'n'},
-        {"drain", required_argument, NULL, 'D'},
-        {"batch", required_argument, NULL, 'b'},
-        {"tag", required_argument, NULL, 'T'},
-        {"dump", required_argument, NULL, 'F'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+            {"db", required_argument, NULL, 'd'},
+            {"mode", required_argument, NULL, 'm'},
+            {"connect", required_argument, NULL, 'c'},
+            {"workers", required_argument, NULL, 'W'},
+            {"rate", required_argument, NULL, 'r'},
+            {"seconds", required_argument, NULL, 't'},
+            {"writers", required_argument, NULL, 'w'},
+            {"sessions", required_argument, NULL, 's'},
+            {"interval-ms", required_argument, NULL, 'i'},
+            {"max-events", required_argument, NULL, 'n'},
+            {"drain", required_argument, NULL, 'D'},
+            {"batch", required_argument, NULL, 'b'},
+            {"tag", required_argument, NULL, 'T'},
+            {"dump", required_argument, NULL, 'F'},
+            {"help", no_argument, NULL, 'h'},
+            {NULL, 0, NULL, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': cfg.db = optarg; break;
-        case 'c': cfg.connect = optarg; break;
-        case 'W': cfg.workers = atoi(optarg); break;
-        case 'r': cfg.rate = atof(optarg); break;
-        case 't': cfg.seconds = atof(optarg); break;
-        case 'w': cfg.writers = atoi(optarg); break;
-        case 's': cfg.sessions = atoi(optarg); break;
-        case 'i': cfg.interval_ms = atoi(optarg); break;
-        case 'n': cfg.max_events = atol(optarg); break;
-        case 'D': cfg.drain_s = atof(optarg); break;
-        case 'b': cfg.batch = atoi(optarg); break;
-        case 'T': snprintf(cfg.tag, sizeof cfg.tag, "%s", optarg); break;
-        case 'F': cfg.dump = optarg; break;
+        case 'd':
+            cfg.db = optarg;
+            break;
+        case 'c':
+            cfg.connect = optarg;
+            break;
+        case 'W':
+            cfg.workers = atoi(optarg);
+            break;
+        case 'r':
+            cfg.rate = atof(optarg);
+            break;
+        case 't':
+            cfg.seconds = atof(optarg);
+            break;
+        case 'w':
+            cfg.writers = atoi(optarg);
+            break;
+        case 's':
+            cfg.sessions = atoi(optarg);
+            break;
+        case 'i':
+            cfg.interval_ms = atoi(optarg);
+            break;
+        case 'n':
+            cfg.max_events = atol(optarg);
+            break;
+        case 'D':
+            cfg.drain_s = atof(optarg);
+            break;
+        case 'b':
+            cfg.batch = atoi(optarg);
+            break;
+        case 'T':
+            snprintf(cfg.tag, sizeof cfg.tag, "%s", optarg);
+            break;
+        case 'F':
+            cfg.dump = optarg;
+            break;
         case 'm':
             if (strcmp(optarg, "wal") == 0)
                 cfg.mode = MODE_WAL;
@@ -425,8 +452,12 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (!cfg.db)
@@ -551,17 +582,17 @@ int main(int argc, char **argv)
         FILE *f = fopen(cfg.dump, "w");
         for (size_t i = 0; f && i < (size_t)cfg.sessions * (size_t)maxidx; i++)
             if (ack[i])
-                fprintf(f, "%zu %" PRId64 " %" PRId64 "\n", i,
-                        ack[i] - t0_us, arr[i] ? arr[i] - ack[i] : -1);
+                fprintf(f, "%zu %" PRId64 " %" PRId64 "\n", i, ack[i] - t0_us,
+                        arr[i] ? arr[i] - ack[i] : -1);
         if (f)
             fclose(f);
     }
 #define PCT(p) (nr ? lat[(size_t)((double)(nr - 1) * (p) + 0.5)] : -1)
-    double qps = (double)atomic_load(&queries) /
-                 ((double)(q_end - t0_us) / 1e6);
+    double qps =
+            (double)atomic_load(&queries) / ((double)(q_end - t0_us) / 1e6);
     static const char *names[] = {"wal", "listen", "poll"};
-    printf("%s %.0f %.1f %ld %ld %" PRId64 " %" PRId64 " %" PRId64
-           " %" PRId64 " %.1f %ld\n",
+    printf("%s %.0f %.1f %ld %ld %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64
+           " %.1f %ld\n",
            names[cfg.mode], cfg.rate, (double)ns / elapsed, ns, nr, PCT(0.50),
            PCT(0.95), PCT(0.99), nr ? lat[nr - 1] : -1, qps, early);
     if (atomic_load(&send_errors))

@@ -181,9 +181,9 @@ void a2_presence_free(a2_presence *r);
  * fields that won (a deleted field with value "null"), in the order given;
  * the others lost to a newer unexpired row.
  */
-A2_STORE_MUST_CHECK int a2_store_presence_write(a2_store *store,
-                                                const a2_presence_write_req *req,
-                                                a2_presence *out);
+A2_STORE_MUST_CHECK int
+a2_store_presence_write(a2_store *store, const a2_presence_write_req *req,
+                        a2_presence *out);
 
 /*
  * The namespace's live registers (no tombstones, nothing expired) and the

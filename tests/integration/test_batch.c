@@ -8,10 +8,10 @@
 #include "a2/schema.h"
 #include "a2test.h"
 
+#include <cmocka.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 
 #include <jansson.h>
 #include <pthread.h>
@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 static const char BATCH[] =
-    "select r from a2_batch($1::text[], $2::jsonb) as r";
+        "select r from a2_batch($1::text[], $2::jsonb) as r";
 
 /* A text[] literal of the statements, each quoted for an array literal. */
 static char *array_literal(const char *const *stmts, size_t n)
@@ -81,14 +81,15 @@ static void test_order(void **state)
     PGconn *conn = a2_test_connect();
     setup_table(conn);
     const char *stmts[] = {
-        "with i as (insert into batch_t values (1, 'a') returning n) "
-        "select jsonb_build_object('step', 1, 'n', (select count(*) from i))",
-        "with i as (insert into batch_t values (2, 'b') returning n) "
-        "select jsonb_build_object('step', 2, 'seen', "
-        "(select count(*) from batch_t))",
-        "select jsonb_build_object('step', 3, 'seen', "
-        "(select count(*) from batch_t), 'last', "
-        "(select v from batch_t order by n desc limit 1))",
+            "with i as (insert into batch_t values (1, 'a') returning n) "
+            "select jsonb_build_object('step', 1, 'n', (select count(*) from "
+            "i))",
+            "with i as (insert into batch_t values (2, 'b') returning n) "
+            "select jsonb_build_object('step', 2, 'seen', "
+            "(select count(*) from batch_t))",
+            "select jsonb_build_object('step', 3, 'seen', "
+            "(select count(*) from batch_t), 'last', "
+            "(select v from batch_t order by n desc limit 1))",
     };
     PGresult *res = run_batch(conn, stmts, 3, "{}");
     assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
@@ -101,8 +102,8 @@ static void test_order(void **state)
             assert_int_equal(json_integer_value(json_object_get(r, "seen")), 1);
         if (i == 2) {
             assert_int_equal(json_integer_value(json_object_get(r, "seen")), 2);
-            assert_string_equal(
-                json_string_value(json_object_get(r, "last")), "b");
+            assert_string_equal(json_string_value(json_object_get(r, "last")),
+                                "b");
         }
         json_decref(r);
     }
@@ -117,11 +118,11 @@ static void test_abort_rolls_back(void **state)
     PGconn *conn = a2_test_connect();
     setup_table(conn);
     const char *stmts[] = {
-        "with i as (insert into batch_t values (10, 'x') returning n) "
-        "select jsonb_build_object('inserted', (select count(*) from i))",
-        "select jsonb_build_object('abort', 'mixed', 'owned', 2)",
-        "with i as (insert into batch_t values (11, 'y') returning n) "
-        "select jsonb_build_object('inserted', (select count(*) from i))",
+            "with i as (insert into batch_t values (10, 'x') returning n) "
+            "select jsonb_build_object('inserted', (select count(*) from i))",
+            "select jsonb_build_object('abort', 'mixed', 'owned', 2)",
+            "with i as (insert into batch_t values (11, 'y') returning n) "
+            "select jsonb_build_object('inserted', (select count(*) from i))",
     };
     PGresult *res = run_batch(conn, stmts, 3, "{}");
     assert_int_equal(PQresultStatus(res), PGRES_FATAL_ERROR);
@@ -156,12 +157,12 @@ static void test_stop(void **state)
     PGconn *conn = a2_test_connect();
     setup_table(conn);
     const char *stmts[] = {
-        "select jsonb_build_object('first', true)",
-        "select r from (values (1, jsonb_build_object('stop', 'replay')),"
-        " (2, jsonb_build_object('tail', true))) v(o, r) order by o",
-        "with i as (insert into batch_t values (30, 'never') returning n) "
-        "select jsonb_build_object('inserted', (select count(*) from i))",
-        "select jsonb_build_object('abort', 'never reached')",
+            "select jsonb_build_object('first', true)",
+            "select r from (values (1, jsonb_build_object('stop', 'replay')),"
+            " (2, jsonb_build_object('tail', true))) v(o, r) order by o",
+            "with i as (insert into batch_t values (30, 'never') returning n) "
+            "select jsonb_build_object('inserted', (select count(*) from i))",
+            "select jsonb_build_object('abort', 'never reached')",
     };
     PGresult *res = run_batch(conn, stmts, 4, "{}");
     assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
@@ -185,11 +186,11 @@ static void test_params_are_data(void **state)
     PGconn *conn = a2_test_connect();
     setup_table(conn);
     const char *evil[] = {
-        "it's \"quoted\"",
-        "$1",
-        "-- a comment",
-        "'; drop table batch_t; --",
-        "$$ dollar $$ \\ backslash",
+            "it's \"quoted\"",
+            "$1",
+            "-- a comment",
+            "'; drop table batch_t; --",
+            "$$ dollar $$ \\ backslash",
     };
     size_t n = sizeof evil / sizeof evil[0];
     json_t *params = json_object();
@@ -201,11 +202,11 @@ static void test_params_are_data(void **state)
     json_decref(params);
 
     const char *stmts[] = {
-        "with i as (insert into batch_t (n, v) "
-        " select ord::int, v from jsonb_array_elements_text($1->'values')"
-        " with ordinality as x(v, ord) returning n) "
-        "select jsonb_build_object('inserted', (select count(*) from i))",
-        "select jsonb_build_object('n', n, 'v', v) from batch_t order by n",
+            "with i as (insert into batch_t (n, v) "
+            " select ord::int, v from jsonb_array_elements_text($1->'values')"
+            " with ordinality as x(v, ord) returning n) "
+            "select jsonb_build_object('inserted', (select count(*) from i))",
+            "select jsonb_build_object('n', n, 'v', v) from batch_t order by n",
     };
     PGresult *res = run_batch(conn, stmts, 2, ptext);
     free(ptext);
@@ -218,10 +219,9 @@ static void test_params_are_data(void **state)
         json_decref(r);
     }
     PQclear(res);
-    assert_int_equal(
-        a2_test_int(conn, "select count(*) from pg_class "
-                          "where relname = 'batch_t'"),
-        1);
+    assert_int_equal(a2_test_int(conn, "select count(*) from pg_class "
+                                       "where relname = 'batch_t'"),
+                     1);
     assert_int_equal(a2_test_int(conn, "select count(*) from batch_t"),
                      (int64_t)n);
     PQfinish(conn);
@@ -267,21 +267,21 @@ static void test_snapshot_after_lock(void **state)
     assert_int_equal(read(ready[0], &c, 1), 1);
 
     const char *stmts[] = {
-        "select jsonb_build_object('locked', true) "
-        "from pg_advisory_xact_lock(hashtext($1->>'session'))",
-        "select jsonb_build_object('seen', (select count(*) from batch_t))",
+            "select jsonb_build_object('locked', true) "
+            "from pg_advisory_xact_lock(hashtext($1->>'session'))",
+            "select jsonb_build_object('seen', (select count(*) from batch_t))",
     };
     char *arr = array_literal(stmts, 2);
     const char *values[2] = {arr, "{\"session\":\"s1\"}"};
     assert_int_equal(
-        PQsendQueryParams(conn, BATCH, 2, NULL, values, NULL, NULL, 0), 1);
+            PQsendQueryParams(conn, BATCH, 2, NULL, values, NULL, NULL, 0), 1);
     free(arr);
     /* Let the batch reach the lock and wait on it before the commit. */
     PGconn *watch = a2_test_connect();
     int64_t deadline = a2_test_now_ms() + 10000;
-    while (a2_test_int(watch, "select count(*) from pg_locks "
-                              "where locktype = 'advisory' and not granted") <
-           1) {
+    while (a2_test_int(watch,
+                       "select count(*) from pg_locks "
+                       "where locktype = 'advisory' and not granted") < 1) {
         assert_true(a2_test_now_ms() < deadline);
         usleep(5000);
     }
@@ -305,7 +305,8 @@ static void test_snapshot_after_lock(void **state)
     PQfinish(conn);
 }
 
-/* A null statements array is an empty batch; a failing statement is an error. */
+/* A null statements array is an empty batch; a failing statement is an error.
+ */
 static void test_edges(void **state)
 {
     (void)state;
@@ -356,8 +357,7 @@ static void test_prepared_and_limit(void **state)
     for (int i = 0; i < 2; i++) {
         json_t *r = row_json(res, i);
         assert_int_equal(json_integer_value(json_object_get(r, "p")), i + 2);
-        assert_string_equal(json_string_value(json_object_get(r, "x")),
-                            "it's");
+        assert_string_equal(json_string_value(json_object_get(r, "x")), "it's");
         json_decref(r);
     }
     PQclear(res);
@@ -422,8 +422,7 @@ static void test_native_errors(void **state)
     for (int i = 0; i < 2; i++) {
         res = run_batch(conn, bad, 1, "{}");
         assert_int_equal(PQresultStatus(res), PGRES_FATAL_ERROR);
-        assert_string_equal(PQresultErrorField(res, PG_DIAG_SQLSTATE),
-                            "42703");
+        assert_string_equal(PQresultErrorField(res, PG_DIAG_SQLSTATE), "42703");
         PQclear(res);
     }
     /* In the select list too, with a null params document. */
@@ -524,11 +523,11 @@ static int use_native(void **state)
     return rc;
 }
 
-#define CONTRACT                                                            \
-    cmocka_unit_test(test_order), cmocka_unit_test(test_abort_rolls_back),  \
-            cmocka_unit_test(test_stop),                                    \
-            cmocka_unit_test(test_params_are_data),                         \
-            cmocka_unit_test(test_snapshot_after_lock),                     \
+#define CONTRACT                                                               \
+    cmocka_unit_test(test_order), cmocka_unit_test(test_abort_rolls_back),     \
+            cmocka_unit_test(test_stop),                                       \
+            cmocka_unit_test(test_params_are_data),                            \
+            cmocka_unit_test(test_snapshot_after_lock),                        \
             cmocka_unit_test(test_edges)
 
 int main(void)
@@ -545,8 +544,7 @@ int main(void)
     int failed = cmocka_run_group_tests_name("a2_batch in PL/pgSQL", plpgsql,
                                              use_plpgsql, NULL);
     const char *dir = getenv("A2_TEST_PGDEV");
-    snprintf(native_so, sizeof native_so, "%s/lib/a2_batch.so",
-             dir ? dir : "");
+    snprintf(native_so, sizeof native_so, "%s/lib/a2_batch.so", dir ? dir : "");
     FILE *f = dir ? fopen(native_so, "rb") : NULL;
     if (!f) {
         printf("a2_batch: no native library at %s: its tests skipped\n",

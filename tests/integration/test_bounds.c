@@ -103,8 +103,7 @@ static int64_t live_wake(tc_worker *live, int timeout_ms)
         int rc = tc_next(live, 100, &m);
         if (rc < 0)
             fail_msg("the consumer closed the live worker's connection");
-        if (rc == 1 && strcmp(m.t, "wake") == 0 &&
-            strcmp(m.session, want) == 0)
+        if (rc == 1 && strcmp(m.t, "wake") == 0 && strcmp(m.session, want) == 0)
             return a2_test_now_ms() - t0;
     }
     fail_msg("no wake-up for %s within %d ms", want, timeout_ms);
@@ -296,8 +295,7 @@ static void test_ten_thousand_idle_connections(void **state)
     }
     printf("  %d idle connections opened in %lld ms, %d welcomed and open; "
            "live wake-up %lld ms, after 5000 wakes to idle workers %lld ms\n",
-           N, (long long)(t1 - t0), open_ok, (long long)wake,
-           (long long)wake2);
+           N, (long long)(t1 - t0), open_ok, (long long)wake, (long long)wake2);
     assert_int_equal(open_ok, N);
     /* Routing 5000 wake-ups among 10 000 connections (5000 subscribers)
      * takes well under a second; a scan of every connection per wake-up
@@ -375,12 +373,12 @@ int main(void)
     const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_ten_megabyte_payload, setup,
                                             teardown),
-            cmocka_unit_test_setup_teardown(test_worker_that_never_reads,
+            cmocka_unit_test_setup_teardown(test_worker_that_never_reads, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_ten_thousand_idle_connections,
                                             setup, teardown),
-            cmocka_unit_test_setup_teardown(
-                    test_ten_thousand_idle_connections, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_million_row_transaction,
-                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_million_row_transaction, setup,
+                                            teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

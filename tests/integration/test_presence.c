@@ -125,8 +125,8 @@ static void expect(fx *f, const char *participant, const char *field,
 static int64_t rows_of(fx *f)
 {
     char sql[256];
-    snprintf(sql, sizeof sql, "select count(*) from a2_presence where ns = '%s'",
-             f->ns);
+    snprintf(sql, sizeof sql,
+             "select count(*) from a2_presence where ns = '%s'", f->ns);
     return a2_test_int(f->db, sql);
 }
 
@@ -409,7 +409,8 @@ static void test_reap_waits_for_read(void **state)
     f->now += 1000;
     char sql[256];
     a2_test_exec(f->db, "begin");
-    snprintf(sql, sizeof sql, "select pg_advisory_xact_lock(%d, hashtext('%s'))",
+    snprintf(sql, sizeof sql,
+             "select pg_advisory_xact_lock(%d, hashtext('%s'))",
              A2_PRESENCE_LOCK_CLASS, f->ns);
     free(a2_test_scalar(f->db, sql));
     reaper_arg r = {.f = f};
@@ -493,8 +494,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_invalid_arguments, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_write_read, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_lww_and_ties, setup,
-                                            teardown),
+            cmocka_unit_test_setup_teardown(test_lww_and_ties, setup, teardown),
             cmocka_unit_test_setup_teardown(test_ttl_on_store_clock, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_tombstones, setup, teardown),

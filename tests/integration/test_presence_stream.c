@@ -422,11 +422,11 @@ static void test_wide_window(void **state)
     assert_int_equal(a2_store_presence_read(s, ns, &rd), 0);
     view v = {.state = json_object()};
     for (size_t i = 0; i < rd.count; i++) {
-        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:o}", "kind", "state",
-                              "ns", ns, "participant", rd.items[i].participant,
-                              "field", rd.items[i].field, "value",
-                              json_loads(rd.items[i].value, JSON_DECODE_ANY,
-                                         NULL));
+        json_t *o =
+                json_pack("{s:s, s:s, s:s, s:s, s:o}", "kind", "state", "ns",
+                          ns, "participant", rd.items[i].participant, "field",
+                          rd.items[i].field, "value",
+                          json_loads(rd.items[i].value, JSON_DECODE_ANY, NULL));
         char *line = json_dumps(o, JSON_COMPACT);
         on_line(&v, line);
         free(line);
@@ -476,8 +476,7 @@ static void test_wide_window(void **state)
     }
     if (getenv("A2_TEST_VERBOSE"))
         fprintf(stderr, "held %zu, %zu in the read, snapshot w0=%d w1=%d\n",
-                nheld, discarded, v.seen_in_snapshot[0],
-                v.seen_in_snapshot[1]);
+                nheld, discarded, v.seen_in_snapshot[0], v.seen_in_snapshot[1]);
     /* the window held changes the read already had: dropped, not lost */
     assert_true(discarded > 0);
     assert_int_equal(v.last_n[0], atomic_load(&w[0].done));
@@ -698,12 +697,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_two_writers_one_subscriber,
                                             setup, teardown),
-            cmocka_unit_test_setup_teardown(test_wide_window, setup,
-                                            teardown),
+            cmocka_unit_test_setup_teardown(test_wide_window, setup, teardown),
             cmocka_unit_test_setup_teardown(test_expiry_pushed, setup,
                                             teardown),
-            cmocka_unit_test_setup_teardown(test_push_latency, setup,
-                                            teardown),
+            cmocka_unit_test_setup_teardown(test_push_latency, setup, teardown),
             cmocka_unit_test_setup_teardown(test_consumer_gone, setup,
                                             teardown),
     };

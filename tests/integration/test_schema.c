@@ -4,10 +4,10 @@
  */
 #include "a2test.h"
 
+#include <cmocka.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 
 #include "a2/schema.h"
 
@@ -44,8 +44,9 @@ static void test_apply_keeps_data(void **state)
 {
     (void)state;
     PGconn *conn = a2_test_connect();
-    a2_test_exec(conn, "insert into a2_events (session_id, idx, event_type, "
-                       "event_id, created_at) values ('keep', 1, 't', 'i1', 1)");
+    a2_test_exec(conn,
+                 "insert into a2_events (session_id, idx, event_type, "
+                 "event_id, created_at) values ('keep', 1, 't', 'i1', 1)");
     char err[512];
     assert_int_equal(a2_schema_apply(a2_test_db(), err, sizeof err), 0);
     assert_int_equal(a2_test_int(conn, "select count(*) from a2_events "
@@ -84,7 +85,8 @@ static void test_check_names_missing_parts(void **state)
 
     a2_test_exec(conn, "update a2_meta set value = '0' "
                        "where key = 'schema_version'");
-    expect_problem("schema version is 0, this build expects " A2_SCHEMA_VERSION);
+    expect_problem(
+            "schema version is 0, this build expects " A2_SCHEMA_VERSION);
 
     a2_test_exec(conn, "drop table a2_events cascade");
     expect_problem("table a2_events is missing");
@@ -143,19 +145,18 @@ static void test_check_wal_level(void **state)
     assert_int_equal(system(cmd), 0);
     assert_int_equal(rc, 0);
     assert_int_equal(check, 1);
-    assert_string_equal(report,
-                        "wal_level is replica, a2-consumer needs "
-                        "wal_level = logical");
+    assert_string_equal(report, "wal_level is replica, a2-consumer needs "
+                                "wal_level = logical");
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_apply_twice),
-        cmocka_unit_test(test_apply_keeps_data),
-        cmocka_unit_test(test_check_names_missing_parts),
-        cmocka_unit_test(test_check_unreachable),
-        cmocka_unit_test(test_check_wal_level),
+            cmocka_unit_test(test_apply_twice),
+            cmocka_unit_test(test_apply_keeps_data),
+            cmocka_unit_test(test_check_names_missing_parts),
+            cmocka_unit_test(test_check_unreachable),
+            cmocka_unit_test(test_check_wal_level),
     };
     return cmocka_run_group_tests_name("schema", tests, NULL, NULL);
 }

@@ -154,9 +154,9 @@ static void test_invalid_arguments(void **state)
                      A2_EINVALID_ARGUMENT);
     assert_int_equal(a2_store_write_state(f->s, f->session, NULL, &w, 1, &wr),
                      A2_EINVALID_ARGUMENT);
-    assert_int_equal(a2_store_write_state(f->s, f->session, "r\xff", &w, 1,
-                                          &wr),
-                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(
+            a2_store_write_state(f->s, f->session, "r\xff", &w, 1, &wr),
+            A2_EINVALID_ARGUMENT);
     assert_int_equal(a2_store_write_state(f->s, f->session, "r", NULL, 0, &wr),
                      A2_EINVALID_ARGUMENT);
     assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, NULL),
@@ -353,7 +353,8 @@ static void test_release_on_complete(void **state)
     assert_int_equal(pins_of(f), 2);
     assert_int_equal(history_of(f), 2);
     expect_state(f, 1, true, 1, "\"v1\"");
-    a2_attempt_ref bt = {.consumer = "b", .lane = "q", .index = 1, .attempt = 1};
+    a2_attempt_ref bt = {
+            .consumer = "b", .lane = "q", .index = 1, .attempt = 1};
     OK(a2_store_complete(f->s, f->session, &bt, NULL, 0, NULL, 0, &cr));
     assert_int_equal(cr.outcome, A2_ATTEMPT_COMPLETED);
     a2_complete_result_free(&cr);
@@ -368,7 +369,8 @@ static void test_release_on_dead_letter(void **state)
     fx *f = *state;
     pin_two_heads(f);
     /* b's lane head dead-letters through fail. */
-    a2_attempt_ref bt = {.consumer = "b", .lane = "q", .index = 1, .attempt = 1};
+    a2_attempt_ref bt = {
+            .consumer = "b", .lane = "q", .index = 1, .attempt = 1};
     a2_fail_request freq = {.error = "x", .max_failures = 1};
     a2_fail_result fr;
     OK(a2_store_fail(f->s, f->session, &bt, &freq, &fr));
@@ -379,8 +381,7 @@ static void test_release_on_dead_letter(void **state)
     expect_state(f, 2, true, 1, "\"v1\"");
     /* a's head dead-letters on a takeover that spends its last failure. */
     f->now += 60000;
-    a2_claim_request req = {
-            .holder = "h2", .ttl_ms = 30000, .max_failures = 1};
+    a2_claim_request req = {.holder = "h2", .ttl_ms = 30000, .max_failures = 1};
     a2_claim_result cr;
     OK(a2_store_claim(f->s, f->session, &req, &cr));
     assert_true(cr.dead_lettered.count >= 1);
@@ -394,7 +395,8 @@ static void test_release_on_skip(void **state)
 {
     fx *f = *state;
     pin_two_heads(f);
-    a2_attempt_ref bt = {.consumer = "b", .lane = "q", .index = 1, .attempt = 1};
+    a2_attempt_ref bt = {
+            .consumer = "b", .lane = "q", .index = 1, .attempt = 1};
     a2_fail_request freq = {.error = "x", .max_failures = 1};
     a2_fail_result fr;
     OK(a2_store_fail(f->s, f->session, &bt, &freq, &fr));

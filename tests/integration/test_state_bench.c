@@ -62,8 +62,8 @@ static double run_cell(bench *b, op_fn op, double *trips_per_op)
 static int raw_exec(bench *b, const char *sql, int nparams,
                     const char *const *params)
 {
-    PGresult *r = PQexecParams(b->raw, sql, nparams, NULL, params, NULL, NULL,
-                               0);
+    PGresult *r =
+            PQexecParams(b->raw, sql, nparams, NULL, params, NULL, NULL, 0);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK ||
              PQresultStatus(r) == PGRES_TUPLES_OK;
     if (!ok)
@@ -139,10 +139,8 @@ static int op_write_state(bench *b)
 static int op_write_state_pinned(bench *b)
 {
     a2_state_pin pin = {.consumer = "c", .index = 1};
-    a2_state_write w = {.up_to_index = ++b->i,
-                        .state = b->state,
-                        .pins = &pin,
-                        .npins = 1};
+    a2_state_write w = {
+            .up_to_index = ++b->i, .state = b->state, .pins = &pin, .npins = 1};
     a2_state_write_result wr;
     int rc = a2_store_write_state(b->s, b->session, "p", &w, 1, &wr);
     if (rc == 0 && wr.pins_accepted != 1)
@@ -242,8 +240,7 @@ static void test_bench(void **state)
         double trips = 0;
         double ours = run_cell(&b, cells[i].ours, &trips);
         double raw = run_cell(&b, cells[i].raw, NULL);
-        printf("%-20s %12.0f %12.0f %14.2f\n", cells[i].name, ours, raw,
-               trips);
+        printf("%-20s %12.0f %12.0f %14.2f\n", cells[i].name, ours, raw, trips);
         /* every operation is one a2_batch round trip */
         assert_true(trips > 0.99 && trips < 1.01);
     }

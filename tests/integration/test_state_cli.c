@@ -112,9 +112,8 @@ static void test_state_command(void **state)
     free(out);
     free(err);
     /* --at below the only version: none */
-    assert_int_equal(run_a2(&out, &err, "state", "cli-s", "r", "--at", "3",
-                            NULL),
-                     0);
+    assert_int_equal(
+            run_a2(&out, &err, "state", "cli-s", "r", "--at", "3", NULL), 0);
     assert_string_equal(out, "no snapshot\n");
     free(out);
     free(err);
@@ -123,9 +122,8 @@ static void test_state_command(void **state)
     assert_non_null(strstr(err, "SESSION and a REDUCER"));
     free(out);
     free(err);
-    assert_int_equal(run_a2(&out, &err, "state", "cli-s", "r", "--at", "x",
-                            NULL),
-                     2);
+    assert_int_equal(
+            run_a2(&out, &err, "state", "cli-s", "r", "--at", "x", NULL), 2);
     free(out);
     free(err);
     assert_int_equal(run_a2(&out, &err, "state", "", "r", NULL), 2);
@@ -163,8 +161,7 @@ static void test_presence_command(void **state)
     assert_null(strstr(out, "bob"));
     free(out);
     free(err);
-    assert_int_equal(run_a2(&out, &err, "--json", "presence", "cli-room",
-                            NULL),
+    assert_int_equal(run_a2(&out, &err, "--json", "presence", "cli-room", NULL),
                      0);
     json_t *o = json_loads(out, 0, NULL);
     assert_non_null(o);
@@ -177,8 +174,7 @@ static void test_presence_command(void **state)
     assert_int_equal(a2_store_presence_write(s, &req, &p), 0);
     a2_presence_free(&p);
     usleep(5000);
-    assert_int_equal(run_a2(&out, &err, "presence", "cli-room", "--reap",
-                            NULL),
+    assert_int_equal(run_a2(&out, &err, "presence", "cli-room", "--reap", NULL),
                      0);
     assert_string_equal(out, "reaped 1 expired fields in cli-room\n");
     free(out);

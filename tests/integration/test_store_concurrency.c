@@ -198,8 +198,10 @@ static void *fence_run(void *arg)
     a2_target tg = {.consumer = "fo"};
     a2_consumer cons[] = {{.name = "fc"}, {.name = "fo"}};
     if (c->op == 0) {
-        a2_append_event ev = {.type = "caused", .cause = &cause,
-                              .targets = &tg, .ntargets = 1};
+        a2_append_event ev = {.type = "caused",
+                              .cause = &cause,
+                              .targets = &tg,
+                              .ntargets = 1};
         a2_append_options opts = {.consumers = cons, .nconsumers = 2};
         a2_events out;
         c->rc = a2_store_append(c->store, c->session, &ev, 1, &opts, &out);
@@ -210,8 +212,10 @@ static void *fence_run(void *arg)
         c->rc = a2_store_clear(c->store, c->session, A2_STORE_NONE, &cause,
                                &clr);
     } else {
-        a2_append_event kid = {.type = "child", .id = "fence-child",
-                               .targets = &tg, .ntargets = 1};
+        a2_append_event kid = {.type = "child",
+                               .id = "fence-child",
+                               .targets = &tg,
+                               .ntargets = 1};
         a2_complete_result comp;
         c->rc = a2_store_complete(c->store, c->session, &c->ref, &kid, 1, cons,
                                   2, &comp);
@@ -229,8 +233,7 @@ static void *fence_run(void *arg)
 /* Waits (at most 10 s) until n backends of this database wait on a lock. */
 static void wait_for(PGconn *db, int n)
 {
-    if (a2_test_lock_waiters(db, "datname = current_database()", n, 10000) <
-        n)
+    if (a2_test_lock_waiters(db, "datname = current_database()", n, 10000) < n)
         fail_msg("%d backends never waited on a lock", n);
 }
 
@@ -265,10 +268,10 @@ static void fence_against_completion(int op)
     a2_test_exec(blocker, "begin");
     a2_test_exec(blocker, sql);
 
-    fence_call fenced = {.store = open_store(), .session = session,
-                         .ref = ref, .op = op};
-    fence_call done = {.store = open_store(), .session = session,
-                       .ref = ref, .op = 2};
+    fence_call fenced = {
+            .store = open_store(), .session = session, .ref = ref, .op = op};
+    fence_call done = {
+            .store = open_store(), .session = session, .ref = ref, .op = 2};
     pthread_t tf, td;
     assert_int_equal(pthread_create(&tf, NULL, fence_run, &fenced), 0);
     wait_for(db, 1);
@@ -285,8 +288,8 @@ static void fence_against_completion(int op)
     assert_int_equal(fenced.rc, 0);
     assert_int_equal(done.rc, 0);
     /* The append leaves the head held; the clear releases it. */
-    assert_int_equal(done.outcome, op == 0 ? A2_ATTEMPT_COMPLETED
-                                           : A2_ATTEMPT_SUPERSEDED);
+    assert_int_equal(done.outcome,
+                     op == 0 ? A2_ATTEMPT_COMPLETED : A2_ATTEMPT_SUPERSEDED);
     a2_store_close(fenced.store);
     a2_store_close(done.store);
     a2_store_close(s);
@@ -341,8 +344,7 @@ static void test_claim_loses_race(void **state)
     a2_events_free(&out);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t expires = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 +
-                      600000;
+    int64_t expires = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + 600000;
     PGconn *db = a2_test_connect();
     PGconn *other = a2_test_connect();
     char sql[512];

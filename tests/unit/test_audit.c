@@ -80,9 +80,8 @@ static void test_lsn_text(void **state)
     assert_string_equal(a2c_lsn_format(UINT64_MAX, buf, sizeof buf),
                         "FFFFFFFF/FFFFFFFF");
     char small[4];
-    assert_string_equal(a2c_lsn_format(UINT64_C(0xAB00000001), small,
-                                       sizeof small),
-                        "AB/");
+    assert_string_equal(
+            a2c_lsn_format(UINT64_C(0xAB00000001), small, sizeof small), "AB/");
     assert_int_equal(a2c_lsn_parse("1/2X", &l), -1);
     assert_int_equal(a2c_lsn_parse("12", &l), -1);
     assert_int_equal(a2c_lsn_parse(NULL, &l), -1);
@@ -271,8 +270,8 @@ static void test_sync_done_leaves_event_fd_quiet(void **state)
     int loud = 0;
     for (int i = 0; i < 300; i++) {
         char line[64];
-        snprintf(line, sizeof line, "{\"lsn\":\"0/%X\",\"n\":%d}\n",
-                 0x100 + i, i);
+        snprintf(line, sizeof line, "{\"lsn\":\"0/%X\",\"n\":%d}\n", 0x100 + i,
+                 i);
         assert_int_equal(
                 a2c_audit_write(a, line, strlen(line), 1, err, sizeof err), 0);
         a2c_audit_mark(a, 0x100 + (uint64_t)i);
@@ -351,8 +350,7 @@ static void test_lines_gathered_until_flush(void **state)
                      0);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
-    assert_true((size_t)st.st_size ==
-                3 * strlen(t1) + sizeof big);
+    assert_true((size_t)st.st_size == 3 * strlen(t1) + sizeof big);
     a2c_audit_close(a);
 }
 

@@ -80,9 +80,8 @@ static int64_t s_clear_index(void *ctx, const char *session)
     return strcmp(session, "s2") == 0 ? 9 : 0;
 }
 
-static const a2c_sink sink = {NULL,       s_wake,     s_log,
-                              s_cleared,  s_presence, s_resync,
-                              s_clear_index};
+static const a2c_sink sink = {NULL,       s_wake,   s_log,        s_cleared,
+                              s_presence, s_resync, s_clear_index};
 
 /* ---- fixture ---- */
 
@@ -426,14 +425,12 @@ static void test_cleared_log_presence(void **state)
 
 /* A presence row of room/p1 as wal2json prints an insert or update of it;
  * value NULL leaves the column out (a TOASTed value the update kept). */
-static void presence_row(fx *f, int xid, const char *action,
-                         const char *field, const char *value,
-                         int64_t expires_at)
+static void presence_row(fx *f, int xid, const char *action, const char *field,
+                         const char *value, int64_t expires_at)
 {
     char b[1024], v[256] = "";
     if (value)
-        snprintf(v, sizeof v, "{\"name\":\"value\",\"value\":\"%s\"},",
-                 value);
+        snprintf(v, sizeof v, "{\"name\":\"value\",\"value\":\"%s\"},", value);
     snprintf(b, sizeof b,
              "{\"action\":\"%s\",\"xid\":%d,\"lsn\":\"0/1\",\"schema\":"
              "\"public\",\"table\":\"a2_presence\",\"columns\":[{\"name\":"
@@ -520,18 +517,15 @@ static void test_presence_expiry_tick(void **state)
     assert_true(a2c_apply_expiry_due(f.ap) == INT64_MAX);
 
     /* rows read from the table (start), forgotten on demand */
-    assert_int_equal(a2c_apply_track_presence(f.ap, "hall", "ann", "seat",
-                                              7000),
-                     0);
+    assert_int_equal(
+            a2c_apply_track_presence(f.ap, "hall", "ann", "seat", 7000), 0);
     assert_true(a2c_apply_expiry_due(f.ap) == 7000);
     a2c_apply_forget_presence(f.ap);
     assert_true(a2c_apply_expiry_due(f.ap) == INT64_MAX);
-    assert_int_equal(a2c_apply_track_presence(f.ap, "hall", "ann", "seat",
-                                              7000),
-                     0);
-    assert_int_equal(a2c_apply_track_presence(f.ap, "hall", "bob", "seat",
-                                              7500),
-                     0);
+    assert_int_equal(
+            a2c_apply_track_presence(f.ap, "hall", "ann", "seat", 7000), 0);
+    assert_int_equal(
+            a2c_apply_track_presence(f.ap, "hall", "bob", "seat", 7500), 0);
     tick(&f, 42, "0/9C0", 0x9C0, "a2-hb", 1, "expire 8000");
     assert_int_equal(nevents, 5);
     assert_string_equal(events[3], "presence hall ann {\"seat\":null}");
@@ -767,18 +761,18 @@ static void test_time_format(void **state)
 {
     (void)state;
     char buf[40];
-    assert_string_equal(a2c_format_time_ms(INT64_C(1700000000123456), buf,
-                                           sizeof buf),
-                        "2023-11-14T22:13:20.123Z");
-    assert_string_equal(a2c_format_time_ms(INT64_C(1700000000999999), buf,
-                                           sizeof buf),
-                        "2023-11-14T22:13:20.999Z");
-    assert_string_equal(a2c_format_time_ms(INT64_C(1700000001000000), buf,
-                                           sizeof buf),
-                        "2023-11-14T22:13:21.000Z");
-    assert_string_equal(a2c_format_time_ms(INT64_C(1700000000007000), buf,
-                                           sizeof buf),
-                        "2023-11-14T22:13:20.007Z");
+    assert_string_equal(
+            a2c_format_time_ms(INT64_C(1700000000123456), buf, sizeof buf),
+            "2023-11-14T22:13:20.123Z");
+    assert_string_equal(
+            a2c_format_time_ms(INT64_C(1700000000999999), buf, sizeof buf),
+            "2023-11-14T22:13:20.999Z");
+    assert_string_equal(
+            a2c_format_time_ms(INT64_C(1700000001000000), buf, sizeof buf),
+            "2023-11-14T22:13:21.000Z");
+    assert_string_equal(
+            a2c_format_time_ms(INT64_C(1700000000007000), buf, sizeof buf),
+            "2023-11-14T22:13:20.007Z");
     assert_string_equal(a2c_format_time_ms(-1000, buf, sizeof buf),
                         "1969-12-31T23:59:59.999Z");
     assert_string_equal(a2c_format_time_ms(0, buf, sizeof buf),

@@ -2,10 +2,10 @@
  * The schema built into liba2store is sql/schema.sql, whole, and holds every
  * object a2_schema_check looks for.
  */
+#include <cmocka.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
 
 #include "a2/schema.h"
 
@@ -48,19 +48,20 @@ static void test_embedded_objects(void **state)
 {
     (void)state;
     const char *needles[] = {
-        "create table if not exists a2_events",
-        "create table if not exists a2_cursors",
-        "create table if not exists a2_lane_events",
-        "create table if not exists a2_clears",
-        "create table if not exists a2_snapshots",
-        "create table if not exists a2_snapshot_history",
-        "create table if not exists a2_snapshot_pins",
-        "create table if not exists a2_presence",
-        "create index if not exists a2_events_types",
-        "alter table a2_cursors replica identity full",
-        "create or replace function a2_batch(statements text[], params jsonb)",
-        "errcode = 'A2001'",
-        "('schema_version', '" A2_SCHEMA_VERSION "')",
+            "create table if not exists a2_events",
+            "create table if not exists a2_cursors",
+            "create table if not exists a2_lane_events",
+            "create table if not exists a2_clears",
+            "create table if not exists a2_snapshots",
+            "create table if not exists a2_snapshot_history",
+            "create table if not exists a2_snapshot_pins",
+            "create table if not exists a2_presence",
+            "create index if not exists a2_events_types",
+            "alter table a2_cursors replica identity full",
+            "create or replace function a2_batch(statements text[], params "
+            "jsonb)",
+            "errcode = 'A2001'",
+            "('schema_version', '" A2_SCHEMA_VERSION "')",
     };
     for (size_t i = 0; i < sizeof needles / sizeof needles[0]; i++)
         if (!strstr(a2_schema_sql, needles[i]))
@@ -70,8 +71,8 @@ static void test_embedded_objects(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_embedded_matches_file),
-        cmocka_unit_test(test_embedded_objects),
+            cmocka_unit_test(test_embedded_matches_file),
+            cmocka_unit_test(test_embedded_objects),
     };
     return cmocka_run_group_tests_name("schema_sql", tests, NULL, NULL);
 }

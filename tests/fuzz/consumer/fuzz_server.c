@@ -34,8 +34,8 @@ static void setup(void)
     char err[256];
     snprintf(path, sizeof path, "/tmp/a2-fuzz-server.%d.sock", (int)getpid());
     unlink(path);
-    a2c_server_options o = {.unix_path = path, .hello_timeout_ms = 200,
-                            .queue_limit = 64};
+    a2c_server_options o = {
+            .unix_path = path, .hello_timeout_ms = 200, .queue_limit = 64};
     srv = a2c_server_new(&o, err, sizeof err);
     if (!srv) {
         fprintf(stderr, "fuzz_server: %s\n", err);
@@ -110,8 +110,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (ctl & 1) {
         if (a2_wire_encode_hello(&b, "fuzz", NULL) != 0)
             abort();
-        if ((ctl & 2) && a2_wire_encode_subscribe(&b, "c", A2_WIRE_LOG_ALL,
-                                                  NULL, 0) != 0)
+        if ((ctl & 2) &&
+            a2_wire_encode_subscribe(&b, "c", A2_WIRE_LOG_ALL, NULL, 0) != 0)
             abort();
     }
     if (pump(fd, &got) == 0)

@@ -85,7 +85,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     char connect[128], err[256];
     snprintf(connect, sizeof connect, "unix:%s", path);
-    a2_worker_options o = {.connect = connect, .name = "fuzz",
+    a2_worker_options o = {.connect = connect,
+                           .name = "fuzz",
                            .reconnect_min_ms = 60000,
                            .reconnect_max_ms = 60000};
     a2_worker *w = a2_worker_new(&o, err, sizeof err);
