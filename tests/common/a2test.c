@@ -1,9 +1,10 @@
 #include "a2test.h"
 
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
+#include <cmocka.h>
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,10 +8,11 @@
 #include "a2/schema.h"
 #include "a2test.h"
 
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
+#include <cmocka.h>
 
 #include <jansson.h>
 #include <pthread.h>

@@ -4,10 +4,11 @@
  */
 #include "a2test.h"
 
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
+#include <cmocka.h>
 
 #include "a2/schema.h"
 

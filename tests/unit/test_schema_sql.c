@@ -2,10 +2,11 @@
  * The schema built into liba2store is sql/schema.sql, whole, and holds every
  * object a2_schema_check looks for.
  */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
+#include <cmocka.h>
 
 #include "a2/schema.h"
 
