@@ -34,6 +34,12 @@ typedef struct {
     int completed;
     uint64_t done_lsn;
     int sync_errno;
+    /* The state file is written after the fsync when asked (its own two
+     * fsyncs stay off the daemon's loop too). */
+    const char *state_path;
+    int state_wanted;
+    int state_done;      /* the last request wrote it (at done_lsn) */
+    char state_err[512]; /* or why it could not */
 } syncer;
 
 struct a2c_audit {
@@ -84,6 +90,9 @@ int a2c_audit_flush(a2c_audit *a, char *err, size_t errlen)
     return write_all(a, a->wbuf, n, err, errlen);
 }
 
+static int write_state(const char *spath, uint64_t lsn, char *err,
+                       size_t errlen);
+
 static void *sync_main(void *arg)
 {
     syncer *sy = arg;
@@ -95,14 +104,21 @@ static void *sync_main(void *arg)
             break;
         int fd = sy->fd;
         uint64_t lsn = sy->req_lsn;
+        int want_state = sy->state_wanted;
         sy->requested = 0;
         pthread_mutex_unlock(&sy->mu);
         int rc = fdatasync(fd);
         int e = rc != 0 ? errno : 0;
+        char serr[512] = "";
+        int state_rc = -1;
+        if (e == 0 && want_state)
+            state_rc = write_state(sy->state_path, lsn, serr, sizeof serr);
         pthread_mutex_lock(&sy->mu);
         sy->completed = 1;
         sy->done_lsn = lsn;
         sy->sync_errno = e;
+        sy->state_done = state_rc == 0;
+        memcpy(sy->state_err, serr, sizeof serr);
         uint64_t one = 1;
         if (write(sy->efd, &one, sizeof one) < 0) {
             /* the counter cannot overflow here; nothing to do */
@@ -120,6 +136,7 @@ static int sync_start_thread(a2c_audit *a)
     sy->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (sy->efd < 0)
         return -1;
+    sy->state_path = a->state_path;
     pthread_mutex_init(&sy->mu, NULL);
     pthread_cond_init(&sy->cv, NULL);
     if (pthread_create(&sy->thread, NULL, sync_main, sy) != 0) {
@@ -611,7 +628,8 @@ int a2c_audit_event_fd(a2c_audit *a)
     return a->sy.started ? a->sy.efd : -1;
 }
 
-int a2c_audit_sync_start(a2c_audit *a, char *err, size_t errlen)
+int a2c_audit_sync_start(a2c_audit *a, int state_interval_ms, char *err,
+                         size_t errlen)
 {
     if (!a->dirty || a->outstanding)
         return 0;
@@ -623,6 +641,8 @@ int a2c_audit_sync_start(a2c_audit *a, char *err, size_t errlen)
     pthread_mutex_lock(&sy->mu);
     sy->fd = a->fd;
     sy->req_lsn = a->marked;
+    sy->state_wanted = a->marked > a->state_written &&
+                       mono_ms() - a->state_at >= state_interval_ms;
     sy->requested = 1;
     sy->completed = 0;
     pthread_cond_signal(&sy->cv);
@@ -633,8 +653,7 @@ int a2c_audit_sync_start(a2c_audit *a, char *err, size_t errlen)
     return 0;
 }
 
-int a2c_audit_sync_finish(a2c_audit *a, int state_interval_ms, char *err,
-                          size_t errlen)
+int a2c_audit_sync_finish(a2c_audit *a, char *err, size_t errlen)
 {
     syncer *sy = &a->sy;
     if (!sy->started || !a->outstanding)
@@ -643,6 +662,9 @@ int a2c_audit_sync_finish(a2c_audit *a, int state_interval_ms, char *err,
     int done = sy->completed;
     uint64_t lsn = sy->done_lsn;
     int e = sy->sync_errno;
+    int wanted = sy->state_wanted, written = sy->state_done;
+    if (done && wanted && !written && e == 0)
+        snprintf(err, errlen, "%s", sy->state_err);
     pthread_mutex_unlock(&sy->mu);
     if (!done)
         return 0;
@@ -660,12 +682,18 @@ int a2c_audit_sync_finish(a2c_audit *a, int state_interval_ms, char *err,
                  strerror(e));
         return -1;
     }
+    if (wanted && !written)
+        return -1; /* err holds the helper's reason */
+    if (written) {
+        a->state_written = lsn;
+        a->state_at = mono_ms();
+    }
     if (lsn > a->durable)
         a->durable = lsn;
     /* nothing written since the request: everything marked is covered */
     if (!a->dirty && a->marked > a->durable)
         a->durable = a->marked;
-    return write_state_if_due(a, state_interval_ms, err, errlen);
+    return 0;
 }
 
 int a2c_audit_busy(const a2c_audit *a)
@@ -678,7 +706,7 @@ int a2c_audit_sync(a2c_audit *a, int state_interval_ms, char *err,
 {
     if (a->outstanding) {
         sync_drain(a);
-        if (a2c_audit_sync_finish(a, state_interval_ms, err, errlen) != 0)
+        if (a2c_audit_sync_finish(a, err, errlen) != 0)
             return -1;
     }
     if (a->dirty) {

@@ -81,17 +81,19 @@ a2c_audit_sync(a2c_audit *a, int state_interval_ms, char *err, size_t errlen);
 
 /*
  * Group fsync without waiting: asks a helper thread to fsync what is written
- * so far (nothing when clean or when one is already running). Poll
+ * so far (nothing when clean or when one is already running) and, when
+ * state_interval_ms passed since the state file was last written (0 =
+ * always), to write the state file at the position it made durable. Poll
  * a2c_audit_event_fd for readability, then call a2c_audit_sync_finish, which
- * moves the durable LSN once the fsync is done (and writes the state file
- * when state_interval_ms passed). Both return 0 or -1 with the reason in err
- * (a failed fsync is fatal: the lines' durability is unknown).
+ * moves the durable LSN once the helper is done. Both return 0 or -1 with the
+ * reason in err (a failed fsync or state file write is fatal: the lines'
+ * durability is unknown).
  */
 __attribute__((warn_unused_result)) int
-a2c_audit_sync_start(a2c_audit *a, char *err, size_t errlen);
+a2c_audit_sync_start(a2c_audit *a, int state_interval_ms, char *err,
+                     size_t errlen);
 __attribute__((warn_unused_result)) int
-a2c_audit_sync_finish(a2c_audit *a, int state_interval_ms, char *err,
-                      size_t errlen);
+a2c_audit_sync_finish(a2c_audit *a, char *err, size_t errlen);
 
 /* The helper's eventfd, or -1 before the first a2c_audit_sync_start. */
 int a2c_audit_event_fd(a2c_audit *a);

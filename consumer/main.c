@@ -715,7 +715,7 @@ static int sync_audit(daemon_t *d, int due, int wait, char *err, size_t errlen)
         return 0;
     if (wait)
         return a2c_audit_sync(d->audit, 0, err, errlen);
-    if (a2c_audit_sync_finish(d->audit, STATE_INTERVAL_MS, err, errlen) != 0)
+    if (a2c_audit_sync_finish(d->audit, err, errlen) != 0)
         return -1;
     if (!a2c_audit_dirty(d->audit) || a2c_audit_busy(d->audit))
         return 0;
@@ -723,7 +723,7 @@ static int sync_audit(daemon_t *d, int due, int wait, char *err, size_t errlen)
     if (!due && mono_ms() - since < FSYNC_GROUP_MS &&
         a2c_audit_pending_lines(d->audit) < FSYNC_GROUP_LINES)
         return 0;
-    return a2c_audit_sync_start(d->audit, err, errlen);
+    return a2c_audit_sync_start(d->audit, STATE_INTERVAL_MS, err, errlen);
 }
 
 static int handle_signals(daemon_t *d)

@@ -218,7 +218,7 @@ static void test_background_sync(void **state)
     const char *t1 = LINE("0/100", 1);
     assert_int_equal(a2c_audit_write(a, t1, strlen(t1), 1, err, sizeof err), 0);
     a2c_audit_mark(a, 0x100);
-    assert_int_equal(a2c_audit_sync_start(a, err, sizeof err), 0);
+    assert_int_equal(a2c_audit_sync_start(a, 0, err, sizeof err), 0);
     assert_true(a2c_audit_busy(a));
     assert_false(a2c_audit_dirty(a));
     /* written while the fsync runs: not covered by it */
@@ -230,15 +230,15 @@ static void test_background_sync(void **state)
     assert_true(efd >= 0);
     struct pollfd p = {efd, POLLIN, 0};
     assert_int_equal(poll(&p, 1, 5000), 1);
-    assert_int_equal(a2c_audit_sync_finish(a, 0, err, sizeof err), 0);
+    assert_int_equal(a2c_audit_sync_finish(a, err, sizeof err), 0);
     assert_false(a2c_audit_busy(a));
     assert_true(a2c_audit_durable(a) == 0x100);
     assert_string_equal(slurp(spath), "0/100\n");
     /* the second group */
     assert_true(a2c_audit_dirty(a));
-    assert_int_equal(a2c_audit_sync_start(a, err, sizeof err), 0);
+    assert_int_equal(a2c_audit_sync_start(a, 0, err, sizeof err), 0);
     assert_int_equal(poll(&p, 1, 5000), 1);
-    assert_int_equal(a2c_audit_sync_finish(a, 0, err, sizeof err), 0);
+    assert_int_equal(a2c_audit_sync_finish(a, err, sizeof err), 0);
     assert_true(a2c_audit_durable(a) == 0x200);
     /* a position with nothing written after the last fsync is durable */
     a2c_audit_mark(a, 0x300);
@@ -247,7 +247,7 @@ static void test_background_sync(void **state)
     const char *t3 = LINE("0/400", 3);
     assert_int_equal(a2c_audit_write(a, t3, strlen(t3), 1, err, sizeof err), 0);
     a2c_audit_mark(a, 0x400);
-    assert_int_equal(a2c_audit_sync_start(a, err, sizeof err), 0);
+    assert_int_equal(a2c_audit_sync_start(a, 0, err, sizeof err), 0);
     assert_int_equal(a2c_audit_sync(a, 0, err, sizeof err), 0);
     assert_false(a2c_audit_busy(a));
     assert_true(a2c_audit_durable(a) == 0x400);
@@ -275,11 +275,10 @@ static void test_sync_done_leaves_event_fd_quiet(void **state)
         assert_int_equal(
                 a2c_audit_write(a, line, strlen(line), 1, err, sizeof err), 0);
         a2c_audit_mark(a, 0x100 + (uint64_t)i);
-        assert_int_equal(a2c_audit_sync_start(a, err, sizeof err), 0);
+        assert_int_equal(a2c_audit_sync_start(a, 60000, err, sizeof err), 0);
         int turns = 0;
         while (a2c_audit_busy(a)) {
-            assert_int_equal(a2c_audit_sync_finish(a, 1000, err, sizeof err),
-                             0);
+            assert_int_equal(a2c_audit_sync_finish(a, err, sizeof err), 0);
             assert_true(++turns < 100000000);
         }
         assert_true(a2c_audit_durable(a) == 0x100 + (uint64_t)i);
@@ -289,6 +288,53 @@ static void test_sync_done_leaves_event_fd_quiet(void **state)
     }
     assert_int_equal(loud, 0);
     a2c_audit_close(a);
+}
+
+/* The helper writes the state file after its fsync when one is due; when it
+ * cannot, the finish reports why (and the daemon stops: the resume point
+ * would be unknown). */
+static void test_background_state_write(void **state)
+{
+    (void)state;
+    a2c_audit_resume r;
+    char err[512];
+    a2c_audit *a = a2c_audit_open(path, &r, err, sizeof err);
+    assert_non_null(a);
+    const char *t1 = LINE("0/100", 1);
+    assert_int_equal(a2c_audit_write(a, t1, strlen(t1), 1, err, sizeof err), 0);
+    a2c_audit_mark(a, 0x100);
+    /* not due yet: the fsync alone */
+    assert_int_equal(a2c_audit_sync_start(a, 60000, err, sizeof err), 0);
+    struct pollfd p = {a2c_audit_event_fd(a), POLLIN, 0};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    assert_int_equal(a2c_audit_sync_finish(a, err, sizeof err), 0);
+    assert_true(a2c_audit_durable(a) == 0x100);
+    assert_string_equal(slurp(spath), "0/0\n");
+    /* due: written by the helper at the position its fsync covered */
+    const char *t2 = LINE("0/200", 2);
+    assert_int_equal(a2c_audit_write(a, t2, strlen(t2), 1, err, sizeof err), 0);
+    a2c_audit_mark(a, 0x200);
+    assert_int_equal(a2c_audit_sync_start(a, 0, err, sizeof err), 0);
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    assert_int_equal(a2c_audit_sync_finish(a, err, sizeof err), 0);
+    assert_string_equal(slurp(spath), "0/200\n");
+    /* the state file cannot be replaced: the finish says so */
+    char tmp[400];
+    snprintf(tmp, sizeof tmp, "%s.tmp", spath);
+    assert_int_equal(mkdir(tmp, 0700), 0);
+    const char *t3 = LINE("0/300", 3);
+    assert_int_equal(a2c_audit_write(a, t3, strlen(t3), 1, err, sizeof err), 0);
+    a2c_audit_mark(a, 0x300);
+    assert_int_equal(a2c_audit_sync_start(a, 0, err, sizeof err), 0);
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    err[0] = '\0';
+    assert_int_equal(a2c_audit_sync_finish(a, err, sizeof err), -1);
+    assert_non_null(strstr(err, "could not write audit state file"));
+    assert_non_null(strstr(err, "Is a directory"));
+    assert_string_equal(slurp(spath), "0/200\n");
+    rmdir(tmp);
+    a2c_audit_close(a);
+    assert_string_equal(slurp(spath), "0/300\n");
 }
 
 static void test_reopen_after_rotation(void **state)
@@ -411,6 +457,8 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(
                     test_sync_done_leaves_event_fd_quiet, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_background_state_write, setup,
+                                            teardown),
             cmocka_unit_test_setup_teardown(test_reopen_after_rotation, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_lines_gathered_until_flush,
