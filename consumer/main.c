@@ -84,7 +84,9 @@ typedef struct {
     int64_t last_status_ms;
     int64_t last_activity_ms;
     int64_t last_heartbeat_ms;
-    int64_t expire_sent_ms;    /* the last presence expiry tick (mono) */
+    PGconn *tick_db;        /* presence expiry ticks: nonblocking, their own */
+    int tick_busy;          /* a tick was sent and has not answered yet */
+    int64_t expire_sent_ms; /* the last presence expiry tick (mono) */
     uint64_t expire_sent_seen; /* ticks applied when it was sent */
     double lag_seconds;
     int64_t last_lag_log_ms;
@@ -370,10 +372,32 @@ static int64_t expire_next_ms(const daemon_t *d)
                                         : EXPIRE_RETRY_MS);
 }
 
-/* Commits a presence expiry tick when the earliest kept field is due. */
+static void drop_tick_db(daemon_t *d)
+{
+    PQfinish(d->tick_db);
+    d->tick_db = NULL;
+    d->tick_busy = 0;
+}
+
+/* Reads the answer to the tick in flight. */
+static void tick_answer(daemon_t *d)
+{
+    char err[512];
+    int rc = a2c_db_expire_tick_poll(d->tick_db, err, sizeof err);
+    if (rc == 0) {
+        d->tick_busy = 0;
+    } else if (rc < 0) {
+        logline("%s", err);
+        drop_tick_db(d);
+    }
+}
+
+/* Sends a presence expiry tick when the earliest kept field is due; its
+ * commit (a WAL flush) is not waited for. */
 static void expire_presence(daemon_t *d)
 {
-    if (!d->streaming || a2c_apply_expiry_due(d->apply) == INT64_MAX)
+    if (!d->streaming || d->tick_busy ||
+        a2c_apply_expiry_due(d->apply) == INT64_MAX)
         return;
     int64_t now = mono_ms();
     if (a2c_apply_expiry_due(d->apply) > wall_ms() || now < expire_next_ms(d))
@@ -383,9 +407,21 @@ static void expire_presence(daemon_t *d)
     d->expire_sent_ms = now;
     d->expire_sent_seen = as.expire_ticks;
     char err[512];
-    if (ensure_db(d, err, sizeof err) != 0 ||
-        a2c_db_expire_tick(d->db, wall_ms(), err, sizeof err) != 0)
+    if (d->tick_db && PQstatus(d->tick_db) != CONNECTION_OK)
+        drop_tick_db(d);
+    if (!d->tick_db) {
+        d->tick_db = a2c_db_connect(d->conninfo, err, sizeof err);
+        if (!d->tick_db) {
+            logline("%s", err);
+            return;
+        }
+    }
+    if (a2c_db_expire_tick_send(d->tick_db, wall_ms(), err, sizeof err) != 0) {
         logline("%s", err);
+        drop_tick_db(d);
+        return;
+    }
+    d->tick_busy = 1;
 }
 
 /* ---- replication ---- */
@@ -771,7 +807,8 @@ static int run(daemon_t *d)
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }
-        if (d->streaming && a2c_apply_expiry_due(d->apply) != INT64_MAX) {
+        if (d->streaming && !d->tick_busy &&
+            a2c_apply_expiry_due(d->apply) != INT64_MAX) {
             int64_t t = a2c_apply_expiry_due(d->apply) - wall_ms();
             int64_t next = expire_next_ms(d) - now;
             if (next > t)
@@ -791,8 +828,8 @@ static int run(daemon_t *d)
                 timeout = t < 0 ? 0 : t;
         }
 
-        struct pollfd pfd[5];
-        int n = 0, irepl = -1, isrv, imet = -1, isig;
+        struct pollfd pfd[6];
+        int n = 0, irepl = -1, isrv, imet = -1, isig, itick = -1;
         if (d->audit && a2c_audit_event_fd(d->audit) >= 0)
             pfd[n++] = (struct pollfd){a2c_audit_event_fd(d->audit), POLLIN, 0};
         isig = n;
@@ -806,6 +843,13 @@ static int run(daemon_t *d)
         if (d->streaming) {
             irepl = n;
             pfd[n++] = (struct pollfd){a2c_repl_socket(d->repl), POLLIN, 0};
+        }
+        if (d->tick_busy) {
+            itick = n;
+            short ev = POLLIN;
+            if (PQflush(d->tick_db) == 1)
+                ev |= POLLOUT;
+            pfd[n++] = (struct pollfd){PQsocket(d->tick_db), ev, 0};
         }
         if (more)
             timeout =
@@ -829,6 +873,8 @@ static int run(daemon_t *d)
         }
         if (imet >= 0 && pr > 0 && (pfd[imet].revents & POLLIN))
             a2c_metrics_handle(d->met);
+        if (itick >= 0 && pr > 0 && pfd[itick].revents)
+            tick_answer(d);
 
         /* reconnect */
         if (!d->streaming && mono_ms() >= d->reconnect_at_ms) {
@@ -932,6 +978,8 @@ static void cleanup(daemon_t *d)
     a2_decoder_free(d->dec);
     if (d->db)
         PQfinish(d->db);
+    if (d->tick_db)
+        PQfinish(d->tick_db);
     if (d->sigfd >= 0)
         close(d->sigfd);
     free(d->tcp_host);

@@ -243,20 +243,46 @@ int a2c_db_heartbeat(PGconn *db, char *err, size_t errlen)
     return 0;
 }
 
-int a2c_db_expire_tick(PGconn *db, int64_t now_ms, char *err, size_t errlen)
+int a2c_db_expire_tick_send(PGconn *db, int64_t now_ms, char *err,
+                            size_t errlen)
 {
     char content[48];
     snprintf(content, sizeof content, "%s%" PRId64, A2C_EXPIRE_TICK, now_ms);
     const char *params[1] = {content};
-    PGresult *res = a2c_db_query(
-            db,
-            "select pg_logical_emit_message(true, '" A2C_TICK_PREFIX
-            "', $1::text)",
-            1, params, "commit a presence expiry tick", err, errlen);
-    if (!res)
+    if (PQsetnonblocking(db, 1) != 0 ||
+        !PQsendQueryParams(
+                db,
+                "select pg_logical_emit_message(true, '" A2C_TICK_PREFIX
+                "', $1::text)",
+                1, NULL, params, NULL, NULL, 0) ||
+        PQflush(db) < 0) {
+        one_line(err, errlen, "could not commit a presence expiry tick: ",
+                 PQerrorMessage(db));
         return -1;
-    PQclear(res);
+    }
     return 0;
+}
+
+int a2c_db_expire_tick_poll(PGconn *db, char *err, size_t errlen)
+{
+    if (PQflush(db) < 0 || !PQconsumeInput(db)) {
+        one_line(err, errlen, "could not commit a presence expiry tick: ",
+                 PQerrorMessage(db));
+        return -1;
+    }
+    while (!PQisBusy(db)) {
+        PGresult *res = PQgetResult(db);
+        if (!res)
+            return 0;
+        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+            one_line(err, errlen, "could not commit a presence expiry tick: ",
+                     PQresultErrorMessage(res));
+            PQclear(res);
+            return -1;
+        }
+        PQclear(res);
+    }
+    return 1;
 }
 
 int a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen)

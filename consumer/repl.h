@@ -53,10 +53,21 @@ PGresult *a2c_db_query(PGconn *db, const char *sql, int nparams,
 /* pg_logical_emit_message(false, 'a2-hb', now) from the normal connection. */
 int a2c_db_heartbeat(PGconn *db, char *err, size_t errlen);
 
-/* Commits the presence expiry tick of time now_ms (apply.h): a
+/*
+ * Sends the commit of the presence expiry tick of time now_ms (apply.h): a
  * transactional logical message, so that it comes back through the stream
- * after every change committed before it. 0 or -1. */
-int a2c_db_expire_tick(PGconn *db, int64_t now_ms, char *err, size_t errlen);
+ * after every change committed before it. Does not wait: db (a connection
+ * of its own) is made nonblocking; poll PQsocket(db) for input (and for
+ * output while PQflush(db) says more is to be sent), then call
+ * a2c_db_expire_tick_poll. 0 or -1 with the reason in err.
+ */
+int a2c_db_expire_tick_send(PGconn *db, int64_t now_ms, char *err,
+                            size_t errlen);
+
+/* Reads what arrived for a sent tick: 1 while its result is still to come,
+ * 0 once it committed, -1 when it failed (err says why; drop the connection:
+ * the rest of the answer is not read). */
+int a2c_db_expire_tick_poll(PGconn *db, char *err, size_t errlen);
 
 /* Drops a slot (for an invalidated one); 0 or -1. */
 int a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen);
