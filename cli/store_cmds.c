@@ -19,8 +19,10 @@ int a2__cli_store_open(a2__cli *cli, a2_store **out)
 {
     a2_store_error err = {0};
     if (a2_store_open(out, cli->db, &err) != 0)
-        return a2__cli_fail(cli, "could not connect to the database: %s",
-                            err.message[0] ? err.message : "unknown error");
+        return a2__cli_fail(cli, "%s",
+                            err.message[0]
+                                    ? err.message
+                                    : "could not connect to the database");
     return A2__CLI_OK;
 }
 

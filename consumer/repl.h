@@ -25,8 +25,12 @@
 
 /* ---- normal connection ---- */
 
-/* Connects with conninfo (NULL or "" = PG* variables) plus TimeZone=UTC.
- * Returns NULL with the reason in err. */
+/* Seconds a connection attempt may take unless the conninfo or
+ * PGCONNECT_TIMEOUT says otherwise. */
+#define A2C_CONNECT_TIMEOUT "10"
+
+/* Connects with conninfo (NULL or "" = PG* variables) plus TimeZone=UTC
+ * and a default connect_timeout. Returns NULL with the reason in err. */
 PGconn *a2c_db_connect(const char *conninfo, char *err, size_t errlen);
 
 /* What a2c_db_check found about the slot. */

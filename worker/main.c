@@ -1132,8 +1132,9 @@ int main(int argc, char **argv)
     /* Check the store is reachable before starting anything. */
     a2_store_error serr = {0};
     if (a2_store_open(&a.store, a.db, &serr) != 0) {
-        fprintf(stderr, "a2-worker: could not connect to the database: %s\n",
-                serr.message);
+        fprintf(stderr, "a2-worker: %s\n",
+                serr.message[0] ? serr.message
+                                : "could not connect to the database");
         rc = 1;
         goto done;
     }

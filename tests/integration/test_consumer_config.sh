@@ -11,8 +11,10 @@ bg=""
 failures=0
 admin=$(echo "$db" | sed -e 's/dbname=[^ ]*/dbname=postgres/')
 
+silent=""
 cleanup() {
     [ -n "$bg" ] && kill "$bg" 2>/dev/null && wait "$bg" 2>/dev/null
+    [ -n "$silent" ] && kill "$silent" 2>/dev/null && wait "$silent" 2>/dev/null
     [ -n "$pg2" ] && "$top/deploy/pg-dev" destroy "$pg2" >/dev/null 2>&1
     psql "$admin" -qc "drop database if exists a2_tc_noschema" >/dev/null 2>&1
     psql "$admin" -qc "drop role if exists a2_tc_norepl" >/dev/null 2>&1
@@ -81,6 +83,35 @@ A2_DB="host=127.0.0.1 port=1 dbname=a2_from_env user=postgres connect_timeout=2"
     expect 1 'could not connect to the database: connection to server at "127.0.0.1", port 1 failed' --listen "$sock"
 A2_DB= PGHOST=127.0.0.1 PGPORT=2 PGDATABASE=x PGCONNECT_TIMEOUT=2 \
     expect 1 'could not connect to the database: connection to server at "127.0.0.1", port 2 failed' --listen "$sock"
+
+# A server that takes the connection and never answers: without a
+# connect_timeout in the conninfo or PGCONNECT_TIMEOUT, the attempt ends after
+# the default 10 s, for a2-consumer and for the store (the a2 CLI, a2-worker),
+# with one line naming the cause.
+python3 -c 'import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+print(s.getsockname()[1], flush=True); time.sleep(120)' >"$tmp/silent.port" &
+silent=$!
+for _ in $(seq 1 50); do [ -s "$tmp/silent.port" ] && break; sleep 0.1; done
+sport=$(cat "$tmp/silent.port")
+unset PGCONNECT_TIMEOUT
+t0=$SECONDS
+expect 1 "^a2-consumer: could not connect to the database: connection to server at \"127.0.0.1\", port $sport failed: timeout expired\$" \
+    --db "host=127.0.0.1 port=$sport dbname=x user=postgres" --listen "$sock"
+took=$((SECONDS - t0))
+{ [ "$took" -ge 9 ] && [ "$took" -le 20 ]; } || fail "a2-consumer gave up on a silent server after $took s, wanted 10"
+t0=$SECONDS
+timeout 30 "$A2_BIN/a2" --db "host=127.0.0.1 port=$sport dbname=x user=postgres" read s1 >"$tmp/out" 2>"$tmp/err"
+rc=$? took=$((SECONDS - t0))
+if [ "$rc" -eq 1 ] && [ "$took" -ge 9 ] && [ "$took" -le 20 ] &&
+    grep -Eq "^a2: could not connect to the database: connection to server at \"127.0.0.1\", port $sport failed: timeout expired\$" "$tmp/err"; then
+    echo "ok: a2 gives up on a silent server after $took s"
+else
+    fail "a2 on a silent server: exit $rc after $took s: $(cat "$tmp/err")"
+fi
+kill "$silent" 2>/dev/null
+wait "$silent" 2>/dev/null
+silent=""
 
 # schema missing
 psql "$admin" -qc "create database a2_tc_noschema" >/dev/null
