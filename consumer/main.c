@@ -432,6 +432,14 @@ static void stream_down(daemon_t *d, const char *reason)
         a2c_repl_close(d->repl);
         d->repl = NULL;
     }
+    /* The server may have restarted: the other connections are then gone
+     * too, and would only say so at their next query. Open them afresh. */
+    if (d->db) {
+        PQfinish(d->db);
+        d->db = NULL;
+    }
+    if (d->tick_db)
+        drop_tick_db(d);
     a2c_apply_abort_txn(d->apply);
     d->streaming = 0;
     snprintf(d->down_reason, sizeof d->down_reason, "%s", reason);

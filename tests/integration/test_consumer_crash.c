@@ -356,6 +356,9 @@ static void restart_under_consumer(const char *mode, const char *slot)
     assert_exactly_once(d.audit);
     assert_true(tc_count_in_file(d.log, "streaming from slot") >= 2);
     assert_true(tc_count_in_file(d.log, "reconnecting in") >= 1);
+    /* the checks after the restart ran on a new connection, not on the one
+     * the restart ended */
+    assert_int_equal(tc_count_in_file(d.log, "could not read wal_level"), 0);
     tc_cleanup(&d);
 }
 
