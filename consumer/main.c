@@ -76,7 +76,8 @@ typedef struct {
     int backoff_ms;
     char down_reason[256];
     int need_resync;
-    int rebuild_due; /* the timers and presence fields are to be read */
+    /* when the timers and presence fields are to be read again (mono ms);
+     * 0: not due */
     int64_t rebuild_at_ms;
 
     uint64_t received; /* highest LSN seen on the stream */
@@ -824,7 +825,7 @@ static int run(daemon_t *d)
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }
-        if (d->rebuild_due) {
+        if (d->rebuild_at_ms) {
             int64_t t = d->rebuild_at_ms - now;
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
@@ -916,12 +917,11 @@ static int run(daemon_t *d)
         int resync = d->need_resync;
         if (resync) {
             d->need_resync = 0;
-            d->rebuild_due = 1;
-            d->rebuild_at_ms = 0;
+            d->rebuild_at_ms = mono_ms();
         }
-        if (d->rebuild_due && mono_ms() >= d->rebuild_at_ms) {
+        if (d->rebuild_at_ms && mono_ms() >= d->rebuild_at_ms) {
             if (rebuild_timers(d, err, sizeof err) == 0) {
-                d->rebuild_due = 0;
+                d->rebuild_at_ms = 0;
             } else {
                 /* the stream cleared what this read replaces: try again */
                 logline("%s; reading again in %d ms", err, REBUILD_RETRY_MS);
