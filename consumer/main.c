@@ -5,7 +5,7 @@
  *
  * One thread, one poll() loop over: the replication socket, the worker
  * server, the metrics listener, a signalfd, and the nearest deadline (timer,
- * status update, group fsync, heartbeat, reconnect).
+ * status update, group fsync, heartbeat, stream timeout, reconnect).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -57,6 +57,7 @@ typedef struct {
     a2c_route route;
     int status_interval_ms;
     int heartbeat_ms;
+    int stream_timeout_ms; /* 0: never give up on a silent stream */
 
     /* state */
     PGconn *db;
@@ -85,6 +86,9 @@ typedef struct {
     int64_t last_status_ms;
     int64_t last_activity_ms;
     int64_t last_heartbeat_ms;
+    int64_t last_recv_ms;   /* the last message of any kind from the server */
+    int ping_sent;          /* a reply was requested since that message */
+    int walsender_pid;      /* of the last stream, which may outlive it */
     PGconn *tick_db;        /* presence expiry ticks: nonblocking, their own */
     int tick_busy;          /* a tick was sent and has not answered yet */
     int64_t expire_sent_ms; /* the last presence expiry tick (mono) */
@@ -145,6 +149,11 @@ static void usage(FILE *f)
             "10000)\n"
             "  --heartbeat-interval MS  heartbeat when the stream is idle "
             "(default 10000)\n"
+            "  --stream-timeout MS    reconnect when the server sends "
+            "nothing for this\n"
+            "                         long; a reply is requested at half of "
+            "it\n"
+            "                         (default 60000, 0: never)\n"
             "  --plugin NAME          output plugin of a new slot (default "
             "wal2json;\n"
             "                         other values are for tests)\n"
@@ -430,6 +439,7 @@ static void expire_presence(daemon_t *d)
 static void stream_down(daemon_t *d, const char *reason)
 {
     if (d->repl) {
+        d->walsender_pid = a2c_repl_backend_pid(d->repl);
         a2c_repl_close(d->repl);
         d->repl = NULL;
     }
@@ -490,6 +500,12 @@ static int stream_up(daemon_t *d, int startup, char *err, size_t errlen)
     for (int tries = 0;; tries++) {
         if (a2c_db_check(d->db, d->slot, d->plugin, &info, err, errlen) == 0)
             break;
+        if (info.active_pid && info.active_pid == d->walsender_pid)
+            snprintf(err, errlen,
+                     "replication slot \"%s\" is still held by the walsender "
+                     "of this consumer's last stream (PID %d), which has not "
+                     "exited yet",
+                     d->slot, info.active_pid);
         if (!startup)
             return -1;
         if (!strstr(err, "is active for PID") || tries >= 10)
@@ -541,6 +557,8 @@ started:
     d->backoff_ms = BACKOFF_MIN_MS;
     d->down_reason[0] = '\0';
     d->last_activity_ms = mono_ms();
+    d->last_recv_ms = d->last_activity_ms;
+    d->ping_sent = 0;
     d->last_status_ms = 0;
     logline("streaming from slot \"%s\" at %X/%X", d->slot, LSN_ARGS(start));
     return 0;
@@ -615,6 +633,33 @@ static int handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
         }
     }
     return 0;
+}
+
+/*
+ * A stream the server has sent nothing on for half the stream timeout is
+ * asked for a reply (a standby status update with its reply flag; the
+ * walsender answers with a keepalive); one still silent at the full timeout
+ * is dropped and opened again. A stopped or hung walsender, or a network
+ * path that lost the connection without closing it, is noticed this way.
+ */
+static void check_silence(daemon_t *d, int64_t now)
+{
+    if (!d->streaming || d->stream_timeout_ms <= 0)
+        return;
+    int64_t quiet = now - d->last_recv_ms;
+    if (quiet >= d->stream_timeout_ms) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "the server sent nothing for %.1f s (--stream-timeout)",
+                 (double)quiet / 1000.0);
+        stream_down(d, why);
+    } else if (!d->ping_sent && quiet >= d->stream_timeout_ms / 2) {
+        char err[512];
+        if (send_status(d, 1, err, sizeof err) != 0)
+            stream_down(d, err);
+        else
+            d->ping_sent = 1;
+    }
 }
 
 /* ---- metrics ---- */
@@ -811,6 +856,13 @@ static int run(daemon_t *d)
             t = d->last_activity_ms + d->heartbeat_ms - now;
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
+            if (d->stream_timeout_ms > 0) {
+                t = d->last_recv_ms - now +
+                    (d->ping_sent ? d->stream_timeout_ms
+                                  : d->stream_timeout_ms / 2);
+                if (t < timeout)
+                    timeout = t < 0 ? 0 : t;
+            }
         } else {
             int64_t t = d->reconnect_at_ms - now;
             if (t < timeout)
@@ -907,6 +959,10 @@ static int run(daemon_t *d)
                     stream_down(d, err);
                     break;
                 }
+                if (i == 0) {
+                    d->last_recv_ms = mono_ms();
+                    d->ping_sent = 0;
+                }
                 if (handle_message(d, &m, &reply, err, sizeof err) != 0) {
                     logline("%s", err);
                     return 1;
@@ -940,6 +996,7 @@ static int run(daemon_t *d)
         }
 
         now = mono_ms();
+        check_silence(d, now);
         int status_due = d->streaming &&
                          now - d->last_status_ms >= d->status_interval_ms;
         if (sync_audit(d, reply || status_due, 0, err, sizeof err) != 0) {
@@ -1006,6 +1063,7 @@ int main(int argc, char **argv)
     d.plugin = "wal2json";
     d.status_interval_ms = 10000;
     d.heartbeat_ms = 10000;
+    d.stream_timeout_ms = 60000;
     d.route = A2C_ROUTE_AFFINITY;
     const char *token_file = NULL;
     int rc = 1;
@@ -1021,6 +1079,7 @@ int main(int argc, char **argv)
         O_ROUTE,
         O_STATUS,
         O_HB,
+        O_STREAM_TIMEOUT,
         O_PLUGIN,
         O_HELP
     };
@@ -1034,6 +1093,7 @@ int main(int argc, char **argv)
             {"route", required_argument, NULL, O_ROUTE},
             {"status-interval", required_argument, NULL, O_STATUS},
             {"heartbeat-interval", required_argument, NULL, O_HB},
+            {"stream-timeout", required_argument, NULL, O_STREAM_TIMEOUT},
             {"plugin", required_argument, NULL, O_PLUGIN},
             {"help", no_argument, NULL, O_HELP},
             {NULL, 0, NULL, 0},
@@ -1108,6 +1168,15 @@ int main(int argc, char **argv)
         case O_HB:
             if (parse_ms(optarg, 1, &d.heartbeat_ms) != 0) {
                 rc = usage_error("invalid --heartbeat-interval \"%s\"", optarg);
+                goto done;
+            }
+            break;
+        case O_STREAM_TIMEOUT:
+            if (parse_ms(optarg, 0, &d.stream_timeout_ms) != 0 ||
+                (d.stream_timeout_ms > 0 && d.stream_timeout_ms < 100)) {
+                rc = usage_error("invalid --stream-timeout \"%s\" (0, or at "
+                                 "least 100 ms)",
+                                 optarg);
                 goto done;
             }
             break;

@@ -219,6 +219,7 @@ int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
             goto done;
         }
         if (!PQgetisnull(res, 0, 3)) {
+            info->active_pid = atoi(PQgetvalue(res, 0, 3));
             snprintf(err, errlen,
                      "replication slot \"%s\" is active for PID %s: "
                      "another consumer is streaming from it",
@@ -413,6 +414,11 @@ int a2c_repl_start(a2c_repl *r, const char *slot, const char *plugin,
 int a2c_repl_socket(const a2c_repl *r)
 {
     return PQsocket(r->conn);
+}
+
+int a2c_repl_backend_pid(const a2c_repl *r)
+{
+    return PQbackendPID(r->conn);
 }
 
 static uint64_t be64(const char *p)

@@ -38,6 +38,7 @@ typedef struct {
     int exists;
     int lost;           /* wal_status = 'lost': invalidated */
     uint64_t confirmed; /* confirmed_flush_lsn */
+    int active_pid;     /* the process streaming from it, or 0 */
 } a2c_slot_info;
 
 /*
@@ -106,6 +107,9 @@ int a2c_repl_start(a2c_repl *r, const char *slot, const char *plugin,
                    uint64_t lsn, char *err, size_t errlen, char sqlstate[6]);
 
 int a2c_repl_socket(const a2c_repl *r);
+
+/* The walsender's process id. */
+int a2c_repl_backend_pid(const a2c_repl *r);
 
 /*
  * Reads one message without blocking: 1 with *m filled, 0 when none is

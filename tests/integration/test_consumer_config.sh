@@ -63,6 +63,7 @@ expect 2 'invalid --route "sideways"' --db "$db" --listen "$sock" --route sidewa
 expect 2 'needs --token-file' --db "$db" --listen tcp:127.0.0.1:0
 expect 2 'no worker listener' --db "$db"
 expect 2 'invalid --status-interval "0"' --db "$db" --listen "$sock" --status-interval 0
+expect 2 'invalid --stream-timeout "50" .0, or at least 100 ms.' --db "$db" --listen "$sock" --stream-timeout 50
 expect 2 'invalid --listen address "udp:x"' --db "$db" --listen udp:x
 expect 2 'invalid --metrics address' --db "$db" --listen "$sock" --metrics localhost
 expect 2 'unexpected argument "extra"' --db "$db" --listen "$sock" extra

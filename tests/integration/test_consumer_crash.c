@@ -16,6 +16,8 @@
 #include "test_consumer_util.h"
 
 static PGconn *db;
+/* A walsender a test stopped; teardown lets it run again. */
+static pid_t stopped_walsender;
 
 static const char *const trigger_sql =
         "set client_min_messages = warning;"
@@ -55,6 +57,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    if (stopped_walsender > 0)
+        kill(stopped_walsender, SIGCONT);
+    stopped_walsender = 0;
     tc_kill_leftovers();
     a2_test_exec(db, "set client_min_messages = warning");
     a2_test_exec(db, "drop trigger if exists tc_versions on a2_cursors");
@@ -393,6 +398,59 @@ static void test_walsender_terminated(void **state)
     tc_cleanup(&d);
 }
 
+/* Waits until the file holds needle; fails after timeout_ms. */
+static void wait_for_text(const char *path, const char *needle, int timeout_ms)
+{
+    int64_t t0 = a2_test_now_ms();
+    while (tc_count_in_file(path, needle) == 0) {
+        if (a2_test_now_ms() - t0 > timeout_ms) {
+            char *t = tc_read_file(path);
+            fail_msg("no \"%s\" in %d ms: %s", needle, timeout_ms, t ? t : "");
+        }
+        tc_sleep_ms(50);
+    }
+}
+
+/*
+ * A walsender that stops answering while its connection stays open
+ * (SIGSTOP): the consumer gives it up after --stream-timeout, says why the
+ * slot is still busy while the stopped process holds it, and streams again
+ * once it is gone, with nothing lost. An idle stream that answers is never
+ * given up.
+ */
+static void test_walsender_stopped(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_init(&d, "tc_stopped");
+    const char *extra[] = {"--stream-timeout", "1000", NULL};
+    tc_start_args(&d, 0, extra);
+    tc_sleep_ms(2500);
+    assert_int_equal(tc_count_in_file(d.log, "sent nothing"), 0);
+    burst(0, 50);
+    wait_caught_up(d.audit, 20000);
+    stopped_walsender = (pid_t)a2_test_int(
+            db, "select active_pid from pg_replication_slots where "
+                "slot_name = 'tc_stopped'");
+    assert_true(stopped_walsender > 0);
+    assert_int_equal(kill(stopped_walsender, SIGSTOP), 0);
+    int64_t t0 = a2_test_now_ms();
+    burst(50, 50);
+    wait_for_text(d.log, "the server sent nothing for", 10000);
+    assert_true(a2_test_now_ms() - t0 >= 1000);
+    wait_for_text(d.log,
+                  "is still held by the walsender of this consumer's "
+                  "last stream",
+                  10000);
+    assert_int_equal(kill(stopped_walsender, SIGCONT), 0);
+    stopped_walsender = 0;
+    wait_caught_up(d.audit, 30000);
+    assert_int_equal(tc_stop(&d), 0);
+    assert_exactly_once(d.audit);
+    assert_int_equal(tc_count_in_file(d.log, "streaming from slot"), 2);
+    tc_cleanup(&d);
+}
+
 /*
  * A slot invalidated by max_slot_wal_keep_size while the consumer is down:
  * it is recreated, the gap is one explicit audit record, streaming goes on.
@@ -530,6 +588,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_postgres_fast_restart, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_postgres_crash_restart, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_walsender_stopped, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_walsender_terminated, setup,
                                             teardown),
