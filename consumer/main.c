@@ -87,7 +87,7 @@ typedef struct {
     int64_t last_activity_ms;
     int64_t last_heartbeat_ms;
     int64_t last_recv_ms;   /* the last message of any kind from the server */
-    int ping_sent;          /* a reply was requested since that message */
+    int64_t ping_sent_ms;   /* when a reply was requested since it, or 0 */
     int walsender_pid;      /* of the last stream, which may outlive it */
     PGconn *tick_db;        /* presence expiry ticks: nonblocking, their own */
     int tick_busy;          /* a tick was sent and has not answered yet */
@@ -151,9 +151,11 @@ static void usage(FILE *f)
             "(default 10000)\n"
             "  --stream-timeout MS    reconnect when the server sends "
             "nothing for this\n"
-            "                         long; a reply is requested at half of "
-            "it\n"
-            "                         (default 60000, 0: never)\n"
+            "                         long (a reply is requested at half of "
+            "it), and\n"
+            "                         give up a query unanswered this long "
+            "(default\n"
+            "                         60000, 0: never)\n"
             "  --plugin NAME          output plugin of a new slot (default "
             "wal2json;\n"
             "                         other values are for tests)\n"
@@ -279,13 +281,18 @@ static int64_t sink_clear_index(void *ctx, const char *session)
     if (!d->db || PQstatus(d->db) != CONNECTION_OK)
         return -1;
     const char *values[1] = {session};
+    char err[512];
     PGresult *res =
-            PQexecParams(d->db,
-                         "select coalesce((select clear_index from a2_clears "
-                         "where session_id = $1), 0)",
-                         1, NULL, values, NULL, NULL, 0);
+            a2c_db_query(d->db,
+                         "select coalesce((select clear_index from "
+                         "a2_clears where session_id = $1), 0)",
+                         1, values, "read a clear marker", err, sizeof err);
+    if (!res) {
+        logline("%s", err);
+        return -1;
+    }
     int64_t idx = -1;
-    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+    if (PQntuples(res) == 1)
         idx = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
     PQclear(res);
     return idx;
@@ -558,7 +565,7 @@ started:
     d->down_reason[0] = '\0';
     d->last_activity_ms = mono_ms();
     d->last_recv_ms = d->last_activity_ms;
-    d->ping_sent = 0;
+    d->ping_sent_ms = 0;
     d->last_status_ms = 0;
     logline("streaming from slot \"%s\" at %X/%X", d->slot, LSN_ARGS(start));
     return 0;
@@ -638,28 +645,39 @@ static int handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
 /*
  * A stream the server has sent nothing on for half the stream timeout is
  * asked for a reply (a standby status update with its reply flag; the
- * walsender answers with a keepalive); one still silent at the full timeout
- * is dropped and opened again. A stopped or hung walsender, or a network
- * path that lost the connection without closing it, is noticed this way.
+ * walsender answers with a keepalive). One still silent at the full timeout,
+ * and half of it after the request, is dropped and opened again: a stopped
+ * or hung walsender, or a network path that lost the connection without
+ * closing it. The second condition keeps a stall of this loop (a slow query
+ * on the normal connection) from counting against the stream.
  */
+static int64_t silence_deadline(const daemon_t *d)
+{
+    int64_t half = d->stream_timeout_ms / 2;
+    if (!d->ping_sent_ms)
+        return d->last_recv_ms + half;
+    int64_t a = d->last_recv_ms + d->stream_timeout_ms;
+    int64_t b = d->ping_sent_ms + half;
+    return a > b ? a : b;
+}
+
 static void check_silence(daemon_t *d, int64_t now)
 {
-    if (!d->streaming || d->stream_timeout_ms <= 0)
+    if (!d->streaming || d->stream_timeout_ms <= 0 || now < silence_deadline(d))
         return;
-    int64_t quiet = now - d->last_recv_ms;
-    if (quiet >= d->stream_timeout_ms) {
+    if (d->ping_sent_ms) {
         char why[160];
         snprintf(why, sizeof why,
                  "the server sent nothing for %.1f s (--stream-timeout)",
-                 (double)quiet / 1000.0);
+                 (double)(now - d->last_recv_ms) / 1000.0);
         stream_down(d, why);
-    } else if (!d->ping_sent && quiet >= d->stream_timeout_ms / 2) {
-        char err[512];
-        if (send_status(d, 1, err, sizeof err) != 0)
-            stream_down(d, err);
-        else
-            d->ping_sent = 1;
+        return;
     }
+    char err[512];
+    if (send_status(d, 1, err, sizeof err) != 0)
+        stream_down(d, err);
+    else
+        d->ping_sent_ms = now;
 }
 
 /* ---- metrics ---- */
@@ -723,10 +741,15 @@ static char *render_metrics(void *ctx, int health, int *healthy)
     uint64_t current = 0;
     char err[256];
     if (ensure_db(d, err, sizeof err) == 0) {
-        PGresult *res = PQexec(d->db, "select pg_current_wal_lsn()");
-        if (PQresultStatus(res) == PGRES_TUPLES_OK)
+        PGresult *res =
+                a2c_db_query(d->db, "select pg_current_wal_lsn()", 0, NULL,
+                             "read the server's WAL position", err, sizeof err);
+        if (res) {
             (void)a2c_lsn_parse(PQgetvalue(res, 0, 0), &current);
-        PQclear(res);
+            PQclear(res);
+        } else {
+            logline("%s", err);
+        }
     }
     uint64_t flush = d->flush_sent;
     uint64_t lag = current > flush ? current - flush : 0;
@@ -857,9 +880,7 @@ static int run(daemon_t *d)
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
             if (d->stream_timeout_ms > 0) {
-                t = d->last_recv_ms - now +
-                    (d->ping_sent ? d->stream_timeout_ms
-                                  : d->stream_timeout_ms / 2);
+                t = silence_deadline(d) - now;
                 if (t < timeout)
                     timeout = t < 0 ? 0 : t;
             }
@@ -961,7 +982,7 @@ static int run(daemon_t *d)
                 }
                 if (i == 0) {
                     d->last_recv_ms = mono_ms();
-                    d->ping_sent = 0;
+                    d->ping_sent_ms = 0;
                 }
                 if (handle_message(d, &m, &reply, err, sizeof err) != 0) {
                     logline("%s", err);
@@ -1203,6 +1224,10 @@ int main(int argc, char **argv)
         rc = usage_error("%s", "--listen tcp: needs --token-file");
         goto done;
     }
+    /* The queries of the normal connection wait no longer than the stream
+     * does: a hung server must not hold the loop, and its wake-ups, for
+     * ever. */
+    a2c_db_set_timeout(d.stream_timeout_ms);
     if (!d.unix_path && !d.tcp_host) {
         rc = usage_error("%s", "no worker listener: give --listen unix:PATH "
                                "or --listen tcp:HOST:PORT");

@@ -5,10 +5,13 @@
 
 #include "apply.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 struct a2c_repl {
@@ -103,18 +106,91 @@ PGconn *a2c_db_connect(const char *conninfo, char *err, size_t errlen)
     return connect_with(conninfo, 0, err, errlen);
 }
 
+static int query_timeout_ms;
+
+void a2c_db_set_timeout(int ms)
+{
+    query_timeout_ms = ms > 0 ? ms : 0;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sends the query and waits for its last result, at most query_timeout_ms.
+ * On a timeout returns NULL with *timed_out set and the connection shut
+ * down, so that its next use fails and it is opened again. */
+static PGresult *exec_bounded(PGconn *db, const char *sql, int nparams,
+                              const char *const *params, int *timed_out)
+{
+    *timed_out = 0;
+    if (query_timeout_ms <= 0)
+        return nparams ? PQexecParams(db, sql, nparams, NULL, params, NULL,
+                                      NULL, 0)
+                       : PQexec(db, sql);
+    int sent = nparams ? PQsendQueryParams(db, sql, nparams, NULL, params, NULL,
+                                           NULL, 0)
+                       : PQsendQuery(db, sql);
+    if (!sent)
+        return NULL;
+    int64_t deadline = mono_ms() + query_timeout_ms;
+    PGresult *last = NULL;
+    for (;;) {
+        while (!PQisBusy(db)) {
+            PGresult *r = PQgetResult(db);
+            if (!r)
+                return last;
+            PQclear(last);
+            last = r;
+        }
+        int64_t left = deadline - mono_ms();
+        struct pollfd pfd = {PQsocket(db), POLLIN, 0};
+        int pr = left > 0 ? poll(&pfd, 1, (int)left) : 0;
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr == 0) {
+            PQclear(last);
+            *timed_out = 1;
+            shutdown(PQsocket(db), SHUT_RDWR);
+            (void)PQconsumeInput(db);
+            return NULL;
+        }
+        if (pr < 0 || !PQconsumeInput(db)) {
+            /* the connection is gone: what libpq still has says why */
+            while (!PQisBusy(db)) {
+                PGresult *r = PQgetResult(db);
+                if (!r)
+                    break;
+                PQclear(last);
+                last = r;
+            }
+            return last;
+        }
+    }
+}
+
 PGresult *a2c_db_query(PGconn *db, const char *sql, int nparams,
                        const char *const *params, const char *what, char *err,
                        size_t errlen)
 {
-    PGresult *res = nparams ? PQexecParams(db, sql, nparams, NULL, params, NULL,
-                                           NULL, 0)
-                            : PQexec(db, sql);
+    int timed_out;
+    PGresult *res = exec_bounded(db, sql, nparams, params, &timed_out);
+    if (timed_out) {
+        snprintf(err, errlen,
+                 "could not %s: no answer from the server in %.1f s "
+                 "(--stream-timeout)",
+                 what, (double)query_timeout_ms / 1000.0);
+        return NULL;
+    }
     if (PQresultStatus(res) != PGRES_TUPLES_OK &&
         PQresultStatus(res) != PGRES_COMMAND_OK) {
         char prefix[128];
         snprintf(prefix, sizeof prefix, "could not %s: ", what);
-        one_line(err, errlen, prefix, PQerrorMessage(db));
+        const char *m = res ? PQresultErrorMessage(res) : "";
+        one_line(err, errlen, prefix, *m ? m : PQerrorMessage(db));
         PQclear(res);
         return NULL;
     }

@@ -49,8 +49,14 @@ typedef struct {
 int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
                  a2c_slot_info *info, char *err, size_t errlen);
 
+/* How long a2c_db_query waits for an answer (ms; 0, the default: for
+ * ever). A query that times out leaves its connection broken, so the next
+ * check of the connection opens a new one. */
+void a2c_db_set_timeout(int ms);
+
 /* Runs sql (with nparams text params) on the normal connection; NULL with
- * "could not <what>: <the server's first line>" in err when it fails. */
+ * "could not <what>: <the server's first line>" in err when it fails or
+ * gets no answer in time. */
 PGresult *a2c_db_query(PGconn *db, const char *sql, int nparams,
                        const char *const *params, const char *what, char *err,
                        size_t errlen);

@@ -16,8 +16,8 @@
 #include "test_consumer_util.h"
 
 static PGconn *db;
-/* A walsender a test stopped; teardown lets it run again. */
-static pid_t stopped_walsender;
+/* A server process a test stopped; teardown lets it run again. */
+static pid_t stopped_pid;
 
 static const char *const trigger_sql =
         "set client_min_messages = warning;"
@@ -57,9 +57,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    if (stopped_walsender > 0)
-        kill(stopped_walsender, SIGCONT);
-    stopped_walsender = 0;
+    if (stopped_pid > 0)
+        kill(stopped_pid, SIGCONT);
+    stopped_pid = 0;
     tc_kill_leftovers();
     a2_test_exec(db, "set client_min_messages = warning");
     a2_test_exec(db, "drop trigger if exists tc_versions on a2_cursors");
@@ -429,11 +429,11 @@ static void test_walsender_stopped(void **state)
     assert_int_equal(tc_count_in_file(d.log, "sent nothing"), 0);
     burst(0, 50);
     wait_caught_up(d.audit, 20000);
-    stopped_walsender = (pid_t)a2_test_int(
+    stopped_pid = (pid_t)a2_test_int(
             db, "select active_pid from pg_replication_slots where "
                 "slot_name = 'tc_stopped'");
-    assert_true(stopped_walsender > 0);
-    assert_int_equal(kill(stopped_walsender, SIGSTOP), 0);
+    assert_true(stopped_pid > 0);
+    assert_int_equal(kill(stopped_pid, SIGSTOP), 0);
     int64_t t0 = a2_test_now_ms();
     burst(50, 50);
     wait_for_text(d.log, "the server sent nothing for", 10000);
@@ -442,12 +442,52 @@ static void test_walsender_stopped(void **state)
                   "is still held by the walsender of this consumer's "
                   "last stream",
                   10000);
-    assert_int_equal(kill(stopped_walsender, SIGCONT), 0);
-    stopped_walsender = 0;
+    assert_int_equal(kill(stopped_pid, SIGCONT), 0);
+    stopped_pid = 0;
     wait_caught_up(d.audit, 30000);
     assert_int_equal(tc_stop(&d), 0);
     assert_exactly_once(d.audit);
     assert_int_equal(tc_count_in_file(d.log, "streaming from slot"), 2);
+    tc_cleanup(&d);
+}
+
+/*
+ * The backend of the consumer's normal connection stops answering: an idle
+ * heartbeat waits no longer than --stream-timeout, the connection is opened
+ * again, and the stream, which answered all along, is kept.
+ */
+static void test_query_unanswered(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_init(&d, "tc_unanswered");
+    const char *extra[] = {"--stream-timeout", "1000", "--heartbeat-interval",
+                           "300", NULL};
+    tc_start_args(&d, 0, extra);
+    burst(0, 20);
+    wait_caught_up(d.audit, 20000);
+    stopped_pid = (pid_t)a2_test_int(
+            db, "select pid from pg_stat_activity where application_name = "
+                "'a2-consumer' and backend_type = 'client backend'");
+    assert_true(stopped_pid > 0);
+    assert_int_equal(kill(stopped_pid, SIGSTOP), 0);
+    int64_t t0 = a2_test_now_ms();
+    wait_for_text(d.log,
+                  "could not send a heartbeat: no answer from the server in "
+                  "1.0 s",
+                  10000);
+    assert_true(a2_test_now_ms() - t0 >= 1000);
+    assert_int_equal(kill(stopped_pid, SIGCONT), 0);
+    stopped_pid = 0;
+    burst(20, 20);
+    wait_caught_up(d.audit, 20000);
+    /* the heartbeats after it go out on a new connection */
+    tc_sleep_ms(1500);
+    assert_int_equal(tc_count_in_file(d.log, "could not send a heartbeat"), 1);
+    assert_int_equal(tc_stop(&d), 0);
+    assert_exactly_once(d.audit);
+    assert_int_equal(tc_count_in_file(d.log, "the server sent nothing"), 0);
+    assert_int_equal(tc_count_in_file(d.log, "streaming from slot"), 1);
     tc_cleanup(&d);
 }
 
@@ -590,6 +630,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_postgres_crash_restart, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_walsender_stopped, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_query_unanswered, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_walsender_terminated, setup,
                                             teardown),
