@@ -409,6 +409,19 @@ static void tick_answer(daemon_t *d)
     }
 }
 
+/* A tick unanswered for the stream timeout is given up with its connection;
+ * the next one goes out on a new connection. */
+static void tick_overdue(daemon_t *d)
+{
+    if (!d->tick_busy || d->stream_timeout_ms <= 0 ||
+        mono_ms() - d->expire_sent_ms < d->stream_timeout_ms)
+        return;
+    logline("a presence expiry tick got no answer from the server in %.1f s "
+            "(--stream-timeout); sending it on a new connection",
+            (double)d->stream_timeout_ms / 1000.0);
+    drop_tick_db(d);
+}
+
 /* Sends a presence expiry tick when the earliest kept field is due; its
  * commit (a WAL flush) is not waited for. */
 static void expire_presence(daemon_t *d)
@@ -898,6 +911,11 @@ static int run(daemon_t *d)
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }
+        if (d->tick_busy && d->stream_timeout_ms > 0) {
+            int64_t t = d->expire_sent_ms + d->stream_timeout_ms - now;
+            if (t < timeout)
+                timeout = t < 0 ? 0 : t;
+        }
         if (d->rebuild_at_ms) {
             int64_t t = d->rebuild_at_ms - now;
             if (t < timeout)
@@ -957,6 +975,7 @@ static int run(daemon_t *d)
             a2c_metrics_handle(d->met);
         if (itick >= 0 && pr > 0 && pfd[itick].revents)
             tick_answer(d);
+        tick_overdue(d);
 
         /* reconnect */
         if (!d->streaming && mono_ms() >= d->reconnect_at_ms) {

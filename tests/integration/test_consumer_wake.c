@@ -16,6 +16,8 @@
 #include "test_consumer_util.h"
 
 static PGconn *db;
+/* A server process a test stopped; teardown lets it run again. */
+static pid_t stopped_pid;
 
 static int setup(void **state)
 {
@@ -28,6 +30,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    if (stopped_pid > 0)
+        kill(stopped_pid, SIGCONT);
+    stopped_pid = 0;
     tc_kill_leftovers();
     PQfinish(db);
     return 0;
@@ -471,6 +476,52 @@ static void test_presence_expiry_tick_retried(void **state)
     tc_cleanup(&d);
 }
 
+/* The backend of the tick connection stops answering: the tick in flight
+ * is given up after --stream-timeout and sent again on a new connection. */
+static void test_presence_expiry_tick_unanswered(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker w;
+    tc_msg m;
+    tc_init(&d, "tc_tickhung");
+    sqlf("truncate a2_presence");
+    const char *extra[] = {"--stream-timeout", "1000", NULL};
+    tc_start_args(&d, 0, extra);
+    open_worker(&w, &d, "xw", "c", NULL);
+    tc_presence_sub(&w, "room");
+    tc_sleep_ms(100);
+    /* a first expiry opens the tick connection */
+    sqlf("insert into a2_presence values ('room', 'p1', 'typing', '\"yes\"', "
+         "null, 1, %" PRId64 ")",
+         tc_wall_ms() + 100);
+    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    assert_string_equal(m.fields, "typing=nil;");
+    stopped_pid = (pid_t)a2_test_int(
+            db, "select pid from pg_stat_activity where application_name = "
+                "'a2-consumer' and backend_type = 'client backend' and "
+                "query like '%emit_message(true%'");
+    assert_true(stopped_pid > 0);
+    assert_int_equal(kill(stopped_pid, SIGSTOP), 0);
+    int64_t due = tc_wall_ms() + 300;
+    sqlf("insert into a2_presence values ('room', 'p1', 'status', '\"away\"', "
+         "null, 2, %" PRId64 ")",
+         due);
+    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    assert_string_equal(m.fields, "status=away;");
+    assert_true(tc_wait_for(&w, "presence", 8000, &m));
+    assert_string_equal(m.fields, "status=nil;");
+    /* not before the hung tick was given up */
+    assert_true(tc_wall_ms() >= due + 1000);
+    assert_int_equal(tc_count_in_file(d.log, "tick got no answer"), 1);
+    assert_int_equal(kill(stopped_pid, SIGCONT), 0);
+    stopped_pid = 0;
+    tc_worker_close(&w);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
 static char *http_get(int port, const char *path)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -609,6 +660,8 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(test_presence_expiry_tick_retried,
                                             setup, teardown),
+            cmocka_unit_test_setup_teardown(
+                    test_presence_expiry_tick_unanswered, setup, teardown),
             cmocka_unit_test_setup_teardown(test_presence_expiry_pushed, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_metrics_heartbeat_and_stop,
