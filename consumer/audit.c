@@ -55,6 +55,7 @@ struct a2c_audit {
     int64_t state_at; /* monotonic ms of the last state file write */
     uint64_t lines;
     int outstanding; /* a background fsync was requested, not yet finished */
+    int failed; /* a write or fsync failed: what is marked is not all there */
     syncer sy;
     char *wbuf; /* WBUF_MAX bytes: lines a2c_audit_flush has yet to write */
     size_t wlen;
@@ -72,6 +73,7 @@ static int write_all(a2c_audit *a, const char *buf, size_t len, char *err,
         if (w < 0) {
             if (errno == EINTR)
                 continue;
+            a->failed = 1;
             snprintf(err, errlen, "could not write audit file \"%s\": %s",
                      a->path, strerror(errno));
             return -1;
@@ -678,6 +680,7 @@ int a2c_audit_sync_finish(a2c_audit *a, char *err, size_t errlen)
     }
     a->outstanding = 0;
     if (e != 0) {
+        a->failed = 1;
         snprintf(err, errlen, "could not fsync audit file \"%s\": %s", a->path,
                  strerror(e));
         return -1;
@@ -713,6 +716,7 @@ int a2c_audit_sync(a2c_audit *a, int state_interval_ms, char *err,
         if (a2c_audit_flush(a, err, errlen) != 0)
             return -1;
         if (fdatasync(a->fd) != 0) {
+            a->failed = 1;
             snprintf(err, errlen, "could not fsync audit file \"%s\": %s",
                      a->path, strerror(errno));
             return -1;
@@ -755,14 +759,21 @@ void a2c_audit_close(a2c_audit *a)
     sync_stop_thread(a);
     a->outstanding = 0;
     if (a->fd >= 0) {
+        /* The position file moves only over lines known to be in the file:
+         * after a failed write or fsync the file may end short of what is
+         * marked (a torn line, lines never written), and the next start
+         * writes the rest. */
         char err[256];
-        if (a2c_audit_flush(a, err, sizeof err) != 0)
+        if (!a->failed && a2c_audit_flush(a, err, sizeof err) != 0)
             fprintf(stderr, "a2-consumer: %s\n", err);
-        (void)fdatasync(a->fd);
-        a->dirty = 0;
-        a->durable = a->marked;
-        if (a->durable > a->state_written && a->state_path)
-            (void)write_state(a->state_path, a->durable, err, sizeof err);
+        if (!a->failed && fdatasync(a->fd) != 0)
+            a->failed = 1;
+        if (!a->failed) {
+            a->dirty = 0;
+            a->durable = a->marked;
+            if (a->durable > a->state_written && a->state_path)
+                (void)write_state(a->state_path, a->durable, err, sizeof err);
+        }
         close(a->fd);
     }
     free(a->wbuf);

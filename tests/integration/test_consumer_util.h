@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -29,6 +30,11 @@
 #include "a2test.h"
 
 /* ---- the daemon ---- */
+
+/* When set, the next consumers started may write files of at most this
+ * many bytes (RLIMIT_FSIZE, SIGXFSZ ignored: a write past it fails with
+ * EFBIG, as on a full disk). */
+static rlim_t tc_child_file_limit;
 
 /* Processes a test started and has not reaped yet (consumers, bursts), so
  * that a test that failed half-way leaves nothing running into the next. */
@@ -164,6 +170,11 @@ static inline int tc_start_args(tc_daemon *d, int expect_exit,
     if (pid == 0) {
         /* never outlive a test that failed half-way */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (tc_child_file_limit) {
+            struct rlimit rl = {tc_child_file_limit, tc_child_file_limit};
+            signal(SIGXFSZ, SIG_IGN);
+            setrlimit(RLIMIT_FSIZE, &rl);
+        }
         int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         dup2(fd, 2);
         close(fd);
