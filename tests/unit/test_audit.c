@@ -401,7 +401,8 @@ static void test_lines_gathered_until_flush(void **state)
 }
 
 /* A write the file refuses (here: past RLIMIT_FSIZE) fails the flush with
- * the file named, and a sync does not report durable what was not written. */
+ * the file named, and neither a sync nor the close reports durable what was
+ * not written. */
 static void test_flush_failure(void **state)
 {
     (void)state;
@@ -432,6 +433,18 @@ static void test_flush_failure(void **state)
     assert_int_equal(wrc, 0);
     assert_int_equal(src, -1);
     assert_true(a2c_audit_durable(a) == 0);
+    a2c_audit_close(a);
+    /* Closing after the failure leaves the position file where it was (at
+     * 0/0 since the open), not at the line that did not reach the file; the
+     * next open cuts the torn one and resumes from the start. */
+    const char *pos = slurp(spath);
+    assert_non_null(pos);
+    assert_int_equal(strncmp(pos, "0/0", 3), 0);
+    assert_null(strstr(pos, "0/100"));
+    a = a2c_audit_open(path, &r, err, sizeof err);
+    assert_non_null(a);
+    assert_true(r.done == 0);
+    assert_true(r.truncated_bytes == 16);
     a2c_audit_close(a);
 }
 
