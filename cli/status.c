@@ -7,6 +7,8 @@
  */
 #include "cli.h"
 
+#include "../store/conn.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -327,7 +329,7 @@ int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
     metrics ms = {0};
     json_t *doc = NULL;
     a2__table *t = NULL;
-    PGconn *conn = PQconnectdb(cli->db);
+    PGconn *conn = a2__connect(cli->db);
     if (PQstatus(conn) != CONNECTION_OK) {
         char *m = PQerrorMessage(conn);
         size_t n = strcspn(m, "\n");

@@ -3,6 +3,7 @@
  */
 #include "repl.h"
 
+#include "../store/conn.h"
 #include "apply.h"
 
 #include <errno.h>
@@ -45,15 +46,9 @@ static void one_line(char *dst, size_t len, const char *prefix, const char *msg)
 static PGconn *connect_with(const char *conninfo, int replication, char *err,
                             size_t errlen)
 {
-    const char *keys[7], *vals[7];
-    int n = 0;
-    /* A default the conninfo (which comes after) or PGCONNECT_TIMEOUT
-     * overrides: a host that never answers must not hold the loop for the
-     * kernel's minutes of connect retries. */
-    if (!getenv("PGCONNECT_TIMEOUT")) {
-        keys[n] = "connect_timeout";
-        vals[n++] = A2C_CONNECT_TIMEOUT;
-    }
+    const char *keys[A2__CONN_DEFAULTS + 5], *vals[A2__CONN_DEFAULTS + 5];
+    /* Defaults the conninfo (which comes after) overrides: see conn.h. */
+    int n = a2__conn_defaults(keys, vals);
     if (conninfo && *conninfo) {
         keys[n] = "dbname";
         vals[n++] = conninfo;

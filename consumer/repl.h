@@ -25,10 +25,6 @@
 
 /* ---- normal connection ---- */
 
-/* Seconds a connection attempt may take unless the conninfo or
- * PGCONNECT_TIMEOUT says otherwise. */
-#define A2C_CONNECT_TIMEOUT "10"
-
 /* Connects with conninfo (NULL or "" = PG* variables) plus TimeZone=UTC
  * and a default connect_timeout. Returns NULL with the reason in err. */
 PGconn *a2c_db_connect(const char *conninfo, char *err, size_t errlen);

@@ -3,6 +3,8 @@
  */
 #include "a2/schema.h"
 
+#include "conn.h"
+
 #include <libpq-fe.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,7 +39,7 @@ static void set_pq_err(char *err, size_t errlen, const char *what, PGconn *conn)
 
 static PGconn *open_conn(const char *conninfo, char *err, size_t errlen)
 {
-    PGconn *conn = PQconnectdb(conninfo ? conninfo : "");
+    PGconn *conn = a2__connect(conninfo);
     if (!conn) {
         set_err(err, errlen, "could not connect: out of memory");
         return NULL;

@@ -4,6 +4,8 @@
  */
 #include "store_int.h"
 
+#include "conn.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -172,20 +174,7 @@ static int connect_store(a2_store *s)
         s->conn = NULL;
     }
     s->prepared = false;
-    /* A default connect_timeout that the conninfo (after it) or
-     * PGCONNECT_TIMEOUT overrides: a host that never answers fails the
-     * call instead of holding it for the kernel's minutes of retries. */
-    const char *keys[3], *vals[3];
-    int n = 0;
-    if (!getenv("PGCONNECT_TIMEOUT")) {
-        keys[n] = "connect_timeout";
-        vals[n++] = A2_STORE_CONNECT_TIMEOUT;
-    }
-    keys[n] = "dbname";
-    vals[n++] = s->conninfo;
-    keys[n] = NULL;
-    vals[n] = NULL;
-    s->conn = PQconnectdbParams(keys, vals, 1);
+    s->conn = a2__connect(s->conninfo);
     if (!s->conn)
         return a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
     if (PQstatus(s->conn) != CONNECTION_OK) {

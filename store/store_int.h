@@ -10,10 +10,6 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
-/* Seconds a connection attempt may take unless the conninfo or
- * PGCONNECT_TIMEOUT says otherwise. */
-#define A2_STORE_CONNECT_TIMEOUT "10"
-
 struct a2_store {
     PGconn *conn;
     char *conninfo;

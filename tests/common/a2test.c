@@ -6,10 +6,16 @@
 
 #include <cmocka.h>
 
+#include <dirent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 const char *a2_test_db(void)
 {
@@ -88,4 +94,68 @@ const char *a2_test_bin(const char *name)
     const char *bin = getenv("A2_BIN");
     snprintf(path, sizeof path, "%s/%s", bin ? bin : "build/release/bin", name);
     return path;
+}
+
+int a2_test_tcp_sockets(int pid, int port, const int *skip, int nskip,
+                        a2_test_tcp *out, int max)
+{
+    if (pid == 0)
+        pid = (int)getpid();
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0)
+        return -1;
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
+    DIR *d = opendir(dir);
+    if (!d) {
+        close(pidfd);
+        return -1;
+    }
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < max) {
+        if (e->d_name[0] == '.')
+            continue;
+        int target = atoi(e->d_name);
+        int skipped = 0;
+        for (int i = 0; i < nskip; i++)
+            skipped |= pid == (int)getpid() && skip[i] == target;
+        if (skipped)
+            continue;
+        int fd = (int)syscall(SYS_pidfd_getfd, pidfd, target, 0);
+        if (fd < 0)
+            continue;
+        struct sockaddr_storage peer;
+        socklen_t len = sizeof peer;
+        int type = 0;
+        socklen_t tl = sizeof type;
+        int peer_port = -1;
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
+            type == SOCK_STREAM &&
+            getpeername(fd, (struct sockaddr *)&peer, &len) == 0) {
+            if (peer.ss_family == AF_INET)
+                peer_port = ntohs(((struct sockaddr_in *)&peer)->sin_port);
+            else if (peer.ss_family == AF_INET6)
+                peer_port = ntohs(((struct sockaddr_in6 *)&peer)->sin6_port);
+        }
+        if (peer_port == port) {
+            a2_test_tcp *t = &out[n++];
+            *t = (a2_test_tcp){0};
+            socklen_t l = sizeof(int);
+            getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &t->keepalive, &l);
+            l = sizeof(int);
+            getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &t->idle, &l);
+            l = sizeof(int);
+            getsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &t->interval, &l);
+            l = sizeof(int);
+            getsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &t->count, &l);
+            l = sizeof(int);
+            getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &t->user_timeout_ms,
+                       &l);
+        }
+        close(fd);
+    }
+    closedir(d);
+    close(pidfd);
+    return n;
 }

@@ -44,4 +44,22 @@ int64_t a2_test_now_ms(void);
 /* Path of a built program: $A2_BIN/name (static buffer, until next call). */
 const char *a2_test_bin(const char *name);
 
+/* A TCP socket's keepalive settings and TCP_USER_TIMEOUT. */
+typedef struct {
+    int keepalive;       /* SO_KEEPALIVE */
+    int idle;            /* TCP_KEEPIDLE, s */
+    int interval;        /* TCP_KEEPINTVL, s */
+    int count;           /* TCP_KEEPCNT */
+    int user_timeout_ms; /* TCP_USER_TIMEOUT */
+} a2_test_tcp;
+
+/*
+ * The settings of each TCP socket of process pid (0: this one) that is
+ * connected to port, read through pidfd_getfd; fd numbers of this process
+ * listed in skip are left out. Returns how many were found (at most max),
+ * or -1 when they cannot be read.
+ */
+int a2_test_tcp_sockets(int pid, int port, const int *skip, int nskip,
+                        a2_test_tcp *out, int max);
+
 #endif

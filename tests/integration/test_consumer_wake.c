@@ -476,6 +476,29 @@ static void test_presence_expiry_tick_retried(void **state)
     tc_cleanup(&d);
 }
 
+/* Both of the consumer's connections notice a server that vanished without
+ * closing them: TCP keepalives after 30 s idle and a 60 s
+ * TCP_USER_TIMEOUT. */
+static void test_connection_keepalives(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_init(&d, "tc_keepalive");
+    tc_start(&d);
+    a2_test_tcp t[8];
+    int n = a2_test_tcp_sockets(d.pid, atoi(PQport(db)), NULL, 0, t, 8);
+    assert_int_equal(n, 2); /* the stream and the normal connection */
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(t[i].keepalive, 1);
+        assert_int_equal(t[i].idle, 30);
+        assert_int_equal(t[i].interval, 10);
+        assert_int_equal(t[i].count, 3);
+        assert_int_equal(t[i].user_timeout_ms, 60000);
+    }
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
 /* The backend of the tick connection stops answering: the tick in flight
  * is given up after --stream-timeout and sent again on a new connection. */
 static void test_presence_expiry_tick_unanswered(void **state)
@@ -662,6 +685,8 @@ int main(void)
                                             setup, teardown),
             cmocka_unit_test_setup_teardown(
                     test_presence_expiry_tick_unanswered, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_connection_keepalives, setup,
+                                            teardown),
             cmocka_unit_test_setup_teardown(test_presence_expiry_pushed, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_metrics_heartbeat_and_stop,

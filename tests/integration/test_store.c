@@ -210,6 +210,38 @@ static void test_open_unavailable(void **state)
     assert_non_null(strstr(err.message, "could not connect"));
 }
 
+/* The store's TCP connection notices a server that vanished without closing
+ * it: keepalives after 30 s idle (every 10 s, 3 probes) and a 60 s
+ * TCP_USER_TIMEOUT, unless the conninfo says otherwise. */
+static void test_connection_defaults(void **state)
+{
+    (void)state;
+    PGconn *probe = a2_test_connect();
+    int port = atoi(PQport(probe));
+    int own = PQsocket(probe);
+    a2_store *s = NULL;
+    a2_store_error err;
+    a2_test_tcp t[4];
+    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
+    assert_int_equal(a2_test_tcp_sockets(0, port, &own, 1, t, 4), 1);
+    assert_int_equal(t[0].keepalive, 1);
+    assert_int_equal(t[0].idle, 30);
+    assert_int_equal(t[0].interval, 10);
+    assert_int_equal(t[0].count, 3);
+    assert_int_equal(t[0].user_timeout_ms, 60000);
+    a2_store_close(s);
+    char conninfo[1024];
+    snprintf(conninfo, sizeof conninfo,
+             "%s keepalives_idle=7 tcp_user_timeout=5000", a2_test_db());
+    assert_int_equal(a2_store_open(&s, conninfo, &err), 0);
+    assert_int_equal(a2_test_tcp_sockets(0, port, &own, 1, t, 4), 1);
+    assert_int_equal(t[0].idle, 7);
+    assert_int_equal(t[0].interval, 10);
+    assert_int_equal(t[0].user_timeout_ms, 5000);
+    a2_store_close(s);
+    PQfinish(probe);
+}
+
 static void test_schema_missing(void **state)
 {
     fx *f = *state;
@@ -1382,6 +1414,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_invalid_arguments, setup,
                                             teardown),
             cmocka_unit_test(test_open_unavailable),
+            cmocka_unit_test(test_connection_defaults),
             cmocka_unit_test_setup_teardown(test_schema_missing, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_connection_lost, setup,
