@@ -46,24 +46,11 @@ static void one_line(char *dst, size_t len, const char *prefix, const char *msg)
 static PGconn *connect_with(const char *conninfo, int replication, char *err,
                             size_t errlen)
 {
-    const char *keys[A2__CONN_DEFAULTS + 5], *vals[A2__CONN_DEFAULTS + 5];
-    /* Defaults the conninfo (which comes after) overrides: see conn.h. */
-    int n = a2__conn_defaults(keys, vals);
-    if (conninfo && *conninfo) {
-        keys[n] = "dbname";
-        vals[n++] = conninfo;
-    }
-    if (replication) {
-        keys[n] = "replication";
-        vals[n++] = "database";
-    }
-    keys[n] = "options";
-    vals[n++] = "-c TimeZone=UTC";
-    keys[n] = "application_name";
-    vals[n++] = "a2-consumer";
-    keys[n] = NULL;
-    vals[n] = NULL;
-    PGconn *c = PQconnectdbParams(keys, vals, 1);
+    /* After the conninfo, so they win over it. */
+    const char *keys[] = {"options", "application_name",
+                          replication ? "replication" : NULL, NULL};
+    const char *vals[] = {"-c TimeZone=UTC", "a2-consumer", "database", NULL};
+    PGconn *c = a2__connect_with(conninfo, keys, vals);
     if (!c) {
         snprintf(err, errlen,
                  "could not connect to the database: out of memory");
@@ -115,6 +102,23 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Takes the results libpq has complete, keeping the last (the one PQexec
+ * would return); *done when the query has no more. */
+static PGresult *take_results(PGconn *db, PGresult *last, int *done)
+{
+    *done = 0;
+    while (!PQisBusy(db)) {
+        PGresult *r = PQgetResult(db);
+        if (!r) {
+            *done = 1;
+            break;
+        }
+        PQclear(last);
+        last = r;
+    }
+    return last;
+}
+
 /* Sends the query and waits for its last result, at most query_timeout_ms.
  * On a timeout returns NULL with *timed_out set and the connection shut
  * down, so that its next use fails and it is opened again. */
@@ -134,13 +138,10 @@ static PGresult *exec_bounded(PGconn *db, const char *sql, int nparams,
     int64_t deadline = mono_ms() + query_timeout_ms;
     PGresult *last = NULL;
     for (;;) {
-        while (!PQisBusy(db)) {
-            PGresult *r = PQgetResult(db);
-            if (!r)
-                return last;
-            PQclear(last);
-            last = r;
-        }
+        int done;
+        last = take_results(db, last, &done);
+        if (done)
+            return last;
         int64_t left = deadline - mono_ms();
         struct pollfd pfd = {PQsocket(db), POLLIN, 0};
         int pr = left > 0 ? poll(&pfd, 1, (int)left) : 0;
@@ -153,17 +154,9 @@ static PGresult *exec_bounded(PGconn *db, const char *sql, int nparams,
             (void)PQconsumeInput(db);
             return NULL;
         }
-        if (pr < 0 || !PQconsumeInput(db)) {
+        if (pr < 0 || !PQconsumeInput(db))
             /* the connection is gone: what libpq still has says why */
-            while (!PQisBusy(db)) {
-                PGresult *r = PQgetResult(db);
-                if (!r)
-                    break;
-                PQclear(last);
-                last = r;
-            }
-            return last;
-        }
+            return take_results(db, last, &done);
     }
 }
 

@@ -1,19 +1,17 @@
 /*
- * The libpq settings every a2 program puts ahead of its conninfo. Not
- * installed.
+ * How every a2 program connects: libpq settings put ahead of its conninfo.
+ * Not installed.
  */
 #ifndef A2_STORE_CONN_H
 #define A2_STORE_CONN_H
 
 #include <libpq-fe.h>
 
-/* Most entries a2__conn_defaults writes. */
-#define A2__CONN_DEFAULTS 5
-
 /*
- * Writes the defaults into keys/vals (room for A2__CONN_DEFAULTS) and
- * returns how many it wrote. Put them before the conninfo, whose settings
- * then win (PQconnectdbParams with expand_dbname):
+ * PQconnectdbParams of the defaults, then conninfo (NULL or "": the PG*
+ * variables), then the NULL-terminated extra keys and values (NULL: none),
+ * later settings winning (expand_dbname). Like PQconnectdb: check PQstatus.
+ * The defaults:
  * - connect_timeout=10, unless PGCONNECT_TIMEOUT is set: a host that never
  *   answers fails the connect instead of holding it for the kernel's
  *   minutes of retries;
@@ -22,10 +20,10 @@
  *   connection (power loss, a partition) fails a waiting call within about
  *   a minute instead of the kernel's hours. Unix sockets ignore both.
  */
-int a2__conn_defaults(const char **keys, const char **vals);
+PGconn *a2__connect_with(const char *conninfo, const char *const *extra_keys,
+                         const char *const *extra_vals);
 
-/* PQconnectdbParams of the defaults and conninfo (NULL or "": the PG*
- * variables). Like PQconnectdb: check PQstatus. */
+/* a2__connect_with and no extra settings. */
 PGconn *a2__connect(const char *conninfo);
 
 #endif

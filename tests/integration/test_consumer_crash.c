@@ -16,8 +16,6 @@
 #include "test_consumer_util.h"
 
 static PGconn *db;
-/* A server process a test stopped; teardown lets it run again. */
-static pid_t stopped_pid;
 
 static const char *const trigger_sql =
         "set client_min_messages = warning;"
@@ -57,9 +55,6 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    if (stopped_pid > 0)
-        kill(stopped_pid, SIGCONT);
-    stopped_pid = 0;
     tc_kill_leftovers();
     a2_test_exec(db, "set client_min_messages = warning");
     a2_test_exec(db, "drop trigger if exists tc_versions on a2_cursors");
@@ -429,11 +424,8 @@ static void test_walsender_stopped(void **state)
     assert_int_equal(tc_count_in_file(d.log, "sent nothing"), 0);
     burst(0, 50);
     wait_caught_up(d.audit, 20000);
-    stopped_pid = (pid_t)a2_test_int(
-            db, "select active_pid from pg_replication_slots where "
-                "slot_name = 'tc_stopped'");
-    assert_true(stopped_pid > 0);
-    assert_int_equal(kill(stopped_pid, SIGSTOP), 0);
+    tc_stop_process(db, "select active_pid from pg_replication_slots where "
+                        "slot_name = 'tc_stopped'");
     burst(50, 50);
     wait_for_text(d.log, "the server sent nothing for", 10000);
     /* the silence it names is at least the timeout */
@@ -448,8 +440,7 @@ static void test_walsender_stopped(void **state)
                   "is still held by the walsender of this consumer's "
                   "last stream",
                   10000);
-    assert_int_equal(kill(stopped_pid, SIGCONT), 0);
-    stopped_pid = 0;
+    tc_continue_process();
     wait_caught_up(d.audit, 30000);
     assert_int_equal(tc_stop(&d), 0);
     assert_exactly_once(d.audit);
@@ -472,17 +463,14 @@ static void test_query_unanswered(void **state)
     tc_start_args(&d, 0, extra);
     burst(0, 20);
     wait_caught_up(d.audit, 20000);
-    stopped_pid = (pid_t)a2_test_int(
-            db, "select pid from pg_stat_activity where application_name = "
-                "'a2-consumer' and backend_type = 'client backend'");
-    assert_true(stopped_pid > 0);
-    assert_int_equal(kill(stopped_pid, SIGSTOP), 0);
+    tc_stop_process(db,
+                    "select pid from pg_stat_activity where application_name = "
+                    "'a2-consumer' and backend_type = 'client backend'");
     wait_for_text(d.log,
                   "could not send a heartbeat: no answer from the server in "
                   "1.0 s",
                   10000);
-    assert_int_equal(kill(stopped_pid, SIGCONT), 0);
-    stopped_pid = 0;
+    tc_continue_process();
     burst(20, 20);
     wait_caught_up(d.audit, 20000);
     /* the heartbeats after it go out on a new connection */

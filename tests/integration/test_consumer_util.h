@@ -57,8 +57,32 @@ static inline void tc_untrack(pid_t pid)
 }
 
 /* Kills and reaps whatever a failed test left running (call in teardown). */
+/* A server process a test stopped (tc_stop_process); 0 when none. */
+static pid_t tc_stopped_pid;
+
+/* Stops (SIGSTOP) the server process whose pid the query on db returns, and
+ * remembers it so that tc_kill_leftovers lets it run again. */
+static inline pid_t tc_stop_process(PGconn *db, const char *pid_sql)
+{
+    tc_stopped_pid = (pid_t)a2_test_int(db, pid_sql);
+    assert_true(tc_stopped_pid > 0);
+    assert_int_equal(kill(tc_stopped_pid, SIGSTOP), 0);
+    return tc_stopped_pid;
+}
+
+/* Lets the stopped process run again. */
+static inline void tc_continue_process(void)
+{
+    if (tc_stopped_pid > 0)
+        assert_int_equal(kill(tc_stopped_pid, SIGCONT), 0);
+    tc_stopped_pid = 0;
+}
+
 static inline void tc_kill_leftovers(void)
 {
+    if (tc_stopped_pid > 0)
+        kill(tc_stopped_pid, SIGCONT);
+    tc_stopped_pid = 0;
     for (int i = 0; i < 32; i++)
         if (tc_pids[i] > 0) {
             kill(tc_pids[i], SIGKILL);

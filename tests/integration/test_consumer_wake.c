@@ -16,8 +16,6 @@
 #include "test_consumer_util.h"
 
 static PGconn *db;
-/* A server process a test stopped; teardown lets it run again. */
-static pid_t stopped_pid;
 
 static int setup(void **state)
 {
@@ -30,9 +28,6 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    if (stopped_pid > 0)
-        kill(stopped_pid, SIGCONT);
-    stopped_pid = 0;
     tc_kill_leftovers();
     PQfinish(db);
     return 0;
@@ -521,12 +516,10 @@ static void test_presence_expiry_tick_unanswered(void **state)
     assert_true(tc_wait_for(&w, "presence", 5000, &m));
     assert_true(tc_wait_for(&w, "presence", 5000, &m));
     assert_string_equal(m.fields, "typing=nil;");
-    stopped_pid = (pid_t)a2_test_int(
-            db, "select pid from pg_stat_activity where application_name = "
-                "'a2-consumer' and backend_type = 'client backend' and "
-                "query like '%emit_message(true%'");
-    assert_true(stopped_pid > 0);
-    assert_int_equal(kill(stopped_pid, SIGSTOP), 0);
+    tc_stop_process(db,
+                    "select pid from pg_stat_activity where application_name = "
+                    "'a2-consumer' and backend_type = 'client backend' and "
+                    "query like '%emit_message(true%'");
     int64_t due = tc_wall_ms() + 300;
     sqlf("insert into a2_presence values ('room', 'p1', 'status', '\"away\"', "
          "null, 2, %" PRId64 ")",
@@ -538,8 +531,7 @@ static void test_presence_expiry_tick_unanswered(void **state)
     /* not before the hung tick was given up */
     assert_true(tc_wall_ms() >= due + 1000);
     assert_int_equal(tc_count_in_file(d.log, "tick got no answer"), 1);
-    assert_int_equal(kill(stopped_pid, SIGCONT), 0);
-    stopped_pid = 0;
+    tc_continue_process();
     tc_worker_close(&w);
     assert_int_equal(tc_stop(&d), 0);
     tc_cleanup(&d);
