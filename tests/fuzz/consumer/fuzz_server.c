@@ -29,11 +29,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static a2c_server *srv;
 static char path[108];
 
+/* libFuzzer ends with exit(): the socket file goes with the process. */
+static void remove_socket(void)
+{
+    unlink(path);
+}
+
 static void setup(void)
 {
     char err[256];
     snprintf(path, sizeof path, "/tmp/a2-fuzz-server.%d.sock", (int)getpid());
     unlink(path);
+    atexit(remove_socket);
     a2c_server_options o = {
             .unix_path = path, .hello_timeout_ms = 200, .queue_limit = 64};
     srv = a2c_server_new(&o, err, sizeof err);

@@ -28,11 +28,18 @@ static int lfd = -1;
 static char path[108];
 static volatile size_t sink;
 
+/* libFuzzer ends with exit(): the socket file goes with the process. */
+static void remove_socket(void)
+{
+    unlink(path);
+}
+
 static void setup(void)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     snprintf(path, sizeof path, "/tmp/a2-fuzz-worker.%d.sock", (int)getpid());
     unlink(path);
+    atexit(remove_socket);
     memcpy(a.sun_path, path, strlen(path) + 1);
     lfd = socket(AF_UNIX, SOCK_STREAM, 0);
     if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 ||
