@@ -96,6 +96,32 @@ bench_consumer_stop() {
     : >"$dir/consumer.log"
 }
 
+# bench_recv_start SLOT / bench_recv_stop: pg_recvlogical draining SLOT
+# (created here, with a2-consumer's wal2json options) to /dev/null, pid in
+# $recv_pid; the stop drops the slot.
+recv_pid=
+recv_slot=
+bench_recv_start() {
+    recv_slot=$1
+    "$PGBIN/pg_recvlogical" -d "$db" --slot "$recv_slot" --create-slot --if-not-exists -P wal2json >/dev/null 2>&1
+    "$PGBIN/pg_recvlogical" -d "$db" --slot "$recv_slot" --start -f /dev/null \
+        -o format-version=2 -o include-xids=1 -o include-timestamp=1 -o include-lsn=1 \
+        -o include-types=0 -o add-msg-prefixes=a2-hb \
+        -o add-tables=public.a2_events,public.a2_cursors,public.a2_lane_events,public.a2_clears,public.a2_presence \
+        >/dev/null 2>&1 &
+    recv_pid=$!
+    bench_pids+=("$recv_pid")
+    echo "$recv_pid" >>"$dir/pids"
+    sleep 0.5
+}
+bench_recv_stop() {
+    [ -n "$recv_pid" ] || return 0
+    kill -INT "$recv_pid" 2>/dev/null || true
+    wait "$recv_pid" 2>/dev/null || true
+    recv_pid=
+    bench_drop_slot "$recv_slot"
+}
+
 bench_drop_slot() {
     psql "$db" -qAtc "select pg_drop_replication_slot('$1')" >/dev/null 2>&1 || true
 }
