@@ -15,7 +15,25 @@
 
 #define REDUCER P_TEXT("reducer")
 
-/* A write below the clear marker aborts the call. */
+/*
+ * The live heads the pins name, read for share in primary-key order before
+ * the session lock, as append's fence does with its causes: a completion
+ * holds its cursor row while it waits for the session lock, so taking the
+ * rows after the lock could deadlock with it. Nothing that runs under the
+ * session lock waits for a live head's row it did not lock first.
+ */
+#define SQL_STATE_PIN_LOCK                                                  \
+    "with req as (select distinct p.consumer, p.cursor_key, p.idx from "    \
+    "jsonb_to_recordset($1->'pins') as p(consumer text, cursor_key text, "  \
+    "idx bigint)), live as materialized (select 1 from a2_cursors cur "     \
+    "where cur.session_id = " SESSION " and cur.failed_at is null and "     \
+    "exists (select 1 from req where req.consumer = cur.consumer and "      \
+    "req.cursor_key = cur.cursor_key and req.idx = cur.head) order by "     \
+    "cur.cursor_key, cur.consumer, cur.epoch for share of cur) select "     \
+    "jsonb_build_object('live', count(*)) from live"
+
+/* A write below the clear marker aborts the call (read under the session
+ * lock: every clear that committed before it is seen). */
 #define SQL_STATE_CLEARED                                                   \
     "select jsonb_build_object('abort', 'cleared', 'clear_index', "         \
     "boundary.clear_index) from (select " CLEAR_INDEX " as clear_index) "   \
@@ -261,9 +279,14 @@ int a2_store_write_state(a2_store *s, const char *session, const char *reducer,
     json_t *p = write_params(s, session, reducer, writes, nwrites, &rc);
     if (!p)
         return rc;
-    const char *st[] = {SQL_STATE_CLEARED, SQL_STATE_WRITE};
+    bool pinned = false;
+    for (size_t i = 0; i < nwrites; i++)
+        pinned = pinned || writes[i].npins > 0;
+    /* Like every other write: the session lock, then the clear check. */
+    const char *st[] = {pinned ? SQL_STATE_PIN_LOCK : NULL, SQL_LOCK_SESSION,
+                        SQL_STATE_CLEARED, SQL_STATE_WRITE};
     json_t *rows = NULL, *abort_row = NULL;
-    rc = a2__store_batch(s, st, 2, p, &rows, &abort_row);
+    rc = a2__store_batch(s, st, sizeof st / sizeof *st, p, &rows, &abort_row);
     if (rc == A2__ABORTED) {
         rc = a2__store_fail(
                 s, A2_ESESSION_CLEARED,

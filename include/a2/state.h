@@ -107,7 +107,9 @@ typedef struct a2_state_write_result {
  * becomes the latest snapshot unless a newer one is stored; versions with
  * accepted pins go to the history. Two writes with the same up_to_index in
  * one call are refused (A2_EINVALID_ARGUMENT). A write below the session's
- * clear marker fails with A2_ESESSION_CLEARED and writes nothing.
+ * clear marker fails with A2_ESESSION_CLEARED and writes nothing. Like every
+ * write, it runs under the session's advisory lock; the pinned heads' rows
+ * are read for share before it, in the order append's fence takes them.
  */
 A2_STORE_MUST_CHECK int
 a2_store_write_state(a2_store *store, const char *session, const char *reducer,

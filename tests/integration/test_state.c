@@ -1,7 +1,8 @@
 /*
  * liba2store snapshots against a real PostgreSQL: write_state and
  * read_state, pins only on live heads, their release on complete, skip and
- * dead letter, history kept while a pin needs it, the clear marker.
+ * dead letter, history kept while a pin needs it, the clear marker, and
+ * write_state under the session lock.
  */
 #include "a2/state.h"
 #include "a2/store.h"
@@ -572,6 +573,100 @@ static void test_completion_waits_for_pins(void **state)
     assert_int_equal(history_of(f), 0);
 }
 
+/* A write waits for the session lock: a clear that commits meanwhile is
+ * seen by its check, and a write below the new marker stores nothing. */
+static void *plain_writer(void *p)
+{
+    writer_arg *w = p;
+    a2_store *s;
+    a2_store_error err;
+    if (a2_store_open(&s, a2_test_db(), &err) != 0) {
+        w->rc = -100;
+        return NULL;
+    }
+    a2_state_write wr = {.up_to_index = 1, .state = "\"v1\""};
+    w->rc = a2_store_write_state(s, w->f->session, "r", &wr, 1, &w->wr);
+    a2_store_close(s);
+    return NULL;
+}
+
+static void test_write_waits_for_clear(void **state)
+{
+    fx *f = *state;
+    append_n(f, 1, NULL, 0);
+    /* What a clear does under the session lock, held open: the marker
+     * event at 2 and the clear index. */
+    char sql[1024];
+    a2_test_exec(f->db, "begin");
+    snprintf(sql, sizeof sql,
+             "select pg_advisory_xact_lock(hashtext('%s')); insert into "
+             "a2_events (session_id, idx, event_type, payload, event_id, "
+             "created_at) values ('%s', 2, '" A2_STORE_CLEAR_TYPE
+             "', 'null', 'marker', 0); insert into a2_clears values ('%s', "
+             "2)",
+             f->session, f->session, f->session);
+    a2_test_exec(f->db, sql);
+    writer_arg w = {.f = f};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, plain_writer, &w), 0);
+    PGconn *probe = a2_test_connect();
+    int waited = a2_test_lock_waiters(probe,
+                                      "query like '%a2_batch%' and "
+                                      "wait_event = 'advisory'",
+                                      1, 5000) > 0;
+    PQfinish(probe);
+    a2_test_exec(f->db, "commit");
+    pthread_join(t, NULL);
+    assert_true(waited);
+    assert_int_equal(w.rc, A2_ESESSION_CLEARED);
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_snapshots where "
+                               "session_id = '%s'",
+                               f->session),
+                     0);
+    expect_state(f, A2_STORE_NONE, false, 0, NULL);
+}
+
+/* A pinning write holds its head for share while it waits for the session
+ * lock; a completion of that head waits for the write, not the other way
+ * round, and then releases the pin the write stored. */
+static void test_pinning_write_under_session_lock(void **state)
+{
+    fx *f = *state;
+    a2_target tg = {.consumer = "a"};
+    append_n(f, 1, &tg, 1);
+    claim_all(f);
+    char sql[256];
+    a2_test_exec(f->db, "begin");
+    snprintf(sql, sizeof sql, "select pg_advisory_xact_lock(hashtext('%s'))",
+             f->session);
+    free(a2_test_scalar(f->db, sql));
+    writer_arg w = {.f = f};
+    pthread_t tw, tc;
+    assert_int_equal(pthread_create(&tw, NULL, pin_writer, &w), 0);
+    PGconn *probe = a2_test_connect();
+    int writer_waited = a2_test_lock_waiters(probe,
+                                             "query like '%a2_batch%' and "
+                                             "wait_event = 'advisory'",
+                                             1, 5000) > 0;
+    completer_arg c = {.f = f};
+    assert_int_equal(pthread_create(&tc, NULL, completer, &c), 0);
+    int64_t both =
+            a2_test_lock_waiters(probe, "query like '%a2_batch%'", 2, 5000);
+    PQfinish(probe);
+    a2_test_exec(f->db, "commit");
+    pthread_join(tw, NULL);
+    pthread_join(tc, NULL);
+    assert_true(writer_waited);
+    assert_int_equal(both, 2);
+    assert_int_equal(w.rc, 0);
+    assert_int_equal(w.wr.pins_accepted, 1);
+    assert_int_equal(c.rc, 0);
+    assert_int_equal(c.cr.outcome, A2_ATTEMPT_COMPLETED);
+    a2_complete_result_free(&c.cr);
+    assert_int_equal(pins_of(f), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -592,6 +687,10 @@ int main(void)
                                             setup, teardown),
             cmocka_unit_test_setup_teardown(test_completion_waits_for_pins,
                                             setup, teardown),
+            cmocka_unit_test_setup_teardown(test_write_waits_for_clear, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(
+                    test_pinning_write_under_session_lock, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

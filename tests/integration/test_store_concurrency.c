@@ -4,6 +4,7 @@
  * (A2_STORE_SOAK_SECONDS, 30 by default) that must end with no deadlock and
  * every invariant intact.
  */
+#include "a2/state.h"
 #include "a2/store.h"
 #include "a2test.h"
 
@@ -723,6 +724,7 @@ typedef struct soak {
     char unexpected_msg[1200];
     int64_t ops[16];
     int64_t deadlock_errors;
+    int64_t pins_stored; /* write_state pins accepted */
     volatile int stop;
 } soak;
 
@@ -965,6 +967,24 @@ static void *soak_worker(void *arg)
             rc = a2_store_wake_log(s, session, &soak_consumers[2], &cs, &head);
             soak_check(s, rc, "wake_log");
             a2_cursors_free(&cs);
+        } else if (op < 95 && nmine > 0) { /* a snapshot pinning a head */
+            held *m = &mine[(size_t)rand_r(&seed) % nmine];
+            snprintf(session, sizeof session, "%s-soak-%d", prefix, m->session);
+            a2_state_pin pin = {.consumer = m->consumer,
+                                .lane = m->lane[0] ? m->lane : NULL,
+                                .index = m->ref.index};
+            a2_state_write w = {.up_to_index = m->ref.index,
+                                .state = "{}",
+                                .pins = &pin,
+                                .npins = 1};
+            a2_state_write_result wr;
+            rc = a2_store_write_state(s, session, "soak", &w, 1, &wr);
+            soak_check(s, rc, "write_state");
+            if (rc == 0) {
+                pthread_mutex_lock(&S.mu);
+                S.pins_stored += (int64_t)wr.pins_accepted;
+                pthread_mutex_unlock(&S.mu);
+            }
         } else if (op < 96) {
             a2_events out;
             a2_read_options ro = {.limit = 20};
@@ -1050,8 +1070,9 @@ static void test_mixed_workload(void **state)
     for (int i = 0; i < 16; i++)
         total_ops += S.ops[i];
     print_message("mixed workload: %" PRId64
-                  " operations in %d s, %zu claims\n",
-                  total_ops, seconds, S.nclaims);
+                  " operations in %d s, %zu claims, %" PRId64
+                  " snapshot pins stored\n",
+                  total_ops, seconds, S.nclaims, S.pins_stored);
     /* Statistics reach pg_stat_database with a delay. */
     a2_test_exec(db, "select pg_stat_force_next_flush()");
     usleep(600000);
@@ -1071,6 +1092,7 @@ static void test_mixed_workload(void **state)
         fail_msg("%d unexpected errors, last: %s", S.unexpected,
                  S.unexpected_msg);
     assert_true(total_ops > 5 * (int64_t)seconds);
+    assert_true(S.pins_stored > 0); /* write_state ran against live heads */
     /* Each attempt of each head was claimed by one holder. */
     qsort(S.claims, S.nclaims, sizeof *S.claims, cmp_claim);
     for (size_t i = 1; i < S.nclaims; i++)
