@@ -117,6 +117,14 @@ static void claim_all(fx *f)
     a2_claim_result_free(&cr);
 }
 
+/* Event 1 of the session, targeted at consumer "a" and claimed. */
+static void claimed_head(fx *f)
+{
+    a2_target tg = {.consumer = "a"};
+    append_n(f, 1, &tg, 1);
+    claim_all(f);
+}
+
 /* Writes one version of reducer "r" with pins; returns the result. */
 static a2_state_write_result write1(fx *f, int64_t up_to, const char *json,
                                     const a2_state_pin *pins, size_t npins)
@@ -462,11 +470,13 @@ static void test_reclaim(void **state)
  * write then finds the head finished and refuses the pin. */
 typedef struct {
     fx *f;
+    bool unpinned; /* write without the pin on consumer a's head 1 */
     a2_state_write_result wr;
     int rc;
 } writer_arg;
 
-static void *pin_writer(void *p)
+/* Writes version 1 of reducer "r" on its own connection. */
+static void *state_writer(void *p)
 {
     writer_arg *w = p;
     a2_store *s;
@@ -476,8 +486,10 @@ static void *pin_writer(void *p)
         return NULL;
     }
     a2_state_pin pin = {.consumer = "a", .index = 1};
-    a2_state_write wr = {
-            .up_to_index = 1, .state = "1", .pins = &pin, .npins = 1};
+    a2_state_write wr = {.up_to_index = 1,
+                         .state = "1",
+                         .pins = w->unpinned ? NULL : &pin,
+                         .npins = w->unpinned ? 0 : 1};
     w->rc = a2_store_write_state(s, w->f->session, "r", &wr, 1, &w->wr);
     a2_store_close(s);
     return NULL;
@@ -486,9 +498,7 @@ static void *pin_writer(void *p)
 static void test_pin_waits_for_completion(void **state)
 {
     fx *f = *state;
-    a2_target tg = {.consumer = "a"};
-    append_n(f, 1, &tg, 1);
-    claim_all(f);
+    claimed_head(f);
     char sql[512];
     a2_test_exec(f->db, "begin");
     snprintf(sql, sizeof sql,
@@ -498,7 +508,7 @@ static void test_pin_waits_for_completion(void **state)
     a2_test_exec(f->db, sql);
     writer_arg w = {.f = f};
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, pin_writer, &w), 0);
+    assert_int_equal(pthread_create(&t, NULL, state_writer, &w), 0);
     /* The writer waits on the row. */
     PGconn *probe = a2_test_connect();
     int waited =
@@ -539,9 +549,7 @@ static void *completer(void *p)
 static void test_completion_waits_for_pins(void **state)
 {
     fx *f = *state;
-    a2_target tg = {.consumer = "a"};
-    append_n(f, 1, &tg, 1);
-    claim_all(f);
+    claimed_head(f);
     /* what write_state does, held open: the head for share, pin, history */
     char sql[1024];
     a2_test_exec(f->db, "begin");
@@ -573,23 +581,17 @@ static void test_completion_waits_for_pins(void **state)
     assert_int_equal(history_of(f), 0);
 }
 
-/* A write waits for the session lock: a clear that commits meanwhile is
- * seen by its check, and a write below the new marker stores nothing. */
-static void *plain_writer(void *p)
+/* Whether an a2_batch call comes to wait on an advisory lock within 5 s. */
+static bool batch_waits_for_session_lock(PGconn *probe)
 {
-    writer_arg *w = p;
-    a2_store *s;
-    a2_store_error err;
-    if (a2_store_open(&s, a2_test_db(), &err) != 0) {
-        w->rc = -100;
-        return NULL;
-    }
-    a2_state_write wr = {.up_to_index = 1, .state = "\"v1\""};
-    w->rc = a2_store_write_state(s, w->f->session, "r", &wr, 1, &w->wr);
-    a2_store_close(s);
-    return NULL;
+    return a2_test_lock_waiters(probe,
+                                "query like '%a2_batch%' and wait_event = "
+                                "'advisory'",
+                                1, 5000) > 0;
 }
 
+/* A write waits for the session lock: a clear that commits meanwhile is
+ * seen by its check, and a write below the new marker stores nothing. */
 static void test_write_waits_for_clear(void **state)
 {
     fx *f = *state;
@@ -606,14 +608,11 @@ static void test_write_waits_for_clear(void **state)
              "2)",
              f->session, f->session, f->session);
     a2_test_exec(f->db, sql);
-    writer_arg w = {.f = f};
+    writer_arg w = {.f = f, .unpinned = true};
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, plain_writer, &w), 0);
+    assert_int_equal(pthread_create(&t, NULL, state_writer, &w), 0);
     PGconn *probe = a2_test_connect();
-    int waited = a2_test_lock_waiters(probe,
-                                      "query like '%a2_batch%' and "
-                                      "wait_event = 'advisory'",
-                                      1, 5000) > 0;
+    bool waited = batch_waits_for_session_lock(probe);
     PQfinish(probe);
     a2_test_exec(f->db, "commit");
     pthread_join(t, NULL);
@@ -633,9 +632,7 @@ static void test_write_waits_for_clear(void **state)
 static void test_pinning_write_under_session_lock(void **state)
 {
     fx *f = *state;
-    a2_target tg = {.consumer = "a"};
-    append_n(f, 1, &tg, 1);
-    claim_all(f);
+    claimed_head(f);
     char sql[256];
     a2_test_exec(f->db, "begin");
     snprintf(sql, sizeof sql, "select pg_advisory_xact_lock(hashtext('%s'))",
@@ -643,12 +640,9 @@ static void test_pinning_write_under_session_lock(void **state)
     free(a2_test_scalar(f->db, sql));
     writer_arg w = {.f = f};
     pthread_t tw, tc;
-    assert_int_equal(pthread_create(&tw, NULL, pin_writer, &w), 0);
+    assert_int_equal(pthread_create(&tw, NULL, state_writer, &w), 0);
     PGconn *probe = a2_test_connect();
-    int writer_waited = a2_test_lock_waiters(probe,
-                                             "query like '%a2_batch%' and "
-                                             "wait_event = 'advisory'",
-                                             1, 5000) > 0;
+    bool writer_waited = batch_waits_for_session_lock(probe);
     completer_arg c = {.f = f};
     assert_int_equal(pthread_create(&tc, NULL, completer, &c), 0);
     int64_t both =
