@@ -45,10 +45,12 @@ void a2c_audit_close(a2c_audit *a);
 
 /*
  * Appends len bytes (whole lines). They are gathered in memory (up to 256 KiB)
- * and written by a2c_audit_flush, which the daemon calls once per loop turn,
- * and before every fsync, rotation and close. Returns 0, or -1 with the
- * reason in err when a write it had to do failed (the file may then hold a
- * torn line, which the next open repairs).
+ * and written by a2c_audit_flush, which runs when the buffer is full and
+ * before every fsync, rotation and close: a group of lines reaches the file
+ * with one write(2) just before its fsync. Nothing durable depends on the
+ * earlier write, since the flush position covers only fsynced lines. Returns
+ * 0, or -1 with the reason in err when a write it had to do failed (the file
+ * may then hold a torn line, which the next open repairs).
  */
 __attribute__((warn_unused_result)) int
 a2c_audit_write(a2c_audit *a, const char *buf, size_t len, size_t lines,

@@ -808,8 +808,9 @@ done:
 
 /*
  * The column exactly as wal2json writes it, {"name":"..","type":"..",
- * "value":..}, with plain (unescaped ASCII) name and type. Returns 1 when it
- * matched, 0 to take the generic path from the same place, or an error.
+ * "value":..} or, with include-types off, {"name":"..","value":..}, with
+ * plain (unescaped ASCII) name and type. Returns 1 when it matched, 0 to
+ * take the generic path from the same place, or an error.
  */
 static int scan_column_fast(scan *s, centry *ce)
 {
@@ -824,12 +825,12 @@ static int scan_column_fast(scan *s, centry *ce)
     ce->name.ptr = (const char *)p;
     ce->name.len = (size_t)(q - p);
     s->p = q + 1;
-    if (!starts(s, ",\"type\":\"", 9))
-        goto generic;
-    q = plain_run(s->p, s->end);
-    if (q >= s->end || *q != '"')
-        goto generic;
-    s->p = q + 1;
+    if (starts(s, ",\"type\":\"", 9)) {
+        q = plain_run(s->p, s->end);
+        if (q >= s->end || *q != '"')
+            goto generic;
+        s->p = q + 1;
+    }
     if (!starts(s, ",\"value\":", 9))
         goto generic;
     if (scan_cvalue(s, ce) < 0)

@@ -703,9 +703,10 @@ static void test_bad_missing(void **state)
         A2_EDEC_MISSING, 46, "kind");
 }
 
-/* Columns that start in wal2json's exact shape and then deviate (an extra
- * key after the value) are scanned again generically; the arena must still
- * hold every kept string once, whatever the line's size. */
+/* Columns that start in wal2json's exact shape, with or without "type",
+ * and then deviate (an extra key after the value) are scanned again
+ * generically; the arena must still hold every kept string once, whatever
+ * the line's size. */
 static void test_shape_fallback(void **state)
 {
     a2_decoder *d = *state;
@@ -716,17 +717,18 @@ static void test_shape_fallback(void **state)
             line, cap,
             "{\"action\":\"I\",\"table\":\"a2_clears\",\"columns\":[");
     for (int i = 0; i < 200; i++) {
-        n += (size_t)snprintf(
-                line + n, cap - n,
-                "{\"name\":\"x%d\",\"type\":\"text\",\"value\":\"", i);
+        n += (size_t)snprintf(line + n, cap - n,
+                              i % 2 ? "{\"name\":\"x%d\",\"value\":\""
+                                    : "{\"name\":\"x%d\",\"type\":\"text\","
+                                      "\"value\":\"",
+                              i);
         memset(line + n, 'v', 1000);
         n += 1000;
         n += (size_t)snprintf(line + n, cap - n, "\",\"optional\":true},");
     }
     n += (size_t)snprintf(
             line + n, cap - n,
-            "{\"name\":\"session_id\",\"type\":\"text\",\"value\":\"s\","
-            "\"position\":1},"
+            "{\"name\":\"session_id\",\"value\":\"s\",\"position\":1},"
             "{\"name\":\"clear_index\",\"value\":3,\"type\":\"bigint\"}]}");
     const a2_change *c = NULL;
     int r = a2_decoder_decode(d, line, n, &c);
