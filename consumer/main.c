@@ -624,7 +624,7 @@ static int handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
     }
     if (m->data_start > d->received)
         d->received = m->data_start;
-    d->last_activity_ms = mono_ms();
+    d->last_activity_ms = d->last_recv_ms; /* this turn's time */
     const a2_change *c = NULL;
     if (a2_decoder_decode(d->dec, m->data, m->len, &c) != 0) {
         const a2_decoder_error *e = a2_decoder_last_error(d->dec);
@@ -642,10 +642,9 @@ static int handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
     if (c->action == A2_ACTION_COMMIT && c->has_time) {
         d->lag_seconds = (double)(a2c_now_us() - c->time_us) / 1e6;
         /* say so when falling behind, at most once a minute */
-        int64_t now = mono_ms();
         if (d->lag_seconds >= LAG_WARN_SECONDS &&
-            now - d->last_lag_log_ms >= 60000) {
-            d->last_lag_log_ms = now;
+            mono_ms() - d->last_lag_log_ms >= 60000) {
+            d->last_lag_log_ms = mono_ms();
             logline("falling behind: the commit at %X/%X was applied %.1f s "
                     "after it was made (received up to %X/%X)",
                     LSN_ARGS(m->data_start), d->lag_seconds,
