@@ -248,10 +248,11 @@ typedef struct buf {
     bool failed;
 } buf;
 
-static void buf_put(buf *b, const char *s, size_t n)
+/* Makes room for n more bytes (and the NUL); false when out of memory. */
+static bool buf_reserve(buf *b, size_t n)
 {
     if (b->failed)
-        return;
+        return false;
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n + 1)
@@ -259,22 +260,36 @@ static void buf_put(buf *b, const char *s, size_t n)
         char *p = realloc(b->p, cap);
         if (!p) {
             b->failed = true;
-            return;
+            return false;
         }
         b->p = p;
         b->cap = cap;
     }
+    return true;
+}
+
+static void buf_put(buf *b, const char *s, size_t n)
+{
+    if (!buf_reserve(b, n))
+        return;
     memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = '\0';
 }
 
-/* Appends a statement as one text[] element, whitespace runs collapsed. */
+/* Appends a statement as one text[] element, whitespace runs collapsed.
+ * Room for the longest result is made once, and the bytes are written
+ * directly: the statements are kilobytes, and this runs for each of them on
+ * every call. */
 static void put_statement(buf *b, const char *sql)
 {
-    buf_put(b, "\"", 1);
-    bool space = false;
-    bool any = false;
+    size_t n = strlen(sql);
+    /* the quotes, and at most one backslash per byte */
+    if (!buf_reserve(b, 2 * n + 2))
+        return;
+    char *o = b->p + b->len;
+    *o++ = '"';
+    bool space = false, any = false;
     for (const char *p = sql; *p; p++) {
         char c = *p;
         if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
@@ -282,14 +297,16 @@ static void put_statement(buf *b, const char *sql)
             continue;
         }
         if (space)
-            buf_put(b, " ", 1);
+            *o++ = ' ';
         space = false;
         any = true;
         if (c == '"' || c == '\\')
-            buf_put(b, "\\", 1);
-        buf_put(b, &c, 1);
+            *o++ = '\\';
+        *o++ = c;
     }
-    buf_put(b, "\"", 1);
+    *o++ = '"';
+    *o = '\0';
+    b->len = (size_t)(o - b->p);
 }
 
 static bool connection_lost(a2_store *s, const char *sqlstate)

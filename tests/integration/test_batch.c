@@ -5,6 +5,7 @@
  * the native one (sql/a2_batch.c) when the test cluster has it
  * (A2_TEST_PGDEV/lib/a2_batch.so); each has tests of its own besides.
  */
+#include "../../store/store_int.h"
 #include "a2/schema.h"
 #include "a2test.h"
 
@@ -481,6 +482,42 @@ static void test_native_plans(void **state)
     PQfinish(conn);
 }
 
+/* liba2store's own call: each statement travels as one element of a text[]
+ * literal, its double quotes and backslashes escaped and its whitespace runs
+ * (newlines, tabs, leading and trailing) collapsed; several statements keep
+ * their order. */
+static void test_store_statement_text(void **state)
+{
+    (void)state;
+    a2_store *st = NULL;
+    a2_store_error err;
+    assert_int_equal(a2_store_open(&st, a2_test_db(), &err), 0);
+    const char *stmts[] = {
+            "  \n\tselect jsonb_build_object('q', '\"', 'b', E'\\\\',\r\n"
+            "\t\t'x',   $1->'x', 'quoted', \"q\".v)   from (select 1 as v) "
+            "\"q\"  \n",
+            NULL,
+            "select jsonb_build_object('second', true)",
+    };
+    json_t *params = json_pack("{s:i}", "x", 7);
+    json_t *rows = NULL, *abort_row = NULL;
+    int rc = a2__store_batch(st, stmts, 3, params, &rows, &abort_row);
+    if (rc != 0)
+        fail_msg("%s", a2_store_last_error(st)->message);
+    assert_null(abort_row);
+    assert_int_equal(json_array_size(rows), 2);
+    json_t *r = json_array_get(rows, 0);
+    assert_string_equal(json_string_value(json_object_get(r, "q")), "\"");
+    assert_string_equal(json_string_value(json_object_get(r, "b")), "\\");
+    assert_int_equal(json_integer_value(json_object_get(r, "x")), 7);
+    assert_int_equal(json_integer_value(json_object_get(r, "quoted")), 1);
+    assert_true(
+            json_is_true(json_object_get(json_array_get(rows, 1), "second")));
+    json_decref(rows);
+    json_decref(params);
+    a2_store_close(st);
+}
+
 /* Which a2_batch the test database runs: 'plpgsql' or 'c'. */
 static char *batch_language(void)
 {
@@ -529,7 +566,8 @@ static int use_native(void **state)
             cmocka_unit_test(test_stop),                                       \
             cmocka_unit_test(test_params_are_data),                            \
             cmocka_unit_test(test_snapshot_after_lock),                        \
-            cmocka_unit_test(test_edges)
+            cmocka_unit_test(test_edges),                                      \
+            cmocka_unit_test(test_store_statement_text)
 
 int main(void)
 {
