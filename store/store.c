@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 
 #define BATCH_STATEMENT_NAME "a2_store_batch"
 #define BATCH_SQL            "select r from a2_batch($1::text[], $2::jsonb) as r"
+#define TEXT_OID             25 /* pg_type.oid of text */
 
 /* ── errors ──────────────────────────────────────────────────────────── */
 
@@ -277,18 +279,28 @@ static void buf_put(buf *b, const char *s, size_t n)
     b->p[b->len] = '\0';
 }
 
-/* Appends a statement as one text[] element, whitespace runs collapsed.
- * Room for the longest result is made once, and the bytes are written
- * directly: the statements are kilobytes, and this runs for each of them on
- * every call. */
+static void put_be32(char *p, uint32_t v)
+{
+    p[0] = (char)(v >> 24);
+    p[1] = (char)(v >> 16);
+    p[2] = (char)(v >> 8);
+    p[3] = (char)v;
+}
+
+/* Appends a statement as one element of a binary text[] (its length, then
+ * its bytes), whitespace runs collapsed. Room for the longest result is made
+ * once and the bytes are written directly: the statements are kilobytes, and
+ * this runs for each of them on every call. */
 static void put_statement(buf *b, const char *sql)
 {
     size_t n = strlen(sql);
-    /* the quotes, and at most one backslash per byte */
-    if (!buf_reserve(b, 2 * n + 2))
+    if (n > INT32_MAX - 4) {
+        b->failed = true;
         return;
-    char *o = b->p + b->len;
-    *o++ = '"';
+    }
+    if (!buf_reserve(b, 4 + n))
+        return;
+    char *start = b->p + b->len + 4, *o = start;
     bool space = false, any = false;
     for (const char *p = sql; *p; p++) {
         char c = *p;
@@ -300,13 +312,11 @@ static void put_statement(buf *b, const char *sql)
             *o++ = ' ';
         space = false;
         any = true;
-        if (c == '"' || c == '\\')
-            *o++ = '\\';
         *o++ = c;
     }
-    *o++ = '"';
-    *o = '\0';
+    put_be32(b->p + b->len, (uint32_t)(o - start));
     b->len = (size_t)(o - b->p);
+    *o = '\0';
 }
 
 static bool connection_lost(a2_store *s, const char *sqlstate)
@@ -376,19 +386,24 @@ int a2__store_batch(a2_store *s, const char *const *statements, size_t n,
     PGresult *res = NULL;
     json_t *out = NULL;
 
-    buf_put(&arr, "{", 1);
-    bool first = true;
-    for (size_t i = 0; i < n; i++) {
-        if (!statements[i])
-            continue;
-        if (!first)
-            buf_put(&arr, ",", 1);
-        first = false;
-        put_statement(&arr, statements[i]);
-    }
-    buf_put(&arr, "}", 1);
+    /* The statements go as a text[] in binary form, so the server does not
+     * parse an array literal of kilobytes on every call: the header (one
+     * dimension, no nulls, text elements), the dimension, the elements. */
+    uint32_t count = 0;
+    for (size_t i = 0; i < n; i++)
+        count += statements[i] != NULL;
+    char head[20];
+    put_be32(head, count ? 1 : 0);
+    put_be32(head + 4, 0);
+    put_be32(head + 8, TEXT_OID);
+    put_be32(head + 12, count);
+    put_be32(head + 16, 1);
+    buf_put(&arr, head, count ? 20 : 12);
+    for (size_t i = 0; i < n; i++)
+        if (statements[i])
+            put_statement(&arr, statements[i]);
     pjson = json_dumps(params, JSON_COMPACT);
-    if (arr.failed || !pjson) {
+    if (arr.failed || arr.len > INT32_MAX || !pjson) {
         rc = a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
         goto done;
     }
@@ -396,8 +411,10 @@ int a2__store_batch(a2_store *s, const char *const *statements, size_t n,
     if (rc != 0)
         goto done;
     const char *values[2] = {arr.p, pjson};
-    res = PQexecPrepared(s->conn, BATCH_STATEMENT_NAME, 2, values, NULL, NULL,
-                         0);
+    const int lengths[2] = {(int)arr.len, 0};
+    const int formats[2] = {1, 0};
+    res = PQexecPrepared(s->conn, BATCH_STATEMENT_NAME, 2, values, lengths,
+                         formats, 0);
     s->round_trips++;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);

@@ -482,10 +482,11 @@ static void test_native_plans(void **state)
     PQfinish(conn);
 }
 
-/* liba2store's own call: each statement travels as one element of a text[]
- * literal, its double quotes and backslashes escaped and its whitespace runs
- * (newlines, tabs, leading and trailing) collapsed; several statements keep
- * their order. */
+/* liba2store's own call: each statement travels as one element of a binary
+ * text[], its whitespace runs (newlines, tabs, leading and trailing)
+ * collapsed and its quotes and backslashes as they are; several statements
+ * keep their order, and a call whose statements are all NULL sends an empty
+ * array. */
 static void test_store_statement_text(void **state)
 {
     (void)state;
@@ -513,6 +514,12 @@ static void test_store_statement_text(void **state)
     assert_int_equal(json_integer_value(json_object_get(r, "quoted")), 1);
     assert_true(
             json_is_true(json_object_get(json_array_get(rows, 1), "second")));
+    json_decref(rows);
+    const char *none[] = {NULL, NULL};
+    rc = a2__store_batch(st, none, 2, params, &rows, &abort_row);
+    if (rc != 0)
+        fail_msg("%s", a2_store_last_error(st)->message);
+    assert_int_equal(json_array_size(rows), 0);
     json_decref(rows);
     json_decref(params);
     a2_store_close(st);
