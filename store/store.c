@@ -287,36 +287,21 @@ static void put_be32(char *p, uint32_t v)
     p[3] = (char)v;
 }
 
-/* Appends a statement as one element of a binary text[] (its length, then
- * its bytes), whitespace runs collapsed. Room for the longest result is made
- * once and the bytes are written directly: the statements are kilobytes, and
- * this runs for each of them on every call. */
+/* Appends a statement as one element of a binary text[]: its length, then
+ * its bytes as they are. */
 static void put_statement(buf *b, const char *sql)
 {
     size_t n = strlen(sql);
-    if (n > INT32_MAX - 4) {
+    if (n > INT32_MAX) {
         b->failed = true;
         return;
     }
     if (!buf_reserve(b, 4 + n))
         return;
-    char *start = b->p + b->len + 4, *o = start;
-    bool space = false, any = false;
-    for (const char *p = sql; *p; p++) {
-        char c = *p;
-        if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
-            space = any;
-            continue;
-        }
-        if (space)
-            *o++ = ' ';
-        space = false;
-        any = true;
-        *o++ = c;
-    }
-    put_be32(b->p + b->len, (uint32_t)(o - start));
-    b->len = (size_t)(o - b->p);
-    *o = '\0';
+    put_be32(b->p + b->len, (uint32_t)n);
+    memcpy(b->p + b->len + 4, sql, n);
+    b->len += 4 + n;
+    b->p[b->len] = '\0';
 }
 
 static bool connection_lost(a2_store *s, const char *sqlstate)

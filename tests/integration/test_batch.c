@@ -483,10 +483,9 @@ static void test_native_plans(void **state)
 }
 
 /* liba2store's own call: each statement travels as one element of a binary
- * text[], its whitespace runs (newlines, tabs, leading and trailing)
- * collapsed and its quotes and backslashes as they are; several statements
- * keep their order, and a call whose statements are all NULL sends an empty
- * array. */
+ * text[], byte for byte (quotes, backslashes, newlines and tabs included);
+ * several statements keep their order, and a call whose statements are all
+ * NULL sends an empty array. */
 static void test_store_statement_text(void **state)
 {
     (void)state;
