@@ -6,6 +6,9 @@
 # bench_consumer_start SLOT / bench_consumer_stop: a2-consumer on the
 # cluster, workers' socket unix:$dir/a2.sock, pid in $consumer_pid; the stop
 # drops the slot.
+# The WAL clients (a2-consumer, pg_recvlogical) connect with $wal_db when it
+# is set (bench_unix_db: the cluster's Unix socket), else with $db (TCP
+# loopback, as the writers do).
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$top"
@@ -18,6 +21,7 @@ consumer_pid=
 consumer_slot=
 dir=
 db=
+wal_db=
 
 bench_cleanup() {
     local p
@@ -56,6 +60,10 @@ SQL
     mkdir -p bench/results
 }
 
+bench_unix_db() { # $db with the cluster's socket folder for its host
+    echo "$db" | sed "s|host=[^ ]*|host=$dir/pg/sock|"
+}
+
 bench_set() { # NAME VALUE: a server setting, reloaded
     psql "$db" -qAtc "alter system set $1 = '$2'" -c "select pg_reload_conf()" >/dev/null
 }
@@ -68,7 +76,7 @@ bench_consumer_start() { # SLOT [extra options]
     # BENCH_AUDIT=0: no audit file (to tell its fsyncs apart).
     local audit=(--audit "$dir/audit-$slot.jsonl")
     [ "${BENCH_AUDIT:-1}" = 0 ] && audit=()
-    "$bin/a2-consumer" --db "$db" --slot "$slot" --listen "unix:$dir/a2.sock" \
+    "$bin/a2-consumer" --db "${wal_db:-$db}" --slot "$slot" --listen "unix:$dir/a2.sock" \
         "${audit[@]}" "$@" >>"$dir/consumer.log" 2>&1 &
     consumer_pid=$!
     bench_pids+=("$consumer_pid")
@@ -103,8 +111,8 @@ recv_pid=
 recv_slot=
 bench_recv_start() {
     recv_slot=$1
-    "$PGBIN/pg_recvlogical" -d "$db" --slot "$recv_slot" --create-slot --if-not-exists -P wal2json >/dev/null 2>&1
-    "$PGBIN/pg_recvlogical" -d "$db" --slot "$recv_slot" --start -f /dev/null \
+    "$PGBIN/pg_recvlogical" -d "${wal_db:-$db}" --slot "$recv_slot" --create-slot --if-not-exists -P wal2json >/dev/null 2>&1
+    "$PGBIN/pg_recvlogical" -d "${wal_db:-$db}" --slot "$recv_slot" --start -f /dev/null \
         -o format-version=2 -o include-xids=1 -o include-timestamp=1 -o include-lsn=1 \
         -o include-types=0 -o add-msg-prefixes=a2-hb \
         -o add-tables=public.a2_events,public.a2_cursors,public.a2_lane_events,public.a2_clears,public.a2_presence \
