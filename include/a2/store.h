@@ -118,6 +118,9 @@ typedef int (*a2_store_id_fn)(void *ctx, char *buf, size_t len);
  * and returns a new store in *out. Checks nothing about the schema: a missing
  * table shows as A2_ESCHEMA_MISSING on the first operation. On failure *out
  * is NULL and err (when not NULL) holds the reason (A2_ESTORE_UNAVAILABLE).
+ * Calls have no deadline of their own: options='-c statement_timeout=5s' in
+ * conninfo bounds a call whose backend waits (it then fails with
+ * A2_ESTORE_FAILED, SQLSTATE 57014, and writes nothing).
  */
 A2_STORE_MUST_CHECK int a2_store_open(a2_store **out, const char *conninfo,
                                       a2_store_error *err);

@@ -277,6 +277,46 @@ static void test_connection_lost(void **state)
     a2_events_free(&out);
 }
 
+/* A backend that stays blocked (here: waiting for its session's lock, held
+ * by another transaction) is bounded by a statement_timeout given in the
+ * conninfo: the call fails with the server's SQLSTATE, writes nothing, and
+ * the same store works once the lock is free. */
+static void test_statement_timeout_bounds_blocked_call(void **state)
+{
+    fx *f = *state;
+    char conninfo[1024];
+    snprintf(conninfo, sizeof conninfo, "%s options='-c statement_timeout=300'",
+             a2_test_db());
+    a2_store *s = NULL;
+    a2_store_error err;
+    assert_int_equal(a2_store_open(&s, conninfo, &err), 0);
+    char sql[256];
+    snprintf(sql, sizeof sql, "select pg_advisory_xact_lock(hashtext('%s'))",
+             f->session);
+    a2_test_exec(f->db, "begin");
+    a2_test_exec(f->db, sql);
+    a2_append_event ev = {.type = "t", .payload = "{}"};
+    a2_events out;
+    int64_t t0 = a2_test_now_ms();
+    int rc = a2_store_append(s, f->session, &ev, 1, NULL, &out);
+    int64_t took = a2_test_now_ms() - t0;
+    assert_int_equal(rc, A2_ESTORE_FAILED);
+    assert_string_equal(a2_store_last_error(s)->sqlstate, "57014");
+    assert_true(took >= 250 && took < 5000);
+    a2_test_exec(f->db, "commit");
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_events where "
+                               "session_id = '%s'",
+                               f->session),
+                     0);
+    rc = a2_store_append(s, f->session, &ev, 1, NULL, &out);
+    if (rc != 0)
+        fail_msg("after the lock: %s", a2_store_last_error(s)->message);
+    assert_int_equal(out.count, 1);
+    a2_events_free(&out);
+    a2_store_close(s);
+}
+
 /* ── append and read ─────────────────────────────────────────────────── */
 
 static void test_append_read(void **state)
@@ -1417,6 +1457,9 @@ int main(void)
             cmocka_unit_test(test_connection_defaults),
             cmocka_unit_test_setup_teardown(test_schema_missing, setup,
                                             teardown),
+            cmocka_unit_test_setup_teardown(
+                    test_statement_timeout_bounds_blocked_call, setup,
+                    teardown),
             cmocka_unit_test_setup_teardown(test_connection_lost, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_append_read, setup, teardown),
