@@ -10,6 +10,7 @@
 #include "a2/store.h"
 #include "a2/wire.h"
 #include "a2/worker.h"
+#include "sched.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,9 +32,6 @@ extern char **environ;
 #define MAX_CONCURRENCY 256
 #define MAX_STDOUT      (16 * 1024 * 1024)
 #define STDERR_TAIL     2048
-#define STORE_RETRY_MS  1000
-#define WAKE_RECHECKS   3
-#define WAKE_RECHECK_MS 20
 
 static const char usage_text[] =
         "usage: a2-worker --consumer NAME --exec CMD [options]\n"
@@ -771,25 +769,30 @@ static void *slot_main(void *arg)
         free(session);
         if (j) {
             j->running = 0;
+            a2w_ran ran = {
+                    .again = j->again,
+                    .failed = rc != 0 && rc != A2_WORKER_ESTOPPED,
+                    .has_retry = st.retry_at > 0,
+                    .retry_ms = st.retry_at > 0 ? st.retry_at - real_ms() : 0,
+                    .hinted = j->hinted,
+                    .claimed = st.claimed > 0,
+                    .rechecks = j->rechecks,
+                    .wake_log = wake_log,
+            };
+            a2w_next next = a2w_after_run(&ran);
             if (a->stopping) {
                 remove_job(a, j);
-            } else if (j->again) {
-                j->again = 0;
-                push_ready(a, j);
-            } else if (rc != 0 && rc != A2_WORKER_ESTOPPED) {
-                j->wake_log |= wake_log;
-                set_timer(a, j, mono_ms() + STORE_RETRY_MS);
-            } else if (st.retry_at > 0) {
-                int64_t delay = st.retry_at - real_ms();
-                set_timer(a, j, mono_ms() + (delay > 0 ? delay : 0) + 5);
-            } else if (j->hinted && st.claimed == 0 &&
-                       j->rechecks < WAKE_RECHECKS) {
-                /* A wake-up can outrun the visibility of its commit to
-                 * new snapshots: look again shortly, a bounded few times. */
-                set_timer(a, j, mono_ms() + (WAKE_RECHECK_MS << j->rechecks));
-                j->rechecks++;
-            } else {
+            } else if (next.kind == A2W_DONE) {
                 remove_job(a, j);
+            } else {
+                j->wake_log |= next.wake_log;
+                if (next.kind == A2W_RUN_AGAIN) {
+                    j->again = 0;
+                    push_ready(a, j);
+                } else {
+                    set_timer(a, j, mono_ms() + next.delay_ms);
+                    j->rechecks += next.recheck;
+                }
             }
         }
         /* Wake the main loop so it recomputes its timers. */
