@@ -242,16 +242,24 @@ static void test_connection_defaults(void **state)
     PQfinish(probe);
 }
 
+/* A store on the test database with one server setting of its own. */
+static a2_store *open_with_setting(const char *setting)
+{
+    char conninfo[1024];
+    snprintf(conninfo, sizeof conninfo, "%s options='-c %s'", a2_test_db(),
+             setting);
+    a2_store *s = NULL;
+    a2_store_error err;
+    if (a2_store_open(&s, conninfo, &err) != 0)
+        fail_msg("open with %s: %s", setting, err.message);
+    return s;
+}
+
 static void test_schema_missing(void **state)
 {
     fx *f = *state;
     a2_test_exec(f->db, "create schema if not exists a2_empty");
-    char conninfo[1024];
-    snprintf(conninfo, sizeof conninfo, "%s options='-c search_path=a2_empty'",
-             a2_test_db());
-    a2_store *s = NULL;
-    a2_store_error err;
-    assert_int_equal(a2_store_open(&s, conninfo, &err), 0);
+    a2_store *s = open_with_setting("search_path=a2_empty");
     a2_events out;
     int rc = a2_store_read(s, "x", NULL, &out);
     assert_int_equal(rc, A2_ESCHEMA_MISSING);
@@ -284,12 +292,7 @@ static void test_connection_lost(void **state)
 static void test_statement_timeout_bounds_blocked_call(void **state)
 {
     fx *f = *state;
-    char conninfo[1024];
-    snprintf(conninfo, sizeof conninfo, "%s options='-c statement_timeout=300'",
-             a2_test_db());
-    a2_store *s = NULL;
-    a2_store_error err;
-    assert_int_equal(a2_store_open(&s, conninfo, &err), 0);
+    a2_store *s = open_with_setting("statement_timeout=300");
     char sql[256];
     snprintf(sql, sizeof sql, "select pg_advisory_xact_lock(hashtext('%s'))",
              f->session);
