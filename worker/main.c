@@ -772,17 +772,15 @@ static void *slot_main(void *arg)
             a2w_ran ran = {
                     .again = j->again,
                     .failed = rc != 0 && rc != A2_WORKER_ESTOPPED,
-                    .has_retry = st.retry_at > 0,
-                    .retry_ms = st.retry_at > 0 ? st.retry_at - real_ms() : 0,
+                    .retry_at = st.retry_at,
+                    .now = real_ms(),
                     .hinted = j->hinted,
                     .claimed = st.claimed > 0,
                     .rechecks = j->rechecks,
                     .wake_log = wake_log,
             };
             a2w_next next = a2w_after_run(&ran);
-            if (a->stopping) {
-                remove_job(a, j);
-            } else if (next.kind == A2W_DONE) {
+            if (a->stopping || next.kind == A2W_DONE) {
                 remove_job(a, j);
             } else {
                 j->wake_log |= next.wake_log;

@@ -21,9 +21,8 @@ typedef enum {
 typedef struct {
     int again;        /* a wake-up for the session came while it ran */
     int failed;       /* the store call failed */
-    int64_t retry_ms; /* > 0: the session's next retry is due in this many ms
-                         (may be 0 or less when already due: then 0) */
-    int has_retry;    /* retry_ms is set */
+    int64_t retry_at; /* epoch ms of the session's next retry, or 0 */
+    int64_t now;      /* epoch ms when the run ended */
     int hinted;       /* woken by a2-consumer */
     int claimed;      /* the run claimed a head */
     int rechecks;     /* rechecks already made for this wake-up */
@@ -53,9 +52,10 @@ static inline a2w_next a2w_after_run(const a2w_ran *r)
     } else if (r->failed) {
         n.kind = A2W_TIMER;
         n.delay_ms = A2W_STORE_RETRY_MS;
-    } else if (r->has_retry) {
+    } else if (r->retry_at > 0) {
+        int64_t due = r->retry_at - r->now;
         n.kind = A2W_TIMER;
-        n.delay_ms = (r->retry_ms > 0 ? r->retry_ms : 0) + 5;
+        n.delay_ms = (due > 0 ? due : 0) + 5;
     } else if (r->hinted && r->claimed == 0 &&
                r->rechecks < A2W_WAKE_RECHECKS) {
         n.kind = A2W_TIMER;

@@ -293,8 +293,12 @@ A2_WORKER_MUST_CHECK int a2_worker_runner_run(a2_worker_runner *r,
  * caller again for every head that becomes claimable later (new events, a
  * lane's next head, a lapsed lease, a retry hold that ends). That saves the
  * claim that would find the session settled. stats->retry_at is 0 then.
- * A caller that polls, or has lost its a2-consumer, uses
- * a2_worker_runner_run.
+ * A wake-up can reach the caller before its commit is visible to new
+ * snapshots: when a woken run claims nothing, look again shortly, a bounded
+ * few times (a2-worker waits 20, 40 and 80 ms), and pass wake_log again if
+ * the wake-up was a log message, since the first run may not have seen the
+ * events that start the log cursors' runs. A caller that polls, or has lost
+ * its a2-consumer, uses a2_worker_runner_run.
  */
 A2_WORKER_MUST_CHECK int a2_worker_runner_run_woken(a2_worker_runner *r,
                                                     const char *session,

@@ -58,12 +58,12 @@ static void test_reschedules_keep_log_wake(void **state)
     assert_int_equal(n.recheck, 0);
     assert_int_equal(n.wake_log, 1);
 
-    a2w_ran retry = {.has_retry = 1, .retry_ms = 250, .wake_log = 1};
+    a2w_ran retry = {.retry_at = 10250, .now = 10000, .wake_log = 1};
     n = a2w_after_run(&retry);
     assert_int_equal(n.kind, A2W_TIMER);
     assert_int_equal(n.delay_ms, 255);
     assert_int_equal(n.wake_log, 1);
-    retry.retry_ms = -10; /* already due */
+    retry.now = 10260; /* already due */
     n = a2w_after_run(&retry);
     assert_int_equal(n.delay_ms, 5);
 }
