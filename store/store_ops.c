@@ -835,7 +835,9 @@ int a2_store_append(a2_store *s, const char *session,
     const char *st[] = {
             ncauses ? SQL_FENCE : NULL,
             SQL_LOCK_SESSION,
-            fresh ? SQL_APPEND_FRESH : SQL_APPEND_CHECKS,
+            !fresh      ? SQL_APPEND_CHECKS
+            : w.started ? SQL_APPEND_FRESH_STARTING
+                        : SQL_APPEND_FRESH,
             ncauses ? SQL_FENCE : NULL,
             nsupplied ? SQL_REUSE_IDS : NULL,
             fresh ? NULL : SQL_INSERT_EVENTS,

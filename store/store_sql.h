@@ -115,12 +115,13 @@
     "(select coalesce(max(idx), 0) - " P_BIGINT("count")                    \
     " from a2_events where session_id = " SESSION ")"
 
-/* The session's last index, clear marker and whether a served consumer has
- * a head, read under the session lock. A CTE. */
-#define APPEND_BOUNDARY                                                     \
+/* The session's last index, clear marker and `pending` (whether a served
+ * consumer has a head), read under the session lock. A CTE. */
+#define APPEND_BOUNDARY_WITH(pending)                                       \
     " boundary as materialized (select coalesce(max(idx), 0) as base, "     \
-    CLEAR_INDEX " as clear_index, " PENDING_IN(P_TEXTS("served"))           \
-    " as has_pending from a2_events where session_id = " SESSION ") "
+    CLEAR_INDEX " as clear_index, " pending " as has_pending from "         \
+    "a2_events where session_id = " SESSION ") "
+#define APPEND_BOUNDARY APPEND_BOUNDARY_WITH(PENDING_IN(P_TEXTS("served")))
 
 /* Inserts the batch's events after `base`, an expression over `from`, when
  * `cond` holds. The body of a CTE. Payloads travel as JSON text and are cast
@@ -165,9 +166,10 @@
  * no replay or mix is possible, so the checks reduce to the cleared origin;
  * the events and their single targets' cursors are inserted in the same
  * statement (writable CTEs), skipped when the origin is cleared (the row
- * then aborts the call). Returns the row SQL_APPEND_CHECKS would have. */
-#define SQL_APPEND_FRESH                                                    \
-    "with" APPEND_BOUNDARY ", verdict as materialized (select "             \
+ * then aborts the call). Returns the row SQL_APPEND_CHECKS would have, with
+ * the boundary CTE `boundary`. */
+#define APPEND_FRESH_WITH(boundary)                                         \
+    "with" boundary ", verdict as materialized (select "                    \
     "boundary.base, boundary.has_pending, " P_BIGINT("origin")              \
     " <= boundary.clear_index as cleared from boundary), inserted as ("     \
     INSERT_EVENTS_AFTER("verdict.base", "verdict",                          \
@@ -180,6 +182,12 @@
     "'has_pending', verdict.has_pending, 'inserted', (select count(*) "     \
     "from inserted), 'started', (select count(*) from started)) end from "  \
     "verdict"
+#define SQL_APPEND_FRESH APPEND_FRESH_WITH(APPEND_BOUNDARY)
+
+/* SQL_APPEND_FRESH for a batch that starts work for a served consumer: a
+ * consumer it serves has a head once it succeeds, so the probe for other
+ * heads is left out. */
+#define SQL_APPEND_FRESH_STARTING APPEND_FRESH_WITH(APPEND_BOUNDARY_WITH("true"))
 
 /* The attempt-currency fence: each cause's cursor, read for share while its
  * head and attempt still match; the first that fails aborts. */
@@ -216,11 +224,14 @@
                         ") head", "true")                                   \
     ") select jsonb_build_object('inserted', count(*)) from inserted"
 
-/* A concurrent cursor for each single target. */
+/* A concurrent cursor for each single target. The base is an aggregate in
+ * FROM, read once: a scalar subquery there is pulled up into each of its
+ * uses and read again for each. */
 #define SQL_START_EVENTS                                                    \
     "with started as ("                                                     \
-    START_SINGLES_AFTER("head.base", "(select " INSERTED_AFTER " as base) " \
-                        "head", "true")                                     \
+    START_SINGLES_AFTER("head.base", "(select coalesce(max(idx), 0) - "    \
+                        P_BIGINT("count") " as base from a2_events where "  \
+                        "session_id = " SESSION ") head", "true")           \
     ") select jsonb_build_object('started', count(*)) from started"
 
 /* Queues each lane target's event in its lane. */

@@ -1015,6 +1015,70 @@ static void test_complete_duplicate_ids(void **state)
     a2_complete_result_free(&comp);
 }
 
+/* An append that starts work for a consumer it serves reports pending work
+ * without probing for it; one that starts none probes the served consumers'
+ * heads. Both refuse an origin the clear marker passed, writing nothing. */
+static void test_append_pending_probe(void **state)
+{
+    fx *f = *state;
+    a2_target c1 = {.consumer = "c1"}, c2 = {.consumer = "c2"};
+    a2_append_event to_c1 = {.type = "x", .targets = &c1, .ntargets = 1};
+    a2_append_event to_c2 = {.type = "x", .targets = &c2, .ntargets = 1};
+    a2_consumer serves_c1 = {.name = "c1"}, serves_c9 = {.name = "c9"};
+    a2_append_options opts = {.consumers = &serves_c1, .nconsumers = 1};
+    a2_events out;
+    /* Starts work for c2 only; c1 has no head. */
+    OK(a2_store_append(f->s, f->session, &to_c2, 1, &opts, &out));
+    assert_false(out.has_pending);
+    a2_events_free(&out);
+    /* Starts work for c1. */
+    OK(a2_store_append(f->s, f->session, &to_c1, 1, &opts, &out));
+    assert_true(out.has_pending);
+    assert_int_equal(out.items[0].index, 2);
+    a2_events_free(&out);
+    /* Starts work for c2 only; the probe finds c1's head. */
+    OK(a2_store_append(f->s, f->session, &to_c2, 1, &opts, &out));
+    assert_true(out.has_pending);
+    a2_events_free(&out);
+    /* A writer serving c9 starts nothing it serves and finds nothing. */
+    opts.consumers = &serves_c9;
+    OK(a2_store_append(f->s, f->session, &to_c2, 1, &opts, &out));
+    assert_false(out.has_pending);
+    a2_events_free(&out);
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_cursors where "
+                               "session_id = '%s' and head is not null",
+                               f->session),
+                     4);
+
+    a2_clear_result clr;
+    OK(a2_store_clear(f->s, f->session, A2_STORE_NONE, NULL, &clr));
+    assert_int_equal(clr.clear_index, 5);
+    opts = (a2_append_options){
+            .consumers = &serves_c1, .nconsumers = 1, .origin_index = 3};
+    assert_int_equal(a2_store_append(f->s, f->session, &to_c1, 1, &opts, &out),
+                     A2_ESESSION_CLEARED);
+    opts.consumers = &serves_c9;
+    assert_int_equal(a2_store_append(f->s, f->session, &to_c1, 1, &opts, &out),
+                     A2_ESESSION_CLEARED);
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_events where "
+                               "session_id = '%s'",
+                               f->session),
+                     5);
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_cursors where "
+                               "session_id = '%s' and epoch > 5",
+                               f->session),
+                     0);
+    opts.origin_index = 0;
+    opts.consumers = &serves_c1;
+    OK(a2_store_append(f->s, f->session, &to_c1, 1, &opts, &out));
+    assert_true(out.has_pending);
+    assert_int_equal(out.items[0].index, 6);
+    a2_events_free(&out);
+}
+
 static void test_claim_through_exclude_served(void **state)
 {
     fx *f = *state;
@@ -1486,6 +1550,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_complete_with_children, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_complete_duplicate_ids, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_append_pending_probe, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_claim_through_exclude_served,
                                             setup, teardown),
