@@ -483,17 +483,13 @@
 
 /*
  * Moves the cursor cond selects past its head (above the clear marker):
- * marks a lane event done (with the receipt when LANE_RECEIPT), releases
- * the head's pins and unkept history, and gives the cursor its next head.
+ * runs `lane_done` (a CTE ending in a comma, or nothing), releases the
+ * head's pins and unkept history, and gives the cursor its next head.
  */
-#define ADVANCE_AS(cond, lane_receipt, run_receipt, missing, next_head,    \
-                   types)                                                   \
+#define ADVANCE_AS(cond, lane_done, run_receipt, missing, next_head, types) \
     "with target as materialized (select cur.* from a2_cursors cur where "  \
     cond " and " INDEX " > " CLEAR_INDEX " order by cur.cursor_key limit 1" \
-    " for update of cur), done as (update a2_lane_events lane set done = "  \
-    "true" lane_receipt " from target where target.kind = 'lane' and "      \
-    "lane.session_id = " SESSION " and lane.consumer = target.consumer and" \
-    " lane.lane = target.lane and lane.idx = target.head returning 1), "    \
+    " for update of cur), " lane_done                                       \
     "unpinned as (delete from a2_snapshot_pins pin using target where "     \
     "pin.session_id = " SESSION " and pin.event_index = target.head and "   \
     "pin.consumer = target.consumer and pin.cursor_key = "                  \
@@ -513,17 +509,26 @@
     "jsonb_build_object('advanced', true) else jsonb_build_object("         \
     missing ") end"
 
+/* Marks a lane cursor's head done in its lane, with lane_receipt. A CTE
+ * for ADVANCE_AS. */
+#define LANE_DONE(lane_receipt)                                             \
+    "done as (update a2_lane_events lane set done = true" lane_receipt      \
+    " from target where target.kind = 'lane' and lane.session_id = "        \
+    SESSION " and lane.consumer = target.consumer and lane.lane = "         \
+    "target.lane and lane.idx = target.head returning 1), "
+
 #define ADVANCE(cond, lane_receipt, run_receipt, missing)                   \
-    ADVANCE_AS(cond, lane_receipt, run_receipt, missing,                    \
+    ADVANCE_AS(cond, LANE_DONE(lane_receipt), run_receipt, missing,         \
                NEXT_HEAD_OF("target"),                                      \
                "case when target.kind = 'log' then " LOG_TYPES_OF("target") \
                " else cur.types end")
 
-/* A concurrent cursor (key "#<index>") has no next head and no types: the
- * same statement without the lane and log lookups, cheaper to plan. */
-#define ADVANCE_EVENT(cond, lane_receipt, run_receipt, missing)             \
-    ADVANCE_AS(cond " and cur.kind = 'event'", lane_receipt, run_receipt,   \
-               missing, "null", "cur.types")
+/* A concurrent cursor (key "#<index>") has no lane, no next head and no
+ * types: the same statement without the lane update and the lane and log
+ * lookups, cheaper to plan and to start. */
+#define ADVANCE_EVENT(cond, run_receipt, missing)                           \
+    ADVANCE_AS(cond " and cur.kind = 'event'", "", run_receipt, missing,    \
+               "null", "cur.types")
 
 #define LANE_RECEIPT                                                        \
     ", completed_attempt = " P_INT("attempt") ", returned_event_ids = "     \
@@ -539,11 +544,9 @@
     ADVANCE(HELD_BY("cur"), LANE_RECEIPT, RUN_RECEIPT,                      \
             "'stop', 'superseded'")
 #define SQL_COMPLETE_EVENT                                                  \
-    ADVANCE_EVENT(HELD_BY("cur"), LANE_RECEIPT, RUN_RECEIPT,                \
-                  "'stop', 'superseded'")
+    ADVANCE_EVENT(HELD_BY("cur"), RUN_RECEIPT, "'stop', 'superseded'")
 #define SQL_COMPLETE_APPENDED_EVENT                                         \
-    ADVANCE_EVENT(HELD_BY("cur"), LANE_RECEIPT, RUN_RECEIPT,                \
-                  "'abort', 'superseded'")
+    ADVANCE_EVENT(HELD_BY("cur"), RUN_RECEIPT, "'abort', 'superseded'")
 #define SQL_COMPLETE_APPENDED                                               \
     ADVANCE(HELD_BY("cur"), LANE_RECEIPT, RUN_RECEIPT,                      \
             "'abort', 'superseded'")
