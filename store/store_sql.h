@@ -110,10 +110,13 @@
     "select jsonb_build_object('locked', true) from "                       \
     "pg_advisory_xact_lock(hashtext(" SESSION "))"
 
-/* The index before this call's inserted events (read after the insert). */
-#define INSERTED_AFTER                                                      \
-    "(select coalesce(max(idx), 0) - " P_BIGINT("count")                    \
-    " from a2_events where session_id = " SESSION ")"
+/* The index before this call's inserted events (read after the insert):
+ * INSERTED_AFTER as a scalar, INSERTED_BASE as a FROM item `head(base)`. */
+#define INSERTED_AFTER_SELECT                                               \
+    "select coalesce(max(idx), 0) - " P_BIGINT("count")                     \
+    " from a2_events where session_id = " SESSION
+#define INSERTED_AFTER "(" INSERTED_AFTER_SELECT ")"
+#define INSERTED_BASE  "(" INSERTED_AFTER_SELECT ") head(base)"
 
 /* The session's last index, clear marker and `pending` (whether a served
  * consumer has a head), read under the session lock. A CTE. */
@@ -229,9 +232,7 @@
  * uses and read again for each. */
 #define SQL_START_EVENTS                                                    \
     "with started as ("                                                     \
-    START_SINGLES_AFTER("head.base", "(select coalesce(max(idx), 0) - "    \
-                        P_BIGINT("count") " as base from a2_events where "  \
-                        "session_id = " SESSION ") head", "true")           \
+    START_SINGLES_AFTER("head.base", INSERTED_BASE, "true")                 \
     ") select jsonb_build_object('started', count(*)) from started"
 
 /* Queues each lane target's event in its lane. */
