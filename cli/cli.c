@@ -42,6 +42,9 @@ static const char usage_text[] =
         "  --json         machine-readable output\n"
         "  -h, --help     this help\n"
         "\n"
+        "Environment: A2_STORE_TIMEOUT_MS bounds each store call (default: "
+        "none;\n"
+        "see a2_store_set_timeout in <a2/store.h>).\n"
         "Exit status: 0 success, 1 runtime error, 2 usage error.\n";
 
 static int vmsg(const a2__cli *cli, int rc, const char *fmt, va_list ap)

@@ -18,12 +18,13 @@
 int a2__cli_store_open(a2__cli *cli, a2_store **out)
 {
     a2_store_error err = {0};
-    if (a2_store_open(out, cli->db, &err) != 0)
-        return a2__cli_fail(cli, "%s",
-                            err.message[0]
-                                    ? err.message
-                                    : "could not connect to the database");
-    return A2__CLI_OK;
+    if (a2_store_open(out, cli->db, &err) == 0)
+        return A2__CLI_OK;
+    if (err.code == A2_EINVALID_ARGUMENT) /* A2_STORE_TIMEOUT_MS */
+        return a2__cli_usage(cli, "%s", err.message);
+    return a2__cli_fail(cli, "%s",
+                        err.message[0] ? err.message
+                                       : "could not connect to the database");
 }
 
 int a2__cli_store_failed(a2__cli *cli, a2_store *store, const char *what)

@@ -7,6 +7,8 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +20,8 @@
 #define BATCH_STATEMENT_NAME "a2_store_batch"
 #define BATCH_SQL            "select r from a2_batch($1::text[], $2::jsonb) as r"
 #define TEXT_OID             25 /* pg_type.oid of text */
+#define TIMEOUT_MAX_MS       86400000
+#define TIMEOUT_ENV          "A2_STORE_TIMEOUT_MS"
 
 /* ── errors ──────────────────────────────────────────────────────────── */
 
@@ -176,10 +180,11 @@ static int connect_store(a2_store *s)
         s->conn = NULL;
     }
     s->prepared = false;
+    s->timeout_applied_ms = 0;
     s->conn = a2__connect(s->conninfo);
     if (!s->conn)
         return a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
-    if (PQstatus(s->conn) != CONNECTION_OK) {
+    if (PQstatus(s->conn) != CONNECTION_OK || PQsetnonblocking(s->conn, 1)) {
         int rc = a2__store_fail(s, A2_ESTORE_UNAVAILABLE,
                                 "could not connect to the database: %s",
                                 PQerrorMessage(s->conn));
@@ -188,6 +193,37 @@ static int connect_store(a2_store *s)
         return rc;
     }
     return 0;
+}
+
+/* A2_STORE_TIMEOUT_MS, when set and not empty: the store's timeout. */
+static int timeout_from_env(a2_store *s)
+{
+    const char *v = getenv(TIMEOUT_ENV);
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    long ms = strtol(v, &end, 10);
+    if (errno || end == v || *end || ms < 0 || ms > TIMEOUT_MAX_MS)
+        return a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                              TIMEOUT_ENV " must be a whole number of "
+                                          "milliseconds from 0 to %d, not "
+                                          "\"%.64s\"",
+                              TIMEOUT_MAX_MS, v);
+    s->timeout_ms = (int)ms;
+    return 0;
+}
+
+int a2_store_set_timeout(a2_store *store, int timeout_ms)
+{
+    if (!store)
+        return A2_EINVALID_ARGUMENT;
+    if (timeout_ms < 0 || timeout_ms > TIMEOUT_MAX_MS)
+        return a2__store_fail(store, A2_EINVALID_ARGUMENT,
+                              "the timeout must be from 0 to %d ms, not %d",
+                              TIMEOUT_MAX_MS, timeout_ms);
+    store->timeout_ms = timeout_ms;
+    return a2__store_ok(store);
 }
 
 int a2_store_open(a2_store **out, const char *conninfo, a2_store_error *err)
@@ -213,7 +249,9 @@ int a2_store_open(a2_store **out, const char *conninfo, a2_store_error *err)
         goto nomem;
     a2_store_set_clock(s, NULL, NULL);
     a2_store_set_ids(s, NULL, NULL);
-    rc = connect_store(s);
+    rc = timeout_from_env(s);
+    if (rc == 0)
+        rc = connect_store(s);
     if (rc != 0) {
         if (err)
             *err = s->err;
@@ -338,6 +376,140 @@ static int result_error(a2_store *s, PGresult *res)
                       msg);
 }
 
+/* ── one round trip ──────────────────────────────────────────────────── */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* How long the client waits for an answer when the store has a timeout:
+ * the server cancels the statement at the timeout (statement_timeout); the
+ * commit and the network come after it, so the client waits half as long
+ * again, at least a second more. */
+static int client_wait_ms(int timeout_ms)
+{
+    int grace = timeout_ms / 2 < 1000 ? 1000 : timeout_ms / 2;
+    return timeout_ms + grace;
+}
+
+/* Waits for the connection's socket (events) until deadline (-1: none):
+ * 1 ready, 0 the deadline passed, -1 poll failed. */
+static int wait_socket(PGconn *c, short events, int64_t deadline)
+{
+    struct pollfd p = {.fd = PQsocket(c), .events = events};
+    if (p.fd < 0)
+        return -1;
+    for (;;) {
+        int ms = -1;
+        if (deadline >= 0) {
+            int64_t left = deadline - mono_ms();
+            if (left <= 0)
+                return 0;
+            ms = left > INT_MAX ? INT_MAX : (int)left;
+        }
+        int n = poll(&p, 1, ms);
+        if (n > 0)
+            return 1;
+        if (n < 0 && errno != EINTR)
+            return -1;
+    }
+}
+
+/*
+ * Waits for the answer to the query just sent (sent: what the PQsend*
+ * call returned) and puts it in *res as PQexec would (the first error,
+ * else the last result): 0, with *res to check. Otherwise a code with the
+ * store's error set: the query could not be sent, or (with a timeout) no
+ * answer came in time, and the connection is dropped (the next call opens
+ * a new one), since whether the call took effect is unknown.
+ */
+static int await_answer(a2_store *s, int sent, PGresult **res)
+{
+    PGconn *c = s->conn;
+    *res = NULL;
+    if (!sent)
+        return result_error(s, NULL);
+    int wait = s->timeout_ms > 0 ? client_wait_ms(s->timeout_ms) : 0;
+    int64_t deadline = wait ? mono_ms() + wait : -1;
+    int late = 0;
+    for (int f; !late && (f = PQflush(c)) > 0;) {
+        /* Read while writing: the server may answer before it reads all. */
+        int w = wait_socket(c, POLLOUT | POLLIN, deadline);
+        late = w == 0;
+        if (w < 0 || (w > 0 && !PQconsumeInput(c)))
+            break; /* a broken connection: PQgetResult says so */
+    }
+    PGresult *keep = NULL;
+    while (!late) {
+        while (PQisBusy(c)) {
+            int w = wait_socket(c, POLLIN, deadline);
+            late = w == 0;
+            if (w <= 0 || !PQconsumeInput(c))
+                break;
+        }
+        if (late)
+            break;
+        PGresult *r = PQgetResult(c);
+        if (!r)
+            break;
+        if (!keep) {
+            keep = r;
+        } else if (PQresultStatus(keep) == PGRES_FATAL_ERROR) {
+            PQclear(r);
+        } else {
+            PQclear(keep);
+            keep = r;
+        }
+    }
+    if (late) {
+        PQclear(keep);
+        PQfinish(s->conn);
+        s->conn = NULL;
+        s->prepared = false;
+        return a2__store_fail(s, A2_ESTORE_UNAVAILABLE,
+                              "no answer from the database within %d ms: "
+                              "dropped the connection (whether the call "
+                              "took effect is unknown)",
+                              wait);
+    }
+    if (!keep)
+        return result_error(s, NULL);
+    *res = keep;
+    return 0;
+}
+
+/* Sets statement_timeout on the connection to the store's timeout (or back
+ * to the session's own) when it differs from what this store last set. */
+static int apply_timeout(a2_store *s)
+{
+    if (s->timeout_applied_ms == s->timeout_ms)
+        return 0;
+    char ms[16];
+    snprintf(ms, sizeof ms, "%d", s->timeout_ms);
+    const char *values[1] = {ms};
+    PGresult *res = NULL;
+    int rc = await_answer(
+            s,
+            s->timeout_ms > 0
+                    ? PQsendQueryParams(s->conn,
+                                        "select set_config('statement_timeout',"
+                                        " $1, false)",
+                                        1, NULL, values, NULL, NULL, 0)
+                    : PQsendQuery(s->conn, "reset statement_timeout"),
+            &res);
+    s->round_trips++;
+    if (rc == 0 && PQresultStatus(res) != PGRES_TUPLES_OK &&
+        PQresultStatus(res) != PGRES_COMMAND_OK)
+        rc = result_error(s, res);
+    if (rc == 0)
+        s->timeout_applied_ms = s->timeout_ms;
+    PQclear(res);
+    return rc;
+}
+
 static int ensure_ready(a2_store *s)
 {
     if (!s->conn || PQstatus(s->conn) != CONNECTION_OK) {
@@ -346,15 +518,17 @@ static int ensure_ready(a2_store *s)
         if (rc != 0)
             return rc;
     }
-    if (s->prepared)
-        return 0;
-    PGresult *res =
-            PQprepare(s->conn, BATCH_STATEMENT_NAME, BATCH_SQL, 2, NULL);
+    int rc = apply_timeout(s);
+    if (rc != 0 || s->prepared)
+        return rc;
+    PGresult *res = NULL;
+    rc = await_answer(
+            s, PQsendPrepare(s->conn, BATCH_STATEMENT_NAME, BATCH_SQL, 2, NULL),
+            &res);
     s->round_trips++;
-    int rc = 0;
-    if (PQresultStatus(res) != PGRES_COMMAND_OK)
+    if (rc == 0 && PQresultStatus(res) != PGRES_COMMAND_OK)
         rc = result_error(s, res);
-    else
+    if (rc == 0)
         s->prepared = true;
     PQclear(res);
     return rc;
@@ -398,9 +572,13 @@ int a2__store_batch(a2_store *s, const char *const *statements, size_t n,
     const char *values[2] = {arr.p, pjson};
     const int lengths[2] = {(int)arr.len, 0};
     const int formats[2] = {1, 0};
-    res = PQexecPrepared(s->conn, BATCH_STATEMENT_NAME, 2, values, lengths,
-                         formats, 0);
+    rc = await_answer(s,
+                      PQsendQueryPrepared(s->conn, BATCH_STATEMENT_NAME, 2,
+                                          values, lengths, formats, 0),
+                      &res);
     s->round_trips++;
+    if (rc != 0)
+        goto done;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
         const char *detail = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);

@@ -20,6 +20,9 @@ struct a2_store {
     a2_store_id_fn ids;
     void *ids_ctx;
     uint64_t round_trips;
+    int timeout_ms;         /* a2_store_set_timeout; 0: none */
+    int timeout_applied_ms; /* the statement_timeout this store set on the
+                               connection (0: none, the session's own) */
 };
 
 /* Statements of one batch, NULL entries skipped. */

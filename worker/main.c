@@ -75,6 +75,9 @@ static const char usage_text[] =
         "  -q, --quiet            log only problems\n"
         "  -h, --help             this help\n"
         "\n"
+        "Environment: A2_STORE_TIMEOUT_MS bounds each store call (default: "
+        "none;\n"
+        "see a2_store_set_timeout in <a2/store.h>).\n"
         "SIGTERM or SIGINT: stop claiming, let running handlers finish, exit "
         "0.\n"
         "Exit status: 0 success, 1 runtime error, 2 usage error.\n";
@@ -1136,7 +1139,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "a2-worker: %s\n",
                 serr.message[0] ? serr.message
                                 : "could not connect to the database");
-        rc = 1;
+        rc = serr.code == A2_EINVALID_ARGUMENT ? 2 : 1;
         goto done;
     }
     for (int i = 0; i < a.concurrency; i++) {

@@ -118,12 +118,33 @@ typedef int (*a2_store_id_fn)(void *ctx, char *buf, size_t len);
  * and returns a new store in *out. Checks nothing about the schema: a missing
  * table shows as A2_ESCHEMA_MISSING on the first operation. On failure *out
  * is NULL and err (when not NULL) holds the reason (A2_ESTORE_UNAVAILABLE).
- * Calls have no deadline of their own: options='-c statement_timeout=5s' in
- * conninfo bounds a call whose backend waits (it then fails with
- * A2_ESTORE_FAILED, SQLSTATE 57014, and writes nothing).
+ * The store's timeout (a2_store_set_timeout) starts as A2_STORE_TIMEOUT_MS
+ * when that is set and not empty; a value that is not a whole number of
+ * milliseconds from 0 to 86400000 fails the open with A2_EINVALID_ARGUMENT.
  */
 A2_STORE_MUST_CHECK int a2_store_open(a2_store **out, const char *conninfo,
                                       a2_store_error *err);
+
+/*
+ * Bounds every later call on the store (0: no bound, the default).
+ * - The server cancels a statement still running after timeout_ms (the
+ *   store sets statement_timeout on its connection, one round trip when
+ *   the value changes): the call fails with A2_ESTORE_FAILED and SQLSTATE
+ *   57014, writes nothing, and the next call runs normally. A call waiting
+ *   for its session's lock is such a statement.
+ * - A call still unanswered half as long again after that (at least a
+ *   second more: a stopped server, a network that drops everything) fails
+ *   with A2_ESTORE_UNAVAILABLE, and the connection is dropped: whether the
+ *   call took effect is unknown, as when a connection is lost (appends with
+ *   ids can be repeated safely). The next call connects again, bounded by
+ *   connect_timeout (10 s unless conninfo or PGCONNECT_TIMEOUT says).
+ * Without a timeout, a vanished server fails a call within about a minute
+ * (TCP keepalives, tcp_user_timeout); options='-c statement_timeout=5s' in
+ * conninfo bounds only the server's side.
+ * Returns 0, or A2_EINVALID_ARGUMENT when timeout_ms is not from 0 to
+ * 86400000 (one day).
+ */
+A2_STORE_MUST_CHECK int a2_store_set_timeout(a2_store *store, int timeout_ms);
 
 /* Closes the connection and frees the store. NULL-safe. */
 void a2_store_close(a2_store *store);

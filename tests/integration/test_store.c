@@ -12,8 +12,10 @@
 #include <cmocka.h>
 /* clang-format on */
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,6 +319,172 @@ static void test_statement_timeout_bounds_blocked_call(void **state)
         fail_msg("after the lock: %s", a2_store_last_error(s)->message);
     assert_int_equal(out.count, 1);
     a2_events_free(&out);
+    a2_store_close(s);
+}
+
+/* Holds the session's lock from f->db's transaction. */
+static void hold_session_lock(fx *f)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "select pg_advisory_xact_lock(hashtext('%s'))",
+             f->session);
+    a2_test_exec(f->db, "begin");
+    a2_test_exec(f->db, sql);
+}
+
+/* a2_store_set_timeout: the server cancels a call that waits past it
+ * (57014, nothing written), the same store works once the lock is free,
+ * and setting the timeout costs one round trip, once. */
+static void test_timeout_bounds_blocked_call(void **state)
+{
+    fx *f = *state;
+    a2_store *s = NULL;
+    a2_store_error err;
+    if (a2_store_open(&s, a2_test_db(), &err) != 0)
+        fail_msg("open: %s", err.message);
+    assert_int_equal(a2_store_set_timeout(s, 300), 0);
+    hold_session_lock(f);
+    a2_append_event ev = {.type = "t", .payload = "{}"};
+    a2_events out;
+    int64_t t0 = a2_test_now_ms();
+    int rc = a2_store_append(s, f->session, &ev, 1, NULL, &out);
+    int64_t took = a2_test_now_ms() - t0;
+    assert_int_equal(rc, A2_ESTORE_FAILED);
+    assert_string_equal(a2_store_last_error(s)->sqlstate, "57014");
+    assert_true(took >= 250 && took < 5000);
+    a2_test_exec(f->db, "commit");
+    assert_int_equal(count_sql(f,
+                               "select count(*) from a2_events where "
+                               "session_id = '%s'",
+                               f->session),
+                     0);
+    uint64_t trips = a2_store_round_trips(s);
+    rc = a2_store_append(s, f->session, &ev, 1, NULL, &out);
+    if (rc != 0)
+        fail_msg("after the lock: %s", a2_store_last_error(s)->message);
+    assert_int_equal(out.count, 1);
+    a2_events_free(&out);
+    assert_int_equal(a2_store_round_trips(s) - trips, 1);
+    a2_store_close(s);
+}
+
+/* A timeout set back to 0 lifts the bound: a call that waits longer than
+ * the old timeout for its session's lock succeeds. */
+static void test_timeout_reset(void **state)
+{
+    fx *f = *state;
+    OK(a2_store_set_timeout(f->s, 200));
+    a2_events out;
+    OK(a2_store_read(f->s, f->session, NULL, &out)); /* sets it */
+    a2_events_free(&out);
+    OK(a2_store_set_timeout(f->s, 0));
+    hold_session_lock(f);
+    /* The lock goes 700 ms from now, without this thread. */
+    assert_int_equal(PQsendQuery(f->db, "select pg_sleep(0.7); commit"), 1);
+    a2_append_event ev = {.type = "t", .payload = "{}"};
+    int64_t t0 = a2_test_now_ms();
+    OK(a2_store_append(f->s, f->session, &ev, 1, NULL, &out));
+    int64_t took = a2_test_now_ms() - t0;
+    assert_int_equal(out.count, 1);
+    a2_events_free(&out);
+    assert_true(took >= 400);
+    PGresult *r;
+    while ((r = PQgetResult(f->db)) != NULL) {
+        assert_int_not_equal(PQresultStatus(r), PGRES_FATAL_ERROR);
+        PQclear(r);
+    }
+}
+
+/* A backend that stops answering (SIGSTOP: the kernel still takes the
+ * bytes) fails the call on the client's side, half as long again after the
+ * timeout and at least a second more; the connection is dropped and the
+ * next call opens a new one. */
+static void test_timeout_stopped_backend(void **state)
+{
+    fx *f = *state;
+    char conninfo[1024], app[64], sql[256];
+    snprintf(app, sizeof app, "a2t-stopped-%d", (int)getpid());
+    snprintf(conninfo, sizeof conninfo, "%s application_name=%s", a2_test_db(),
+             app);
+    a2_store *s = NULL;
+    a2_store_error err;
+    if (a2_store_open(&s, conninfo, &err) != 0)
+        fail_msg("open: %s", err.message);
+    assert_int_equal(a2_store_set_timeout(s, 200), 0);
+    a2_events out;
+    if (a2_store_read(s, f->session, NULL, &out) != 0)
+        fail_msg("read: %s", a2_store_last_error(s)->message);
+    a2_events_free(&out);
+    snprintf(sql, sizeof sql,
+             "select pid from pg_stat_activity where application_name = '%s'",
+             app);
+    pid_t pid = (pid_t)a2_test_int(f->db, sql);
+    assert_true(pid > 0);
+    if (kill(pid, SIGSTOP) != 0) {
+        int e = errno;
+        a2_store_close(s);
+        if (e == EPERM)
+            skip(); /* not allowed to stop the server's processes */
+        fail_msg("kill: %s", strerror(e));
+    }
+    int64_t t0 = a2_test_now_ms();
+    int rc = a2_store_read(s, f->session, NULL, &out);
+    int64_t took = a2_test_now_ms() - t0;
+    assert_int_equal(kill(pid, SIGCONT), 0);
+    assert_int_equal(rc, A2_ESTORE_UNAVAILABLE);
+    assert_non_null(strstr(a2_store_last_error(s)->message,
+                           "no answer from the database within 1200 ms"));
+    assert_true(took >= 1150 && took < 5000);
+    if (a2_store_read(s, f->session, NULL, &out) != 0)
+        fail_msg("after: %s", a2_store_last_error(s)->message);
+    a2_events_free(&out);
+    snprintf(sql, sizeof sql,
+             "select pid from pg_stat_activity where application_name = '%s' "
+             "and pid <> %d",
+             app, (int)pid);
+    assert_true(a2_test_int(f->db, sql) > 0); /* a new backend */
+    a2_store_close(s);
+}
+
+/* Out-of-range timeouts, from the API and from A2_STORE_TIMEOUT_MS; a good
+ * A2_STORE_TIMEOUT_MS bounds the store like a2_store_set_timeout. */
+static void test_timeout_invalid_and_env(void **state)
+{
+    fx *f = *state;
+    assert_int_equal(a2_store_set_timeout(NULL, 10), A2_EINVALID_ARGUMENT);
+    assert_int_equal(a2_store_set_timeout(f->s, -1), A2_EINVALID_ARGUMENT);
+    assert_non_null(strstr(a2_store_last_error(f->s)->message, "-1"));
+    assert_int_equal(a2_store_set_timeout(f->s, 86400001),
+                     A2_EINVALID_ARGUMENT);
+    OK(a2_store_set_timeout(f->s, 86400000));
+    OK(a2_store_set_timeout(f->s, 0));
+
+    static const char *const bad[] = {"12x", "-5", "86400001", " ",
+                                      "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("A2_STORE_TIMEOUT_MS", bad[i], 1);
+        a2_store *s = (a2_store *)1;
+        a2_store_error err;
+        int rc = a2_store_open(&s, a2_test_db(), &err);
+        assert_int_equal(rc, A2_EINVALID_ARGUMENT);
+        assert_null(s);
+        assert_int_equal(err.code, A2_EINVALID_ARGUMENT);
+        assert_non_null(strstr(err.message, "A2_STORE_TIMEOUT_MS"));
+    }
+    setenv("A2_STORE_TIMEOUT_MS", "250", 1);
+    a2_store *s = NULL;
+    a2_store_error err;
+    int rc = a2_store_open(&s, a2_test_db(), &err);
+    unsetenv("A2_STORE_TIMEOUT_MS");
+    if (rc != 0)
+        fail_msg("open: %s", err.message);
+    hold_session_lock(f);
+    a2_append_event ev = {.type = "t", .payload = "{}"};
+    a2_events out;
+    rc = a2_store_append(s, f->session, &ev, 1, NULL, &out);
+    a2_test_exec(f->db, "commit");
+    assert_int_equal(rc, A2_ESTORE_FAILED);
+    assert_string_equal(a2_store_last_error(s)->sqlstate, "57014");
     a2_store_close(s);
 }
 
@@ -1528,6 +1696,14 @@ int main(void)
                     test_statement_timeout_bounds_blocked_call, setup,
                     teardown),
             cmocka_unit_test_setup_teardown(test_connection_lost, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_timeout_bounds_blocked_call,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_timeout_reset, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_timeout_stopped_backend, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_timeout_invalid_and_env, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_append_read, setup, teardown),
             cmocka_unit_test_setup_teardown(test_hostile_values_round_trip,

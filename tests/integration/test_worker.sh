@@ -38,7 +38,8 @@ expect 2 "$W" --consumer c --exec true --connect http://x; contains "unix:PATH o
 expect 2 "$W" --consumer c --exec true --connect tcp:127.0.0.1:1; contains "--token-file" err
 expect 2 "$W" --consumer c --exec true stray
 expect 2 "$W" --consumer c --exec true --bogus
-expect 0 "$W" --help; contains "usage: a2-worker"
+expect 0 "$W" --help; contains "usage: a2-worker"; contains "A2_STORE_TIMEOUT_MS"
+expect 2 env A2_STORE_TIMEOUT_MS=soon "$W" --consumer c --exec true; contains 'A2_STORE_TIMEOUT_MS must be a whole number of milliseconds from 0 to 86400000, not "soon"' err
 expect 1 "$W" --consumer c --exec true --connect tcp:127.0.0.1:1 --token-file "$TMP/none"
 contains "could not open token file" err
 expect 1 "$W" --consumer c --exec true --db "host=127.0.0.1 port=1 connect_timeout=2"
