@@ -6,6 +6,7 @@
 #define A2_STORE_CONN_H
 
 #include <libpq-fe.h>
+#include <stdint.h>
 
 /*
  * PQconnectdbParams of the defaults, then conninfo (NULL or "": the PG*
@@ -25,5 +26,22 @@ PGconn *a2__connect_with(const char *conninfo, const char *const *extra_keys,
 
 /* a2__connect_with and no extra settings. */
 PGconn *a2__connect(const char *conninfo);
+
+/*
+ * a2__connect, given up at deadline (a2__mono_ms; -1: none, then as
+ * a2__connect): connects with PQconnectStartParams and PQconnectPoll, which
+ * ignore connect_timeout. Like PQconnectdb: check PQstatus; *timed_out is 1
+ * when the deadline passed first (the connection is then not finished).
+ */
+PGconn *a2__connect_until(const char *conninfo, int64_t deadline,
+                          int *timed_out);
+
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t a2__mono_ms(void);
+
+/* Waits for conn's socket to be ready for events until deadline (-1: none),
+ * retrying after signals: 1 ready, 0 the deadline passed, -1 no socket or
+ * poll failed. */
+int a2__wait_socket(PGconn *conn, short events, int64_t deadline);
 
 #endif

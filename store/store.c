@@ -7,7 +7,6 @@
 #include "conn.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -173,6 +172,16 @@ uint64_t a2_store_round_trips(const a2_store *store)
 
 /* ── open / close ────────────────────────────────────────────────────── */
 
+/* How long the client waits for an answer when the store has a timeout:
+ * the server cancels the statement at the timeout (statement_timeout); the
+ * commit and the network come after it, so the client waits half as long
+ * again, at least a second more. */
+static int client_wait_ms(int timeout_ms)
+{
+    int grace = timeout_ms / 2 < 1000 ? 1000 : timeout_ms / 2;
+    return timeout_ms + grace;
+}
+
 static int connect_store(a2_store *s)
 {
     if (s->conn) {
@@ -181,9 +190,20 @@ static int connect_store(a2_store *s)
     }
     s->prepared = false;
     s->timeout_applied_ms = 0;
-    s->conn = a2__connect(s->conninfo);
+    int wait = s->timeout_ms > 0 ? client_wait_ms(s->timeout_ms) : 0;
+    int late;
+    s->conn = a2__connect_until(s->conninfo, wait ? a2__mono_ms() + wait : -1,
+                                &late);
     if (!s->conn)
         return a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
+    if (late) {
+        PQfinish(s->conn);
+        s->conn = NULL;
+        return a2__store_fail(s, A2_ESTORE_UNAVAILABLE,
+                              "could not connect to the database: no answer "
+                              "within %d ms",
+                              wait);
+    }
     if (PQstatus(s->conn) != CONNECTION_OK || PQsetnonblocking(s->conn, 1)) {
         int rc = a2__store_fail(s, A2_ESTORE_UNAVAILABLE,
                                 "could not connect to the database: %s",
@@ -378,46 +398,6 @@ static int result_error(a2_store *s, PGresult *res)
 
 /* ── one round trip ──────────────────────────────────────────────────── */
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* How long the client waits for an answer when the store has a timeout:
- * the server cancels the statement at the timeout (statement_timeout); the
- * commit and the network come after it, so the client waits half as long
- * again, at least a second more. */
-static int client_wait_ms(int timeout_ms)
-{
-    int grace = timeout_ms / 2 < 1000 ? 1000 : timeout_ms / 2;
-    return timeout_ms + grace;
-}
-
-/* Waits for the connection's socket (events) until deadline (-1: none):
- * 1 ready, 0 the deadline passed, -1 poll failed. */
-static int wait_socket(PGconn *c, short events, int64_t deadline)
-{
-    struct pollfd p = {.fd = PQsocket(c), .events = events};
-    if (p.fd < 0)
-        return -1;
-    for (;;) {
-        int ms = -1;
-        if (deadline >= 0) {
-            int64_t left = deadline - mono_ms();
-            if (left <= 0)
-                return 0;
-            ms = left > INT_MAX ? INT_MAX : (int)left;
-        }
-        int n = poll(&p, 1, ms);
-        if (n > 0)
-            return 1;
-        if (n < 0 && errno != EINTR)
-            return -1;
-    }
-}
-
 /*
  * Waits for the answer to the query just sent (sent: what the PQsend*
  * call returned) and puts it in *res as PQexec would (the first error,
@@ -433,11 +413,11 @@ static int await_answer(a2_store *s, int sent, PGresult **res)
     if (!sent)
         return result_error(s, NULL);
     int wait = s->timeout_ms > 0 ? client_wait_ms(s->timeout_ms) : 0;
-    int64_t deadline = wait ? mono_ms() + wait : -1;
+    int64_t deadline = wait ? a2__mono_ms() + wait : -1;
     int late = 0;
     for (int f; !late && (f = PQflush(c)) > 0;) {
         /* Read while writing: the server may answer before it reads all. */
-        int w = wait_socket(c, POLLOUT | POLLIN, deadline);
+        int w = a2__wait_socket(c, POLLOUT | POLLIN, deadline);
         late = w == 0;
         if (w < 0 || (w > 0 && !PQconsumeInput(c)))
             break; /* a broken connection: PQgetResult says so */
@@ -445,7 +425,7 @@ static int await_answer(a2_store *s, int sent, PGresult **res)
     PGresult *keep = NULL;
     while (!late) {
         while (PQisBusy(c)) {
-            int w = wait_socket(c, POLLIN, deadline);
+            int w = a2__wait_socket(c, POLLIN, deadline);
             late = w == 0;
             if (w <= 0 || !PQconsumeInput(c))
                 break;

@@ -136,11 +136,15 @@ A2_STORE_MUST_CHECK int a2_store_open(a2_store **out, const char *conninfo,
  *   second more: a stopped server, a network that drops everything) fails
  *   with A2_ESTORE_UNAVAILABLE, and the connection is dropped: whether the
  *   call took effect is unknown, as when a connection is lost (appends with
- *   ids can be repeated safely). The next call connects again, bounded by
- *   connect_timeout (10 s unless conninfo or PGCONNECT_TIMEOUT says).
- * Without a timeout, a vanished server fails a call within about a minute
- * (TCP keepalives, tcp_user_timeout); options='-c statement_timeout=5s' in
- * conninfo bounds only the server's side.
+ *   ids can be repeated safely). The next call connects again.
+ * - Connecting (a2_store_open, and a call after a dropped connection) is
+ *   given up after the same wait, with A2_ESTORE_UNAVAILABLE; conninfo's
+ *   connect_timeout then does not apply.
+ * Without a timeout, connecting is bounded by connect_timeout (10 s unless
+ * conninfo or PGCONNECT_TIMEOUT says), a vanished server fails a call within
+ * about a minute (TCP keepalives, tcp_user_timeout), and
+ * options='-c statement_timeout=5s' in conninfo bounds only the server's
+ * side.
  * Returns 0, or A2_EINVALID_ARGUMENT when timeout_ms is not from 0 to
  * 86400000 (one day).
  */

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 /* clang-format on */
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 typedef struct fx {
@@ -436,6 +438,38 @@ static void test_timeout_stopped_backend(void **state)
              app, (int)pid);
     assert_true(a2_test_int(f->db, sql) > 0); /* a new backend */
     a2_store_close(s);
+}
+
+/* A server that takes the connection and never answers (a listening socket
+ * that is never accepted: the kernel completes the handshake) holds the
+ * open no longer than a call would wait, instead of connect_timeout. */
+static void test_timeout_bounds_connect(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, len), 0);
+    assert_int_equal(listen(fd, 4), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    char conninfo[128];
+    snprintf(conninfo, sizeof conninfo,
+             "host=127.0.0.1 port=%d dbname=a2 connect_timeout=30",
+             ntohs(sa.sin_port));
+    setenv("A2_STORE_TIMEOUT_MS", "200", 1);
+    a2_store *s = NULL;
+    a2_store_error err;
+    int64_t t0 = a2_test_now_ms();
+    int rc = a2_store_open(&s, conninfo, &err);
+    int64_t took = a2_test_now_ms() - t0;
+    unsetenv("A2_STORE_TIMEOUT_MS");
+    close(fd);
+    assert_int_equal(rc, A2_ESTORE_UNAVAILABLE);
+    assert_null(s);
+    assert_non_null(strstr(err.message, "no answer within 1200 ms"));
+    assert_true(took >= 1150 && took < 5000);
 }
 
 /* Out-of-range timeouts, from the API and from A2_STORE_TIMEOUT_MS; a good
@@ -1692,6 +1726,7 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(test_timeout_stopped_backend, setup,
                                             teardown),
+            cmocka_unit_test(test_timeout_bounds_connect),
             cmocka_unit_test_setup_teardown(test_timeout_invalid_and_env, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_append_read, setup, teardown),
