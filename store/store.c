@@ -172,33 +172,43 @@ uint64_t a2_store_round_trips(const a2_store *store)
 
 /* ── open / close ────────────────────────────────────────────────────── */
 
-/* How long the client waits for an answer when the store has a timeout:
- * the server cancels the statement at the timeout (statement_timeout); the
+/* How long the client waits for an answer (0: no bound): the server
+ * cancels the statement at the store's timeout (statement_timeout); the
  * commit and the network come after it, so the client waits half as long
  * again, at least a second more. */
-static int client_wait_ms(int timeout_ms)
+static int client_wait_ms(const a2_store *s)
 {
-    int grace = timeout_ms / 2 < 1000 ? 1000 : timeout_ms / 2;
-    return timeout_ms + grace;
+    if (s->timeout_ms <= 0)
+        return 0;
+    int grace = s->timeout_ms / 2 < 1000 ? 1000 : s->timeout_ms / 2;
+    return s->timeout_ms + grace;
+}
+
+/* The a2__mono_ms deadline wait_ms from now (-1: none when 0). */
+static int64_t deadline_in(int wait_ms)
+{
+    return wait_ms ? a2__mono_ms() + wait_ms : -1;
+}
+
+/* Closes the connection, and forgets what this store set up on it. */
+static void drop_connection(a2_store *s)
+{
+    PQfinish(s->conn);
+    s->conn = NULL;
+    s->prepared = false;
+    s->timeout_applied_ms = 0;
 }
 
 static int connect_store(a2_store *s)
 {
-    if (s->conn) {
-        PQfinish(s->conn);
-        s->conn = NULL;
-    }
-    s->prepared = false;
-    s->timeout_applied_ms = 0;
-    int wait = s->timeout_ms > 0 ? client_wait_ms(s->timeout_ms) : 0;
+    drop_connection(s);
+    int wait = client_wait_ms(s);
     int late;
-    s->conn = a2__connect_until(s->conninfo, wait ? a2__mono_ms() + wait : -1,
-                                &late);
+    s->conn = a2__connect_until(s->conninfo, deadline_in(wait), &late);
     if (!s->conn)
         return a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
     if (late) {
-        PQfinish(s->conn);
-        s->conn = NULL;
+        drop_connection(s);
         return a2__store_fail(s, A2_ESTORE_UNAVAILABLE,
                               "could not connect to the database: no answer "
                               "within %d ms",
@@ -208,8 +218,7 @@ static int connect_store(a2_store *s)
         int rc = a2__store_fail(s, A2_ESTORE_UNAVAILABLE,
                                 "could not connect to the database: %s",
                                 PQerrorMessage(s->conn));
-        PQfinish(s->conn);
-        s->conn = NULL;
+        drop_connection(s);
         return rc;
     }
     return 0;
@@ -412,8 +421,8 @@ static int await_answer(a2_store *s, int sent, PGresult **res)
     *res = NULL;
     if (!sent)
         return result_error(s, NULL);
-    int wait = s->timeout_ms > 0 ? client_wait_ms(s->timeout_ms) : 0;
-    int64_t deadline = wait ? a2__mono_ms() + wait : -1;
+    int wait = client_wait_ms(s);
+    int64_t deadline = deadline_in(wait);
     int late = 0;
     for (int f; !late && (f = PQflush(c)) > 0;) {
         /* Read while writing: the server may answer before it reads all. */
@@ -446,9 +455,7 @@ static int await_answer(a2_store *s, int sent, PGresult **res)
     }
     if (late) {
         PQclear(keep);
-        PQfinish(s->conn);
-        s->conn = NULL;
-        s->prepared = false;
+        drop_connection(s);
         return a2__store_fail(s, A2_ESTORE_UNAVAILABLE,
                               "no answer from the database within %d ms: "
                               "dropped the connection (whether the call "
