@@ -118,7 +118,8 @@ static void cells_of(const json_t *line, char bufs[NCOLS][256],
         cells[i] = bufs[i][0] ? bufs[i] : NULL;
 }
 
-/* Follow mode cannot size columns in advance: fixed minimum widths. */
+/* Follow mode cannot size columns in advance: fixed minimum widths, in
+ * columns on the terminal (HEAD's arrow is one column, three bytes). */
 static void print_streamed(FILE *out, const char *cells[NCOLS])
 {
     static const int width[NCOLS] = {24, 11, 13, 12, 12, 10, 9, 7, 0};
@@ -126,8 +127,11 @@ static void print_streamed(FILE *out, const char *cells[NCOLS])
         const char *v = cells[i] ? cells[i] : "-";
         if (i + 1 == NCOLS)
             fprintf(out, "%s\n", v);
-        else
-            fprintf(out, "%-*s  ", width[i], v);
+        else {
+            size_t w = a2__utf8_width(v);
+            int pad = w < (size_t)width[i] ? width[i] - (int)w : 0;
+            fprintf(out, "%s%*s  ", v, pad, "");
+        }
     }
 }
 

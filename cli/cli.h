@@ -84,6 +84,9 @@ size_t a2__table_rows(const a2__table *t);
 void a2__table_print(const a2__table *t, FILE *out);
 void a2__table_free(a2__table *t);
 
+/* Columns s takes on a terminal: its UTF-8 code points. */
+size_t a2__utf8_width(const char *s);
+
 /* Formats epoch milliseconds as RFC 3339 UTC with ms into buf. */
 void a2__cli_fmt_ms(int64_t ms, char *buf, size_t len);
 

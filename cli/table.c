@@ -14,7 +14,7 @@ struct a2__table {
     char *align;
 };
 
-static size_t utf8_width(const char *s)
+size_t a2__utf8_width(const char *s)
 {
     size_t n = 0;
     for (; *s; s++)
@@ -67,7 +67,7 @@ int a2__table_add(a2__table *t, const char *const *cells)
             return -1;
         }
         t->cells[row * t->ncols + i] = copy;
-        size_t w = utf8_width(copy);
+        size_t w = a2__utf8_width(copy);
         if (w > t->width[i])
             t->width[i] = w;
     }
@@ -85,7 +85,7 @@ void a2__table_print(const a2__table *t, FILE *out)
     for (size_t r = 0; r <= t->nrows; r++) {
         for (size_t i = 0; i < t->ncols; i++) {
             const char *v = t->cells[r * t->ncols + i];
-            size_t pad = t->width[i] - utf8_width(v);
+            size_t pad = t->width[i] - a2__utf8_width(v);
             int last = i + 1 == t->ncols;
             if (t->align[i] == 'r')
                 fprintf(out, "%*s%s", (int)pad, "", v);

@@ -143,5 +143,22 @@ checks=$((checks + 1))
 got=$(python3 -c 'import json,sys; print(" ".join(json.loads(l)["lsn"] for l in open(sys.argv[1])))' "$TMP/follow.out")
 checks=$((checks + 1))
 [ "$got" = "0/40 0/50 0/60" ] || fail "audit --follow saw '$got', wanted '0/40 0/50 0/60'"
+# --follow as text: a moved head ("1→2", three bytes for the arrow) keeps the
+# columns after it where an unchanged head and the titles put them.
+h=$TMP/follow-text.jsonl
+{ line 0/70 claimed s8 mailer 1 1 w1; line 0/80 started s8 mailer 1 1 w2 | sed 's/"after":{"head":1/"after":{"head":2/'; } >"$h"
+"$A2" audit "$h" --follow >"$TMP/follow-text.out" 2>"$TMP/follow-text.err" &
+fpid=$!
+deadline=$((SECONDS + 15))
+until [ "$(wc -l <"$TMP/follow-text.out")" -ge 3 ] || [ $SECONDS -gt $deadline ]; do sleep 0.1; done
+kill -INT "$fpid"
+wait "$fpid" || true
+checks=$((checks + 1))
+grep -q "1→2" "$TMP/follow-text.out" || fail "audit --follow should show the moved head as 1→2: $(cat "$TMP/follow-text.out")"
+cols=$(python3 -c 'import sys
+for l in open(sys.argv[1], encoding="utf-8"):
+    print(l.rindex("  ") + 2)' "$TMP/follow-text.out" | sort -u | wc -l)
+checks=$((checks + 1))
+[ "$cols" = 1 ] || fail "audit --follow columns should line up: $(cat "$TMP/follow-text.out")"
 
 finish
