@@ -175,6 +175,9 @@ $(B)/tests/integration/%: $(B)/obj/tests/integration/%.o $(COMMON_TEST_OBJS) $(L
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_ALL) -lcmocka
 
+# The release version, as include/a2/version.h defines it.
+A2_VERSION := $(shell sed -n 's/^\#define A2_VERSION "\(.*\)"$$/\1/p' include/a2/version.h)
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 	        $(DESTDIR)$(PREFIX)/include/a2 $(DESTDIR)$(PREFIX)/share/a2
@@ -182,7 +185,8 @@ install: all
 	install -m 0644 $(LIB_ARCHIVES) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 include/a2/*.h $(DESTDIR)$(PREFIX)/include/a2/
 	for pc in a2store a2worker; do \
-	    sed -e 's|@PREFIX@|$(PREFIX)|g' deploy/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc; \
+	    sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(A2_VERSION)|g' \
+	        deploy/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc; \
 	done
 	install -m 0644 sql/schema.sql $(DESTDIR)$(PREFIX)/share/a2/
 

@@ -2,6 +2,8 @@
 #include "cli.h"
 
 #include "a2/schema.h"
+#include "a2/version.h"
+#include "a2/wire.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -41,6 +43,7 @@ static const char usage_text[] =
         "  --db CONNINFO  libpq connection string (default: $A2_DB, else PG*)\n"
         "  --json         machine-readable output\n"
         "  -h, --help     this help\n"
+        "  --version      the version of a2\n"
         "\n"
         "Environment: A2_STORE_TIMEOUT_MS bounds each store call (default: "
         "none;\n"
@@ -113,6 +116,7 @@ int a2__cli_main(int argc, char **argv)
             {"db", required_argument, NULL, 'd'},
             {"json", no_argument, NULL, 'j'},
             {"help", no_argument, NULL, 'h'},
+            {"version", no_argument, NULL, 'V'},
             {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -128,6 +132,10 @@ int a2__cli_main(int argc, char **argv)
             break;
         case 'h':
             fputs(usage_text, stdout);
+            return A2__CLI_OK;
+        case 'V':
+            printf("a2 %s (schema %s, wire protocol %d)\n", A2_VERSION,
+                   A2_SCHEMA_VERSION, A2_WIRE_VERSION);
             return A2__CLI_OK;
         case ':':
             return a2__cli_usage(&cli, "option %s needs a value",

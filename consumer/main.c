@@ -22,6 +22,9 @@
 #include <unistd.h>
 
 #include "a2/decoder.h"
+#include "a2/schema.h"
+#include "a2/version.h"
+#include "a2/wire.h"
 #include "apply.h"
 #include "audit.h"
 #include "metrics.h"
@@ -159,7 +162,8 @@ static void usage(FILE *f)
             "  --plugin NAME          output plugin of a new slot (default "
             "wal2json;\n"
             "                         other values are for tests)\n"
-            "  --help                 show this help\n\n"
+            "  --help                 show this help\n"
+            "  --version              show the version\n\n"
             "Signals: SIGTERM/SIGINT stop cleanly, SIGHUP reopens the audit "
             "file.\n"
             "Exit status: 0 on a clean stop, 1 on a runtime error, 2 on a "
@@ -1117,7 +1121,8 @@ int main(int argc, char **argv)
         O_HB,
         O_STREAM_TIMEOUT,
         O_PLUGIN,
-        O_HELP
+        O_HELP,
+        O_VERSION
     };
     static const struct option longopts[] = {
             {"db", required_argument, NULL, O_DB},
@@ -1132,6 +1137,7 @@ int main(int argc, char **argv)
             {"stream-timeout", required_argument, NULL, O_STREAM_TIMEOUT},
             {"plugin", required_argument, NULL, O_PLUGIN},
             {"help", no_argument, NULL, O_HELP},
+            {"version", no_argument, NULL, O_VERSION},
             {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -1221,6 +1227,11 @@ int main(int argc, char **argv)
             break;
         case O_HELP:
             usage(stdout);
+            rc = 0;
+            goto done;
+        case O_VERSION:
+            printf("a2-consumer %s (schema %s, wire protocol %d)\n", A2_VERSION,
+                   A2_SCHEMA_VERSION, A2_WIRE_VERSION);
             rc = 0;
             goto done;
         case ':':

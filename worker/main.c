@@ -7,7 +7,9 @@
  * and take sessions from that table. The handler is CMD run by /bin/sh -c,
  * with the event as JSON on stdin. See docs/worker.md.
  */
+#include "a2/schema.h"
 #include "a2/store.h"
+#include "a2/version.h"
 #include "a2/wire.h"
 #include "a2/worker.h"
 #include "sched.h"
@@ -74,6 +76,7 @@ static const char usage_text[] =
         "  --name NAME            this worker's name (default host:pid)\n"
         "  -q, --quiet            log only problems\n"
         "  -h, --help             this help\n"
+        "  --version              the version\n"
         "\n"
         "Environment: A2_STORE_TIMEOUT_MS bounds each store call (default: "
         "none;\n"
@@ -953,6 +956,7 @@ static int parse_args(app *a, int argc, char **argv)
             {"name", required_argument, NULL, 'N'},
             {"quiet", no_argument, NULL, 'q'},
             {"help", no_argument, NULL, 'h'},
+            {"version", no_argument, NULL, 'V'},
             {NULL, 0, NULL, 0},
     };
     const char *token_file = NULL, *log_arg = NULL;
@@ -1025,6 +1029,10 @@ static int parse_args(app *a, int argc, char **argv)
             break;
         case 'h':
             fputs(usage_text, stdout);
+            return -1;
+        case 'V':
+            printf("a2-worker %s (schema %s, wire protocol %d)\n", A2_VERSION,
+                   A2_SCHEMA_VERSION, A2_WIRE_VERSION);
             return -1;
         case ':':
             return usage_error("option %s needs a value", argv[optind - 1]);

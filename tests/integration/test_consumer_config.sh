@@ -56,6 +56,14 @@ if timeout 10 "$bin" --help >"$tmp/out" 2>"$tmp/err" && grep -q -- "--status-int
 else
     fail "--help"
 fi
+# --version: the version of include/a2/version.h, on stdout
+ver=$(sed -n 's/^#define A2_VERSION "\(.*\)"$/\1/p' "${A2_TOP:-.}/include/a2/version.h")
+if [ -n "$ver" ] && timeout 10 "$bin" --version >"$tmp/out" 2>"$tmp/err" &&
+    [ "$(cat "$tmp/out")" = "a2-consumer $ver (schema 1, wire protocol 1)" ] && [ ! -s "$tmp/err" ]; then
+    echo "ok: --version"
+else
+    fail "--version: $(cat "$tmp/out" "$tmp/err")"
+fi
 
 # usage errors: exit 2
 expect 2 'unknown option "--nope"' --nope

@@ -20,6 +20,10 @@ for f in include/a2/schema.h lib/liba2store.a lib/pkgconfig/a2store.pc share/a2/
     [ -f "$root/$f" ] && ok "installed $f" || bad "missing $f"
 done
 grep -q '^prefix=/opt/a2$' "$root/lib/pkgconfig/a2store.pc" && ok "pc prefix" || bad "pc prefix"
+ver=$(sed -n 's/^#define A2_VERSION "\(.*\)"$/\1/p' "$top/include/a2/version.h")
+for pc in a2store a2worker; do
+    [ -n "$ver" ] && grep -qx "Version: $ver" "$root/lib/pkgconfig/$pc.pc" && ok "$pc.pc version $ver" || bad "$pc.pc version: $(grep Version "$root/lib/pkgconfig/$pc.pc")"
+done
 cmp -s "$top/sql/schema.sql" "$root/share/a2/schema.sql" && ok "schema copied" || bad "schema differs"
 
 # A consumer of the library, built only from the staged tree.
