@@ -774,6 +774,13 @@ static char *render_metrics(void *ctx, int health, int *healthy)
             "# HELP " name " " help "\n# TYPE " name " " type "\n" name        \
             " " fmt "\n",                                                      \
             val)
+    appendf(&buf, &len, &cap,
+            "# HELP a2_consumer_build_info the release and the schema and "
+            "wire protocol versions it speaks\n"
+            "# TYPE a2_consumer_build_info gauge\n"
+            "a2_consumer_build_info{version=\"%s\",schema=\"%s\","
+            "wire=\"%d\"} 1\n",
+            A2_VERSION, A2_SCHEMA_VERSION, A2_WIRE_VERSION);
     G("a2_consumer_up", "1 while streaming from the slot", "gauge", "%d",
       d->streaming);
     G("a2_consumer_lag_bytes",

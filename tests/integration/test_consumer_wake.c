@@ -13,6 +13,8 @@
 #include <jansson.h>
 #include <netinet/in.h>
 
+#include "a2/schema.h"
+#include "a2/version.h"
 #include "test_consumer_util.h"
 
 static PGconn *db;
@@ -598,6 +600,9 @@ static void test_metrics_heartbeat_and_stop(void **state)
     char *body = http_get(port, "/metrics");
     assert_non_null(body);
     assert_non_null(strstr(body, "a2_consumer_up 1"));
+    assert_non_null(strstr(body, "a2_consumer_build_info{version=\"" A2_VERSION
+                                 "\",schema=\"" A2_SCHEMA_VERSION
+                                 "\",wire=\"1\"} 1\n"));
     assert_non_null(strstr(body, "a2_consumer_changes_decoded_total 2"));
     assert_non_null(strstr(body, "a2_consumer_audit_lines_total 1"));
     assert_non_null(strstr(body, "a2_consumer_workers 1"));
