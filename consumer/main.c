@@ -92,8 +92,11 @@ typedef struct {
     int64_t last_recv_ms;   /* the last message of any kind from the server */
     int64_t ping_sent_ms;   /* when a reply was requested since it, or 0 */
     int walsender_pid;      /* of the last stream, which may outlive it */
-    PGconn *tick_db;        /* presence expiry ticks: nonblocking, their own */
-    int tick_busy;          /* a tick was sent and has not answered yet */
+    PGconn *tick_db;        /* heartbeats and presence expiry ticks:
+                               nonblocking, their own connection */
+    int tick_busy;          /* a message was sent and has not answered yet */
+    int tick_kind;          /* which: TICK_EXPIRE or TICK_HEARTBEAT */
+    int64_t tick_sent_ms;   /* when (mono) */
     int64_t expire_sent_ms; /* the last presence expiry tick (mono) */
     uint64_t expire_sent_seen; /* ticks applied when it was sent */
     double lag_seconds;
@@ -393,6 +396,14 @@ static int64_t expire_next_ms(const daemon_t *d)
                                         : EXPIRE_RETRY_MS);
 }
 
+enum { TICK_EXPIRE, TICK_HEARTBEAT };
+
+static const char *tick_what(int kind)
+{
+    return kind == TICK_HEARTBEAT ? "send a heartbeat"
+                                  : "commit a presence expiry tick";
+}
+
 static void drop_tick_db(daemon_t *d)
 {
     PQfinish(d->tick_db);
@@ -400,11 +411,12 @@ static void drop_tick_db(daemon_t *d)
     d->tick_busy = 0;
 }
 
-/* Reads the answer to the tick in flight. */
+/* Reads the answer to the message in flight. */
 static void tick_answer(daemon_t *d)
 {
     char err[512];
-    int rc = a2c_db_expire_tick_poll(d->tick_db, err, sizeof err);
+    int rc = a2c_db_message_poll(d->tick_db, tick_what(d->tick_kind), err,
+                                 sizeof err);
     if (rc == 0) {
         d->tick_busy = 0;
     } else if (rc < 0) {
@@ -413,17 +425,50 @@ static void tick_answer(daemon_t *d)
     }
 }
 
-/* A tick unanswered for the stream timeout is given up with its connection;
- * the next one goes out on a new connection. */
+/* A message unanswered for the stream timeout is given up with its
+ * connection; the next one goes out on a new connection. */
 static void tick_overdue(daemon_t *d)
 {
     if (!d->tick_busy || d->stream_timeout_ms <= 0 ||
-        mono_ms() - d->expire_sent_ms < d->stream_timeout_ms)
+        mono_ms() - d->tick_sent_ms < d->stream_timeout_ms)
         return;
-    logline("a presence expiry tick got no answer from the server in %.1f s "
-            "(--stream-timeout); sending it on a new connection",
-            (double)d->stream_timeout_ms / 1000.0);
+    if (d->tick_kind == TICK_HEARTBEAT)
+        logline("a heartbeat got no answer from the server in %.1f s "
+                "(--stream-timeout); the next goes out on a new connection",
+                (double)d->stream_timeout_ms / 1000.0);
+    else
+        logline("a presence expiry tick got no answer from the server in "
+                "%.1f s (--stream-timeout); sending it on a new connection",
+                (double)d->stream_timeout_ms / 1000.0);
     drop_tick_db(d);
+}
+
+/* Sends a heartbeat or an expiry tick on the tick connection (opened when
+ * needed) without waiting for it; tick_answer reads the answer. */
+static void tick_send(daemon_t *d, int kind)
+{
+    char err[512];
+    if (d->tick_db && PQstatus(d->tick_db) != CONNECTION_OK)
+        drop_tick_db(d);
+    if (!d->tick_db) {
+        d->tick_db = a2c_db_connect(d->conninfo, err, sizeof err);
+        if (!d->tick_db) {
+            logline("%s", err);
+            return;
+        }
+    }
+    int rc = kind == TICK_HEARTBEAT
+                     ? a2c_db_heartbeat_send(d->tick_db, err, sizeof err)
+                     : a2c_db_expire_tick_send(d->tick_db, wall_ms(), err,
+                                               sizeof err);
+    if (rc != 0) {
+        logline("%s", err);
+        drop_tick_db(d);
+        return;
+    }
+    d->tick_busy = 1;
+    d->tick_kind = kind;
+    d->tick_sent_ms = mono_ms();
 }
 
 /* Sends a presence expiry tick when the earliest kept field is due; its
@@ -440,22 +485,7 @@ static void expire_presence(daemon_t *d)
     a2c_apply_get_stats(d->apply, &as);
     d->expire_sent_ms = now;
     d->expire_sent_seen = as.expire_ticks;
-    char err[512];
-    if (d->tick_db && PQstatus(d->tick_db) != CONNECTION_OK)
-        drop_tick_db(d);
-    if (!d->tick_db) {
-        d->tick_db = a2c_db_connect(d->conninfo, err, sizeof err);
-        if (!d->tick_db) {
-            logline("%s", err);
-            return;
-        }
-    }
-    if (a2c_db_expire_tick_send(d->tick_db, wall_ms(), err, sizeof err) != 0) {
-        logline("%s", err);
-        drop_tick_db(d);
-        return;
-    }
-    d->tick_busy = 1;
+    tick_send(d, TICK_EXPIRE);
 }
 
 /* ---- replication ---- */
@@ -923,7 +953,7 @@ static int run(daemon_t *d)
                 timeout = t < 0 ? 0 : t;
         }
         if (d->tick_busy && d->stream_timeout_ms > 0) {
-            int64_t t = d->expire_sent_ms + d->stream_timeout_ms - now;
+            int64_t t = d->tick_sent_ms + d->stream_timeout_ms - now;
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }
@@ -1055,14 +1085,14 @@ static int run(daemon_t *d)
             if (send_status(d, 0, err, sizeof err) != 0)
                 stream_down(d, err);
         }
-        /* heartbeat: a quiet database still moves the slot */
+        /* heartbeat: a quiet database still moves the slot (a message in
+         * flight on the tick connection moves it too, or is overdue) */
         if (d->streaming && now - d->last_activity_ms >= d->heartbeat_ms &&
             now - d->last_heartbeat_ms >= d->heartbeat_ms) {
             d->last_heartbeat_ms = now;
             d->last_activity_ms = now;
-            if (ensure_db(d, err, sizeof err) != 0 ||
-                a2c_db_heartbeat(d->db, err, sizeof err) != 0)
-                logline("%s", err);
+            if (!d->tick_busy)
+                tick_send(d, TICK_HEARTBEAT);
         }
     }
     /* clean stop */

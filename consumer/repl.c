@@ -302,17 +302,29 @@ done:
     return rc;
 }
 
-int a2c_db_heartbeat(PGconn *db, char *err, size_t errlen)
+/* Sends one query without waiting for it (see a2c_db_message_poll). */
+static int send_message(PGconn *db, const char *sql, const char *content,
+                        const char *what, char *err, size_t errlen)
 {
-    PGresult *res =
-            a2c_db_query(db,
-                         "select pg_logical_emit_message(false, 'a2-hb', "
-                         "now()::text)",
-                         0, NULL, "send a heartbeat", err, errlen);
-    if (!res)
+    const char *params[1] = {content};
+    if (PQsetnonblocking(db, 1) != 0 ||
+        !PQsendQueryParams(db, sql, content ? 1 : 0, NULL,
+                           content ? params : NULL, NULL, NULL, 0) ||
+        PQflush(db) < 0) {
+        char prefix[96];
+        snprintf(prefix, sizeof prefix, "could not %s: ", what);
+        one_line(err, errlen, prefix, PQerrorMessage(db));
         return -1;
-    PQclear(res);
+    }
     return 0;
+}
+
+int a2c_db_heartbeat_send(PGconn *db, char *err, size_t errlen)
+{
+    return send_message(db,
+                        "select pg_logical_emit_message(false, 'a2-hb', "
+                        "now()::text)",
+                        NULL, "send a heartbeat", err, errlen);
 }
 
 int a2c_db_expire_tick_send(PGconn *db, int64_t now_ms, char *err,
@@ -320,41 +332,38 @@ int a2c_db_expire_tick_send(PGconn *db, int64_t now_ms, char *err,
 {
     char content[48];
     snprintf(content, sizeof content, "%s%" PRId64, A2C_EXPIRE_TICK, now_ms);
-    const char *params[1] = {content};
-    if (PQsetnonblocking(db, 1) != 0 ||
-        !PQsendQueryParams(
-                db,
-                "select pg_logical_emit_message(true, '" A2C_TICK_PREFIX
-                "', $1::text)",
-                1, NULL, params, NULL, NULL, 0) ||
-        PQflush(db) < 0) {
-        one_line(err, errlen, "could not commit a presence expiry tick: ",
-                 PQerrorMessage(db));
-        return -1;
-    }
-    return 0;
+    return send_message(db,
+                        "select pg_logical_emit_message(true, '" A2C_TICK_PREFIX
+                        "', $1::text)",
+                        content, "commit a presence expiry tick", err, errlen);
 }
 
-int a2c_db_expire_tick_poll(PGconn *db, char *err, size_t errlen)
+int a2c_db_message_poll(PGconn *db, const char *what, char *err, size_t errlen)
 {
+    const char *why = NULL;
+    PGresult *res = NULL;
     if (PQflush(db) < 0 || !PQconsumeInput(db)) {
-        one_line(err, errlen, "could not commit a presence expiry tick: ",
-                 PQerrorMessage(db));
-        return -1;
-    }
-    while (!PQisBusy(db)) {
-        PGresult *res = PQgetResult(db);
-        if (!res)
-            return 0;
-        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-            one_line(err, errlen, "could not commit a presence expiry tick: ",
-                     PQresultErrorMessage(res));
+        why = PQerrorMessage(db);
+    } else {
+        while (!PQisBusy(db)) {
+            res = PQgetResult(db);
+            if (!res)
+                return 0;
+            if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+                why = PQresultErrorMessage(res);
+                break;
+            }
             PQclear(res);
-            return -1;
+            res = NULL;
         }
-        PQclear(res);
+        if (!why)
+            return 1;
     }
-    return 1;
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "could not %s: ", what);
+    one_line(err, errlen, prefix, why);
+    PQclear(res);
+    return -1;
 }
 
 int a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen)

@@ -1,6 +1,7 @@
 /*
- * The database side of a2-consumer: the startup checks and the normal
- * connection (heartbeats, the timer rebuild query), and the logical
+ * The database side of a2-consumer: the startup checks, the normal
+ * connection (the timer rebuild query, the /metrics WAL position), the
+ * connection of the heartbeats and presence expiry ticks, and the logical
  * replication connection (slot, START_REPLICATION, CopyBoth messages,
  * standby status updates). Follows pg_recvlogical's protocol handling.
  *
@@ -57,24 +58,27 @@ PGresult *a2c_db_query(PGconn *db, const char *sql, int nparams,
                        const char *const *params, const char *what, char *err,
                        size_t errlen);
 
-/* pg_logical_emit_message(false, 'a2-hb', now) from the normal connection. */
-int a2c_db_heartbeat(PGconn *db, char *err, size_t errlen);
-
 /*
- * Sends the commit of the presence expiry tick of time now_ms (apply.h): a
- * transactional logical message, so that it comes back through the stream
- * after every change committed before it. Does not wait: db (a connection
- * of its own) is made nonblocking; poll PQsocket(db) for input (and for
- * output while PQflush(db) says more is to be sent), then call
- * a2c_db_expire_tick_poll. 0 or -1 with the reason in err.
+ * The two logical messages the consumer emits, sent without waiting on a
+ * connection of their own (db is made nonblocking): poll PQsocket(db) for
+ * input (and for output while PQflush(db) says more is to be sent), then
+ * call a2c_db_message_poll. 0 or -1 with the reason in err.
+ *
+ * a2c_db_heartbeat_send: pg_logical_emit_message(false, 'a2-hb', now), which
+ * moves the slot on a quiet database.
+ *
+ * a2c_db_expire_tick_send: the commit of the presence expiry tick of time
+ * now_ms (apply.h), a transactional logical message, so that it comes back
+ * through the stream after every change committed before it.
  */
+int a2c_db_heartbeat_send(PGconn *db, char *err, size_t errlen);
 int a2c_db_expire_tick_send(PGconn *db, int64_t now_ms, char *err,
                             size_t errlen);
 
-/* Reads what arrived for a sent tick: 1 while its result is still to come,
- * 0 once it committed, -1 when it failed (err says why; drop the connection:
- * the rest of the answer is not read). */
-int a2c_db_expire_tick_poll(PGconn *db, char *err, size_t errlen);
+/* Reads what arrived for a sent message: 1 while its result is still to
+ * come, 0 once it is done, -1 when it failed (err says "could not <what>:
+ * why"; drop the connection: the rest of the answer is not read). */
+int a2c_db_message_poll(PGconn *db, const char *what, char *err, size_t errlen);
 
 /* Drops a slot (for an invalidated one); 0 or -1. */
 int a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen);

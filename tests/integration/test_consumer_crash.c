@@ -448,37 +448,80 @@ static void test_walsender_stopped(void **state)
     tc_cleanup(&d);
 }
 
+/* The backend that answered the consumer's last heartbeat. */
+#define HEARTBEAT_BACKEND_SQL                                                  \
+    "select pid from pg_stat_activity where application_name = "               \
+    "'a2-consumer' and backend_type = 'client backend' and query like "        \
+    "'%a2-hb%' order by backend_start desc limit 1"
+
+/* Starts the consumer with a stream timeout and a heartbeat interval (ms),
+ * applies a first burst, waits for an idle heartbeat, then stops the
+ * backend that answered it (SIGSTOP). */
+static void start_and_stop_heartbeats(tc_daemon *d, const char *timeout,
+                                      const char *interval)
+{
+    const char *extra[] = {"--stream-timeout", timeout, "--heartbeat-interval",
+                           interval, NULL};
+    tc_start_args(d, 0, extra);
+    burst(0, 20);
+    wait_caught_up(d->audit, 20000);
+    int i = 0;
+    while (a2_test_int(db, HEARTBEAT_BACKEND_SQL) <= 0) {
+        if (++i > 200)
+            fail_msg("no heartbeat was sent in 10 s");
+        tc_sleep_ms(50);
+    }
+    tc_stop_process(db, HEARTBEAT_BACKEND_SQL);
+}
+
 /*
- * The backend of the consumer's normal connection stops answering: an idle
- * heartbeat waits no longer than --stream-timeout, the connection is opened
- * again, and the stream, which answered all along, is kept.
+ * The backend of the consumer's heartbeats stops answering: the heartbeat
+ * in flight is given up after --stream-timeout with its connection, the next
+ * ones go out on a new connection, and the stream, which answered all
+ * along, is kept.
  */
 static void test_query_unanswered(void **state)
 {
     (void)state;
     tc_daemon d;
     tc_init(&d, "tc_unanswered");
-    const char *extra[] = {"--stream-timeout", "1000", "--heartbeat-interval",
-                           "300", NULL};
-    tc_start_args(&d, 0, extra);
-    burst(0, 20);
-    wait_caught_up(d.audit, 20000);
-    tc_stop_process(db,
-                    "select pid from pg_stat_activity where application_name = "
-                    "'a2-consumer' and backend_type = 'client backend'");
-    wait_for_text(d.log,
-                  "could not send a heartbeat: no answer from the server in "
-                  "1.0 s",
+    start_and_stop_heartbeats(&d, "1000", "300");
+    wait_for_text(d.log, "a heartbeat got no answer from the server in 1.0 s",
                   10000);
     tc_continue_process();
     burst(20, 20);
     wait_caught_up(d.audit, 20000);
-    /* the heartbeats after it go out on a new connection */
+    /* the heartbeats after it go out on a new connection and are answered */
     tc_sleep_ms(1500);
-    assert_int_equal(tc_count_in_file(d.log, "could not send a heartbeat"), 1);
+    assert_int_equal(tc_count_in_file(d.log, "got no answer"), 1);
+    assert_int_equal(tc_count_in_file(d.log, "could not send a heartbeat"), 0);
     assert_int_equal(tc_stop(&d), 0);
     assert_exactly_once(d.audit);
     assert_int_equal(tc_count_in_file(d.log, "the server sent nothing"), 0);
+    assert_int_equal(tc_count_in_file(d.log, "streaming from slot"), 1);
+    tc_cleanup(&d);
+}
+
+/*
+ * A heartbeat is not waited for: while its backend does not answer (and the
+ * stream timeout is far), the consumer keeps applying the stream, so the
+ * audit (and the wake-ups sent with it) keep up.
+ */
+static void test_heartbeat_not_waited_for(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_init(&d, "tc_hbwait");
+    start_and_stop_heartbeats(&d, "60000", "200");
+    /* idle past the interval: the next heartbeat goes to the stopped
+     * backend and gets no answer */
+    tc_sleep_ms(800);
+    burst(20, 20);
+    wait_caught_up(d.audit, 5000);
+    tc_continue_process();
+    assert_int_equal(tc_stop(&d), 0);
+    assert_exactly_once(d.audit);
+    assert_int_equal(tc_count_in_file(d.log, "got no answer"), 0);
     assert_int_equal(tc_count_in_file(d.log, "streaming from slot"), 1);
     tc_cleanup(&d);
 }
@@ -662,6 +705,8 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(test_query_unanswered, setup,
                                             teardown),
+            cmocka_unit_test_setup_teardown(test_heartbeat_not_waited_for,
+                                            setup, teardown),
             cmocka_unit_test_setup_teardown(test_audit_write_fails, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_walsender_terminated, setup,
