@@ -3,7 +3,6 @@
 
 #include "a2/schema.h"
 #include "a2/version.h"
-#include "a2/wire.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -134,8 +133,7 @@ int a2__cli_main(int argc, char **argv)
             fputs(usage_text, stdout);
             return A2__CLI_OK;
         case 'V':
-            printf("a2 %s (schema %s, wire protocol %d)\n", A2_VERSION,
-                   A2_SCHEMA_VERSION, A2_WIRE_VERSION);
+            puts("a2 " A2_VERSION_LINE);
             return A2__CLI_OK;
         case ':':
             return a2__cli_usage(&cli, "option %s needs a value",

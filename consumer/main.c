@@ -398,11 +398,18 @@ static int64_t expire_next_ms(const daemon_t *d)
 
 enum { TICK_EXPIRE, TICK_HEARTBEAT };
 
-static const char *tick_what(int kind)
-{
-    return kind == TICK_HEARTBEAT ? "send a heartbeat"
-                                  : "commit a presence expiry tick";
-}
+/* What the messages of the tick connection are called in the log. */
+static const struct {
+    const char *what;  /* "could not <what>: ..." */
+    const char *name;  /* "<name> got no answer ..." */
+    const char *after; /* what happens next */
+} tick_kinds[] = {
+        [TICK_EXPIRE] = {"commit a presence expiry tick",
+                         "a presence expiry tick",
+                         "sending it on a new connection"},
+        [TICK_HEARTBEAT] = {"send a heartbeat", "a heartbeat",
+                            "the next goes out on a new connection"},
+};
 
 static void drop_tick_db(daemon_t *d)
 {
@@ -415,7 +422,7 @@ static void drop_tick_db(daemon_t *d)
 static void tick_answer(daemon_t *d)
 {
     char err[512];
-    int rc = a2c_db_message_poll(d->tick_db, tick_what(d->tick_kind), err,
+    int rc = a2c_db_message_poll(d->tick_db, tick_kinds[d->tick_kind].what, err,
                                  sizeof err);
     if (rc == 0) {
         d->tick_busy = 0;
@@ -432,14 +439,11 @@ static void tick_overdue(daemon_t *d)
     if (!d->tick_busy || d->stream_timeout_ms <= 0 ||
         mono_ms() - d->tick_sent_ms < d->stream_timeout_ms)
         return;
-    if (d->tick_kind == TICK_HEARTBEAT)
-        logline("a heartbeat got no answer from the server in %.1f s "
-                "(--stream-timeout); the next goes out on a new connection",
-                (double)d->stream_timeout_ms / 1000.0);
-    else
-        logline("a presence expiry tick got no answer from the server in "
-                "%.1f s (--stream-timeout); sending it on a new connection",
-                (double)d->stream_timeout_ms / 1000.0);
+    logline("%s got no answer from the server in %.1f s (--stream-timeout); "
+            "%s",
+            tick_kinds[d->tick_kind].name,
+            (double)d->stream_timeout_ms / 1000.0,
+            tick_kinds[d->tick_kind].after);
     drop_tick_db(d);
 }
 
@@ -1267,8 +1271,7 @@ int main(int argc, char **argv)
             rc = 0;
             goto done;
         case O_VERSION:
-            printf("a2-consumer %s (schema %s, wire protocol %d)\n", A2_VERSION,
-                   A2_SCHEMA_VERSION, A2_WIRE_VERSION);
+            puts("a2-consumer " A2_VERSION_LINE);
             rc = 0;
             goto done;
         case ':':

@@ -7,7 +7,6 @@
  * and take sessions from that table. The handler is CMD run by /bin/sh -c,
  * with the event as JSON on stdin. See docs/worker.md.
  */
-#include "a2/schema.h"
 #include "a2/store.h"
 #include "a2/version.h"
 #include "a2/wire.h"
@@ -1031,8 +1030,7 @@ static int parse_args(app *a, int argc, char **argv)
             fputs(usage_text, stdout);
             return -1;
         case 'V':
-            printf("a2-worker %s (schema %s, wire protocol %d)\n", A2_VERSION,
-                   A2_SCHEMA_VERSION, A2_WIRE_VERSION);
+            puts("a2-worker " A2_VERSION_LINE);
             return -1;
         case ':':
             return usage_error("option %s needs a value", argv[optind - 1]);

@@ -13,7 +13,6 @@
 #include <jansson.h>
 #include <netinet/in.h>
 
-#include "a2/schema.h"
 #include "a2/version.h"
 #include "test_consumer_util.h"
 
