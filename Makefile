@@ -81,7 +81,7 @@ BENCH_PROGS := $(foreach n,$(BENCH_NAMES),$(B)/bench/a2-bench-$(n))
 # Keep objects that only pattern rules name.
 .SECONDARY:
 
-all: $(LIB_ARCHIVES) $(PROGRAMS) $(BENCH_PROGS)
+all: sql/schema.sql $(LIB_ARCHIVES) $(PROGRAMS) $(BENCH_PROGS)
 
 tests: all $(UNIT_TESTS) $(INTEG_TESTS)
 
@@ -125,6 +125,11 @@ bench: deps
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+# sql/schema.sql is assembled from sql/src/*.sql (committed, so that psql -f
+# sql/schema.sql works from a checkout); edit the files under sql/src.
+sql/schema.sql: $(sort $(wildcard sql/src/*.sql)) deploy/assemble-schema
+	deploy/assemble-schema > $@.tmp && mv $@.tmp $@
 
 build/gen/schema_sql.c: sql/schema.sql deploy/embed-sql
 	@mkdir -p $(dir $@)

@@ -1,11 +1,12 @@
 /*
- * liba2store: presence registers (a2/state.h): field-wise last-writer-wins
- * with a TTL on the store's clock, tombstones, reads exact at a WAL position,
- * and reaping of expired rows.
+ * liba2store: presence registers (a2/state.h), one call each of
+ * a2_presence_write, a2_presence_read and a2_presence_reap
+ * (sql/src/85-presence.sql): field-wise last-writer-wins with a TTL on the
+ * store's clock, tombstones, reads exact at a WAL position, and reaping of
+ * expired rows.
  */
 #include "a2/state.h"
 #include "store_int.h"
-#include "store_sql.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -14,82 +15,16 @@
 
 #define MAX_REAP 100000
 
-/* clang-format off */
-
-#define NS P_TEXT("ns")
-#define NS_LOCK(fn)                                                         \
-    fn "(24882, hashtext(" NS "))"
-#define NS_LOCK_OF(ns)                                                      \
-    "pg_advisory_xact_lock_shared(24882, hashtext(" ns "))"
-
-/*
- * Each field as a row (a tombstone's value is JSON null), under the
- * namespace's shared lock: an unexpired stored row with a strictly newer
- * `at` survives, anything else is replaced. The rows that won, in order.
- */
-#define SQL_PRESENCE_WRITE                                                  \
-    "with lock as materialized (select " NS_LOCK("pg_advisory_xact_lock_"   \
-    "shared") "::text as held), input as materialized (select e.n, "        \
-    "e.item->>'f' as field, coalesce(e.item->'v', 'null'::jsonb) as value " \
-    "from jsonb_array_elements($1->'fields') with ordinality as e(item, "   \
-    "n)), written as (insert into a2_presence (ns, participant, field, "    \
-    "value, seen, at, expires_at) select " NS ", " P_TEXT("participant")    \
-    ", input.field, input.value, " P_BIGINT("seen") ", " P_BIGINT("at")     \
-    ", " P_BIGINT("expires") " from input, lock where lock.held is not "    \
-    "null on conflict (ns, participant, field) do update set value = "      \
-    "excluded.value, seen = excluded.seen, at = excluded.at, expires_at = " \
-    "excluded.expires_at where a2_presence.at <= excluded.at or "           \
-    "a2_presence.expires_at <= " P_BIGINT("now") " returning "              \
-    "a2_presence.participant, a2_presence.field, a2_presence.value, "       \
-    "a2_presence.seen, a2_presence.at, a2_presence.expires_at) select "     \
-    "jsonb_build_object('participant', written.participant, 'field', "      \
-    "written.field, 'value', written.value::text, 'seen', written.seen, "   \
-    "'at', written.at, 'expires_at', written.expires_at) from written "     \
-    "join input on input.field = written.field order by input.n"
-
-/* The namespace's exclusive lock: no write of it is in flight or starts. */
-#define SQL_PRESENCE_LOCK                                                   \
-    "select jsonb_build_object('locked', true) from "                       \
-    NS_LOCK("pg_advisory_xact_lock")
-
-/*
- * In one snapshot after the lock: deletes the namespace's expired rows,
- * returns the live ones, then the WAL insert position (the last row).
- */
-#define SQL_PRESENCE_READ                                                   \
-    "with reaped as (delete from a2_presence p where p.ns = " NS " and "    \
-    "p.expires_at <= " P_BIGINT("now") " returning 1), live as (select "    \
-    "p.participant, p.field, p.value, p.seen, p.at, p.expires_at from "     \
-    "a2_presence p where p.ns = " NS " and p.expires_at > "                 \
-    P_BIGINT("now") " and p.value <> 'null'::jsonb) select r from (select " \
-    "0 as ord, live.participant as pa, live.field as fi, "                  \
-    "jsonb_build_object('participant', live.participant, 'field', "         \
-    "live.field, 'value', live.value::text, 'seen', live.seen, 'at', "      \
-    "live.at, 'expires_at', live.expires_at) as r from live union all "     \
-    "select 1, null, null, jsonb_build_object('lsn', "                      \
-    "(pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::text, 'reaped', "       \
-    "(select count(*) from reaped))) rows order by ord, pa collate \"C\", " \
-    "fi collate \"C\""
-
-/*
- * At most "limit" expired rows of namespace "ns" (null: of any). The shared
- * lock of a row's namespace is taken before the row's lock, as writes do,
- * so a reap never commits inside a read's window and never closes a cycle
- * with a writer and a waiting reader.
- */
-#define SQL_PRESENCE_REAP                                                   \
-    "with spaces as materialized (select distinct p.ns from a2_presence p " \
-    "where p.expires_at <= " P_BIGINT("now") " and (" NS " is null or "     \
-    "p.ns = " NS ") limit " P_BIGINT("limit") "), locked as materialized "  \
-    "(select spaces.ns from spaces where " NS_LOCK_OF("spaces.ns")          \
-    "::text is not null), doomed as materialized (select p.ctid from "      \
-    "a2_presence p where p.expires_at <= " P_BIGINT("now") " and p.ns in "  \
-    "(select locked.ns from locked) order by p.expires_at limit "           \
-    P_BIGINT("limit") " for update skip locked), gone as (delete from "     \
-    "a2_presence p using doomed where p.ctid = doomed.ctid returning 1) "   \
-    "select jsonb_build_object('reaped', (select count(*) from gone))"
-
-/* clang-format on */
+#define SQL_PRESENCE_WRITE                                                     \
+    "select a2_presence_write(ns => $1, participant => $2, fields => "       \
+    "$3::jsonb, ttl_ms => $4::bigint, at => $5::bigint, seen => $6::bigint, " \
+    "now_ms => $7::bigint, text_payloads => true)"
+#define SQL_PRESENCE_READ                                                      \
+    "select a2_presence_read(ns => $1, now_ms => $2::bigint, text_payloads "  \
+    "=> true)"
+#define SQL_PRESENCE_REAP                                                      \
+    "select a2_presence_reap(ns => $1, max_rows => $2::integer, now_ms => "   \
+    "$3::bigint)"
 
 static int check_name(a2_store *s, const char *what, const char *v)
 {
@@ -106,11 +41,6 @@ static int check_name(a2_store *s, const char *what, const char *v)
                               what);
     json_decref(probe);
     return 0;
-}
-
-static bool set(json_t *o, const char *k, json_t *v)
-{
-    return v && json_object_set_new(o, k, v) == 0;
 }
 
 static int nomem(a2_store *s)
@@ -177,68 +107,47 @@ static int check_write(a2_store *s, const a2_presence_write_req *req)
     return rc;
 }
 
-static json_t *write_params(a2_store *s, const a2_presence_write_req *req,
-                            int *rc)
+/* The fields as a2_presence_write takes them: [{"field", "value_text"}],
+ * no value for a tombstone. NULL with rc set on failure. */
+static char *fields_text(a2_store *s, const a2_presence_write_req *req,
+                         int *rc)
 {
-    int64_t now = a2__store_now(s);
-    json_t *p = json_object(), *fields = json_array();
-    if (!p || !fields)
-        goto nomem;
-    if (req->ttl_ms > INT64_MAX - now) {
-        *rc = a2__store_fail(s, A2_EINVALID_ARGUMENT, "ttl_ms is too large");
-        goto fail;
-    }
-    if (!set(p, "ns", json_string(req->ns)) ||
-        !set(p, "participant", json_string(req->participant)) ||
-        !set(p, "at", json_integer(req->at)) ||
-        !set(p, "seen",
-             req->seen == A2_STORE_NONE ? json_null()
-                                        : json_integer(req->seen)) ||
-        !set(p, "now", json_integer(now)) ||
-        !set(p, "expires", json_integer(now + req->ttl_ms)))
-        goto nomem;
-    for (size_t i = 0; i < req->nfields; i++) {
+    json_t *fields = json_array();
+    for (size_t i = 0; fields && i < req->nfields; i++) {
         const a2_presence_field *f = &req->fields[i];
-        json_t *v = NULL;
         if (f->value) {
             json_error_t jerr;
-            v = json_loads(f->value, JSON_DECODE_ANY, &jerr);
+            json_t *v = json_loads(
+                    f->value, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &jerr);
             if (!v) {
                 *rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
                                      "field %s: value is not JSON: %s",
                                      f->field, jerr.text);
-                goto fail;
+                json_decref(fields);
+                return NULL;
             }
-        }
-        json_t *o = json_object();
-        if (!o || !set(o, "f", json_string(f->field)) ||
-            (v && json_object_set(o, "v", v) != 0)) {
             json_decref(v);
-            json_decref(o);
-            goto nomem;
         }
-        json_decref(v);
-        if (json_array_append_new(fields, o) != 0)
-            goto nomem; /* the append released o */
+        json_t *o = f->value ? json_pack("{s:s, s:s}", "field", f->field,
+                                         "value_text", f->value)
+                             : json_pack("{s:s}", "field", f->field);
+        if (json_array_append_new(fields, o) != 0) {
+            json_decref(fields);
+            fields = NULL;
+        }
     }
-    if (json_object_set(p, "fields", fields) != 0)
-        goto nomem;
+    char *text = fields ? json_dumps(fields, JSON_COMPACT) : NULL;
     json_decref(fields);
-    return p;
-nomem:
-    *rc = nomem(s);
-fail:
-    json_decref(fields);
-    json_decref(p);
-    return NULL;
+    if (!text)
+        *rc = nomem(s);
+    return text;
 }
 
-/* Fills out with the entry rows of rows (those holding "field"). */
-static int decode_entries(a2_store *s, const json_t *rows, a2_presence *out)
+/* Fills out with the entries of list. */
+static int decode_entries(a2_store *s, const json_t *list, a2_presence *out)
 {
-    size_t n = 0, k;
+    size_t n = json_array_size(list), k;
     json_t *r;
-    json_array_foreach(rows, k, r) if (json_object_get(r, "field")) n++;
     out->arena_ = a2__arena_new();
     if (!out->arena_)
         return nomem(s);
@@ -247,10 +156,8 @@ static int decode_entries(a2_store *s, const json_t *rows, a2_presence *out)
         if (!out->items)
             return nomem(s);
     }
-    json_array_foreach(rows, k, r)
+    json_array_foreach(list, k, r)
     {
-        if (!json_object_get(r, "field"))
-            continue;
         a2_presence_entry *e = &out->items[out->count++];
         e->participant = a2__row_str(out->arena_, r, "participant");
         e->field = a2__row_str(out->arena_, r, "field");
@@ -264,16 +171,9 @@ static int decode_entries(a2_store *s, const json_t *rows, a2_presence *out)
     return 0;
 }
 
-static int run(a2_store *s, const char *const *st, size_t n, json_t *p,
-               json_t **rows)
+static void int_text(char *buf, size_t len, int64_t v)
 {
-    json_t *abort_row = NULL;
-    int rc = a2__store_batch(s, st, n, p, rows, &abort_row);
-    if (rc == A2__ABORTED) {
-        json_decref(abort_row);
-        rc = A2_ESTORE_FAILED;
-    }
-    return rc;
+    snprintf(buf, len, "%" PRId64, v);
 }
 
 int a2_store_presence_write(a2_store *s, const a2_presence_write_req *req,
@@ -285,17 +185,32 @@ int a2_store_presence_write(a2_store *s, const a2_presence_write_req *req,
     int rc = check_write(s, req);
     if (rc)
         return rc;
-    json_t *p = write_params(s, req, &rc), *rows = NULL;
-    if (!p)
+    int64_t now = a2__store_now(s);
+    if (req->ttl_ms > INT64_MAX - now)
+        return a2__store_fail(s, A2_EINVALID_ARGUMENT, "ttl_ms is too large");
+    char *fields = fields_text(s, req, &rc);
+    if (!fields)
         return rc;
-    const char *st[] = {SQL_PRESENCE_WRITE};
-    rc = run(s, st, 1, p, &rows);
+    char ttl[24], at[24], seen[24], nows[24];
+    int_text(ttl, sizeof ttl, req->ttl_ms);
+    int_text(at, sizeof at, req->at);
+    int_text(seen, sizeof seen, req->seen);
+    int_text(nows, sizeof nows, now);
+    const char *values[7] = {req->ns,
+                             req->participant,
+                             fields,
+                             ttl,
+                             at,
+                             req->seen == A2_STORE_NONE ? NULL : seen,
+                             nows};
+    json_t *res = NULL;
+    rc = a2__store_call(s, SQL_PRESENCE_WRITE, 7, values, false, &res);
+    free(fields);
     if (rc == 0)
-        rc = decode_entries(s, rows, out);
+        rc = decode_entries(s, json_object_get(res, "written"), out);
     if (rc)
         a2_presence_free(out);
-    json_decref(rows);
-    json_decref(p);
+    json_decref(res);
     return rc;
 }
 
@@ -307,17 +222,13 @@ int a2_store_presence_read(a2_store *s, const char *ns, a2_presence *out)
     int rc = check_name(s, "ns", ns);
     if (rc)
         return rc;
-    json_t *p = json_object(), *rows = NULL;
-    if (!p || !set(p, "ns", json_string(ns)) ||
-        !set(p, "now", json_integer(a2__store_now(s)))) {
-        json_decref(p);
-        return nomem(s);
-    }
-    const char *st[] = {SQL_PRESENCE_LOCK, SQL_PRESENCE_READ};
-    rc = run(s, st, 2, p, &rows);
+    char now[24];
+    int_text(now, sizeof now, a2__store_now(s));
+    const char *values[2] = {ns, now};
+    json_t *res = NULL;
+    rc = a2__store_call(s, SQL_PRESENCE_READ, 2, values, false, &res);
     if (rc == 0) {
-        json_t *last = json_array_get(rows, json_array_size(rows) - 1);
-        const char *lsn = json_string_value(json_object_get(last, "lsn"));
+        const char *lsn = json_string_value(json_object_get(res, "lsn"));
         if (!lsn)
             rc = a2__store_fail(s, A2_ESTORE_FAILED,
                                 "presence read returned no position");
@@ -325,11 +236,10 @@ int a2_store_presence_read(a2_store *s, const char *ns, a2_presence *out)
             out->lsn = strtoull(lsn, NULL, 10);
     }
     if (rc == 0)
-        rc = decode_entries(s, rows, out);
+        rc = decode_entries(s, json_object_get(res, "entries"), out);
     if (rc)
         a2_presence_free(out);
-    json_decref(rows);
-    json_decref(p);
+    json_decref(res);
     return rc;
 }
 
@@ -346,18 +256,14 @@ int a2_store_presence_reap(a2_store *s, const char *ns, size_t limit,
     int rc = ns ? check_name(s, "ns", ns) : 0;
     if (rc)
         return rc;
-    json_t *p = json_object(), *rows = NULL;
-    if (!p || !set(p, "now", json_integer(a2__store_now(s))) ||
-        !set(p, "ns", ns ? json_string(ns) : json_null()) ||
-        !set(p, "limit", json_integer((json_int_t)limit))) {
-        json_decref(p);
-        return nomem(s);
-    }
-    const char *st[] = {SQL_PRESENCE_REAP};
-    rc = run(s, st, 1, p, &rows);
+    char lim[24], now[24];
+    int_text(lim, sizeof lim, (int64_t)limit);
+    int_text(now, sizeof now, a2__store_now(s));
+    const char *values[3] = {ns, lim, now};
+    json_t *res = NULL;
+    rc = a2__store_call(s, SQL_PRESENCE_REAP, 3, values, false, &res);
     if (rc == 0 && reaped)
-        *reaped = a2__row_int(json_array_get(rows, 0), "reaped");
-    json_decref(rows);
-    json_decref(p);
+        *reaped = a2__row_int(res, "reaped");
+    json_decref(res);
     return rc;
 }

@@ -1,106 +1,21 @@
 /*
- * liba2store: reducer snapshots (a2/state.h): write_state with pins on live
- * heads, read_state of the latest or a pinned version.
+ * liba2store: reducer snapshots (a2/state.h), one call each of
+ * a2_write_state and a2_read_state (sql/src/80-state.sql).
  */
 #include "a2/state.h"
 #include "store_int.h"
-#include "store_sql.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* clang-format off */
-
-#define REDUCER P_TEXT("reducer")
-
-/*
- * The live heads the pins name, read for share in primary-key order before
- * the session lock, as append's fence does with its causes: a completion
- * holds its cursor row while it waits for the session lock, so taking the
- * rows after the lock could deadlock with it. Nothing that runs under the
- * session lock waits for a live head's row it did not lock first.
- */
-#define SQL_STATE_PIN_LOCK                                                  \
-    "with req as (select distinct p.consumer, p.cursor_key, p.idx from "    \
-    "jsonb_to_recordset($1->'pins') as p(consumer text, cursor_key text, "  \
-    "idx bigint)), live as materialized (select 1 from a2_cursors cur "     \
-    "where cur.session_id = " SESSION " and cur.failed_at is null and "     \
-    "exists (select 1 from req where req.consumer = cur.consumer and "      \
-    "req.cursor_key = cur.cursor_key and req.idx = cur.head) order by "     \
-    "cur.cursor_key, cur.consumer, cur.epoch for share of cur) select "     \
-    "jsonb_build_object('live', count(*)) from live"
-
-/* A write below the clear marker aborts the call (read under the session
- * lock: every clear that committed before it is seen). */
-#define SQL_STATE_CLEARED                                                   \
-    "select jsonb_build_object('abort', 'cleared', 'clear_index', "         \
-    "boundary.clear_index) from (select " CLEAR_INDEX " as clear_index) "   \
-    "boundary where exists (select 1 from jsonb_array_elements($1->"        \
-    "'writes') w where (w->>'i')::bigint < boundary.clear_index)"
-
-/*
- * Pins on live heads (cursor rows read for share, in primary-key order),
- * history for the versions they keep, and the latest snapshot unless a
- * newer one is stored.
- */
-#define SQL_STATE_WRITE                                                     \
-    "with boundary as materialized (select " CLEAR_INDEX " as "             \
-    "clear_index), req as materialized (select distinct p.consumer, "       \
-    "p.cursor_key, p.idx, p.up_to from jsonb_to_recordset(case when "       \
-    "jsonb_typeof($1->'pins') = 'array' then $1->'pins' else '[]'::jsonb "  \
-    "end) as p(consumer text, cursor_key text, idx bigint, up_to bigint)), "\
-    "live as materialized (select cur.consumer, cur.cursor_key, cur.head "  \
-    "from a2_cursors cur, boundary where cur.session_id = " SESSION " and " \
-    "cur.head > boundary.clear_index and cur.failed_at is null and exists "\
-    "(select 1 from req where req.consumer = cur.consumer and "             \
-    "req.cursor_key = cur.cursor_key and req.idx = cur.head) order by "     \
-    "cur.cursor_key, cur.consumer, cur.epoch for share of cur), accepted "  \
-    "as materialized (select req.* from req where exists (select 1 from "   \
-    "live where live.consumer = req.consumer and live.cursor_key = "        \
-    "req.cursor_key and live.head = req.idx)), writes as materialized "     \
-    "(select (w->>'i')::bigint as i, coalesce(w->'s', 'null'::jsonb) as s " \
-    "from jsonb_array_elements($1->'writes') w), pinned as (insert into "   \
-    "a2_snapshot_pins (session_id, event_index, consumer, cursor_key, "     \
-    "reducer_name, up_to_index) select " SESSION ", accepted.idx, "         \
-    "accepted.consumer, accepted.cursor_key, " REDUCER ", accepted.up_to "  \
-    "from accepted on conflict do nothing returning 1), kept as (insert "   \
-    "into a2_snapshot_history (session_id, reducer_name, up_to_index, "     \
-    "state, written_at) select " SESSION ", " REDUCER ", writes.i, "        \
-    "writes.s, " P_BIGINT("now") " from writes where exists (select 1 "     \
-    "from accepted where accepted.up_to = writes.i) on conflict "           \
-    "(session_id, reducer_name, up_to_index) do update set state = "        \
-    "excluded.state, written_at = excluded.written_at returning 1), "       \
-    "latest as (insert into a2_snapshots (session_id, reducer_name, "       \
-    "up_to_index, state, written_at) select " SESSION ", " REDUCER ", "     \
-    "newest.i, newest.s, " P_BIGINT("now") " from (select * from writes "   \
-    "order by writes.i desc limit 1) newest on conflict (session_id, "      \
-    "reducer_name) do update set up_to_index = excluded.up_to_index, "      \
-    "state = excluded.state, written_at = excluded.written_at where "       \
-    "a2_snapshots.up_to_index <= excluded.up_to_index returning "           \
-    "up_to_index) select jsonb_build_object('requested', (select count(*) " \
-    "from req), 'accepted', (select count(*) from accepted), 'replaced', "  \
-    "exists (select 1 from latest), 'up_to_index', coalesce((select "       \
-    "up_to_index from latest), (select s.up_to_index from a2_snapshots s "  \
-    "where s.session_id = " SESSION " and s.reducer_name = " REDUCER ")), " \
-    "'kept', (select count(*) from kept), 'pinned', (select count(*) from " \
-    "pinned))"
-
-/* The latest snapshot, or the newest version at or below "at". */
-#define SQL_STATE_READ                                                      \
-    "select jsonb_build_object('up_to_index', v.up_to_index, 'state', "     \
-    "v.state::text, 'written_at', v.written_at) from (select "              \
-    "s.up_to_index, s.state, s.written_at from a2_snapshots s where "       \
-    "s.session_id = " SESSION " and s.reducer_name = " REDUCER " and (("    \
-    "$1->>'at') is null or s.up_to_index <= " P_BIGINT("at") ") union all " \
-    "select h.up_to_index, h.state, h.written_at from a2_snapshot_history " \
-    "h where h.session_id = " SESSION " and h.reducer_name = " REDUCER      \
-    " and ($1->>'at') is not null and h.up_to_index <= " P_BIGINT("at")     \
-    ") v where v.up_to_index >= " CLEAR_INDEX " order by v.up_to_index "    \
-    "desc limit 1"
-
-/* clang-format on */
+#define SQL_WRITE_STATE                                                        \
+    "select a2_write_state(session => $1, reducer => $2, writes => $3::jsonb, " \
+    "now_ms => $4::bigint)"
+#define SQL_READ_STATE                                                         \
+    "select * from a2_read_state(session => $1, reducer => $2, at_index => "  \
+    "$3::bigint)"
 
 static int check_name(a2_store *s, const char *what, const char *v)
 {
@@ -117,11 +32,6 @@ static int check_name(a2_store *s, const char *what, const char *v)
                               what);
     json_decref(probe);
     return 0;
-}
-
-static bool set(json_t *o, const char *k, json_t *v)
-{
-    return v && json_object_set_new(o, k, v) == 0;
 }
 
 static int nomem(a2_store *s)
@@ -191,74 +101,49 @@ static int check_writes(a2_store *s, const a2_state_write *w, size_t n)
     return rc;
 }
 
-static json_t *pin_key(const a2_state_pin *p)
+/* The writes as a2_write_state takes them: [{"up_to_index", "state_text",
+ * "pins": [{"consumer", "lane", "index"}]}]. rc set on failure. */
+static json_t *writes_json(a2_store *s, const a2_state_write *w, size_t n,
+                           int *rc)
 {
-    if (p->lane)
-        return json_sprintf("lane:%s", p->lane);
-    return json_sprintf("#%" PRId64, p->index);
-}
-
-/* The params of a write: "writes" [{i, s}] and "pins" [{consumer,
- * cursor_key, idx, up_to}]. rc set on failure. */
-static json_t *write_params(a2_store *s, const char *session,
-                            const char *reducer, const a2_state_write *w,
-                            size_t n, int *rc)
-{
-    json_t *p = json_object(), *writes = json_array(), *pins = json_array();
-    if (!p || !writes || !pins)
-        goto nomem;
-    if (!set(p, "session", json_string(session)) ||
-        !set(p, "reducer", json_string(reducer)) ||
-        !set(p, "now", json_integer(a2__store_now(s))))
-        goto nomem;
-    for (size_t i = 0; i < n; i++) {
+    json_t *writes = json_array();
+    for (size_t i = 0; writes && i < n; i++) {
         json_error_t jerr;
-        json_t *state = json_loads(w[i].state, JSON_DECODE_ANY, &jerr);
-        if (!state) {
+        json_t *probe = json_loads(
+                w[i].state, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &jerr);
+        if (!probe) {
             *rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
                                  "a write's state is not JSON: %s", jerr.text);
-            goto fail;
+            json_decref(writes);
+            return NULL;
         }
-        json_t *o = json_object();
-        if (!o || json_object_set_new(o, "s", state) != 0) {
-            if (!o)
-                json_decref(state);
-            json_decref(o);
-            goto nomem;
-        }
-        if (!set(o, "i", json_integer(w[i].up_to_index))) {
-            json_decref(o);
-            goto nomem;
-        }
-        if (json_array_append_new(writes, o) != 0)
-            goto nomem; /* the append released o */
-        for (size_t k = 0; k < w[i].npins; k++) {
+        json_decref(probe);
+        json_t *pins = json_array();
+        for (size_t k = 0; pins && k < w[i].npins; k++) {
             const a2_state_pin *pin = &w[i].pins[k];
-            json_t *q = json_object();
-            if (!q || !set(q, "consumer", json_string(pin->consumer)) ||
-                !set(q, "cursor_key", pin_key(pin)) ||
-                !set(q, "idx", json_integer(pin->index)) ||
-                !set(q, "up_to", json_integer(w[i].up_to_index))) {
-                json_decref(q);
-                goto nomem;
+            if (json_array_append_new(
+                        pins, json_pack("{s:s, s:o, s:I}", "consumer",
+                                        pin->consumer, "lane",
+                                        pin->lane ? json_string(pin->lane)
+                                                  : json_null(),
+                                        "index", (json_int_t)pin->index)) !=
+                0) {
+                json_decref(pins);
+                pins = NULL;
             }
-            if (json_array_append_new(pins, q) != 0)
-                goto nomem; /* the append released q */
+        }
+        if (json_array_append_new(
+                    writes, json_pack("{s:I, s:s, s:o}", "up_to_index",
+                                      (json_int_t)w[i].up_to_index,
+                                      "state_text", w[i].state, "pins",
+                                      pins)) != 0) {
+            json_decref(writes);
+            writes = NULL;
         }
     }
-    if (json_object_set(p, "writes", writes) != 0 ||
-        json_object_set(p, "pins", pins) != 0)
-        goto nomem;
-    json_decref(writes);
-    json_decref(pins);
-    return p;
-nomem:
-    *rc = nomem(s);
-fail:
-    json_decref(writes);
-    json_decref(pins);
-    json_decref(p);
-    return NULL;
+    if (!writes)
+        *rc = nomem(s);
+    return writes;
 }
 
 int a2_store_write_state(a2_store *s, const char *session, const char *reducer,
@@ -276,41 +161,28 @@ int a2_store_write_state(a2_store *s, const char *session, const char *reducer,
         rc = check_writes(s, writes, nwrites);
     if (rc)
         return rc;
-    json_t *p = write_params(s, session, reducer, writes, nwrites, &rc);
-    if (!p)
+    json_t *w = writes_json(s, writes, nwrites, &rc);
+    if (!w)
         return rc;
-    bool pinned = false;
-    for (size_t i = 0; i < nwrites; i++)
-        pinned = pinned || writes[i].npins > 0;
-    /* Like every other write: the session lock, then the clear check. */
-    const char *st[] = {pinned ? SQL_STATE_PIN_LOCK : NULL, SQL_LOCK_SESSION,
-                        SQL_STATE_CLEARED, SQL_STATE_WRITE};
-    json_t *rows = NULL, *abort_row = NULL;
-    rc = a2__store_batch(s, st, sizeof st / sizeof *st, p, &rows, &abort_row);
-    if (rc == A2__ABORTED) {
-        rc = a2__store_fail(
-                s, A2_ESESSION_CLEARED,
-                "a write lies below the session's clear marker %" PRId64,
-                (int64_t)json_integer_value(
-                        json_object_get(abort_row, "clear_index")));
-        json_decref(abort_row);
-    }
+    char *wtext = json_dumps(w, JSON_COMPACT);
+    json_decref(w);
+    char now[24];
+    snprintf(now, sizeof now, "%" PRId64, a2__store_now(s));
+    if (!wtext)
+        return nomem(s);
+    const char *values[4] = {session, reducer, wtext, now};
+    json_t *r = NULL;
+    rc = a2__store_call(s, SQL_WRITE_STATE, 4, values, false, &r);
+    free(wtext);
     if (rc == 0) {
-        json_t *r = json_array_get(rows, json_array_size(rows) - 1);
-        if (!r || !json_object_get(r, "requested")) {
-            rc = a2__store_fail(s, A2_ESTORE_FAILED,
-                                "write_state returned no result row");
-        } else {
-            int64_t req = a2__row_int(r, "requested");
-            int64_t acc = a2__row_int(r, "accepted");
-            out->up_to_index = a2__row_int(r, "up_to_index");
-            out->replaced_latest = a2__row_bool(r, "replaced");
-            out->pins_accepted = acc > 0 ? (size_t)acc : 0;
-            out->pins_refused = req > acc ? (size_t)(req - acc) : 0;
-        }
+        int64_t acc = a2__row_int(r, "pins_accepted");
+        int64_t ref = a2__row_int(r, "pins_refused");
+        out->up_to_index = a2__row_int(r, "up_to_index");
+        out->replaced_latest = a2__row_bool(r, "replaced_latest");
+        out->pins_accepted = acc > 0 ? (size_t)acc : 0;
+        out->pins_refused = ref > 0 ? (size_t)ref : 0;
     }
-    json_decref(rows);
-    json_decref(p);
+    json_decref(r);
     return rc;
 }
 
@@ -338,19 +210,12 @@ int a2_store_read_state(a2_store *s, const char *session, const char *reducer,
                             "at_index must not be negative");
     if (rc)
         return rc;
-    json_t *p = json_object(), *rows = NULL, *abort_row = NULL;
-    if (!p || !set(p, "session", json_string(session)) ||
-        !set(p, "reducer", json_string(reducer)) ||
-        (at_index != A2_STORE_NONE && !set(p, "at", json_integer(at_index)))) {
-        json_decref(p);
-        return nomem(s);
-    }
-    const char *st[] = {SQL_STATE_READ};
-    rc = a2__store_batch(s, st, 1, p, &rows, &abort_row);
-    if (rc == A2__ABORTED) {
-        json_decref(abort_row);
-        rc = A2_ESTORE_FAILED;
-    }
+    char at[24];
+    snprintf(at, sizeof at, "%" PRId64, at_index);
+    const char *values[3] = {session, reducer,
+                             at_index == A2_STORE_NONE ? NULL : at};
+    json_t *rows = NULL;
+    rc = a2__store_call(s, SQL_READ_STATE, 3, values, true, &rows);
     if (rc == 0 && json_array_size(rows) > 0) {
         json_t *r = json_array_get(rows, 0);
         out->arena_ = a2__arena_new();
@@ -368,6 +233,5 @@ int a2_store_read_state(a2_store *s, const char *session, const char *reducer,
     if (rc)
         a2_state_free(out);
     json_decref(rows);
-    json_decref(p);
     return rc;
 }

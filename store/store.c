@@ -1,6 +1,6 @@
 /*
- * liba2store core: the connection, errors, the a2_batch call, arenas and row
- * decoding.
+ * liba2store core: the connection, errors, the call of a store function,
+ * arenas and row decoding.
  */
 #include "store_int.h"
 
@@ -16,11 +16,10 @@
 #include <sys/random.h>
 #include <time.h>
 
-#define BATCH_STATEMENT_NAME "a2_store_batch"
-#define BATCH_SQL            "select r from a2_batch($1::text[], $2::jsonb) as r"
-#define TEXT_OID             25 /* pg_type.oid of text */
-#define TIMEOUT_MAX_MS       86400000
-#define TIMEOUT_ENV          "A2_STORE_TIMEOUT_MS"
+#define TIMEOUT_MAX_MS 86400000
+#define TIMEOUT_ENV    "A2_STORE_TIMEOUT_MS"
+/* The store timeout, for the call's transaction only. */
+#define TIMEOUT_SQL "select set_config('statement_timeout', $1, true)"
 
 /* ── errors ──────────────────────────────────────────────────────────── */
 
@@ -190,13 +189,10 @@ static int64_t deadline_in(int wait_ms)
     return wait_ms ? a2__mono_ms() + wait_ms : -1;
 }
 
-/* Closes the connection, and forgets what this store set up on it. */
 static void drop_connection(a2_store *s)
 {
     PQfinish(s->conn);
     s->conn = NULL;
-    s->prepared = false;
-    s->timeout_applied_ms = 0;
 }
 
 static int connect_store(a2_store *s)
@@ -309,67 +305,7 @@ void a2_store_close(a2_store *store)
     free(store);
 }
 
-/* ── the batch call ──────────────────────────────────────────────────── */
-
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-    bool failed;
-} buf;
-
-/* Makes room for n more bytes (and the NUL); false when out of memory. */
-static bool buf_reserve(buf *b, size_t n)
-{
-    if (b->failed)
-        return false;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->failed = true;
-            return false;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    return true;
-}
-
-static void buf_put(buf *b, const char *s, size_t n)
-{
-    if (!buf_reserve(b, n))
-        return;
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void put_be32(char *p, uint32_t v)
-{
-    p[0] = (char)(v >> 24);
-    p[1] = (char)(v >> 16);
-    p[2] = (char)(v >> 8);
-    p[3] = (char)v;
-}
-
-/* Appends a statement as one element of a binary text[]: its length, then
- * its bytes as they are. */
-static void put_statement(buf *b, const char *sql)
-{
-    size_t n = strlen(sql);
-    if (n > INT32_MAX) {
-        b->failed = true;
-        return;
-    }
-    if (!buf_reserve(b, 4 + n))
-        return;
-    put_be32(b->p + b->len, (uint32_t)n);
-    memcpy(b->p + b->len + 4, sql, n);
-    b->len += 4 + n;
-    b->p[b->len] = '\0';
-}
+/* ── one round trip ──────────────────────────────────────────────────── */
 
 static bool connection_lost(a2_store *s, const char *sqlstate)
 {
@@ -384,7 +320,17 @@ static bool connection_lost(a2_store *s, const char *sqlstate)
            strcmp(sqlstate, "53300") == 0;
 }
 
-/* Maps a failed result (not an abort) to a code and the store's error. */
+/* The a2_store_code of an A2xxx SQLSTATE the store functions raise: A200N
+ * is code -N (sql/src/10-common.sql). */
+static int a2_state_code(const char *sqlstate)
+{
+    if (!sqlstate || strncmp(sqlstate, "A200", 4) != 0 || sqlstate[4] < '1' ||
+        sqlstate[4] > '8')
+        return 0;
+    return -(sqlstate[4] - '0');
+}
+
+/* Maps a failed result to a code and the store's error. */
 static int result_error(a2_store *s, PGresult *res)
 {
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
@@ -392,6 +338,16 @@ static int result_error(a2_store *s, PGresult *res)
             res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
     if (!msg)
         msg = s->conn ? PQerrorMessage(s->conn) : "no connection";
+    int code = a2_state_code(state);
+    if (code) {
+        /* "NAME: text": the code's name is the code's, the text the
+         * message. */
+        const char *name = a2_store_code_name(code);
+        size_t n = strlen(name);
+        if (strncmp(msg, name, n) == 0 && strncmp(msg + n, ": ", 2) == 0)
+            msg += n + 2;
+        return fail_state(s, code, state, "%s", msg);
+    }
     if (connection_lost(s, state))
         return fail_state(s, A2_ESTORE_UNAVAILABLE, state,
                           "lost the connection to the database: %s", msg);
@@ -405,15 +361,14 @@ static int result_error(a2_store *s, PGresult *res)
                       msg);
 }
 
-/* ── one round trip ──────────────────────────────────────────────────── */
-
 /*
- * Waits for the answer to the query just sent (sent: what the PQsend*
- * call returned) and puts it in *res as PQexec would (the first error,
- * else the last result): 0, with *res to check. Otherwise a code with the
- * store's error set: the query could not be sent, or (with a timeout) no
- * answer came in time, and the connection is dropped (the next call opens
- * a new one), since whether the call took effect is unknown.
+ * Waits for the answers to the pipeline just sent (sent: whether every
+ * PQsend* call and the sync succeeded) and puts the call's result in *res:
+ * the first error, else the last result before the sync. 0, with *res to
+ * check. Otherwise a code with the store's error set: the pipeline could
+ * not be sent, or (with a timeout) no answer came in time, and the
+ * connection is dropped (the next call opens a new one), since whether the
+ * call took effect is unknown.
  */
 static int await_answer(a2_store *s, int sent, PGresult **res)
 {
@@ -432,19 +387,30 @@ static int await_answer(a2_store *s, int sent, PGresult **res)
             break; /* a broken connection: PQgetResult says so */
     }
     PGresult *keep = NULL;
-    while (!late) {
+    bool synced = false, broken = false;
+    while (!late && !synced && !broken) {
         while (PQisBusy(c)) {
             int w = a2__wait_socket(c, POLLIN, deadline);
             late = w == 0;
-            if (w <= 0 || !PQconsumeInput(c))
+            if (w <= 0 || !PQconsumeInput(c)) {
+                broken = !late;
                 break;
+            }
         }
-        if (late)
+        if (late || broken)
             break;
         PGresult *r = PQgetResult(c);
-        if (!r)
-            break;
-        if (!keep) {
+        if (!r) {
+            /* The end of one query's results; a broken connection ends
+             * them all. */
+            broken = PQstatus(c) != CONNECTION_OK;
+            continue;
+        }
+        ExecStatusType st = PQresultStatus(r);
+        if (st == PGRES_PIPELINE_SYNC || st == PGRES_PIPELINE_ABORTED) {
+            synced = st == PGRES_PIPELINE_SYNC;
+            PQclear(r);
+        } else if (!keep) {
             keep = r;
         } else if (PQresultStatus(keep) == PGRES_FATAL_ERROR) {
             PQclear(r);
@@ -462,159 +428,102 @@ static int await_answer(a2_store *s, int sent, PGresult **res)
                               "took effect is unknown)",
                               wait);
     }
+    if (!synced || !PQexitPipelineMode(c)) {
+        int rc = result_error(s, keep && PQresultStatus(keep) ==
+                                                  PGRES_FATAL_ERROR
+                                         ? keep
+                                         : NULL);
+        PQclear(keep);
+        if (PQstatus(c) != CONNECTION_OK)
+            drop_connection(s);
+        return rc;
+    }
     if (!keep)
         return result_error(s, NULL);
     *res = keep;
     return 0;
 }
 
-/* Sets statement_timeout on the connection to the store's timeout (or back
- * to the session's own) when it differs from what this store last set. */
-static int apply_timeout(a2_store *s)
+static int ensure_connected(a2_store *s)
 {
-    if (s->timeout_applied_ms == s->timeout_ms)
+    if (s->conn && PQstatus(s->conn) == CONNECTION_OK)
         return 0;
-    char ms[16];
-    snprintf(ms, sizeof ms, "%d", s->timeout_ms);
-    const char *values[1] = {ms};
-    PGresult *res = NULL;
-    int rc = await_answer(
-            s,
-            s->timeout_ms > 0
-                    ? PQsendQueryParams(s->conn,
-                                        "select set_config('statement_timeout',"
-                                        " $1, false)",
-                                        1, NULL, values, NULL, NULL, 0)
-                    : PQsendQuery(s->conn, "reset statement_timeout"),
-            &res);
-    s->round_trips++;
-    if (rc == 0 && PQresultStatus(res) != PGRES_TUPLES_OK &&
-        PQresultStatus(res) != PGRES_COMMAND_OK)
-        rc = result_error(s, res);
-    if (rc == 0)
-        s->timeout_applied_ms = s->timeout_ms;
-    PQclear(res);
-    return rc;
+    /* One reconnection attempt: a store outlives a server restart. */
+    return connect_store(s);
 }
 
-static int ensure_ready(a2_store *s)
+/* A row of res as a JSON object: each column by name, its text as a
+ * string, NULL as null. NULL when out of memory. */
+static json_t *row_object(const PGresult *res, int row)
 {
-    if (!s->conn || PQstatus(s->conn) != CONNECTION_OK) {
-        /* One reconnection attempt: a store outlives a server restart. */
-        int rc = connect_store(s);
-        if (rc != 0)
-            return rc;
+    json_t *o = json_object();
+    for (int c = 0; o && c < PQnfields(res); c++) {
+        json_t *v = PQgetisnull(res, row, c)
+                            ? json_null()
+                            : json_stringn(PQgetvalue(res, row, c),
+                                           (size_t)PQgetlength(res, row, c));
+        if (!v || json_object_set_new(o, PQfname(res, c), v) != 0) {
+            json_decref(o);
+            return NULL;
+        }
     }
-    int rc = apply_timeout(s);
-    if (rc != 0 || s->prepared)
-        return rc;
-    PGresult *res = NULL;
-    rc = await_answer(
-            s, PQsendPrepare(s->conn, BATCH_STATEMENT_NAME, BATCH_SQL, 2, NULL),
-            &res);
-    s->round_trips++;
-    if (rc == 0 && PQresultStatus(res) != PGRES_COMMAND_OK)
-        rc = result_error(s, res);
-    if (rc == 0)
-        s->prepared = true;
-    PQclear(res);
-    return rc;
+    return o;
 }
 
-int a2__store_batch(a2_store *s, const char *const *statements, size_t n,
-                    json_t *params, json_t **rows, json_t **abort_row)
+int a2__store_call(a2_store *s, const char *sql, int nparams,
+                   const char *const *values, bool rows, json_t **out)
 {
-    *rows = NULL;
-    *abort_row = NULL;
-    int rc = 0;
-    buf arr = {0};
-    char *pjson = NULL;
+    *out = NULL;
     PGresult *res = NULL;
-    json_t *out = NULL;
-
-    /* The statements go as a text[] in binary form, so the server does not
-     * parse an array literal of kilobytes on every call: the header (one
-     * dimension, no nulls, text elements), the dimension, the elements. */
-    uint32_t count = 0;
-    for (size_t i = 0; i < n; i++)
-        count += statements[i] != NULL;
-    char head[20];
-    put_be32(head, count ? 1 : 0);
-    put_be32(head + 4, 0);
-    put_be32(head + 8, TEXT_OID);
-    put_be32(head + 12, count);
-    put_be32(head + 16, 1);
-    buf_put(&arr, head, count ? 20 : 12);
-    for (size_t i = 0; i < n; i++)
-        if (statements[i])
-            put_statement(&arr, statements[i]);
-    pjson = json_dumps(params, JSON_COMPACT);
-    if (arr.failed || arr.len > INT32_MAX || !pjson) {
-        rc = a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
-        goto done;
-    }
-    rc = ensure_ready(s);
+    int rc = ensure_connected(s);
     if (rc != 0)
-        goto done;
-    const char *values[2] = {arr.p, pjson};
-    const int lengths[2] = {(int)arr.len, 0};
-    const int formats[2] = {1, 0};
-    rc = await_answer(s,
-                      PQsendQueryPrepared(s->conn, BATCH_STATEMENT_NAME, 2,
-                                          values, lengths, formats, 0),
-                      &res);
+        return rc;
+    PGconn *c = s->conn;
+    int sent = PQenterPipelineMode(c);
+    if (sent && s->timeout_ms > 0) {
+        char ms[16];
+        snprintf(ms, sizeof ms, "%d", s->timeout_ms);
+        const char *v[1] = {ms};
+        sent = PQsendQueryParams(c, TIMEOUT_SQL, 1, NULL, v, NULL, NULL, 0);
+    }
+    sent = sent &&
+           PQsendQueryParams(c, sql, nparams, NULL, values, NULL, NULL, 0) &&
+           PQpipelineSync(c);
+    rc = await_answer(s, sent, &res);
     s->round_trips++;
     if (rc != 0)
         goto done;
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-        const char *detail = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);
-        if (state && strcmp(state, "A2001") == 0 && detail) {
-            json_error_t jerr;
-            *abort_row = json_loads(detail, 0, &jerr);
-            if (*abort_row && json_is_object(*abort_row)) {
-                rc = fail_state(
-                        s, A2_ESTORE_FAILED, state,
-                        "store operation aborted: %s",
-                        json_string_value(json_object_get(*abort_row, "abort"))
-                                ? json_string_value(
-                                          json_object_get(*abort_row, "abort"))
-                                : "abort");
-                rc = A2__ABORTED;
-                goto done;
-            }
-            json_decref(*abort_row);
-            *abort_row = NULL;
-        }
-        if (state && strcmp(state, "26000") == 0)
-            s->prepared = false; /* prepared statement gone: prepare again */
         rc = result_error(s, res);
         goto done;
     }
-    out = json_array();
-    if (!out) {
-        rc = a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
-        goto done;
-    }
-    int nrows = PQntuples(res);
-    for (int i = 0; i < nrows; i++) {
+    if (rows) {
+        *out = json_array();
+        for (int i = 0; *out && i < PQntuples(res); i++)
+            if (json_array_append_new(*out, row_object(res, i)) != 0) {
+                json_decref(*out);
+                *out = NULL;
+            }
+        if (!*out)
+            rc = a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
+    } else if (PQntuples(res) != 1 || PQnfields(res) != 1) {
+        rc = a2__store_fail(s, A2_ESTORE_FAILED,
+                            "a store function returned %d rows of %d "
+                            "columns",
+                            PQntuples(res), PQnfields(res));
+    } else if (PQgetisnull(res, 0, 0)) {
+        *out = json_null();
+    } else {
         json_error_t jerr;
-        json_t *row = json_loads(PQgetvalue(res, i, 0), 0, &jerr);
-        if (!row) {
+        *out = json_loads(PQgetvalue(res, 0, 0), JSON_DECODE_ANY, &jerr);
+        if (!*out)
             rc = a2__store_fail(s, A2_ESTORE_FAILED,
-                                "could not decode a result row: %s", jerr.text);
-            goto done;
-        }
-        json_array_append_new(out, row);
+                                "could not decode a result: %s", jerr.text);
     }
-    *rows = out;
-    out = NULL;
-    rc = a2__store_ok(s);
+    if (rc == 0)
+        rc = a2__store_ok(s);
 done:
-    json_decref(out);
     PQclear(res);
-    free(pjson);
-    free(arr.p);
     return rc;
 }
 

@@ -1,6 +1,6 @@
 /*
- * liba2store internals: the store handle, the a2_batch call, result arenas
- * and row decoding. Not installed.
+ * liba2store internals: the store handle, the call of a store function,
+ * result arenas and row decoding. Not installed.
  */
 #ifndef A2_STORE_INT_H
 #define A2_STORE_INT_H
@@ -13,23 +13,14 @@
 struct a2_store {
     PGconn *conn;
     char *conninfo;
-    bool prepared;
     a2_store_error err;
     a2_store_clock_fn clock;
     void *clock_ctx;
     a2_store_id_fn ids;
     void *ids_ctx;
     uint64_t round_trips;
-    int timeout_ms;         /* a2_store_set_timeout; 0: none */
-    int timeout_applied_ms; /* the statement_timeout this store set on the
-                               connection (0: none, the session's own) */
+    int timeout_ms; /* a2_store_set_timeout; 0: none */
 };
-
-/* Statements of one batch, NULL entries skipped. */
-#define A2__BATCH_MAX 16
-
-/* a2_batch raised an abort row: *abort_row holds it. */
-#define A2__ABORTED 1
 
 /* Sets the store's error (printf-style message) and returns code. */
 int a2__store_fail(a2_store *s, int code, const char *fmt, ...)
@@ -39,15 +30,17 @@ int a2__store_fail(a2_store *s, int code, const char *fmt, ...)
 int a2__store_ok(a2_store *s);
 
 /*
- * Runs one a2_batch call: statements (NULL entries skipped) with params (a
- * JSON object; borrowed; "session" is added by the caller). On success
- * *rows is a new JSON array of the returned rows (objects) and 0 is
- * returned. When a statement aborted, returns A2__ABORTED with the abort row
- * in *abort_row (new reference) and the store's error set to
- * A2_ESTORE_FAILED for the caller to refine. Otherwise a negative code.
+ * One round trip: runs sql, the call of one store function (sql/src) with
+ * nparams text parameters, in a transaction of its own (with the store's
+ * timeout as its statement_timeout, when set). rows false: the function
+ * returns one jsonb, parsed into *out (a new reference; null as JSON null).
+ * rows true: a table function; *out is a new array of its rows, each an
+ * object of its columns by name with their text (null: JSON null). Returns 0,
+ * or a negative code with the store's error set: an A2xxx SQLSTATE maps to
+ * its a2_store_code with the function's message (without its "NAME: ").
  */
-int a2__store_batch(a2_store *s, const char *const *statements, size_t n,
-                    json_t *params, json_t **rows, json_t **abort_row);
+int a2__store_call(a2_store *s, const char *sql, int nparams,
+                   const char *const *values, bool rows, json_t **out);
 
 /* Now, from the store's clock. */
 int64_t a2__store_now(a2_store *s);

@@ -63,6 +63,48 @@ int64_t a2_test_int(PGconn *conn, const char *sql)
     return v;
 }
 
+typedef struct plans_buf {
+    char *p;
+    size_t len;
+} plans_buf;
+
+static void collect_plan(void *arg, const PGresult *res)
+{
+    plans_buf *b = arg;
+    const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    if (!msg)
+        return;
+    size_t n = strlen(msg);
+    char *p = realloc(b->p, b->len + n + 2);
+    if (!p)
+        return;
+    memcpy(p + b->len, msg, n);
+    p[b->len + n] = '\n';
+    p[b->len + n + 1] = '\0';
+    b->p = p;
+    b->len += n + 1;
+}
+
+char *a2_test_plans(PGconn *conn, const char *sql)
+{
+    a2_test_exec(conn, "load 'auto_explain'");
+    a2_test_exec(conn, "set auto_explain.log_min_duration = 0");
+    a2_test_exec(conn, "set auto_explain.log_nested_statements = on");
+    a2_test_exec(conn, "set auto_explain.log_level = notice");
+    a2_test_exec(conn, "set client_min_messages = notice");
+    plans_buf b = {calloc(1, 1), 0};
+    PQnoticeReceiver old = PQsetNoticeReceiver(conn, collect_plan, &b);
+    PGresult *res = PQexec(conn, sql);
+    ExecStatusType st = PQresultStatus(res);
+    PQclear(res);
+    PQsetNoticeReceiver(conn, old, NULL);
+    a2_test_exec(conn, "set auto_explain.log_min_duration = -1");
+    a2_test_exec(conn, "reset client_min_messages");
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+        fail_msg("query failed: %s: %s", sql, PQerrorMessage(conn));
+    return b.p;
+}
+
 int64_t a2_test_lock_waiters(PGconn *conn, const char *where, int64_t n,
                              int timeout_ms)
 {

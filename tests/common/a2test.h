@@ -28,6 +28,10 @@ char *a2_test_scalar(PGconn *conn, const char *sql);
 /* a2_test_scalar as a 64-bit integer (0 for null). */
 int64_t a2_test_int(PGconn *conn, const char *sql);
 
+/* A pg_stat_activity condition that matches the calls liba2store makes
+ * (select a2_append(...), select * from a2_read(...), ...). */
+#define A2_TEST_STORE_QUERY "query like 'select %a2\\_%'"
+
 /*
  * Polls pg_stat_activity every 10 ms, for at most timeout_ms, until at least
  * n backends wait on a lock and match `where` (a further condition on
@@ -37,6 +41,14 @@ int64_t a2_test_int(PGconn *conn, const char *sql);
  */
 int64_t a2_test_lock_waiters(PGconn *conn, const char *where, int64_t n,
                              int timeout_ms);
+
+/*
+ * The plans of the statements sql runs, nested ones too (the statements of
+ * the a2_* functions), as auto_explain prints them: one new string (free
+ * it), the plans one after the other. Fails the test when sql fails. The
+ * connection keeps auto_explain loaded.
+ */
+char *a2_test_plans(PGconn *conn, const char *sql);
 
 /* Monotonic milliseconds. */
 int64_t a2_test_now_ms(void);

@@ -44,14 +44,15 @@ for stmt in "create table a2_x (i int)" "select pg_create_logical_replication_sl
     checks=$((checks + 1))
     if psql "$store_db" -XAtqc "$stmt" >/dev/null 2>&1; then fail "a2_store could run: $stmt"; fi
 done
-# The consumer role reads, never writes, and cannot call a2_batch.
+# The consumer role reads, never writes, and cannot call the store functions.
 checks=$((checks + 1))
 psql "$cons_db" -XAtqc "select count(*) from a2_cursors" >/dev/null 2>&1 || fail "a2_consumer cannot read a2_cursors"
 # ... but commits its presence expiry ticks (a transactional logical message).
 checks=$((checks + 1))
 psql "$cons_db" -XAtqc "select pg_logical_emit_message(true, 'a2-hb', 'expire 1')" >/dev/null 2>&1 ||
     fail "a2_consumer cannot commit a presence expiry tick"
-for stmt in "delete from a2_events" "insert into a2_clears values ('x', 1)" "select a2_batch(null, null)"; do
+for stmt in "delete from a2_events" "insert into a2_clears values ('x', 1)" "select a2_batch('[]')" \
+    "select a2_append(session => 'x', events => '[]')" "select a2__fail('STORE_FAILED', 'x')"; do
     checks=$((checks + 1))
     if psql "$cons_db" -XAtqc "$stmt" >/dev/null 2>&1; then fail "a2_consumer could run: $stmt"; fi
 done

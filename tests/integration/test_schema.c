@@ -75,8 +75,8 @@ static void test_check_names_missing_parts(void **state)
     a2_test_exec(conn, "alter table a2_cursors replica identity default");
     expect_problem("a2_cursors needs REPLICA IDENTITY FULL (it is DEFAULT)");
 
-    a2_test_exec(conn, "drop function a2_batch(text[], jsonb)");
-    expect_problem("function a2_batch(text[], jsonb) is missing");
+    a2_test_exec(conn, "drop function a2_complete");
+    expect_problem("function a2_complete is missing");
 
     a2_test_exec(conn, "drop index a2_events_types");
     expect_problem("index a2_events_types is missing");

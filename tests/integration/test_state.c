@@ -229,7 +229,7 @@ static void test_latest_and_at(void **state)
     expect_state(f, A2_STORE_NONE, false, 0, NULL);
     uint64_t trips = a2_store_round_trips(f->s);
     a2_state_write_result wr = write1(f, 3, "{\"n\": 3}", NULL, 0);
-    assert_true(a2_store_round_trips(f->s) - trips <= 2); /* + prepare */
+    assert_int_equal(a2_store_round_trips(f->s) - trips, 1);
     assert_true(wr.replaced_latest);
     assert_int_equal(wr.up_to_index, 3);
     expect_state(f, A2_STORE_NONE, true, 3, "{\"n\": 3}");
@@ -512,7 +512,7 @@ static void test_pin_waits_for_completion(void **state)
     /* The writer waits on the row. */
     PGconn *probe = a2_test_connect();
     int waited =
-            a2_test_lock_waiters(probe, "query like '%a2_batch%'", 1, 2000) > 0;
+            a2_test_lock_waiters(probe, A2_TEST_STORE_QUERY, 1, 2000) > 0;
     PQfinish(probe);
     assert_true(waited);
     a2_test_exec(f->db, "commit");
@@ -569,7 +569,7 @@ static void test_completion_waits_for_pins(void **state)
     assert_int_equal(pthread_create(&t, NULL, completer, &c), 0);
     PGconn *probe = a2_test_connect();
     int waited =
-            a2_test_lock_waiters(probe, "query like '%a2_batch%'", 1, 2000) > 0;
+            a2_test_lock_waiters(probe, A2_TEST_STORE_QUERY, 1, 2000) > 0;
     PQfinish(probe);
     assert_true(waited);
     a2_test_exec(f->db, "commit");
@@ -581,12 +581,11 @@ static void test_completion_waits_for_pins(void **state)
     assert_int_equal(history_of(f), 0);
 }
 
-/* Whether an a2_batch call comes to wait on an advisory lock within 5 s. */
+/* Whether a store call comes to wait on an advisory lock within 5 s. */
 static bool batch_waits_for_session_lock(PGconn *probe)
 {
     return a2_test_lock_waiters(probe,
-                                "query like '%a2_batch%' and wait_event = "
-                                "'advisory'",
+                                A2_TEST_STORE_QUERY " and wait_event = 'advisory'",
                                 1, 5000) > 0;
 }
 
@@ -646,7 +645,7 @@ static void test_pinning_write_under_session_lock(void **state)
     completer_arg c = {.f = f};
     assert_int_equal(pthread_create(&tc, NULL, completer, &c), 0);
     int64_t both =
-            a2_test_lock_waiters(probe, "query like '%a2_batch%'", 2, 5000);
+            a2_test_lock_waiters(probe, A2_TEST_STORE_QUERY, 2, 5000);
     PQfinish(probe);
     a2_test_exec(f->db, "commit");
     pthread_join(tw, NULL);

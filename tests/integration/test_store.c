@@ -1,7 +1,6 @@
 /*
  * liba2store against a real PostgreSQL: every outcome of every operation.
  */
-#include "../../store/store_sql.h"
 #include "a2/store.h"
 #include "a2test.h"
 
@@ -282,7 +281,7 @@ static void test_connection_lost(void **state)
     a2_test_exec(f->db, "select pg_terminate_backend(pid) from "
                         "pg_stat_activity where pid <> pg_backend_pid() and "
                         "datname = current_database() and "
-                        "query like '%a2_batch%'");
+                        A2_TEST_STORE_QUERY);
     int rc = a2_store_read(f->s, f->session, NULL, &out);
     assert_int_equal(rc, A2_ESTORE_UNAVAILABLE);
     OK(a2_store_read(f->s, f->session, NULL, &out));
@@ -337,7 +336,7 @@ static void test_statement_timeout_bounds_blocked_call(void **state)
 }
 
 /* a2_store_set_timeout: the server cancels a call that waits past it, and
- * setting the timeout costs one round trip, once. */
+ * the timeout travels with each call: no round trip of its own. */
 static void test_timeout_bounds_blocked_call(void **state)
 {
     fx *f = *state;
@@ -346,13 +345,13 @@ static void test_timeout_bounds_blocked_call(void **state)
     if (a2_store_open(&s, a2_test_db(), &err) != 0)
         fail_msg("open: %s", err.message);
     assert_int_equal(a2_store_set_timeout(s, 300), 0);
-    /* The first call sets it, prepares a2_batch, and calls it. */
+    /* The first call, like every other, is one round trip. */
     uint64_t trips = a2_store_round_trips(s);
     a2_events out;
     if (a2_store_read(s, f->session, NULL, &out) != 0)
         fail_msg("read: %s", a2_store_last_error(s)->message);
     a2_events_free(&out);
-    assert_int_equal(a2_store_round_trips(s) - trips, 3);
+    assert_int_equal(a2_store_round_trips(s) - trips, 1);
     expect_blocked_append_cancelled(f, s);
     trips = a2_store_round_trips(s);
     if (a2_store_read(s, f->session, NULL, &out) != 0)
@@ -522,7 +521,7 @@ static void test_append_read(void **state)
     a2_events out;
     uint64_t trips = a2_store_round_trips(f->s);
     OK(a2_store_append(f->s, f->session, ev, 3, NULL, &out));
-    assert_true(a2_store_round_trips(f->s) - trips <= 2); /* + prepare */
+    assert_int_equal(a2_store_round_trips(f->s) - trips, 1);
     assert_int_equal(out.count, 3);
     assert_false(out.replayed);
     assert_false(out.has_pending);
@@ -1334,16 +1333,14 @@ static void *claim_thread(void *arg)
 }
 
 /* A claim that waited on a cursor row which moved to an event committed
- * after the claim's snapshot reads that event in a second statement. */
+ * after the claim's snapshot reads that event in a later statement of the
+ * same call. */
 static void test_claim_waits_for_moved_head(void **state)
 {
     fx *f = *state;
     a2_target tg = {.consumer = "c1", .lane = "L"};
     a2_events out;
     OK(append1(f, f->session, "first", NULL, NULL, &tg, 1, &out));
-    a2_events_free(&out);
-    /* Prepare the statement, so the claim below is one call. */
-    OK(a2_store_read(f->s, f->session, NULL, &out));
     a2_events_free(&out);
     PGconn *mover = a2_test_connect();
     a2_test_exec(mover, "begin");
@@ -1364,7 +1361,7 @@ static void test_claim_waits_for_moved_head(void **state)
     assert_int_equal(pthread_create(&th, NULL, claim_thread, &job), 0);
     /* Wait until the claim blocks on the row lock. */
     int64_t waiting = a2_test_lock_waiters(
-            f->db, "datname = current_database() and query like '%a2_batch%'",
+            f->db, "datname = current_database() and " A2_TEST_STORE_QUERY,
             1, 5000);
     assert_int_equal(waiting, 1);
     a2_test_exec(mover, "commit");
@@ -1378,7 +1375,7 @@ static void test_claim_waits_for_moved_head(void **state)
     assert_string_equal(job.cr.heads.items[0].event.type, "second");
     assert_string_equal(job.cr.heads.items[0].event.payload, "{\"m\": 2}");
     assert_string_equal(job.cr.heads.items[0].event.id, "moved");
-    assert_int_equal(job.trips, 2);
+    assert_int_equal(job.trips, 1);
     a2_claim_result_free(&job.cr);
 }
 
@@ -1682,26 +1679,18 @@ static void test_pending_sessions(void **state)
      * On a table this small a sequential scan may cost less; the question is
      * whether the index can serve the query, so scans are priced out. With
      * no "after", a2_cursors_heads (session_id, head) has nothing to search
-     * on and cannot tie with it on a range of session ids. */
+     * on and cannot tie with it on a range of session ids. The plans are
+     * those of the statements inside a2_pending_sessions. */
     a2_test_exec(f->db, "analyze a2_cursors");
     a2_test_exec(f->db, "set enable_seqscan = off");
-    a2_test_exec(f->db, "prepare pending_plan(jsonb) as " SQL_PENDING_SESSIONS);
-    PGresult *res =
-            PQexec(f->db, "explain execute pending_plan('{\"consumers\":"
-                          "[\"a\",\"b\"],\"after\":null,\"limit\":"
-                          "10,\"now\":0}')");
-    assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
-    bool index_used = false;
-    for (int i = 0; i < PQntuples(res); i++) {
-        const char *line = PQgetvalue(res, i, 0);
-        assert_null(strstr(line, "a2_events"));
-        if (strstr(line, "a2_cursors_pending"))
-            index_used = true;
-    }
+    char *plans = a2_test_plans(
+            f->db, "select * from a2_pending_sessions(consumers => "
+                   "'[\"a\",\"b\"]', max_sessions => 10, now_ms => 0)");
+    bool index_used = strstr(plans, "a2_cursors_pending") != NULL;
+    assert_null(strstr(plans, "a2_events"));
     if (!index_used)
-        for (int i = 0; i < PQntuples(res); i++)
-            print_message("plan: %s\n", PQgetvalue(res, i, 0));
-    PQclear(res);
+        print_message("plans: %s\n", plans);
+    free(plans);
     a2_test_exec(f->db, "reset enable_seqscan");
     assert_true(index_used);
 }

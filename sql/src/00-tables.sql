@@ -1,0 +1,123 @@
+-- The a2 tables, their indexes and replica identity.
+-- Timestamps are epoch milliseconds from the caller's clock, never now().
+
+-- The schema version this file installs; `a2 schema check` compares it.
+create table if not exists a2_meta (
+    key   text primary key,
+    value text not null
+);
+
+-- Per-session event logs. idx is dense per session, assigned under the
+-- session's advisory lock; event ids are unique per session.
+create table if not exists a2_events (
+    session_id text   not null,
+    idx        bigint not null,
+    event_type text   not null,
+    payload    jsonb  not null default 'null'::jsonb,
+    event_id   text   not null,
+    created_at bigint not null,
+    cause      jsonb,
+    primary key (session_id, idx)
+);
+create unique index if not exists a2_events_ids on a2_events (session_id, event_id);
+create index if not exists a2_events_types on a2_events (session_id, event_type, idx);
+
+-- One row per run of a consumer's cursor. kind 'event' runs one event
+-- (cursor_key '#<idx>'), 'lane' a FIFO lane, 'log' the session log filtered
+-- by types. epoch is the head a run started at.
+create table if not exists a2_cursors (
+    session_id          text    not null,
+    consumer            text    not null,
+    cursor_key          text    not null,
+    epoch               bigint  not null,
+    kind                text    not null check (kind in ('event', 'lane', 'log')),
+    lane                text,
+    position            bigint  not null default 0,
+    head                bigint,
+    types               jsonb,
+    attempt_count       integer not null default 0,
+    first_claimed_at    bigint,
+    last_claimed_at     bigint,
+    claim_holder        text,
+    claim_expires_at    bigint,
+    failure_count       integer not null default 0,
+    last_failed_at      bigint,
+    last_failed_attempt integer,
+    last_error          text,
+    failed_at           bigint,
+    completed_idx       bigint,
+    completed_attempt   integer,
+    returned_event_ids  jsonb,
+    primary key (session_id, cursor_key, consumer, epoch)
+);
+-- Heads a claim may take, in head order.
+create index if not exists a2_cursors_heads on a2_cursors (session_id, head)
+    where head is not null;
+-- Sessions where a consumer has a head (pending_sessions, without a2_events).
+create index if not exists a2_cursors_pending on a2_cursors (consumer, session_id)
+    where head is not null and failed_at is null;
+-- Live claims and retry holds, read once by a2-consumer on start.
+create index if not exists a2_cursors_holds on a2_cursors (claim_expires_at)
+    where claim_expires_at is not null;
+-- Updates and deletes carry the whole old row into the WAL.
+alter table a2_cursors replica identity full;
+
+-- A lane's queue: the events targeted at (consumer, lane), with receipts.
+create table if not exists a2_lane_events (
+    session_id         text    not null,
+    consumer           text    not null,
+    lane               text    not null,
+    idx                bigint  not null,
+    done               boolean not null default false,
+    completed_attempt  integer,
+    returned_event_ids jsonb,
+    primary key (session_id, consumer, lane, idx)
+);
+
+-- The session's latest clear marker.
+create table if not exists a2_clears (
+    session_id  text   primary key,
+    clear_index bigint not null
+);
+
+-- Reducer snapshots: the latest per reducer, the history heads still read,
+-- and the pins that keep that history while a head that read it is unfinished.
+create table if not exists a2_snapshots (
+    session_id   text   not null,
+    reducer_name text   not null,
+    up_to_index  bigint not null,
+    state        jsonb  not null,
+    written_at   bigint not null,
+    primary key (session_id, reducer_name)
+);
+create table if not exists a2_snapshot_history (
+    session_id   text   not null,
+    reducer_name text   not null,
+    up_to_index  bigint not null,
+    state        jsonb  not null,
+    written_at   bigint not null,
+    primary key (session_id, reducer_name, up_to_index)
+);
+create table if not exists a2_snapshot_pins (
+    session_id   text   not null,
+    event_index  bigint not null,
+    consumer     text   not null,
+    cursor_key   text   not null,
+    reducer_name text   not null,
+    up_to_index  bigint not null,
+    primary key (session_id, event_index, consumer, cursor_key, reducer_name, up_to_index)
+);
+
+-- Presence: field-wise last-writer-wins registers with a TTL. A JSON null
+-- value is a tombstone kept until it expires.
+create table if not exists a2_presence (
+    ns          text   not null,
+    participant text   not null,
+    field       text   not null,
+    value       jsonb  not null,
+    seen        bigint,
+    at          bigint not null,
+    expires_at  bigint not null,
+    primary key (ns, participant, field)
+);
+create index if not exists a2_presence_expiry on a2_presence (expires_at);

@@ -1,0 +1,120 @@
+-- a2_wake_log: a log consumer's cursor brought up to date.
+
+-- The state a2_wake_log decides on, read in one statement: the session's
+-- head and clear marker, the cursor's latest run (its columns null when it
+-- has none), where a new run would start, whether the run's types differ
+-- from types, and the next head of a new run (null while the run is busy).
+create or replace function a2__log_state(session text, consumer text, cursor_key text,
+                                         types jsonb, backfill boolean,
+                                         out session_head bigint, out clear_index bigint,
+                                         out run a2_cursors, out start bigint,
+                                         out retyped boolean, out next_head bigint)
+language plpgsql
+stable
+as $fn$
+#variable_conflict use_column
+declare
+    v_session text := a2__log_state.session;
+begin
+    select coalesce(max(e.idx), 0),
+           coalesce((select c.clear_index from a2_clears c where c.session_id = v_session), 0)
+      into session_head, clear_index
+      from a2_events e where e.session_id = v_session;
+    select cur.* into run from a2_cursors cur
+     where cur.session_id = v_session and cur.cursor_key = a2__log_state.cursor_key
+       and cur.consumer = a2__log_state.consumer
+     order by cur.epoch desc limit 1;
+    start := case when run.epoch is not null then greatest(run.position, clear_index)
+                  when a2__log_state.backfill then clear_index
+                  else session_head end;
+    retyped := run.types is distinct from a2__log_state.types;
+    next_head := case when run.head > clear_index then null
+                      else a2__next_log_head(v_session, a2__log_state.types, start) end;
+end
+$fn$;
+
+-- a2_wake_log(session, consumer, lane, types, backfill)
+--
+-- Brings log consumer `consumer`'s cursor ("lane:<lane>") up to date:
+-- starts a run at the next event of its types (a JSON array; null: every
+-- type) when it has none running, or retypes a kept run. backfill: a new
+-- cursor starts at the beginning of the log (else at its head). Result:
+--   {"cursor": <cursor, as a2_cursors reports it>, "head": the session's
+--    head index}
+-- A consumer with no cursor and nothing after the latest clear stays
+-- without one: the cursor reported is idle at the head (epoch null).
+--
+-- Locks: the session's advisory lock, when the run must change (the state
+-- is read once before it, so an unchanged cursor costs no lock); a kept
+-- run is retyped with skip locked (the cursor reported is the run as read),
+-- and an idle run retired with skip locked, never waited for.
+create or replace function a2_wake_log(session text, consumer text, lane text,
+                                       types jsonb default null, backfill boolean default false)
+returns jsonb
+language plpgsql
+volatile
+as $fn$
+#variable_conflict use_column
+declare
+    v_session text := a2_wake_log.session;
+    v_consumer text := a2_wake_log.consumer;
+    v_lane text := a2_wake_log.lane;
+    v_key text;
+    v_types jsonb := nullif(a2_wake_log.types, 'null');
+    v_backfill boolean := coalesce(a2_wake_log.backfill, false);
+    st record;
+    v_started a2_cursors;
+begin
+    perform a2__writable('a2_wake_log');
+    perform a2__name('session', v_session);
+    perform a2__name('consumer', v_consumer);
+    perform a2__name('lane', v_lane);
+    perform a2__served(jsonb_build_array(jsonb_build_object(
+        'name', v_consumer, 'log', jsonb_build_object('lane', v_lane, 'types', v_types))));
+    v_key := 'lane:' || v_lane;
+
+    for pass in 1..2 loop
+        select * into st from a2__log_state(v_session, v_consumer, v_key, v_types, v_backfill);
+        if (st.run).epoch is null and st.session_head = st.clear_index then
+            return jsonb_build_object(
+                'cursor', jsonb_build_object(
+                    'consumer', v_consumer, 'lane', v_lane, 'cursor_key', v_key, 'kind', 'log',
+                    'epoch', null, 'position', st.session_head, 'head', null, 'types', v_types,
+                    'attempt', 0, 'failure_count', 0),
+                'head', st.session_head);
+        end if;
+        if (st.run).epoch is not null and st.next_head is null and not st.retyped then
+            return jsonb_build_object('cursor', a2__cursor_json(st.run, st.clear_index),
+                                      'head', st.session_head);
+        end if;
+        exit when pass = 2;
+        -- The run changes: again under the session lock.
+        perform pg_advisory_xact_lock(hashtext(v_session));
+    end loop;
+
+    if (st.run).epoch is not null and st.next_head is null then
+        update a2_cursors cur set types = v_types
+         where cur.ctid = (select held.ctid from a2_cursors held
+                            where held.session_id = v_session and held.cursor_key = v_key
+                              and held.consumer = v_consumer and held.epoch = (st.run).epoch
+                              and held.types is distinct from v_types
+                              for update skip locked);
+        return jsonb_build_object('cursor', a2__cursor_json(st.run, st.clear_index),
+                                  'head', st.session_head);
+    end if;
+    with idle as materialized (
+        select cur.ctid from a2_cursors cur
+         where cur.session_id = v_session and cur.cursor_key = v_key
+           and cur.consumer = v_consumer
+           and (cur.head is null or cur.head <= st.clear_index)
+           for update of cur skip locked),
+    retired as (delete from a2_cursors old using idle where old.ctid = idle.ctid)
+    insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position,
+                            head, types)
+    values (v_session, v_consumer, v_key, coalesce(st.next_head, st.start), v_lane, 'log',
+            st.start, st.next_head, v_types)
+    returning * into v_started;
+    return jsonb_build_object('cursor', a2__cursor_json(v_started, st.clear_index),
+                              'head', st.session_head);
+end
+$fn$;

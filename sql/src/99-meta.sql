@@ -1,0 +1,9 @@
+-- Schema version 1 shipped the store's statements through
+-- a2_batch(statements text[], params jsonb); the operations are functions
+-- now, and a2_batch takes operations.
+drop function if exists a2_batch(text[], jsonb);
+drop function if exists a2_batch_prepared_limit();
+
+-- The schema version this file installs; `a2 schema check` compares it.
+insert into a2_meta (key, value) values ('schema_version', '2')
+on conflict (key) do update set value = excluded.value;
