@@ -139,6 +139,10 @@ create index if not exists a2_presence_expiry on a2_presence (expires_at);
 -- cursor keys and the JSON shapes of results. Names with two underscores
 -- (a2__*) are internal: callers use the a2_* functions of the other files.
 
+-- Every helper that may raise is volatile: the planner would evaluate an
+-- immutable call with constant arguments while planning, even in a CASE
+-- branch that never runs.
+
 -- Raises the error the spec names: SQLSTATE A200N for a2_store_code -N, the
 -- message "NAME: text". Returns nothing: the return type lets SQL
 -- expressions call it.
@@ -176,7 +180,7 @@ as $fn$ select (extract(epoch from clock_timestamp()) * 1000)::bigint $fn$;
 create or replace function a2__writable(fn text)
 returns void
 language plpgsql
-stable
+volatile
 as $fn$
 begin
     if current_setting('transaction_isolation') <> 'read committed' then
@@ -193,7 +197,7 @@ $fn$;
 create or replace function a2__name(what text, v text)
 returns text
 language plpgsql
-immutable
+volatile
 as $fn$
 begin
     if v is null or v = '' then
@@ -209,7 +213,7 @@ $fn$;
 create or replace function a2__opt_name(what text, v text)
 returns text
 language plpgsql
-immutable
+volatile
 as $fn$
 begin
     return case when v is null then null else a2__name(what, v) end;
@@ -229,7 +233,7 @@ create or replace function a2__check_attempt(consumer text, lane text,
                                              idx bigint, attempt integer)
 returns boolean
 language plpgsql
-immutable
+volatile
 as $fn$
 begin
     perform a2__name('consumer', consumer);
@@ -246,7 +250,7 @@ $fn$;
 create or replace function a2__check_cause(what text, cause jsonb)
 returns boolean
 language plpgsql
-immutable
+volatile
 as $fn$
 begin
     if jsonb_typeof(cause) is distinct from 'object' then
@@ -278,7 +282,7 @@ $fn$;
 create or replace function a2__json_int(what text, v jsonb)
 returns bigint
 language plpgsql
-immutable
+volatile
 as $fn$
 begin
     if v is null or jsonb_typeof(v) = 'null' then
@@ -298,7 +302,7 @@ $fn$;
 create or replace function a2__served(consumers jsonb)
 returns text[]
 language plpgsql
-immutable
+volatile
 as $fn$
 declare
     c jsonb;
@@ -359,29 +363,93 @@ select c->>'name', c->'log'->>'lane', nullif(c->'log'->'types', 'null'::jsonb),
 $fn$;
 
 -- The events of an append or a completion: an array of objects {"type",
--- "payload", "id", "cause", "targets": [{"consumer", "lane"}]}. Checks
--- them (ids required in completions, where causes are ignored) and says
--- what the batch holds: how many events, the ids supplied (in order),
--- whether any has a cause, a target without a lane (singles), a lane target,
--- and a target of a served consumer (served null: every consumer). Repeated
--- ids are the caller's to refuse.
+-- "payload" (or "payload_text": its JSON text), "id", "cause", "targets":
+-- [{"consumer", "lane"}]}. Checks them (ids required in completions, where
+-- causes are ignored) and says what the batch holds: how many events, the
+-- ids supplied (in order), whether any has a cause, a target without a lane
+-- (singles), a lane target, and a target of a served consumer (served null:
+-- every consumer). Repeated ids are the caller's to refuse. One query when
+-- the batch is sound; the error of one that is not comes from
+-- a2__events_problem.
 create or replace function a2__check_events(events jsonb, ids_required boolean, served text[],
                                             out n integer, out ids text[], out caused boolean,
                                             out singles boolean, out lanes boolean,
                                             out started boolean)
 language plpgsql
-immutable
+volatile
+as $fn$
+declare
+    sound boolean;
+begin
+    if jsonb_typeof(events) is distinct from 'array' or jsonb_array_length(events) > 10000 then
+        perform a2__events_problem(events, ids_required);
+    end if;
+    select count(*),
+           coalesce(array_agg(x.e->>'id' order by x.ord)
+                        filter (where jsonb_typeof(x.e->'id') = 'string'), '{}'),
+           coalesce(bool_or(jsonb_typeof(x.e->'cause') = 'object') and not ids_required, false),
+           coalesce(bool_or(t.singles), false), coalesce(bool_or(t.lanes), false),
+           coalesce(bool_or(t.served), false),
+           coalesce(bool_and(
+               jsonb_typeof(x.e) = 'object'
+               and jsonb_typeof(x.e->'type') = 'string'
+               and x.e->>'type' <> '' and octet_length(x.e->>'type') <= 1024
+               and x.e->>'type' <> 'a2.cleared'
+               and case jsonb_typeof(x.e->'id')
+                       when 'string' then x.e->>'id' <> '' and octet_length(x.e->>'id') <= 1024
+                       when 'null' then not ids_required
+                       else x.e->'id' is null and not ids_required end
+               and (x.e->'payload' is null or pg_column_size(x.e->'payload') <= 67108864)
+               and (jsonb_typeof(x.e->'payload_text') is distinct from 'number'
+                    and jsonb_typeof(x.e->'payload_text') in ('string', 'null')
+                    or x.e->'payload_text' is null)
+               and (ids_required or jsonb_typeof(x.e->'cause') is null
+                    or jsonb_typeof(x.e->'cause') in ('object', 'null'))
+               and t.sound), true)
+      into n, ids, caused, singles, lanes, started, sound
+      from jsonb_array_elements(events) with ordinality as x(e, ord)
+     cross join lateral (
+           select coalesce(bool_and(jsonb_typeof(tg) = 'object'
+                                    and jsonb_typeof(tg->'consumer') = 'string'
+                                    and tg->>'consumer' <> ''
+                                    and octet_length(tg->>'consumer') <= 1024
+                                    and (tg->'lane' is null or jsonb_typeof(tg->'lane') = 'null'
+                                         or (jsonb_typeof(tg->'lane') = 'string'
+                                             and tg->>'lane' <> ''
+                                             and octet_length(tg->>'lane') <= 1024))), true)
+                  and (jsonb_typeof(x.e->'targets') is null
+                       or jsonb_typeof(x.e->'targets') = 'null'
+                       or (jsonb_typeof(x.e->'targets') = 'array'
+                           and jsonb_array_length(x.e->'targets') <= 256)) as sound,
+                  bool_or(tg->>'lane' is null) as singles,
+                  bool_or(tg->>'lane' is not null) as lanes,
+                  bool_or(served is null or tg->>'consumer' = any(served)) as served
+             from jsonb_array_elements(case when jsonb_typeof(x.e->'targets') = 'array'
+                                            then x.e->'targets' else '[]' end) tg) t;
+    if not sound then
+        perform a2__events_problem(events, ids_required);
+    end if;
+    -- A cause is checked in full: its shape decides the fence's query.
+    if caused then
+        perform a2__check_cause('a cause', x.e->'cause')
+           from jsonb_array_elements(events) as x(e)
+          where jsonb_typeof(x.e->'cause') = 'object';
+    end if;
+end
+$fn$;
+
+-- Raises the error of the first problem in events (see a2__check_events).
+-- Never returns: the return type lets SQL expressions call it.
+create or replace function a2__events_problem(events jsonb, ids_required boolean)
+returns boolean
+language plpgsql
+volatile
 as $fn$
 declare
     e jsonb;
     t jsonb;
+    n integer := 0;
 begin
-    n := 0;
-    ids := '{}';
-    caused := false;
-    singles := false;
-    lanes := false;
-    started := false;
     if events is null or jsonb_typeof(events) <> 'array' then
         perform a2__fail('INVALID_ARGUMENT', 'events must be a JSON array');
     end if;
@@ -402,16 +470,19 @@ begin
                              'event type a2.cleared is reserved for clear markers');
         end if;
         if jsonb_typeof(e->'id') = 'string' then
-            ids := ids || a2__name('an event''s id', e->>'id');
+            perform a2__name('an event''s id', e->>'id');
         elsif ids_required or jsonb_typeof(e->'id') <> 'null' then
             perform a2__fail('INVALID_ARGUMENT', format('event %s needs an id', n));
         end if;
         if pg_column_size(e->'payload') > 67108864 then
             perform a2__fail('INVALID_ARGUMENT', format('payload of event %s is too large', n));
         end if;
-        if not ids_required and jsonb_typeof(e->'cause') <> 'null' then
-            perform a2__check_cause('a cause', e->'cause');
-            caused := true;
+        if jsonb_typeof(e->'payload_text') not in ('string', 'null') then
+            perform a2__fail('INVALID_ARGUMENT',
+                             format('payload_text of event %s must be a string', n));
+        end if;
+        if not ids_required and jsonb_typeof(e->'cause') not in ('object', 'null') then
+            perform a2__fail('INVALID_ARGUMENT', 'a cause must be a JSON object');
         end if;
         if jsonb_typeof(e->'targets') <> 'null' then
             if jsonb_typeof(e->'targets') <> 'array' then
@@ -427,18 +498,11 @@ begin
                                      'a target must be an object {"consumer", "lane"}');
                 end if;
                 perform a2__name('a target''s consumer', t->>'consumer');
-                if t->>'lane' is null then
-                    singles := true;
-                else
-                    perform a2__name('a target''s lane', t->>'lane');
-                    lanes := true;
-                end if;
-                if not started and (served is null or t->>'consumer' = any(served)) then
-                    started := true;
-                end if;
+                perform a2__opt_name('a target''s lane', t->>'lane');
             end loop;
         end if;
     end loop;
+    perform a2__fail('INVALID_ARGUMENT', 'the events are not valid');
 end
 $fn$;
 
@@ -837,9 +901,13 @@ $fn$;
 --
 -- Appends events (in order, dense indexes after the session's last) and
 -- starts their targets' cursor work; consumers are the consumers the caller
--- serves (null: every one), whose log cursors start here and for whom
--- has_pending reports work. origin (null or 0: none) is the index scheduled
--- work came from. Results:
+-- serves (null: every one; names, or {"name", "log": {"lane", "types",
+-- "backfill"}} for a log consumer), whose log cursors start here and for
+-- whom has_pending reports work. origin (null or 0: none) is the index
+-- scheduled work came from. An event is {"type", "payload" (or
+-- "payload_text": its JSON text), "id" (null: 32 random hex digits),
+-- "cause": {"consumer", "lane", "index", "attempt"}, "targets":
+-- [{"consumer", "lane"}]}. Results:
 --   {"outcome": "appended", "events": [{"index", "id"}], "has_pending"}
 --   {"outcome": "replayed", "events": [<stored event>], "has_pending"}
 --     every id was stored already (a retry): the committed rows
@@ -852,12 +920,17 @@ $fn$;
 -- advisory lock, held to the caller's commit. Under the lock it never waits
 -- on a cursor row: new runs are inserted, idle ones retired with skip
 -- locked.
+--
+-- A batch of one event without a cause takes a path of small statements
+-- checked by plain expressions (the common case: each statement's plan is
+-- small to start); other batches are checked and written set by set.
 create or replace function a2_append(session text, events jsonb, consumers jsonb default null,
                                      origin bigint default null, now_ms bigint default null,
                                      text_payloads boolean default false)
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -867,6 +940,157 @@ declare
     v_origin bigint := nullif(a2_append.origin, 0);
     v_now bigint := coalesce(a2_append.now_ms, a2__now_ms());
     v_served text[];
+    e jsonb;
+    v_id text;
+    v_inserted text;
+    v_targets jsonb;
+    v_singles boolean;
+    v_lanes boolean;
+    v_started boolean;
+    v_base bigint;
+    v_clear bigint;
+    v_owned bigint;
+    v_out jsonb;
+    v_logs boolean;
+    f record;
+begin
+    if current_setting('transaction_isolation') <> 'read committed' then
+        perform a2__writable('a2_append');
+    end if;
+    if v_session is null or v_session = '' or octet_length(v_session) > 1024 then
+        perform a2__name('session', v_session);
+    end if;
+    if v_origin < 0 then
+        perform a2__fail('INVALID_ARGUMENT', 'origin index must not be negative');
+    end if;
+    if v_consumers is not null then
+        v_served := a2__served(v_consumers);
+    end if;
+    if jsonb_typeof(v_events) is distinct from 'array' or jsonb_array_length(v_events) <> 1
+       or jsonb_typeof(v_events->0->'cause') = 'object' then
+        return a2__append_batch(v_session, v_events, v_consumers, v_served, v_origin, v_now,
+                                a2_append.text_payloads);
+    end if;
+
+    -- One event: checked here; its targets as the event cursors are
+    -- inserted.
+    e := v_events->0;
+    v_id := e->>'id';
+    v_targets := case when jsonb_typeof(e->'targets') = 'array' then e->'targets' else '[]' end;
+    if jsonb_typeof(e) <> 'object' or jsonb_typeof(e->'type') is distinct from 'string'
+       or e->>'type' = '' or octet_length(e->>'type') > 1024 or e->>'type' = 'a2.cleared'
+       or (jsonb_typeof(e->'id') <> 'null'
+           and (jsonb_typeof(e->'id') <> 'string' or v_id = '' or octet_length(v_id) > 1024))
+       or pg_column_size(e->'payload') > 67108864
+       or jsonb_typeof(e->'payload_text') not in ('string', 'null')
+       or jsonb_typeof(e->'cause') <> 'null'
+       or jsonb_typeof(e->'targets') not in ('array', 'null')
+       or jsonb_array_length(v_targets) > 256 then
+        perform a2__events_problem(v_events, false);
+    end if;
+    v_singles := v_targets @? '$[*] ? (!exists(@.lane) || @.lane == null)';
+    v_lanes := v_targets @? '$[*] ? (exists(@.lane) && @.lane != null)';
+    v_started := jsonb_array_length(v_targets) > 0
+                 and (v_served is null
+                      or exists (select 1 from jsonb_array_elements(v_targets) t
+                                  where t->>'consumer' = any(v_served)));
+
+    perform pg_advisory_xact_lock(hashtext(v_session));
+
+    select coalesce(max(x.idx), 0) into v_base from a2_events x where x.session_id = v_session;
+    -- The id's unique index tells a retry: nothing is inserted when it is
+    -- there.
+    insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, cause)
+    values (v_session, v_base + 1, e->>'type',
+            coalesce(e->'payload', (e->>'payload_text')::jsonb, 'null'),
+            coalesce(v_id, replace(gen_random_uuid()::text, '-', '')), v_now, null)
+    on conflict (session_id, event_id) do nothing
+    returning event_id into v_inserted;
+    if v_inserted is null then
+        v_clear := coalesce((select c.clear_index from a2_clears c
+                              where c.session_id = v_session), 0);
+        select x.idx into v_owned from a2_events x
+         where x.session_id = v_session and x.event_id = v_id;
+        if v_owned >= v_clear then
+            select jsonb_build_array(a2__event_json(x, a2_append.text_payloads)) into v_out
+              from a2_events x where x.session_id = v_session and x.idx = v_owned;
+            return jsonb_build_object('outcome', 'replayed', 'events', v_out,
+                                      'has_pending', a2__has_pending(v_session, v_served,
+                                                                     v_clear));
+        end if;
+        -- Below the clear marker the id belongs to nobody: reused.
+        perform a2__reuse_ids(v_session, array[v_id], v_clear);
+        insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, cause)
+        values (v_session, v_base + 1, e->>'type',
+                coalesce(e->'payload', (e->>'payload_text')::jsonb, 'null'), v_id, v_now, null)
+        returning event_id into v_inserted;
+    end if;
+    if v_origin is not null then
+        v_clear := coalesce(v_clear, (select c.clear_index from a2_clears c
+                                       where c.session_id = v_session), 0);
+        if v_origin <= v_clear then
+            perform a2__fail('SESSION_CLEARED',
+                             format('scheduled work from event %s was cleared in session "%s"',
+                                    v_origin, v_session));
+        end if;
+    end if;
+    if v_singles then
+        insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position,
+                                head)
+        select v_session, t->>'consumer', '#' || (v_base + 1)::text, v_base + 1, null, 'event',
+               v_base, v_base + 1
+          from jsonb_array_elements(v_targets) t
+         where case when jsonb_typeof(t) <> 'object' or jsonb_typeof(t->'consumer') <> 'string'
+                         or t->>'consumer' = '' or octet_length(t->>'consumer') > 1024
+                         or jsonb_typeof(t->'lane') not in ('string', 'null')
+                         or t->>'lane' = '' or octet_length(t->>'lane') > 1024
+                    then a2__events_problem(v_events, false)
+                    else t->>'lane' is null end
+        on conflict do nothing;
+    end if;
+    if not v_singles and jsonb_array_length(v_targets) > 0 then
+        -- Lane targets only: checked as the singles' statement checks them.
+        perform 1 from jsonb_array_elements(v_targets) t
+         where jsonb_typeof(t) <> 'object' or jsonb_typeof(t->'consumer') <> 'string'
+            or t->>'consumer' = '' or octet_length(t->>'consumer') > 1024
+            or jsonb_typeof(t->'lane') <> 'string' or t->>'lane' = ''
+            or octet_length(t->>'lane') > 1024;
+        if found then
+            perform a2__events_problem(v_events, false);
+        end if;
+    end if;
+    if v_lanes or v_consumers is not null or not v_started then
+        v_clear := coalesce(v_clear, (select c.clear_index from a2_clears c
+                                       where c.session_id = v_session), 0);
+    end if;
+    if v_lanes or v_consumers is not null then
+        v_logs := a2__start_work(v_session, v_events, v_consumers, v_base, v_clear, false,
+                                 v_lanes);
+    end if;
+    return jsonb_build_object(
+        'outcome', 'appended',
+        'events', jsonb_build_array(jsonb_build_object('index', v_base + 1, 'id', v_inserted)),
+        'has_pending', v_started or coalesce(v_logs, false)
+                       or a2__has_pending(v_session, v_served, v_clear));
+end
+$fn$;
+
+-- a2_append of any batch (see a2_append): checked as a set, then written
+-- set by set.
+create or replace function a2__append_batch(session text, events jsonb, consumers jsonb,
+                                            served text[], origin bigint, now_ms bigint,
+                                            text_payloads boolean)
+returns jsonb
+language plpgsql
+volatile
+as $fn$
+#variable_conflict use_column
+declare
+    v_session text := a2__append_batch.session;
+    v_events jsonb := a2__append_batch.events;
+    v_consumers jsonb := a2__append_batch.consumers;
+    v_served text[] := a2__append_batch.served;
+    v_origin bigint := a2__append_batch.origin;
     f record;
     v_base bigint;
     v_clear bigint;
@@ -874,12 +1098,6 @@ declare
     v_out jsonb;
     v_logs boolean;
 begin
-    perform a2__writable('a2_append');
-    perform a2__name('session', v_session);
-    if v_origin < 0 then
-        perform a2__fail('INVALID_ARGUMENT', 'origin index must not be negative');
-    end if;
-    v_served := a2__served(v_consumers);
     select * into f from a2__check_events(v_events, false, v_served);
     if cardinality(f.ids) > 1
        and cardinality(f.ids) > (select count(distinct i) from unnest(f.ids) i) then
@@ -907,7 +1125,7 @@ begin
         select count(*) into v_owned from a2_events e
          where e.session_id = v_session and e.event_id = any(f.ids) and e.idx >= v_clear;
         if v_owned = f.n then
-            select jsonb_agg(a2__event_json(e, a2_append.text_payloads) order by x.ord)
+            select jsonb_agg(a2__event_json(e, a2__append_batch.text_payloads) order by x.ord)
               into v_out
               from jsonb_array_elements(v_events) with ordinality as x(j, ord)
               join a2_events e on e.session_id = v_session and e.event_id = x.j->>'id';
@@ -930,7 +1148,7 @@ begin
     if cardinality(f.ids) > 0 then
         perform a2__reuse_ids(v_session, f.ids, v_clear);
     end if;
-    v_out := a2__insert_events(v_session, v_events, v_base, v_now, null);
+    v_out := a2__insert_events(v_session, v_events, v_base, a2__append_batch.now_ms, null);
     v_logs := a2__start_work(v_session, v_events, v_consumers, v_base, v_clear,
                              f.singles, f.lanes);
     return jsonb_build_object(
@@ -953,6 +1171,7 @@ create or replace function a2_read(session text, after bigint default 0,
 returns table (index bigint, type text, payload jsonb, id text, created_at bigint, cause jsonb)
 language plpgsql
 stable
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -999,6 +1218,7 @@ returns table (consumer text, lane text, cursor_key text, kind text, epoch bigin
                last_failed_attempt integer, last_error text, failed_at bigint)
 language plpgsql
 stable
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -1040,6 +1260,7 @@ returns table (session_id text, consumer text, lane text, cursor_key text, kind 
                cause jsonb, clear_index bigint)
 language plpgsql
 stable
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -1073,6 +1294,7 @@ create or replace function a2_pending_sessions(consumers jsonb, after text defau
 returns table (session text)
 language plpgsql
 stable
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -1087,24 +1309,44 @@ begin
     if v_limit is null or v_limit < 1 or v_limit > 10000 then
         perform a2__fail('INVALID_ARGUMENT', 'max_sessions must be between 1 and 10000');
     end if;
-    return query
-        select s.session_id
-          from (select distinct per.session_id
-                  from (select distinct w.consumer from unnest(v_consumers) as w(consumer)) wanted
-                 cross join lateral (
-                       select distinct cur.session_id
-                         from a2_cursors cur
-                        where cur.consumer = wanted.consumer and cur.head is not null
-                          and cur.failed_at is null
-                          and (v_after is null or cur.session_id > v_after)
-                          and cur.head > coalesce((select clr.clear_index from a2_clears clr
-                                                    where clr.session_id = cur.session_id), 0)
-                          and (cur.claim_holder is not null or cur.claim_expires_at is null
-                               or cur.claim_expires_at <= v_now)
-                        order by cur.session_id
-                        limit v_limit) per) s
-         order by s.session_id
-         limit v_limit;
+    -- Two statements, so that a generic plan bounds the walk by "after".
+    if v_after is null then
+        return query
+            select s.session_id
+              from (select distinct per.session_id
+                      from (select distinct w.consumer from unnest(v_consumers) as w(consumer)) wanted
+                     cross join lateral (
+                           select distinct cur.session_id
+                             from a2_cursors cur
+                            where cur.consumer = wanted.consumer and cur.head is not null
+                              and cur.failed_at is null
+                              and cur.head > coalesce((select clr.clear_index from a2_clears clr
+                                                        where clr.session_id = cur.session_id), 0)
+                              and (cur.claim_holder is not null or cur.claim_expires_at is null
+                                   or cur.claim_expires_at <= v_now)
+                            order by cur.session_id
+                            limit v_limit) per) s
+             order by s.session_id
+             limit v_limit;
+    else
+        return query
+            select s.session_id
+              from (select distinct per.session_id
+                      from (select distinct w.consumer from unnest(v_consumers) as w(consumer)) wanted
+                     cross join lateral (
+                           select distinct cur.session_id
+                             from a2_cursors cur
+                            where cur.consumer = wanted.consumer and cur.head is not null
+                              and cur.failed_at is null and cur.session_id > v_after
+                              and cur.head > coalesce((select clr.clear_index from a2_clears clr
+                                                        where clr.session_id = cur.session_id), 0)
+                              and (cur.claim_holder is not null or cur.claim_expires_at is null
+                                   or cur.claim_expires_at <= v_now)
+                            order by cur.session_id
+                            limit v_limit) per) s
+             order by s.session_id
+             limit v_limit;
+    end if;
 end
 $fn$;
 
@@ -1141,6 +1383,7 @@ create or replace function a2_claim(session text, holder text, ttl_ms bigint def
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -1308,6 +1551,7 @@ create or replace function a2_renew(session text, holder text, claims jsonb,
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -1456,6 +1700,7 @@ create or replace function a2_wake_log(session text, consumer text, lane text,
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -1690,6 +1935,7 @@ create or replace function a2_complete(session text, consumer text, lane text, i
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -1701,8 +1947,11 @@ declare
     v_events jsonb := coalesce(a2_complete.events, '[]');
     v_now bigint := coalesce(a2_complete.now_ms, a2__now_ms());
     v_served text[];
-    f record;
-    v_dup boolean;
+    v_n integer := 0;
+    v_ids text[] := '{}';
+    v_singles boolean := false;
+    v_lanes boolean := false;
+    v_dup boolean := false;
     v_clear bigint;
     v_cur a2_cursors;
     v_base bigint;
@@ -1713,14 +1962,19 @@ begin
     perform a2__writable('a2_complete');
     perform a2__name('session', v_session);
     perform a2__check_attempt(v_consumer, v_lane, v_idx, v_attempt);
-    v_served := a2__served(a2_complete.consumers);
-    select * into f from a2__check_events(v_events, true, v_served);
-    v_dup := cardinality(f.ids) > 1
-             and cardinality(f.ids) > (select count(distinct i) from unnest(f.ids) i);
-    select true, l.types into v_retype, v_types
-      from a2__log_consumers(a2_complete.consumers) l
-     where l.consumer = v_consumer limit 1;
-    v_retype := coalesce(v_retype, false);
+    if a2_complete.consumers is not null then
+        v_served := a2__served(a2_complete.consumers);
+        select true, l.types into v_retype, v_types
+          from a2__log_consumers(a2_complete.consumers) l
+         where l.consumer = v_consumer limit 1;
+        v_retype := coalesce(v_retype, false);
+    end if;
+    if v_events <> '[]' then
+        select c.n, c.ids, c.singles, c.lanes into v_n, v_ids, v_singles, v_lanes
+          from a2__check_events(v_events, true, v_served) c;
+        v_dup := cardinality(v_ids) > 1
+                 and cardinality(v_ids) > (select count(distinct i) from unnest(v_ids) i);
+    end if;
 
     v_clear := coalesce((select c.clear_index from a2_clears c where c.session_id = v_session), 0);
     if v_idx <= v_clear then
@@ -1733,7 +1987,7 @@ begin
      order by cur.cursor_key limit 1
        for update of cur;
     if not found then
-        return a2__settle_unheld(v_session, v_consumer, v_lane, v_idx, v_attempt, f.ids, v_dup,
+        return a2__settle_unheld(v_session, v_consumer, v_lane, v_idx, v_attempt, v_ids, v_dup,
                                  a2_complete.text_payloads);
     end if;
     if v_dup then
@@ -1741,7 +1995,7 @@ begin
                          'returned event batch contains the same event id more than once');
     end if;
 
-    if f.n > 0 then
+    if v_n > 0 then
         perform pg_advisory_xact_lock(hashtext(v_session));
         select coalesce(max(e.idx), 0),
                coalesce((select c.clear_index from a2_clears c where c.session_id = v_session), 0)
@@ -1751,17 +2005,17 @@ begin
             return '{"outcome": "superseded"}';
         end if;
         if exists (select 1 from a2_events e
-                    where e.session_id = v_session and e.event_id = any(f.ids)
+                    where e.session_id = v_session and e.event_id = any(v_ids)
                       and e.idx >= v_clear) then
             perform a2__fail('PARTIAL_DUPLICATE_BATCH',
                              'returned event batch contains an already-appended event id');
         end if;
-        perform a2__reuse_ids(v_session, f.ids, v_clear);
+        perform a2__reuse_ids(v_session, v_ids, v_clear);
         v_out := a2__insert_events(v_session, v_events, v_base, v_now,
                                    jsonb_build_object('consumer', v_consumer, 'lane', v_lane,
                                                       'index', v_idx, 'attempt', v_attempt));
         perform a2__start_work(v_session, v_events, a2_complete.consumers, v_base, v_clear,
-                               f.singles, f.lanes);
+                               v_singles, v_lanes);
     elsif v_cur.kind <> 'event' then
         -- A lane or log cursor that goes idle does so under the session
         -- lock, which an append holds when it decides to start a new run.
@@ -1776,7 +2030,7 @@ begin
             perform pg_advisory_xact_lock(hashtext(v_session));
         end if;
     end if;
-    perform a2__advance(v_cur, true, v_attempt, to_jsonb(f.ids), v_retype, v_types);
+    perform a2__advance(v_cur, true, v_attempt, to_jsonb(v_ids), v_retype, v_types);
     return jsonb_build_object('outcome', 'completed', 'events', v_out);
 end
 $fn$;
@@ -1805,6 +2059,7 @@ create or replace function a2_fail(session text, consumer text, lane text, index
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -1903,6 +2158,7 @@ create or replace function a2_redrive(session text, consumer text, index bigint,
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -1984,6 +2240,7 @@ create or replace function a2_clear(session text, if_last bigint default null,
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -2083,6 +2340,7 @@ create or replace function a2_reclaim(session text)
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -2212,6 +2470,7 @@ create or replace function a2_write_state(session text, reducer text, writes jso
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -2351,6 +2610,7 @@ create or replace function a2_read_state(session text, reducer text,
 returns table (up_to_index bigint, state jsonb, written_at bigint)
 language plpgsql
 stable
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -2414,6 +2674,7 @@ create or replace function a2_presence_write(ns text, participant text, fields j
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -2490,6 +2751,7 @@ create or replace function a2_presence_read(ns text, now_ms bigint default null,
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -2530,6 +2792,7 @@ create or replace function a2_presence_reap(ns text default null, max_rows integ
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -2734,6 +2997,7 @@ create or replace function a2_batch(ops jsonb)
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 declare
     x record;

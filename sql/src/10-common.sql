@@ -2,6 +2,10 @@
 -- cursor keys and the JSON shapes of results. Names with two underscores
 -- (a2__*) are internal: callers use the a2_* functions of the other files.
 
+-- Every helper that may raise is volatile: the planner would evaluate an
+-- immutable call with constant arguments while planning, even in a CASE
+-- branch that never runs.
+
 -- Raises the error the spec names: SQLSTATE A200N for a2_store_code -N, the
 -- message "NAME: text". Returns nothing: the return type lets SQL
 -- expressions call it.
@@ -39,7 +43,7 @@ as $fn$ select (extract(epoch from clock_timestamp()) * 1000)::bigint $fn$;
 create or replace function a2__writable(fn text)
 returns void
 language plpgsql
-stable
+volatile
 as $fn$
 begin
     if current_setting('transaction_isolation') <> 'read committed' then
@@ -56,7 +60,7 @@ $fn$;
 create or replace function a2__name(what text, v text)
 returns text
 language plpgsql
-immutable
+volatile
 as $fn$
 begin
     if v is null or v = '' then
@@ -72,7 +76,7 @@ $fn$;
 create or replace function a2__opt_name(what text, v text)
 returns text
 language plpgsql
-immutable
+volatile
 as $fn$
 begin
     return case when v is null then null else a2__name(what, v) end;
@@ -92,7 +96,7 @@ create or replace function a2__check_attempt(consumer text, lane text,
                                              idx bigint, attempt integer)
 returns boolean
 language plpgsql
-immutable
+volatile
 as $fn$
 begin
     perform a2__name('consumer', consumer);
@@ -109,7 +113,7 @@ $fn$;
 create or replace function a2__check_cause(what text, cause jsonb)
 returns boolean
 language plpgsql
-immutable
+volatile
 as $fn$
 begin
     if jsonb_typeof(cause) is distinct from 'object' then
@@ -141,7 +145,7 @@ $fn$;
 create or replace function a2__json_int(what text, v jsonb)
 returns bigint
 language plpgsql
-immutable
+volatile
 as $fn$
 begin
     if v is null or jsonb_typeof(v) = 'null' then
@@ -161,7 +165,7 @@ $fn$;
 create or replace function a2__served(consumers jsonb)
 returns text[]
 language plpgsql
-immutable
+volatile
 as $fn$
 declare
     c jsonb;
@@ -222,29 +226,93 @@ select c->>'name', c->'log'->>'lane', nullif(c->'log'->'types', 'null'::jsonb),
 $fn$;
 
 -- The events of an append or a completion: an array of objects {"type",
--- "payload", "id", "cause", "targets": [{"consumer", "lane"}]}. Checks
--- them (ids required in completions, where causes are ignored) and says
--- what the batch holds: how many events, the ids supplied (in order),
--- whether any has a cause, a target without a lane (singles), a lane target,
--- and a target of a served consumer (served null: every consumer). Repeated
--- ids are the caller's to refuse.
+-- "payload" (or "payload_text": its JSON text), "id", "cause", "targets":
+-- [{"consumer", "lane"}]}. Checks them (ids required in completions, where
+-- causes are ignored) and says what the batch holds: how many events, the
+-- ids supplied (in order), whether any has a cause, a target without a lane
+-- (singles), a lane target, and a target of a served consumer (served null:
+-- every consumer). Repeated ids are the caller's to refuse. One query when
+-- the batch is sound; the error of one that is not comes from
+-- a2__events_problem.
 create or replace function a2__check_events(events jsonb, ids_required boolean, served text[],
                                             out n integer, out ids text[], out caused boolean,
                                             out singles boolean, out lanes boolean,
                                             out started boolean)
 language plpgsql
-immutable
+volatile
+as $fn$
+declare
+    sound boolean;
+begin
+    if jsonb_typeof(events) is distinct from 'array' or jsonb_array_length(events) > 10000 then
+        perform a2__events_problem(events, ids_required);
+    end if;
+    select count(*),
+           coalesce(array_agg(x.e->>'id' order by x.ord)
+                        filter (where jsonb_typeof(x.e->'id') = 'string'), '{}'),
+           coalesce(bool_or(jsonb_typeof(x.e->'cause') = 'object') and not ids_required, false),
+           coalesce(bool_or(t.singles), false), coalesce(bool_or(t.lanes), false),
+           coalesce(bool_or(t.served), false),
+           coalesce(bool_and(
+               jsonb_typeof(x.e) = 'object'
+               and jsonb_typeof(x.e->'type') = 'string'
+               and x.e->>'type' <> '' and octet_length(x.e->>'type') <= 1024
+               and x.e->>'type' <> 'a2.cleared'
+               and case jsonb_typeof(x.e->'id')
+                       when 'string' then x.e->>'id' <> '' and octet_length(x.e->>'id') <= 1024
+                       when 'null' then not ids_required
+                       else x.e->'id' is null and not ids_required end
+               and (x.e->'payload' is null or pg_column_size(x.e->'payload') <= 67108864)
+               and (jsonb_typeof(x.e->'payload_text') is distinct from 'number'
+                    and jsonb_typeof(x.e->'payload_text') in ('string', 'null')
+                    or x.e->'payload_text' is null)
+               and (ids_required or jsonb_typeof(x.e->'cause') is null
+                    or jsonb_typeof(x.e->'cause') in ('object', 'null'))
+               and t.sound), true)
+      into n, ids, caused, singles, lanes, started, sound
+      from jsonb_array_elements(events) with ordinality as x(e, ord)
+     cross join lateral (
+           select coalesce(bool_and(jsonb_typeof(tg) = 'object'
+                                    and jsonb_typeof(tg->'consumer') = 'string'
+                                    and tg->>'consumer' <> ''
+                                    and octet_length(tg->>'consumer') <= 1024
+                                    and (tg->'lane' is null or jsonb_typeof(tg->'lane') = 'null'
+                                         or (jsonb_typeof(tg->'lane') = 'string'
+                                             and tg->>'lane' <> ''
+                                             and octet_length(tg->>'lane') <= 1024))), true)
+                  and (jsonb_typeof(x.e->'targets') is null
+                       or jsonb_typeof(x.e->'targets') = 'null'
+                       or (jsonb_typeof(x.e->'targets') = 'array'
+                           and jsonb_array_length(x.e->'targets') <= 256)) as sound,
+                  bool_or(tg->>'lane' is null) as singles,
+                  bool_or(tg->>'lane' is not null) as lanes,
+                  bool_or(served is null or tg->>'consumer' = any(served)) as served
+             from jsonb_array_elements(case when jsonb_typeof(x.e->'targets') = 'array'
+                                            then x.e->'targets' else '[]' end) tg) t;
+    if not sound then
+        perform a2__events_problem(events, ids_required);
+    end if;
+    -- A cause is checked in full: its shape decides the fence's query.
+    if caused then
+        perform a2__check_cause('a cause', x.e->'cause')
+           from jsonb_array_elements(events) as x(e)
+          where jsonb_typeof(x.e->'cause') = 'object';
+    end if;
+end
+$fn$;
+
+-- Raises the error of the first problem in events (see a2__check_events).
+-- Never returns: the return type lets SQL expressions call it.
+create or replace function a2__events_problem(events jsonb, ids_required boolean)
+returns boolean
+language plpgsql
+volatile
 as $fn$
 declare
     e jsonb;
     t jsonb;
+    n integer := 0;
 begin
-    n := 0;
-    ids := '{}';
-    caused := false;
-    singles := false;
-    lanes := false;
-    started := false;
     if events is null or jsonb_typeof(events) <> 'array' then
         perform a2__fail('INVALID_ARGUMENT', 'events must be a JSON array');
     end if;
@@ -265,16 +333,19 @@ begin
                              'event type a2.cleared is reserved for clear markers');
         end if;
         if jsonb_typeof(e->'id') = 'string' then
-            ids := ids || a2__name('an event''s id', e->>'id');
+            perform a2__name('an event''s id', e->>'id');
         elsif ids_required or jsonb_typeof(e->'id') <> 'null' then
             perform a2__fail('INVALID_ARGUMENT', format('event %s needs an id', n));
         end if;
         if pg_column_size(e->'payload') > 67108864 then
             perform a2__fail('INVALID_ARGUMENT', format('payload of event %s is too large', n));
         end if;
-        if not ids_required and jsonb_typeof(e->'cause') <> 'null' then
-            perform a2__check_cause('a cause', e->'cause');
-            caused := true;
+        if jsonb_typeof(e->'payload_text') not in ('string', 'null') then
+            perform a2__fail('INVALID_ARGUMENT',
+                             format('payload_text of event %s must be a string', n));
+        end if;
+        if not ids_required and jsonb_typeof(e->'cause') not in ('object', 'null') then
+            perform a2__fail('INVALID_ARGUMENT', 'a cause must be a JSON object');
         end if;
         if jsonb_typeof(e->'targets') <> 'null' then
             if jsonb_typeof(e->'targets') <> 'array' then
@@ -290,18 +361,11 @@ begin
                                      'a target must be an object {"consumer", "lane"}');
                 end if;
                 perform a2__name('a target''s consumer', t->>'consumer');
-                if t->>'lane' is null then
-                    singles := true;
-                else
-                    perform a2__name('a target''s lane', t->>'lane');
-                    lanes := true;
-                end if;
-                if not started and (served is null or t->>'consumer' = any(served)) then
-                    started := true;
-                end if;
+                perform a2__opt_name('a target''s lane', t->>'lane');
             end loop;
         end if;
     end loop;
+    perform a2__fail('INVALID_ARGUMENT', 'the events are not valid');
 end
 $fn$;
 

@@ -269,9 +269,13 @@ $fn$;
 --
 -- Appends events (in order, dense indexes after the session's last) and
 -- starts their targets' cursor work; consumers are the consumers the caller
--- serves (null: every one), whose log cursors start here and for whom
--- has_pending reports work. origin (null or 0: none) is the index scheduled
--- work came from. Results:
+-- serves (null: every one; names, or {"name", "log": {"lane", "types",
+-- "backfill"}} for a log consumer), whose log cursors start here and for
+-- whom has_pending reports work. origin (null or 0: none) is the index
+-- scheduled work came from. An event is {"type", "payload" (or
+-- "payload_text": its JSON text), "id" (null: 32 random hex digits),
+-- "cause": {"consumer", "lane", "index", "attempt"}, "targets":
+-- [{"consumer", "lane"}]}. Results:
 --   {"outcome": "appended", "events": [{"index", "id"}], "has_pending"}
 --   {"outcome": "replayed", "events": [<stored event>], "has_pending"}
 --     every id was stored already (a retry): the committed rows
@@ -284,12 +288,17 @@ $fn$;
 -- advisory lock, held to the caller's commit. Under the lock it never waits
 -- on a cursor row: new runs are inserted, idle ones retired with skip
 -- locked.
+--
+-- A batch of one event without a cause takes a path of small statements
+-- checked by plain expressions (the common case: each statement's plan is
+-- small to start); other batches are checked and written set by set.
 create or replace function a2_append(session text, events jsonb, consumers jsonb default null,
                                      origin bigint default null, now_ms bigint default null,
                                      text_payloads boolean default false)
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -299,6 +308,157 @@ declare
     v_origin bigint := nullif(a2_append.origin, 0);
     v_now bigint := coalesce(a2_append.now_ms, a2__now_ms());
     v_served text[];
+    e jsonb;
+    v_id text;
+    v_inserted text;
+    v_targets jsonb;
+    v_singles boolean;
+    v_lanes boolean;
+    v_started boolean;
+    v_base bigint;
+    v_clear bigint;
+    v_owned bigint;
+    v_out jsonb;
+    v_logs boolean;
+    f record;
+begin
+    if current_setting('transaction_isolation') <> 'read committed' then
+        perform a2__writable('a2_append');
+    end if;
+    if v_session is null or v_session = '' or octet_length(v_session) > 1024 then
+        perform a2__name('session', v_session);
+    end if;
+    if v_origin < 0 then
+        perform a2__fail('INVALID_ARGUMENT', 'origin index must not be negative');
+    end if;
+    if v_consumers is not null then
+        v_served := a2__served(v_consumers);
+    end if;
+    if jsonb_typeof(v_events) is distinct from 'array' or jsonb_array_length(v_events) <> 1
+       or jsonb_typeof(v_events->0->'cause') = 'object' then
+        return a2__append_batch(v_session, v_events, v_consumers, v_served, v_origin, v_now,
+                                a2_append.text_payloads);
+    end if;
+
+    -- One event: checked here; its targets as the event cursors are
+    -- inserted.
+    e := v_events->0;
+    v_id := e->>'id';
+    v_targets := case when jsonb_typeof(e->'targets') = 'array' then e->'targets' else '[]' end;
+    if jsonb_typeof(e) <> 'object' or jsonb_typeof(e->'type') is distinct from 'string'
+       or e->>'type' = '' or octet_length(e->>'type') > 1024 or e->>'type' = 'a2.cleared'
+       or (jsonb_typeof(e->'id') <> 'null'
+           and (jsonb_typeof(e->'id') <> 'string' or v_id = '' or octet_length(v_id) > 1024))
+       or pg_column_size(e->'payload') > 67108864
+       or jsonb_typeof(e->'payload_text') not in ('string', 'null')
+       or jsonb_typeof(e->'cause') <> 'null'
+       or jsonb_typeof(e->'targets') not in ('array', 'null')
+       or jsonb_array_length(v_targets) > 256 then
+        perform a2__events_problem(v_events, false);
+    end if;
+    v_singles := v_targets @? '$[*] ? (!exists(@.lane) || @.lane == null)';
+    v_lanes := v_targets @? '$[*] ? (exists(@.lane) && @.lane != null)';
+    v_started := jsonb_array_length(v_targets) > 0
+                 and (v_served is null
+                      or exists (select 1 from jsonb_array_elements(v_targets) t
+                                  where t->>'consumer' = any(v_served)));
+
+    perform pg_advisory_xact_lock(hashtext(v_session));
+
+    select coalesce(max(x.idx), 0) into v_base from a2_events x where x.session_id = v_session;
+    -- The id's unique index tells a retry: nothing is inserted when it is
+    -- there.
+    insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, cause)
+    values (v_session, v_base + 1, e->>'type',
+            coalesce(e->'payload', (e->>'payload_text')::jsonb, 'null'),
+            coalesce(v_id, replace(gen_random_uuid()::text, '-', '')), v_now, null)
+    on conflict (session_id, event_id) do nothing
+    returning event_id into v_inserted;
+    if v_inserted is null then
+        v_clear := coalesce((select c.clear_index from a2_clears c
+                              where c.session_id = v_session), 0);
+        select x.idx into v_owned from a2_events x
+         where x.session_id = v_session and x.event_id = v_id;
+        if v_owned >= v_clear then
+            select jsonb_build_array(a2__event_json(x, a2_append.text_payloads)) into v_out
+              from a2_events x where x.session_id = v_session and x.idx = v_owned;
+            return jsonb_build_object('outcome', 'replayed', 'events', v_out,
+                                      'has_pending', a2__has_pending(v_session, v_served,
+                                                                     v_clear));
+        end if;
+        -- Below the clear marker the id belongs to nobody: reused.
+        perform a2__reuse_ids(v_session, array[v_id], v_clear);
+        insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, cause)
+        values (v_session, v_base + 1, e->>'type',
+                coalesce(e->'payload', (e->>'payload_text')::jsonb, 'null'), v_id, v_now, null)
+        returning event_id into v_inserted;
+    end if;
+    if v_origin is not null then
+        v_clear := coalesce(v_clear, (select c.clear_index from a2_clears c
+                                       where c.session_id = v_session), 0);
+        if v_origin <= v_clear then
+            perform a2__fail('SESSION_CLEARED',
+                             format('scheduled work from event %s was cleared in session "%s"',
+                                    v_origin, v_session));
+        end if;
+    end if;
+    if v_singles then
+        insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position,
+                                head)
+        select v_session, t->>'consumer', '#' || (v_base + 1)::text, v_base + 1, null, 'event',
+               v_base, v_base + 1
+          from jsonb_array_elements(v_targets) t
+         where case when jsonb_typeof(t) <> 'object' or jsonb_typeof(t->'consumer') <> 'string'
+                         or t->>'consumer' = '' or octet_length(t->>'consumer') > 1024
+                         or jsonb_typeof(t->'lane') not in ('string', 'null')
+                         or t->>'lane' = '' or octet_length(t->>'lane') > 1024
+                    then a2__events_problem(v_events, false)
+                    else t->>'lane' is null end
+        on conflict do nothing;
+    end if;
+    if not v_singles and jsonb_array_length(v_targets) > 0 then
+        -- Lane targets only: checked as the singles' statement checks them.
+        perform 1 from jsonb_array_elements(v_targets) t
+         where jsonb_typeof(t) <> 'object' or jsonb_typeof(t->'consumer') <> 'string'
+            or t->>'consumer' = '' or octet_length(t->>'consumer') > 1024
+            or jsonb_typeof(t->'lane') <> 'string' or t->>'lane' = ''
+            or octet_length(t->>'lane') > 1024;
+        if found then
+            perform a2__events_problem(v_events, false);
+        end if;
+    end if;
+    if v_lanes or v_consumers is not null or not v_started then
+        v_clear := coalesce(v_clear, (select c.clear_index from a2_clears c
+                                       where c.session_id = v_session), 0);
+    end if;
+    if v_lanes or v_consumers is not null then
+        v_logs := a2__start_work(v_session, v_events, v_consumers, v_base, v_clear, false,
+                                 v_lanes);
+    end if;
+    return jsonb_build_object(
+        'outcome', 'appended',
+        'events', jsonb_build_array(jsonb_build_object('index', v_base + 1, 'id', v_inserted)),
+        'has_pending', v_started or coalesce(v_logs, false)
+                       or a2__has_pending(v_session, v_served, v_clear));
+end
+$fn$;
+
+-- a2_append of any batch (see a2_append): checked as a set, then written
+-- set by set.
+create or replace function a2__append_batch(session text, events jsonb, consumers jsonb,
+                                            served text[], origin bigint, now_ms bigint,
+                                            text_payloads boolean)
+returns jsonb
+language plpgsql
+volatile
+as $fn$
+#variable_conflict use_column
+declare
+    v_session text := a2__append_batch.session;
+    v_events jsonb := a2__append_batch.events;
+    v_consumers jsonb := a2__append_batch.consumers;
+    v_served text[] := a2__append_batch.served;
+    v_origin bigint := a2__append_batch.origin;
     f record;
     v_base bigint;
     v_clear bigint;
@@ -306,12 +466,6 @@ declare
     v_out jsonb;
     v_logs boolean;
 begin
-    perform a2__writable('a2_append');
-    perform a2__name('session', v_session);
-    if v_origin < 0 then
-        perform a2__fail('INVALID_ARGUMENT', 'origin index must not be negative');
-    end if;
-    v_served := a2__served(v_consumers);
     select * into f from a2__check_events(v_events, false, v_served);
     if cardinality(f.ids) > 1
        and cardinality(f.ids) > (select count(distinct i) from unnest(f.ids) i) then
@@ -339,7 +493,7 @@ begin
         select count(*) into v_owned from a2_events e
          where e.session_id = v_session and e.event_id = any(f.ids) and e.idx >= v_clear;
         if v_owned = f.n then
-            select jsonb_agg(a2__event_json(e, a2_append.text_payloads) order by x.ord)
+            select jsonb_agg(a2__event_json(e, a2__append_batch.text_payloads) order by x.ord)
               into v_out
               from jsonb_array_elements(v_events) with ordinality as x(j, ord)
               join a2_events e on e.session_id = v_session and e.event_id = x.j->>'id';
@@ -362,7 +516,7 @@ begin
     if cardinality(f.ids) > 0 then
         perform a2__reuse_ids(v_session, f.ids, v_clear);
     end if;
-    v_out := a2__insert_events(v_session, v_events, v_base, v_now, null);
+    v_out := a2__insert_events(v_session, v_events, v_base, a2__append_batch.now_ms, null);
     v_logs := a2__start_work(v_session, v_events, v_consumers, v_base, v_clear,
                              f.singles, f.lanes);
     return jsonb_build_object(

@@ -10,6 +10,7 @@ create or replace function a2_read(session text, after bigint default 0,
 returns table (index bigint, type text, payload jsonb, id text, created_at bigint, cause jsonb)
 language plpgsql
 stable
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -56,6 +57,7 @@ returns table (consumer text, lane text, cursor_key text, kind text, epoch bigin
                last_failed_attempt integer, last_error text, failed_at bigint)
 language plpgsql
 stable
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -97,6 +99,7 @@ returns table (session_id text, consumer text, lane text, cursor_key text, kind 
                cause jsonb, clear_index bigint)
 language plpgsql
 stable
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -130,6 +133,7 @@ create or replace function a2_pending_sessions(consumers jsonb, after text defau
 returns table (session text)
 language plpgsql
 stable
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -144,23 +148,43 @@ begin
     if v_limit is null or v_limit < 1 or v_limit > 10000 then
         perform a2__fail('INVALID_ARGUMENT', 'max_sessions must be between 1 and 10000');
     end if;
-    return query
-        select s.session_id
-          from (select distinct per.session_id
-                  from (select distinct w.consumer from unnest(v_consumers) as w(consumer)) wanted
-                 cross join lateral (
-                       select distinct cur.session_id
-                         from a2_cursors cur
-                        where cur.consumer = wanted.consumer and cur.head is not null
-                          and cur.failed_at is null
-                          and (v_after is null or cur.session_id > v_after)
-                          and cur.head > coalesce((select clr.clear_index from a2_clears clr
-                                                    where clr.session_id = cur.session_id), 0)
-                          and (cur.claim_holder is not null or cur.claim_expires_at is null
-                               or cur.claim_expires_at <= v_now)
-                        order by cur.session_id
-                        limit v_limit) per) s
-         order by s.session_id
-         limit v_limit;
+    -- Two statements, so that a generic plan bounds the walk by "after".
+    if v_after is null then
+        return query
+            select s.session_id
+              from (select distinct per.session_id
+                      from (select distinct w.consumer from unnest(v_consumers) as w(consumer)) wanted
+                     cross join lateral (
+                           select distinct cur.session_id
+                             from a2_cursors cur
+                            where cur.consumer = wanted.consumer and cur.head is not null
+                              and cur.failed_at is null
+                              and cur.head > coalesce((select clr.clear_index from a2_clears clr
+                                                        where clr.session_id = cur.session_id), 0)
+                              and (cur.claim_holder is not null or cur.claim_expires_at is null
+                                   or cur.claim_expires_at <= v_now)
+                            order by cur.session_id
+                            limit v_limit) per) s
+             order by s.session_id
+             limit v_limit;
+    else
+        return query
+            select s.session_id
+              from (select distinct per.session_id
+                      from (select distinct w.consumer from unnest(v_consumers) as w(consumer)) wanted
+                     cross join lateral (
+                           select distinct cur.session_id
+                             from a2_cursors cur
+                            where cur.consumer = wanted.consumer and cur.head is not null
+                              and cur.failed_at is null and cur.session_id > v_after
+                              and cur.head > coalesce((select clr.clear_index from a2_clears clr
+                                                        where clr.session_id = cur.session_id), 0)
+                              and (cur.claim_holder is not null or cur.claim_expires_at is null
+                                   or cur.claim_expires_at <= v_now)
+                            order by cur.session_id
+                            limit v_limit) per) s
+             order by s.session_id
+             limit v_limit;
+    end if;
 end
 $fn$;

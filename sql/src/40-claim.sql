@@ -29,6 +29,7 @@ create or replace function a2_claim(session text, holder text, ttl_ms bigint def
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -196,6 +197,7 @@ create or replace function a2_renew(session text, holder text, claims jsonb,
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare

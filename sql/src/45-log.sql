@@ -53,6 +53,7 @@ create or replace function a2_wake_log(session text, consumer text, lane text,
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare

@@ -164,6 +164,7 @@ create or replace function a2_complete(session text, consumer text, lane text, i
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -175,8 +176,11 @@ declare
     v_events jsonb := coalesce(a2_complete.events, '[]');
     v_now bigint := coalesce(a2_complete.now_ms, a2__now_ms());
     v_served text[];
-    f record;
-    v_dup boolean;
+    v_n integer := 0;
+    v_ids text[] := '{}';
+    v_singles boolean := false;
+    v_lanes boolean := false;
+    v_dup boolean := false;
     v_clear bigint;
     v_cur a2_cursors;
     v_base bigint;
@@ -187,14 +191,19 @@ begin
     perform a2__writable('a2_complete');
     perform a2__name('session', v_session);
     perform a2__check_attempt(v_consumer, v_lane, v_idx, v_attempt);
-    v_served := a2__served(a2_complete.consumers);
-    select * into f from a2__check_events(v_events, true, v_served);
-    v_dup := cardinality(f.ids) > 1
-             and cardinality(f.ids) > (select count(distinct i) from unnest(f.ids) i);
-    select true, l.types into v_retype, v_types
-      from a2__log_consumers(a2_complete.consumers) l
-     where l.consumer = v_consumer limit 1;
-    v_retype := coalesce(v_retype, false);
+    if a2_complete.consumers is not null then
+        v_served := a2__served(a2_complete.consumers);
+        select true, l.types into v_retype, v_types
+          from a2__log_consumers(a2_complete.consumers) l
+         where l.consumer = v_consumer limit 1;
+        v_retype := coalesce(v_retype, false);
+    end if;
+    if v_events <> '[]' then
+        select c.n, c.ids, c.singles, c.lanes into v_n, v_ids, v_singles, v_lanes
+          from a2__check_events(v_events, true, v_served) c;
+        v_dup := cardinality(v_ids) > 1
+                 and cardinality(v_ids) > (select count(distinct i) from unnest(v_ids) i);
+    end if;
 
     v_clear := coalesce((select c.clear_index from a2_clears c where c.session_id = v_session), 0);
     if v_idx <= v_clear then
@@ -207,7 +216,7 @@ begin
      order by cur.cursor_key limit 1
        for update of cur;
     if not found then
-        return a2__settle_unheld(v_session, v_consumer, v_lane, v_idx, v_attempt, f.ids, v_dup,
+        return a2__settle_unheld(v_session, v_consumer, v_lane, v_idx, v_attempt, v_ids, v_dup,
                                  a2_complete.text_payloads);
     end if;
     if v_dup then
@@ -215,7 +224,7 @@ begin
                          'returned event batch contains the same event id more than once');
     end if;
 
-    if f.n > 0 then
+    if v_n > 0 then
         perform pg_advisory_xact_lock(hashtext(v_session));
         select coalesce(max(e.idx), 0),
                coalesce((select c.clear_index from a2_clears c where c.session_id = v_session), 0)
@@ -225,17 +234,17 @@ begin
             return '{"outcome": "superseded"}';
         end if;
         if exists (select 1 from a2_events e
-                    where e.session_id = v_session and e.event_id = any(f.ids)
+                    where e.session_id = v_session and e.event_id = any(v_ids)
                       and e.idx >= v_clear) then
             perform a2__fail('PARTIAL_DUPLICATE_BATCH',
                              'returned event batch contains an already-appended event id');
         end if;
-        perform a2__reuse_ids(v_session, f.ids, v_clear);
+        perform a2__reuse_ids(v_session, v_ids, v_clear);
         v_out := a2__insert_events(v_session, v_events, v_base, v_now,
                                    jsonb_build_object('consumer', v_consumer, 'lane', v_lane,
                                                       'index', v_idx, 'attempt', v_attempt));
         perform a2__start_work(v_session, v_events, a2_complete.consumers, v_base, v_clear,
-                               f.singles, f.lanes);
+                               v_singles, v_lanes);
     elsif v_cur.kind <> 'event' then
         -- A lane or log cursor that goes idle does so under the session
         -- lock, which an append holds when it decides to start a new run.
@@ -250,7 +259,7 @@ begin
             perform pg_advisory_xact_lock(hashtext(v_session));
         end if;
     end if;
-    perform a2__advance(v_cur, true, v_attempt, to_jsonb(f.ids), v_retype, v_types);
+    perform a2__advance(v_cur, true, v_attempt, to_jsonb(v_ids), v_retype, v_types);
     return jsonb_build_object('outcome', 'completed', 'events', v_out);
 end
 $fn$;

@@ -20,6 +20,7 @@ create or replace function a2_fail(session text, consumer text, lane text, index
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -118,6 +119,7 @@ create or replace function a2_redrive(session text, consumer text, index bigint,
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare

@@ -23,6 +23,7 @@ create or replace function a2_clear(session text, if_last bigint default null,
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -122,6 +123,7 @@ create or replace function a2_reclaim(session text)
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare

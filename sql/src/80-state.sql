@@ -24,6 +24,7 @@ create or replace function a2_write_state(session text, reducer text, writes jso
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -163,6 +164,7 @@ create or replace function a2_read_state(session text, reducer text,
 returns table (up_to_index bigint, state jsonb, written_at bigint)
 language plpgsql
 stable
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare

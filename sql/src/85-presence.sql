@@ -33,6 +33,7 @@ create or replace function a2_presence_write(ns text, participant text, fields j
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -109,6 +110,7 @@ create or replace function a2_presence_read(ns text, now_ms bigint default null,
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
@@ -149,6 +151,7 @@ create or replace function a2_presence_reap(ns text default null, max_rows integ
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare

@@ -170,6 +170,7 @@ create or replace function a2_batch(ops jsonb)
 returns jsonb
 language plpgsql
 volatile
+set plan_cache_mode = force_generic_plan
 as $fn$
 declare
     x record;
