@@ -1,8 +1,6 @@
 # bench/wake/lib.sh: shared by bench/{wake,consumer,e2e}/run (sourced).
-# bench_start NAME: a throwaway cluster (fsync on) with the schema (and the
-# native a2_batch when it is built: deploy/apply-schema; A2_BATCH=plpgsql
-# keeps the PL/pgSQL one) and the NOTIFY trigger function, in $dir, conninfo
-# in $db; removed on exit.
+# bench_start NAME: a throwaway cluster (fsync on) with the schema and the
+# NOTIFY trigger function, in $dir, conninfo in $db; removed on exit.
 # bench_consumer_start SLOT / bench_consumer_stop: a2-consumer on the
 # cluster, workers' socket unix:$dir/a2.sock, pid in $consumer_pid; the stop
 # drops the slot.
@@ -48,8 +46,7 @@ bench_start() {
     bin=$dir/bin benchbin=$dir/bin
     PG_DEV_FSYNC=on deploy/pg-dev start "$dir/pg" >/dev/null
     db=$(deploy/pg-dev url "$dir/pg")
-    deploy/apply-schema "$db" "$dir/pg"
-    echo "a2_batch: $(psql "$db" -qAtc "select case l.lanname when 'c' then 'native (sql/a2_batch.c)' else 'PL/pgSQL' end from pg_proc p join pg_language l on l.oid = p.prolang where p.proname = 'a2_batch'")"
+    deploy/apply-schema "$db"
     psql "$db" -q <<'SQL'
 create or replace function bench_notify() returns trigger language plpgsql as $$
 begin

@@ -23,8 +23,8 @@ a2_schema_apply(const char *conninfo, char *err, size_t errlen);
 
 /*
  * Checks that the database is ready for a2: every table, every store
- * function (a2_append ... a2_batch), the a2_events_types index, REPLICA IDENTITY FULL on a2_cursors,
- * the schema version and wal_level = logical. Returns 0 when ready; 1 when
+ * function (a2_append ... a2_batch), the a2_events_types index, REPLICA
+ * IDENTITY FULL on a2_cursors, the schema version and wal_level = logical. Returns 0 when ready; 1 when
  * something is missing, with one line per problem in report ("table a2_events
  * is missing", ...); -1 when the database cannot be reached, with the reason
  * in report.

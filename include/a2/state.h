@@ -1,7 +1,7 @@
 /*
  * liba2store: reducer snapshots with pins, and presence registers with a
- * TTL. Same conventions as a2/store.h (one a2_batch round trip per call,
- * values only as JSON parameters, 0 or a negative a2_store_code, results
+ * TTL. Same conventions as a2/store.h (one SQL function call per operation,
+ * values only as parameters, 0 or a negative a2_store_code, results
  * owned by their struct and released with their NULL-safe _free, the error
  * in a2_store_last_error()).
  *

@@ -4,10 +4,13 @@
  * Producers append events to per-session logs; consumers work through them
  * with cursors: a concurrent cursor runs one event, a lane cursor runs a FIFO
  * lane in index order, a log cursor follows the session log filtered by event
- * types. Every operation below is one round trip: one call of the a2_batch
- * function of sql/schema.sql, in one transaction, unless its comment says
- * otherwise. Statement texts are constants of the library; every value a
- * caller passes travels as a JSON parameter and never enters SQL text.
+ * types. Every operation below is one round trip: one call of its SQL
+ * function (a2_append, a2_claim, ... of sql/schema.sql, docs/sql.md), in a
+ * transaction of its own. The call texts are constants of the library;
+ * every value a caller passes travels as a parameter and never enters SQL
+ * text; no prepared statement is left on the connection, so a store works
+ * behind a pooler in transaction mode. A program that wants an operation in
+ * its own transaction calls the SQL function on its own connection.
  *
  * Threading: one a2_store owns one connection and is not thread-safe. Use one
  * store per thread (each opens its own connection); a store may move between
@@ -71,7 +74,7 @@ typedef enum a2_store_code {
     /* No connection: the server cannot be reached or the connection broke.
      * Also an event id being reused that cleared work still holds. */
     A2_ESTORE_UNAVAILABLE = -2,
-    /* The a2 tables or a2_batch are missing: apply sql/schema.sql. */
+    /* The a2 tables or functions are missing: apply sql/schema.sql. */
     A2_ESCHEMA_MISSING = -3,
     /* An append or completion mixes ids already stored with fresh ones, or
      * repeats an id, or a retried completion does not match the committed one.
@@ -127,11 +130,11 @@ A2_STORE_MUST_CHECK int a2_store_open(a2_store **out, const char *conninfo,
 
 /*
  * Bounds every later call on the store (0: no bound, the default).
- * - The server cancels a statement still running after timeout_ms (the
- *   store sets statement_timeout on its connection, one round trip when
- *   the value changes): the call fails with A2_ESTORE_FAILED and SQLSTATE
- *   57014, writes nothing, and the next call runs normally. A call waiting
- *   for its session's lock is such a statement.
+ * - The server cancels a call still running after timeout_ms (each call
+ *   sets statement_timeout for its own transaction, in the same round
+ *   trip; the session keeps its own): the call fails with A2_ESTORE_FAILED
+ *   and SQLSTATE 57014, writes nothing, and the next call runs normally. A
+ *   call waiting for its session's lock is such a statement.
  * - A call still unanswered half as long again after that (at least a
  *   second more: a stopped server, a network that drops everything) fails
  *   with A2_ESTORE_UNAVAILABLE, and the connection is dropped: whether the
@@ -166,8 +169,7 @@ void a2_store_set_clock(a2_store *store, a2_store_clock_fn fn, void *ctx);
 void a2_store_set_ids(a2_store *store, a2_store_id_fn fn, void *ctx);
 
 /* Round trips to the server this store has made (for benchmarks: every
- * operation adds 1, except where its comment says otherwise; the first call
- * on a connection adds 1 more, preparing the a2_batch call). */
+ * operation adds 1). */
 uint64_t a2_store_round_trips(const a2_store *store);
 
 /* ── values ───────────────────────────────────────────────────────────── */
@@ -450,8 +452,6 @@ void a2_complete_result_free(a2_complete_result *r);
  *   - A2_EPARTIAL_DUPLICATE_BATCH: an id repeated, an id a live event owns,
  *     or a retry that does not match the committed completion;
  *   - A2_ENO_SUCH_EVENT: no event at index.
- * The unheld path (a stale attempt or a retry) reads once more: two round
- * trips.
  */
 A2_STORE_MUST_CHECK int
 a2_store_complete(a2_store *store, const char *session,

@@ -241,7 +241,7 @@ static void test_bench(void **state)
         double ours = run_cell(&b, cells[i].ours, &trips);
         double raw = run_cell(&b, cells[i].raw, NULL);
         printf("%-20s %12.0f %12.0f %14.2f\n", cells[i].name, ours, raw, trips);
-        /* every operation is one a2_batch round trip */
+        /* every operation is one function call, one round trip */
         assert_true(trips > 0.99 && trips < 1.01);
     }
     fflush(stdout);

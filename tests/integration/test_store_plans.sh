@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The store's statements are prepared once per connection by a2_batch, so
-# after a few calls PostgreSQL may run them with generic plans, where no
-# parameter is folded into a constant. Run the whole store suite under forced
-# generic plans and under forced custom plans: each outcome must be the same.
+# The a2 functions plan their statements generically (plan_cache_mode is
+# set on each function), whatever the caller's session says. Run the whole
+# store suite with the session under forced generic plans and under forced
+# custom plans: each outcome must be the same.
 set -uo pipefail
 t=${A2_BIN:?}/../tests/integration/test_store
 [ -x "$t" ] || { echo "test_store_plans: $t is not built" >&2; exit 1; }

@@ -1,0 +1,129 @@
+-- A whole cycle through the a2 functions, from psql alone: each step's
+-- result is checked (psql -v ON_ERROR_STOP=1 stops at the first that is not
+-- what the step expects). Run by tests/integration/test_sql_cycle.sh on a
+-- database with sql/schema.sql applied. Every call is its own transaction;
+-- the clock is the caller's (now_ms).
+
+-- expect(got, want, step): got must contain want (jsonb @>).
+create function pg_temp.expect(got jsonb, want jsonb, step text) returns text
+language plpgsql as $$
+begin
+    if got is null or not got @> want then
+        raise exception 'step "%": got %, expected it to contain %', step, got, want;
+    end if;
+    return step || ': ok';
+end $$;
+
+-- 1. An order placed, targeted at billing: event 1 and its event cursor.
+select pg_temp.expect(
+    a2_append(session => 'shop-1',
+              events => '[{"type": "order.placed", "id": "order-1", "payload": {"n": 1},
+                           "targets": [{"consumer": "billing"}]}]',
+              now_ms => 1000),
+    '{"outcome": "appended", "events": [{"index": 1, "id": "order-1"}], "has_pending": true}',
+    'append');
+-- The same append again is a replay: the committed row, nothing written.
+select pg_temp.expect(
+    a2_append(session => 'shop-1',
+              events => '[{"type": "order.placed", "id": "order-1", "payload": {"n": 1},
+                           "targets": [{"consumer": "billing"}]}]',
+              now_ms => 2000),
+    '{"outcome": "replayed", "events": [{"index": 1, "created_at": 1000, "payload": {"n": 1}}]}',
+    'append again');
+
+-- 2. Billing claims it.
+select pg_temp.expect(
+    a2_claim(session => 'shop-1', holder => 'w1', ttl_ms => 30000,
+             consumers => '["billing"]', now_ms => 3000),
+    '{"outcome": "claimed", "heads": [{"consumer": "billing", "index": 1, "attempt": 1,
+                                       "holder": "w1", "expires_at": 33000,
+                                       "type": "order.placed"}]}',
+    'claim');
+-- Nothing more for billing: the head is held until 33000.
+select pg_temp.expect(
+    a2_claim(session => 'shop-1', holder => 'w2', ttl_ms => 30000,
+             consumers => '["billing"]', now_ms => 4000),
+    '{"outcome": "busy", "retry_at": 33000}', 'claim while held');
+
+-- 3. It completes, returning an invoice queued on mail's lane "eu".
+select pg_temp.expect(
+    a2_complete(session => 'shop-1', consumer => 'billing', lane => null, index => 1,
+                attempt => 1,
+                events => '[{"type": "invoice.sent", "id": "invoice-1",
+                             "targets": [{"consumer": "mail", "lane": "eu"}]}]',
+                now_ms => 5000),
+    '{"outcome": "completed", "events": [{"index": 2, "id": "invoice-1"}]}', 'complete');
+-- A stale attempt is superseded.
+select pg_temp.expect(
+    a2_complete(session => 'shop-1', consumer => 'billing', lane => null, index => 1,
+                attempt => 2, now_ms => 5100),
+    '{"outcome": "superseded"}', 'complete a stale attempt');
+
+-- 4. Mail fails the invoice until it is a dead letter (two failures).
+select pg_temp.expect(
+    a2_claim(session => 'shop-1', holder => 'm1', ttl_ms => 30000, now_ms => 6000),
+    '{"outcome": "claimed", "heads": [{"consumer": "mail", "lane": "eu", "index": 2,
+                                       "attempt": 1}]}',
+    'claim the lane');
+select pg_temp.expect(
+    a2_fail(session => 'shop-1', consumer => 'mail', lane => 'eu', index => 2, attempt => 1,
+            error => 'smtp down', max_failures => 2, retry_after_ms => 1000, now_ms => 7000),
+    '{"outcome": "failed", "failure_count": 1}', 'fail');
+select pg_temp.expect(
+    a2_claim(session => 'shop-1', holder => 'm1', ttl_ms => 30000, now_ms => 7500),
+    '{"outcome": "busy", "retry_at": 8000}', 'claim during the retry hold');
+select pg_temp.expect(
+    a2_claim(session => 'shop-1', holder => 'm1', ttl_ms => 30000, now_ms => 8000),
+    '{"outcome": "claimed", "heads": [{"index": 2, "attempt": 2, "last_error": "smtp down"}]}',
+    'claim after the hold');
+select pg_temp.expect(
+    a2_fail(session => 'shop-1', consumer => 'mail', lane => 'eu', index => 2, attempt => 2,
+            error => 'smtp still down', max_failures => 2, now_ms => 9000),
+    '{"outcome": "dead_lettered", "failure_count": 2}', 'fail to a dead letter');
+select pg_temp.expect(
+    (select jsonb_agg(to_jsonb(d)) from a2_dead_letters(session => 'shop-1') d),
+    '[{"consumer": "mail", "lane": "eu", "index": 2, "failure_count": 2,
+       "last_error": "smtp still down", "failed_at": 9000, "type": "invoice.sent"}]',
+    'dead letters');
+select pg_temp.expect(
+    a2_claim(session => 'shop-1', holder => 'm1', ttl_ms => 30000, now_ms => 9500),
+    '{"outcome": "settled"}', 'nothing to claim');
+
+-- 5. Redrive: retry runs it again; the next dead letter is skipped.
+select pg_temp.expect(
+    a2_redrive(session => 'shop-1', consumer => 'mail', index => 2, action => 'retry'),
+    '{"redriven": true, "has_pending": true}', 'redrive retry');
+select pg_temp.expect(
+    a2_claim(session => 'shop-1', holder => 'm2', ttl_ms => 30000, now_ms => 10000),
+    '{"outcome": "claimed", "heads": [{"index": 2, "attempt": 3, "failure_count": 0}]}',
+    'claim the retried head');
+select pg_temp.expect(
+    a2_fail(session => 'shop-1', consumer => 'mail', lane => 'eu', index => 2, attempt => 3,
+            error => 'bounced', max_failures => 1, now_ms => 11000),
+    '{"outcome": "dead_lettered"}', 'fail again');
+select pg_temp.expect(
+    a2_redrive(session => 'shop-1', consumer => 'mail', index => 2, action => 'skip'),
+    '{"redriven": true, "has_pending": false}', 'redrive skip');
+select pg_temp.expect(
+    (select jsonb_agg(to_jsonb(c)) from a2_cursors(session => 'shop-1') c),
+    '[{"consumer": "mail", "lane": "eu", "kind": "lane", "position": 2, "head": null}]',
+    'the lane is idle past the skipped head');
+select pg_temp.expect(
+    (select jsonb_agg(to_jsonb(e) order by e.index) from a2_read(session => 'shop-1') e),
+    '[{"index": 1, "type": "order.placed"},
+      {"index": 2, "type": "invoice.sent",
+       "cause": {"consumer": "billing", "lane": null, "index": 1, "attempt": 1}}]',
+    'read');
+
+-- 6. Clear, then reclaim what lies below the marker.
+select pg_temp.expect(
+    a2_clear(session => 'shop-1', now_ms => 12000),
+    '{"cleared": true, "index": 3, "clear_index": 3}', 'clear');
+select pg_temp.expect(
+    a2_reclaim(session => 'shop-1'), '{"deleted": 2, "done": true}', 'reclaim');
+select pg_temp.expect(
+    (select jsonb_agg(to_jsonb(e)) from a2_read(session => 'shop-1') e),
+    '[{"index": 3, "type": "a2.cleared"}]', 'read after the clear');
+select pg_temp.expect(
+    to_jsonb((select count(*) from a2_events where session_id = 'shop-1' and idx < 3)),
+    '0', 'nothing below the marker');
