@@ -312,6 +312,7 @@ declare
     v_id text;
     v_inserted text;
     v_targets jsonb;
+    v_target jsonb;
     v_singles boolean;
     v_lanes boolean;
     v_started boolean;
@@ -358,10 +359,13 @@ begin
     end if;
     v_singles := v_targets @? '$[*] ? (!exists(@.lane) || @.lane == null)';
     v_lanes := v_targets @? '$[*] ? (exists(@.lane) && @.lane != null)';
-    v_started := jsonb_array_length(v_targets) > 0
-                 and (v_served is null
-                      or exists (select 1 from jsonb_array_elements(v_targets) t
-                                  where t->>'consumer' = any(v_served)));
+    -- (A subquery would make the common case's plain expression a query.)
+    if v_served is null then
+        v_started := jsonb_array_length(v_targets) > 0;
+    else
+        v_started := exists (select 1 from jsonb_array_elements(v_targets) t
+                              where t->>'consumer' = any(v_served));
+    end if;
 
     perform pg_advisory_xact_lock(hashtext(v_session));
 
@@ -402,7 +406,18 @@ begin
                                     v_origin, v_session));
         end if;
     end if;
-    if v_singles then
+    if v_singles and jsonb_array_length(v_targets) = 1 then
+        -- One target: its event cursor is new (the index is).
+        v_target := v_targets->0;
+        if jsonb_typeof(v_target->'consumer') is distinct from 'string'
+           or v_target->>'consumer' = '' or octet_length(v_target->>'consumer') > 1024 then
+            perform a2__events_problem(v_events, false);
+        end if;
+        insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position,
+                                head)
+        values (v_session, v_target->>'consumer', '#' || (v_base + 1)::text, v_base + 1, null,
+                'event', v_base, v_base + 1);
+    elsif v_singles then
         insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position,
                                 head)
         select v_session, t->>'consumer', '#' || (v_base + 1)::text, v_base + 1, null, 'event',

@@ -56,7 +56,7 @@ expect 1 "$A2" audit "$TMP/missing.jsonl"; contains "could not open" err
 expect 0 "$A2" schema check; contains "ready"
 expect 0 "$A2" --json schema check; contains '"ready":true'
 expect 0 "$A2" schema apply; contains "applied"
-sql "drop table a2_presence"
+sql "drop table a2_presence cascade"
 expect 1 "$A2" schema check; contains "a2_presence"
 expect 1 "$A2" --json schema check; contains '"ready":false'
 expect 0 "$A2" schema apply
