@@ -77,7 +77,10 @@ if [ -x "$A2_BIN/a2-consumer" ]; then
     checks=$((checks + 1))
     grep -q "wake r2 " "$TMP/worker.log" && grep -q "completed r2 billing #1" "$TMP/worker.log" ||
         fail "the worker was not woken through the least-privilege consumer: $(tail -5 "$TMP/worker.log"); consumer: $(tail -3 "$TMP/consumer.log")"
+    # The consumer writes its audit lines in groups: wait for them.
     checks=$((checks + 1))
+    deadline=$((SECONDS + 20))
+    until grep -q '"session":"r2"' "$TMP/audit.jsonl" 2>/dev/null || [ $SECONDS -gt $deadline ]; do sleep 0.1; done
     grep -q '"session":"r2"' "$TMP/audit.jsonl" || fail "no audit line for r2"
     kill -TERM "$wpid" "$cpid"
     wait "$wpid" "$cpid" 2>/dev/null
