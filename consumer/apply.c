@@ -62,9 +62,6 @@ struct a2c_apply {
     size_t nacts, capacts;
     int overflow;
 
-    char **log_consumers;
-    size_t nlog, caplog;
-
     /* session -> clear marker (tsearch tree of clear_entry) */
     void *clears;
     size_t nclears;
@@ -233,9 +230,6 @@ void a2c_apply_free(a2c_apply *ap)
     free_actions(ap);
     free(ap->acts);
     free(ap->buf);
-    for (size_t i = 0; i < ap->nlog; i++)
-        free(ap->log_consumers[i]);
-    free(ap->log_consumers);
     forget_clears(ap);
     json_decref(ap->expiries);
     free(ap);
@@ -337,26 +331,6 @@ static void push_expired(a2c_apply *ap, int64_t now_ms)
             json_object_del(ap->expiries, ns);
     }
     ap->expiry_due = due;
-}
-
-int a2c_apply_add_log_consumer(a2c_apply *ap, const char *consumer)
-{
-    for (size_t i = 0; i < ap->nlog; i++)
-        if (strcmp(ap->log_consumers[i], consumer) == 0)
-            return 0;
-    if (ap->nlog == ap->caplog) {
-        size_t ncap = ap->caplog ? ap->caplog * 2 : 8;
-        char **n = realloc(ap->log_consumers, ncap * sizeof *n);
-        if (!n)
-            return -1;
-        ap->log_consumers = n;
-        ap->caplog = ncap;
-    }
-    char *s = strdup(consumer);
-    if (!s)
-        return -1;
-    ap->log_consumers[ap->nlog++] = s;
-    return 0;
 }
 
 /* Adds an action; on overflow or out of memory, drops every action and asks
@@ -634,12 +608,6 @@ static void cursor_actions(a2c_apply *ap, const a2_change *c)
                        o->epoch, 0);
         return;
     }
-    if (teq(n->kind, "log") && n->consumer.ptr) {
-        char *name = tdup(n->consumer);
-        if (name)
-            (void)a2c_apply_add_log_consumer(ap, name);
-        free(name);
-    }
     if (ap->overflow)
         return; /* the commit resyncs instead: copy nothing */
     int live = !n->head.null && n->failed_at.null;
@@ -815,10 +783,8 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
             a2c_timers_cancel(ap->timers, a->s1, a->s2, a->s3, a->n2);
             break;
         case ACT_LOG:
-            for (size_t k = 0; k < ap->nlog; k++)
-                if (ap->sink.log)
-                    ap->sink.log(ap->sink.ctx, ap->log_consumers[k], a->s1,
-                                 a->n1, a->s2, end);
+            if (ap->sink.log)
+                ap->sink.log(ap->sink.ctx, a->s1, a->n1, a->s2, end);
             ap->stats.logs++;
             break;
         case ACT_CLEARED: {

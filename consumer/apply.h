@@ -31,9 +31,10 @@ typedef struct {
     void *ctx;
     void (*wake)(void *ctx, const char *consumer, const char *session,
                  const char *cursor_key, int64_t head, uint64_t lsn);
-    /* An event of a log consumer's interest: once per known log consumer. */
-    void (*log)(void *ctx, const char *consumer, const char *session,
-                int64_t idx, const char *type, uint64_t lsn);
+    /* An event inserted (not a clear marker): once per event; the sink
+     * routes it to the log consumers that follow its type. */
+    void (*log)(void *ctx, const char *session, int64_t idx, const char *type,
+                uint64_t lsn);
     void (*cleared)(void *ctx, const char *session, int64_t clear_index,
                     uint64_t lsn);
     /* lsn: the transaction's commit end */
@@ -130,10 +131,6 @@ void a2c_apply_note_position(a2c_apply *ap, uint64_t lsn);
 
 /* Pushes the wake-ups of every timer due at now_ms; returns how many. */
 size_t a2c_apply_fire_timers(a2c_apply *ap, int64_t now_ms);
-
-/* Adds a consumer that follows the log (from the startup query). Returns 0
- * or -1 when out of memory. */
-int a2c_apply_add_log_consumer(a2c_apply *ap, const char *consumer);
 
 /* Writes one explicit gap record (slot recreated: changes between from and
  * to were lost) and marks to as applied. */

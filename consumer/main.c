@@ -253,11 +253,11 @@ static void sink_wake(void *ctx, const char *consumer, const char *session,
     a2c_server_wake(d->srv, consumer, session, cursor_key, head, lsn);
 }
 
-static void sink_log(void *ctx, const char *consumer, const char *session,
-                     int64_t idx, const char *type, uint64_t lsn)
+static void sink_log(void *ctx, const char *session, int64_t idx,
+                     const char *type, uint64_t lsn)
 {
     daemon_t *d = ctx;
-    a2c_server_log(d->srv, consumer, session, idx, type, lsn);
+    a2c_server_log(d->srv, session, idx, type, lsn);
 }
 
 static void sink_cleared(void *ctx, const char *session, int64_t clear_index,
@@ -322,9 +322,8 @@ static int ensure_db(daemon_t *d, char *err, size_t errlen)
     return d->db ? 0 : -1;
 }
 
-/* Reads the live claims and retry holds, the log consumers and the live
- * presence fields. 0, or -1 with the reason in err: the caller reads them
- * all again later. */
+/* Reads the live claims and retry holds and the live presence fields. 0, or -1
+ * with the reason in err: the caller reads them all again later. */
 static int rebuild_timers(daemon_t *d, char *err, size_t errlen)
 {
     if (ensure_db(d, err, errlen) != 0)
@@ -349,15 +348,6 @@ static int rebuild_timers(daemon_t *d, char *err, size_t errlen)
             return -1;
         }
     }
-    PQclear(res);
-    res = a2c_db_query(
-            d->db,
-            "select distinct consumer from a2_cursors where kind = 'log'", 0,
-            NULL, "read the log consumers", err, errlen);
-    if (!res)
-        return -1;
-    for (int i = 0; i < PQntuples(res); i++)
-        (void)a2c_apply_add_log_consumer(d->apply, PQgetvalue(res, i, 0));
     PQclear(res);
     /* live presence fields, whose expiry the stream alone would only show
      * for the ones written from now on */
@@ -758,16 +748,6 @@ static void appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
         *buf = nb;
         *cap = ncap;
     }
-}
-
-/* A worker subscribed to a log consumer: `log` wake-ups reach it from now
- * on, before the consumer has a cursor in any session. */
-static void on_log_subscribe(void *ctx, const char *consumer)
-{
-    daemon_t *d = ctx;
-    if (a2c_apply_add_log_consumer(d->apply, consumer) != 0)
-        logline("could not follow log consumer \"%s\": out of memory",
-                consumer);
 }
 
 static char *render_metrics(void *ctx, int health, int *healthy)
@@ -1360,8 +1340,6 @@ int main(int argc, char **argv)
             .tcp_port = d.tcp_port,
             .token = d.token,
             .route = d.route,
-            .on_log_subscribe = on_log_subscribe,
-            .on_log_subscribe_ctx = &d,
     };
     d.srv = a2c_server_new(&so, err, sizeof err);
     if (!d.srv) {

@@ -56,6 +56,21 @@ typedef struct {
     size_t n_types;
 } sub;
 
+/* A log consumer's live subscriptions, in the log index. */
+typedef struct log_group {
+    const char *consumer; /* borrowed from one of its subs */
+    struct worker **w;
+    const sub **s;
+    size_t n, cap;
+    uint64_t stamp; /* the last a2c_server_log that routed it */
+} log_group;
+
+/* Log groups, with repeats (skipped by stamp when routing). */
+typedef struct {
+    log_group **g;
+    size_t n, cap;
+} log_list;
+
 typedef struct worker {
     handle h; /* first: epoll data points here */
     struct worker *next;
@@ -93,8 +108,6 @@ struct a2c_server {
     a2c_route route;
     size_t queue_limit;
     int hello_timeout_ms;
-    void (*on_log_subscribe)(void *ctx, const char *consumer);
-    void *on_log_subscribe_ctx;
     uint64_t lsn;
     uint64_t serial;
     worker *workers;
@@ -118,6 +131,16 @@ struct a2c_server {
     char *cand_consumer;
     char *cand_type;
     size_t cand_n;
+    /* The log index, as of generation log_gen: consumer -> log_group, type
+     * -> log_list of the groups with a subscription naming the type, and
+     * the groups with one following every type. */
+    a2c_map *log_groups;
+    a2c_map *log_types;
+    log_list log_all;
+    uint64_t log_gen;
+    int log_built;
+    uint64_t log_stamp;
+    uint64_t log_checks;
     int closing; /* a2c_server_free: no moves */
     char rbuf[READ_CHUNK];
 };
@@ -139,6 +162,8 @@ seterr(char *err, size_t errlen, const char *fmt, ...)
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
 }
+
+static void log_index_free(a2c_server *srv);
 
 /* ---- worker lifecycle ---- */
 
@@ -181,6 +206,15 @@ static const sub *find_sub(const worker *w, const char *consumer)
         if (strcmp(w->subs[i].consumer, consumer) == 0)
             return &w->subs[i];
     return NULL;
+}
+
+/* A worker's log subscriptions. */
+static size_t log_subs_of(const worker *w)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < w->n_subs; i++)
+        n += w->subs[i].filter != A2_WIRE_LOG_NONE;
+    return n;
 }
 
 static void dirty_add(a2c_server *srv, worker *w)
@@ -605,21 +639,52 @@ static void on_message(a2c_server *srv, worker *w, const a2_wire_msg *m)
     case A2_WIRE_HELLO:
         proto_error(srv, w, A2_WIRE_CODE_PROTOCOL, "hello sent twice");
         return;
-    case A2_WIRE_SUBSCRIBE:
-        if (!find_sub(w, m->consumer) && w->n_subs + w->n_ns >= MAX_SUBS) {
+    case A2_WIRE_SUBSCRIBE: {
+        const sub *was = find_sub(w, m->consumer);
+        if (!was && w->n_subs + w->n_ns >= MAX_SUBS) {
             proto_error(srv, w, A2_WIRE_CODE_PROTOCOL,
                         "too many subscriptions");
             return;
+        }
+        if (m->log_filter == A2_WIRE_LOG_TYPES &&
+            m->n_log_types > A2C_MAX_LOG_TYPES) {
+            snprintf(why, sizeof why,
+                     "a log subscription names at most %d types",
+                     A2C_MAX_LOG_TYPES);
+            proto_error(srv, w, A2_WIRE_CODE_PROTOCOL, why);
+            return;
+        }
+        if (m->log_filter != A2_WIRE_LOG_NONE &&
+            (!was || was->filter == A2_WIRE_LOG_NONE)) {
+            if (log_subs_of(w) >= A2C_MAX_LOG_SUBS) {
+                snprintf(why, sizeof why,
+                         "too many log subscriptions (at most %d per "
+                         "connection)",
+                         A2C_MAX_LOG_SUBS);
+                proto_error(srv, w, A2_WIRE_CODE_PROTOCOL, why);
+                return;
+            }
+            size_t all = 0;
+            for (const worker *o = srv->workers; o; o = o->next)
+                if (o->state == W_LIVE)
+                    all += log_subs_of(o);
+            if (all >= A2C_MAX_LOG_SUBS_ALL) {
+                snprintf(why, sizeof why,
+                         "too many log subscriptions on this consumer (at "
+                         "most %d)",
+                         A2C_MAX_LOG_SUBS_ALL);
+                proto_error(srv, w, A2_WIRE_CODE_PROTOCOL, why);
+                return;
+            }
         }
         srv->gen++;
         if (add_sub(w, m) != 0) {
             close_now(srv, w);
             return;
         }
-        if (m->log_filter != A2_WIRE_LOG_NONE && srv->on_log_subscribe)
-            srv->on_log_subscribe(srv->on_log_subscribe_ctx, m->consumer);
         push_resync_all(srv, w, m->consumer);
         return;
+    }
     case A2_WIRE_PRESENCE_SUB:
         if (w->n_subs + w->n_ns >= MAX_SUBS) {
             proto_error(srv, w, A2_WIRE_CODE_PROTOCOL,
@@ -1007,8 +1072,6 @@ a2c_server *a2c_server_new(const a2c_server_options *opts, char *err,
     srv->ltcp = (handle){H_TCP, -1};
     srv->timer = (handle){H_TIMER, -1};
     srv->route = opts->route;
-    srv->on_log_subscribe = opts->on_log_subscribe;
-    srv->on_log_subscribe_ctx = opts->on_log_subscribe_ctx;
     srv->queue_limit =
             opts->queue_limit ? opts->queue_limit : DEFAULT_QUEUE_LIMIT;
     srv->hello_timeout_ms = opts->hello_timeout_ms > 0
@@ -1070,6 +1133,7 @@ void a2c_server_free(a2c_server *srv)
     free(srv->cw);
     free(srv->cand_consumer);
     free(srv->cand_type);
+    log_index_free(srv);
     free(srv);
 }
 
@@ -1123,18 +1187,181 @@ void a2c_server_wake(a2c_server *srv, const char *consumer, const char *session,
     route_msg(srv, consumer, session, NULL, &m);
 }
 
-void a2c_server_log(a2c_server *srv, const char *consumer, const char *session,
-                    int64_t idx, const char *type, uint64_t lsn)
+/* ---- the log index ---- */
+
+static void free_log_list(void *v)
+{
+    log_list *l = v;
+    free(l->g);
+    free(l);
+}
+
+static void free_log_group(void *v)
+{
+    log_group *g = v;
+    free(g->w);
+    free(g->s);
+    free(g);
+}
+
+static void log_index_free(a2c_server *srv)
+{
+    a2c_map_free(srv->log_groups, free_log_group);
+    a2c_map_free(srv->log_types, free_log_list);
+    free(srv->log_all.g);
+    srv->log_groups = srv->log_types = NULL;
+    memset(&srv->log_all, 0, sizeof srv->log_all);
+    srv->log_built = 0;
+}
+
+static int log_list_add(log_list *l, log_group *g)
+{
+    if (l->n && l->g[l->n - 1] == g)
+        return 0;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 4;
+        log_group **v = realloc(l->g, cap * sizeof *v);
+        if (!v)
+            return -1;
+        l->g = v;
+        l->cap = cap;
+    }
+    l->g[l->n++] = g;
+    return 0;
+}
+
+static int log_group_add(log_group *g, worker *w, const sub *s)
+{
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 2;
+        worker **vw = realloc(g->w, cap * sizeof *vw);
+        if (vw)
+            g->w = vw;
+        const sub **vs = vw ? realloc(g->s, cap * sizeof *vs) : NULL;
+        if (vs)
+            g->s = vs;
+        if (!vw || !vs)
+            return -1;
+        g->cap = cap;
+    }
+    g->w[g->n] = w;
+    g->s[g->n++] = s;
+    return 0;
+}
+
+/* Indexes the live log subscriptions (as of the current generation). */
+static int log_index_build(a2c_server *srv)
+{
+    log_index_free(srv);
+    srv->log_groups = a2c_map_new();
+    srv->log_types = a2c_map_new();
+    if (!srv->log_groups || !srv->log_types)
+        goto nomem;
+    for (worker *w = srv->workers; w; w = w->next) {
+        if (w->state != W_LIVE)
+            continue;
+        for (size_t i = 0; i < w->n_subs; i++) {
+            const sub *s = &w->subs[i];
+            if (s->filter == A2_WIRE_LOG_NONE)
+                continue;
+            size_t klen = strlen(s->consumer);
+            log_group *g = a2c_map_get(srv->log_groups, s->consumer, klen);
+            if (!g) {
+                if (!(g = calloc(1, sizeof *g)))
+                    goto nomem;
+                g->consumer = s->consumer;
+                if (a2c_map_put(srv->log_groups, s->consumer, klen, g, NULL) !=
+                    0) {
+                    free(g);
+                    goto nomem;
+                }
+            }
+            if (log_group_add(g, w, s) != 0)
+                goto nomem;
+            if (s->filter == A2_WIRE_LOG_ALL) {
+                if (log_list_add(&srv->log_all, g) != 0)
+                    goto nomem;
+                continue;
+            }
+            for (size_t t = 0; t < s->n_types; t++) {
+                size_t tlen = strlen(s->types[t]);
+                log_list *l = a2c_map_get(srv->log_types, s->types[t], tlen);
+                if (!l) {
+                    if (!(l = calloc(1, sizeof *l)))
+                        goto nomem;
+                    if (a2c_map_put(srv->log_types, s->types[t], tlen, l,
+                                    NULL) != 0) {
+                        free(l);
+                        goto nomem;
+                    }
+                }
+                if (log_list_add(l, g) != 0)
+                    goto nomem;
+            }
+        }
+    }
+    srv->log_gen = srv->gen;
+    srv->log_built = 1;
+    return 0;
+nomem:
+    log_index_free(srv);
+    return -1;
+}
+
+/* Routes m (a `log` of type) to the group's subscribers that follow type. */
+static void route_log_group(a2c_server *srv, log_group *g, const char *session,
+                            const char *type, a2_wire_msg *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        srv->log_checks++;
+        if (!log_match(g->s[i], type) || grow_scratch(srv, n + 1) != 0)
+            continue;
+        srv->cands[n].id = g->w[i]->id;
+        srv->cands[n].serial = g->w[i]->serial;
+        srv->cw[n] = g->w[i];
+        n++;
+    }
+    if (n == 0)
+        return;
+    m->consumer = g->consumer;
+    if (srv->route == A2C_ROUTE_BROADCAST) {
+        for (size_t k = 0; k < n; k++)
+            (void)push(srv, srv->cw[k], m);
+        return;
+    }
+    size_t k = a2c_route_pick(srv->cands, n, session);
+    note_routed(srv->cw[k], g->consumer, session);
+    (void)push(srv, srv->cw[k], m);
+}
+
+void a2c_server_log(a2c_server *srv, const char *session, int64_t idx,
+                    const char *type, uint64_t lsn)
 {
     a2_wire_msg m = {.type = A2_WIRE_LOG,
-                     .consumer = consumer,
                      .session = session,
                      .idx = idx,
                      .event_type = type,
                      .lsn = lsn};
-    if (!srv || !consumer || !session || !type)
+    if (!srv || !session || !type)
         return;
-    route_msg(srv, consumer, session, type, &m);
+    if ((!srv->log_built || srv->log_gen != srv->gen) &&
+        log_index_build(srv) != 0)
+        return;
+    /* The routing scratch is reused here: the wake-ups' cache of it goes. */
+    free(srv->cand_consumer);
+    srv->cand_consumer = NULL;
+    uint64_t stamp = ++srv->log_stamp;
+    log_list *typed = a2c_map_get(srv->log_types, type, strlen(type));
+    log_list *lists[2] = {typed, &srv->log_all};
+    for (int li = 0; li < 2; li++)
+        for (size_t i = 0; lists[li] && i < lists[li]->n; i++) {
+            log_group *g = lists[li]->g[i];
+            if (g->stamp == stamp)
+                continue;
+            g->stamp = stamp;
+            route_log_group(srv, g, session, type, &m);
+        }
 }
 
 void a2c_server_cleared(a2c_server *srv, const char *session,
@@ -1199,4 +1426,19 @@ void a2c_server_get_stats(const a2c_server *srv, a2c_server_stats *out)
     out->presence_sent = srv->sent[A2_WIRE_PRESENCE];
     out->overflows = srv->overflows;
     out->protocol_errors = srv->protocol_errors;
+    out->log_checks = srv->log_checks;
+    if (srv->log_built && srv->log_gen == srv->gen) {
+        out->log_consumers = a2c_map_count(srv->log_groups);
+    } else {
+        /* Not indexed since the subscriptions changed: count them. */
+        a2c_map *seen = a2c_map_new();
+        for (const worker *w = srv->workers; seen && w; w = w->next)
+            for (size_t i = 0; w->state == W_LIVE && i < w->n_subs; i++)
+                if (w->subs[i].filter != A2_WIRE_LOG_NONE)
+                    (void)a2c_map_put(seen, w->subs[i].consumer,
+                                      strlen(w->subs[i].consumer), (void *)w,
+                                      NULL);
+        out->log_consumers = seen ? a2c_map_count(seen) : 0;
+        a2c_map_free(seen, NULL);
+    }
 }

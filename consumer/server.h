@@ -64,12 +64,15 @@ typedef struct {
     size_t queue_limit;
     /* A worker that sends no hello in time is dropped; 0 = 5000 ms. */
     int hello_timeout_ms;
-    /* Called when a worker subscribes to a consumer as a log consumer
-     * (log_types given, or nil for every type), so the daemon sends that
-     * consumer `log` wake-ups before it has a cursor. NULL: not called. */
-    void (*on_log_subscribe)(void *ctx, const char *consumer);
-    void *on_log_subscribe_ctx;
 } a2c_server_options;
+
+/* Log subscriptions (a subscribe with log_types, or nil for every type):
+ * at most A2C_MAX_LOG_SUBS per connection and A2C_MAX_LOG_SUBS_ALL on the
+ * server, each naming at most A2C_MAX_LOG_TYPES types. Past a cap the
+ * subscribe is refused with an error frame and the connection closed. */
+#define A2C_MAX_LOG_SUBS     64
+#define A2C_MAX_LOG_SUBS_ALL 1024
+#define A2C_MAX_LOG_TYPES    256
 
 /* Counters for metrics. */
 typedef struct {
@@ -81,6 +84,8 @@ typedef struct {
     uint64_t presence_sent;
     uint64_t overflows;
     uint64_t protocol_errors;
+    uint64_t log_consumers; /* log consumers with a live subscriber */
+    uint64_t log_checks;    /* subscriptions looked at to route `log`s */
 } a2c_server_stats;
 
 /*
@@ -120,12 +125,14 @@ void a2c_server_set_lsn(a2c_server *srv, uint64_t lsn);
 void a2c_server_wake(a2c_server *srv, const char *consumer, const char *session,
                      const char *cursor_key, int64_t head, uint64_t lsn);
 
-/* `log`: to the subscribers of consumer whose log types include type (nil
- * log_types = every type; a subscriber without log_types gets no `log`):
- * one of them by rendezvous hashing on the session (A2C_ROUTE_AFFINITY), or
- * all of them (A2C_ROUTE_BROADCAST). */
-void a2c_server_log(a2c_server *srv, const char *consumer, const char *session,
-                    int64_t idx, const char *type, uint64_t lsn);
+/* `log`, for an event of type: to every log consumer that a live worker
+ * follows type for (nil log_types = every type; a subscriber without
+ * log_types gets no `log`), to one of its subscribers by rendezvous hashing
+ * on the session (A2C_ROUTE_AFFINITY), or all of them (A2C_ROUTE_BROADCAST).
+ * The cost is that of the subscriptions that follow type: an index by type
+ * of the live log subscriptions, rebuilt when they change. */
+void a2c_server_log(a2c_server *srv, const char *session, int64_t idx,
+                    const char *type, uint64_t lsn);
 
 /* `cleared`: to every worker that has subscribed at least one consumer (the
  * simplest correct rule: routing is per consumer, a clear is per session). */

@@ -441,8 +441,8 @@ static void test_log_cleared_presence_resync(void **state)
     assert_int_equal(a2_wire_encode_presence_sub(&b, "room"), 0);
     cl_send(idle, srv, &b);
 
-    a2c_server_log(srv, "idx", "s1", 4, "chat.msg", 9);
-    a2c_server_log(srv, "idx", "s1", 5, "chat.edit", 10);
+    a2c_server_log(srv, "s1", 4, "chat.msg", 9);
+    a2c_server_log(srv, "s1", 5, "chat.edit", 10);
     assert_int_equal(cl_expect(typed, srv, A2_WIRE_LOG)->idx, 4);
     assert_string_equal(typed->m.event_type, "chat.msg");
     assert_string_equal(typed->m.session, "s1");
@@ -728,7 +728,7 @@ static void test_log_affinity(void **state)
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < 100; i++) {
             snprintf(s, sizeof s, "s%d", i);
-            a2c_server_log(srv, "idx", s, i, "x", 1);
+            a2c_server_log(srv, s, i, "x", 1);
         }
         int seen[100] = {0}, n = 0;
         client *cs[2] = {a, b};
@@ -748,11 +748,121 @@ static void test_log_affinity(void **state)
         assert_int_equal(n, 100);
     }
     /* type y: only a (nil log_types) follows it */
-    a2c_server_log(srv, "idx", "s1", 1, "y", 1);
+    a2c_server_log(srv, "s1", 1, "y", 1);
     assert_string_equal(cl_expect(a, srv, A2_WIRE_LOG)->event_type, "y");
     cl_expect_quiet(b, srv, 50);
     cl_free(a);
     cl_free(b);
+    a2c_server_free(srv);
+}
+
+/* Log subscriptions are capped per connection and on the server, and a
+ * `log` costs only the subscriptions that follow its type: names whose
+ * subscribers left are forgotten. */
+static void test_log_subscription_caps(void **state)
+{
+    (void)state;
+    a2c_server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
+    const char *t[] = {"t"};
+    char name[32];
+    a2c_server_stats st;
+
+    /* Per connection: the 65th log subscription is refused. */
+    client *one = cl_unix();
+    cl_hello(one, srv, "one", NULL);
+    for (int i = 0; i < A2C_MAX_LOG_SUBS; i++) {
+        snprintf(name, sizeof name, "c%d", i);
+        cl_subscribe(one, srv, name, A2_WIRE_LOG_TYPES, t, 1);
+    }
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.log_consumers, A2C_MAX_LOG_SUBS);
+    a2_wire_buf b = {0};
+    assert_int_equal(
+            a2_wire_encode_subscribe(&b, "one-more", A2_WIRE_LOG_TYPES, t, 1), 0);
+    cl_send(one, srv, &b);
+    cl_expect_error_eof(one, srv, A2_WIRE_CODE_PROTOCOL);
+    assert_non_null(strstr(last_error, "too many log subscriptions (at most 64 "
+                                       "per connection)"));
+    cl_free(one);
+    pump_for(srv, 20);
+    /* Its names are forgotten: logs of their type look at nothing. */
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.log_consumers, 0);
+    uint64_t checks = st.log_checks;
+    for (int i = 0; i < 2000; i++)
+        a2c_server_log(srv, "s1", i + 1, "t", 1);
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.log_checks, checks);
+
+    /* On the server: 16 connections of 64 fill it; the next is refused. */
+    client *full[A2C_MAX_LOG_SUBS_ALL / A2C_MAX_LOG_SUBS];
+    size_t nfull = sizeof full / sizeof full[0];
+    for (size_t k = 0; k < nfull; k++) {
+        full[k] = cl_unix();
+        snprintf(name, sizeof name, "w%zu", k);
+        cl_hello(full[k], srv, name, NULL);
+        for (int i = 0; i < A2C_MAX_LOG_SUBS; i++) {
+            snprintf(name, sizeof name, "k%zu-%d", k, i);
+            cl_subscribe(full[k], srv, name, A2_WIRE_LOG_TYPES, t, 1);
+        }
+    }
+    client *late = cl_unix();
+    cl_hello(late, srv, "late", NULL);
+    /* A plain (non-log) subscription is still taken. */
+    cl_subscribe(late, srv, "plain", A2_WIRE_LOG_NONE, NULL, 0);
+    assert_int_equal(
+            a2_wire_encode_subscribe(&b, "late", A2_WIRE_LOG_ALL, NULL, 0), 0);
+    cl_send(late, srv, &b);
+    cl_expect_error_eof(late, srv, A2_WIRE_CODE_PROTOCOL);
+    assert_non_null(strstr(last_error, "too many log subscriptions on this "
+                                       "consumer (at most 1024)"));
+    cl_free(late);
+    for (size_t k = 0; k < nfull; k++)
+        cl_free(full[k]);
+    pump_for(srv, 20);
+
+    /* A subscription naming too many types is refused. */
+    const char *many[A2C_MAX_LOG_TYPES + 1];
+    char tnames[A2C_MAX_LOG_TYPES + 1][16];
+    for (int i = 0; i <= A2C_MAX_LOG_TYPES; i++) {
+        snprintf(tnames[i], sizeof tnames[i], "type%d", i);
+        many[i] = tnames[i];
+    }
+    client *wide = cl_unix();
+    cl_hello(wide, srv, "wide", NULL);
+    assert_int_equal(a2_wire_encode_subscribe(&b, "wide", A2_WIRE_LOG_TYPES,
+                                              many, A2C_MAX_LOG_TYPES + 1),
+                     0);
+    cl_send(wide, srv, &b);
+    cl_expect_error_eof(wide, srv, A2_WIRE_CODE_PROTOCOL);
+    assert_non_null(strstr(last_error, "at most 256 types"));
+    cl_free(wide);
+
+    /* Live subscriptions of other types cost a `log` nothing: 2000 logs of
+     * type x look at the one subscription that follows x. */
+    client *busy = cl_unix(), *x = cl_unix();
+    cl_hello(busy, srv, "busy", NULL);
+    cl_hello(x, srv, "x", NULL);
+    for (int i = 0; i < A2C_MAX_LOG_SUBS; i++) {
+        snprintf(name, sizeof name, "other%d", i);
+        snprintf(tnames[0], sizeof tnames[0], "a%d", i);
+        const char *ti[] = {tnames[0]};
+        cl_subscribe(busy, srv, name, A2_WIRE_LOG_TYPES, ti, 1);
+    }
+    const char *tx[] = {"x"};
+    cl_subscribe(x, srv, "xs", A2_WIRE_LOG_TYPES, tx, 1);
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.log_consumers, A2C_MAX_LOG_SUBS + 1);
+    checks = st.log_checks;
+    for (int i = 0; i < 2000; i++)
+        a2c_server_log(srv, "s1", i + 1, "x", 1);
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.log_checks - checks, 2000);
+    assert_int_equal(cl_expect(x, srv, A2_WIRE_LOG)->idx, 1);
+    cl_expect_quiet(busy, srv, 20);
+    a2_wire_buf_free(&b);
+    cl_free(busy);
+    cl_free(x);
     a2c_server_free(srv);
 }
 
@@ -875,6 +985,8 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(test_move_unknown, setup, teardown),
             cmocka_unit_test_setup_teardown(test_log_affinity, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_log_subscription_caps, setup,
+                                            teardown),
             cmocka_unit_test_setup_teardown(test_random_garbage, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_listeners, setup, teardown),
