@@ -44,7 +44,7 @@ endif
 
 ALL_CFLAGS  := $(BASE_CFLAGS) $(OPT_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS := $(OPT_LDFLAGS) $(LDFLAGS)
-LDLIBS_ALL  := -lpq -ljansson -lmsgpackc -lpthread -lm
+LDLIBS_ALL  := -lpq -ljansson -lmsgpackc -lmicrohttpd -lpthread -lm
 
 # Libraries in link order (users first).
 LIBDIRS := worker store wire decoder

@@ -120,7 +120,8 @@ static void remember_clear(a2c_apply *ap, const char *session, size_t len,
     ap->nclears++;
 }
 
-/* The session's clear marker: remembered, else asked of the sink; -1 when
+/* The session's clear marker, as the stream showed it (the store writes it
+ * again ahead of the deletes it makes: a2__announce_clear); -1 when
  * unknown. */
 static int64_t clear_index_of(a2c_apply *ap, a2_change_text session)
 {
@@ -133,11 +134,6 @@ static int64_t clear_index_of(a2c_apply *ap, a2_change_text session)
     key->session[session.len] = '\0';
     clear_entry **found = tfind(key, &ap->clears, clear_cmp);
     int64_t idx = found ? (*found)->clear_index : -1;
-    if (!found && ap->sink.clear_index) {
-        idx = ap->sink.clear_index(ap->sink.ctx, key->session);
-        if (idx >= 0)
-            remember_clear(ap, session.ptr, session.len, idx);
-    }
     free(key);
     return idx;
 }

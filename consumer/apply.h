@@ -43,11 +43,6 @@ typedef struct {
     /* Wake-ups were dropped (overflow, truncate): resync every worker and
      * rebuild the timers from the database. */
     void (*resync)(void *ctx);
-    /* The session's clear marker (0: never cleared), or -1 when it cannot be
-     * read: asked once per session, only when a run with a head is deleted
-     * and the stream has not shown the session's marker yet, so the audit
-     * tells a run reclaim retired from one deleted by hand. */
-    int64_t (*clear_index)(void *ctx, const char *session);
 } a2c_sink;
 
 /* Sessions whose clear marker the applier remembers; past it the memory of

@@ -95,7 +95,9 @@ typedef struct {
     PGconn *tick_db;        /* heartbeats and presence expiry ticks:
                                nonblocking, their own connection */
     int tick_busy;          /* a message was sent and has not answered yet */
-    int tick_kind;          /* which: TICK_EXPIRE or TICK_HEARTBEAT */
+    int tick_kind;          /* which: TICK_EXPIRE, TICK_HEARTBEAT, TICK_WAL */
+    uint64_t server_wal_lsn; /* the server's WAL position, last read */
+    int64_t wal_read_ms;     /* when it was asked for (mono) */
     int64_t tick_sent_ms;   /* when (mono) */
     int64_t expire_sent_ms; /* the last presence expiry tick (mono) */
     uint64_t expire_sent_seen; /* ticks applied when it was sent */
@@ -282,29 +284,6 @@ static void sink_resync(void *ctx)
 
 /* The session's clear marker, read on the normal connection; -1 when it
  * cannot be read now (the audit then names the delete without it). */
-static int64_t sink_clear_index(void *ctx, const char *session)
-{
-    daemon_t *d = ctx;
-    if (!d->db || PQstatus(d->db) != CONNECTION_OK)
-        return -1;
-    const char *values[1] = {session};
-    char err[512];
-    PGresult *res =
-            a2c_db_query(d->db,
-                         "select coalesce((select clear_index from "
-                         "a2_clears where session_id = $1), 0)",
-                         1, values, "read a clear marker", err, sizeof err);
-    if (!res) {
-        logline("%s", err);
-        return -1;
-    }
-    int64_t idx = -1;
-    if (PQntuples(res) == 1)
-        idx = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-    PQclear(res);
-    return idx;
-}
-
 /* ---- database ---- */
 
 static int ensure_db(daemon_t *d, char *err, size_t errlen)
@@ -386,7 +365,7 @@ static int64_t expire_next_ms(const daemon_t *d)
                                         : EXPIRE_RETRY_MS);
 }
 
-enum { TICK_EXPIRE, TICK_HEARTBEAT };
+enum { TICK_EXPIRE, TICK_HEARTBEAT, TICK_WAL };
 
 /* What the messages of the tick connection are called in the log. */
 static const struct {
@@ -399,6 +378,9 @@ static const struct {
                          "sending it on a new connection"},
         [TICK_HEARTBEAT] = {"send a heartbeat", "a heartbeat",
                             "the next goes out on a new connection"},
+        [TICK_WAL] = {"read the server's WAL position",
+                      "a read of the server's WAL position",
+                      "the next goes out on a new connection"},
 };
 
 static void drop_tick_db(daemon_t *d)
@@ -411,11 +393,14 @@ static void drop_tick_db(daemon_t *d)
 /* Reads the answer to the message in flight. */
 static void tick_answer(daemon_t *d)
 {
-    char err[512];
-    int rc = a2c_db_message_poll(d->tick_db, tick_kinds[d->tick_kind].what, err,
-                                 sizeof err);
+    char err[512], value[64] = "";
+    int rc = a2c_db_message_poll(d->tick_db, tick_kinds[d->tick_kind].what,
+                                 value, sizeof value, err, sizeof err);
     if (rc == 0) {
         d->tick_busy = 0;
+        uint64_t lsn;
+        if (d->tick_kind == TICK_WAL && a2c_lsn_parse(value, &lsn) == 0)
+            d->server_wal_lsn = lsn;
     } else if (rc < 0) {
         logline("%s", err);
         drop_tick_db(d);
@@ -453,6 +438,8 @@ static void tick_send(daemon_t *d, int kind)
     }
     int rc = kind == TICK_HEARTBEAT
                      ? a2c_db_heartbeat_send(d->tick_db, err, sizeof err)
+             : kind == TICK_WAL
+                     ? a2c_db_wal_position_send(d->tick_db, err, sizeof err)
                      : a2c_db_expire_tick_send(d->tick_db, wall_ms(), err,
                                                sizeof err);
     if (rc != 0) {
@@ -768,19 +755,8 @@ static char *render_metrics(void *ctx, int health, int *healthy)
     a2c_apply_get_stats(d->apply, &as);
     a2c_server_stats ss;
     a2c_server_get_stats(d->srv, &ss);
-    uint64_t current = 0;
-    char err[256];
-    if (ensure_db(d, err, sizeof err) == 0) {
-        PGresult *res =
-                a2c_db_query(d->db, "select pg_current_wal_lsn()", 0, NULL,
-                             "read the server's WAL position", err, sizeof err);
-        if (res) {
-            (void)a2c_lsn_parse(PQgetvalue(res, 0, 0), &current);
-            PQclear(res);
-        } else {
-            logline("%s", err);
-        }
-    }
+    /* The server's WAL position, as the tick connection last read it. */
+    uint64_t current = d->server_wal_lsn;
     uint64_t flush = d->flush_sent;
     uint64_t lag = current > flush ? current - flush : 0;
 #define G(name, help, type, fmt, val)                                          \
@@ -1070,13 +1046,20 @@ static int run(daemon_t *d)
                 stream_down(d, err);
         }
         /* heartbeat: a quiet database still moves the slot (a message in
-         * flight on the tick connection moves it too, or is overdue) */
+         * flight on the tick connection moves it too, or is overdue; a WAL
+         * position read does not, and is waited for) */
         if (d->streaming && now - d->last_activity_ms >= d->heartbeat_ms &&
-            now - d->last_heartbeat_ms >= d->heartbeat_ms) {
+            now - d->last_heartbeat_ms >= d->heartbeat_ms &&
+            !(d->tick_busy && d->tick_kind == TICK_WAL)) {
             d->last_heartbeat_ms = now;
             d->last_activity_ms = now;
             if (!d->tick_busy)
                 tick_send(d, TICK_HEARTBEAT);
+        }
+        /* the server's WAL position for the lag metric, once a second */
+        if (d->met && !d->tick_busy && now - d->wal_read_ms >= 1000) {
+            d->wal_read_ms = now;
+            tick_send(d, TICK_WAL);
         }
     }
     /* clean stop */
@@ -1317,7 +1300,7 @@ int main(int argc, char **argv)
     d.dec = a2_decoder_new();
     a2c_sink sink = {
             &d,          sink_wake,       sink_log, sink_cleared, sink_presence,
-            sink_resync, sink_clear_index};
+            sink_resync};
     d.apply = a2c_apply_new(d.audit, d.timers, &sink, &d.resume);
     if (!d.timers || !d.dec || !d.apply) {
         logline("out of memory");

@@ -338,7 +338,14 @@ int a2c_db_expire_tick_send(PGconn *db, int64_t now_ms, char *err,
                         content, "commit a presence expiry tick", err, errlen);
 }
 
-int a2c_db_message_poll(PGconn *db, const char *what, char *err, size_t errlen)
+int a2c_db_wal_position_send(PGconn *db, char *err, size_t errlen)
+{
+    return send_message(db, "select pg_current_wal_lsn()::text", NULL,
+                        "read the server's WAL position", err, errlen);
+}
+
+int a2c_db_message_poll(PGconn *db, const char *what, char *value,
+                        size_t valuelen, char *err, size_t errlen)
 {
     const char *why = NULL;
     PGresult *res = NULL;
@@ -353,6 +360,11 @@ int a2c_db_message_poll(PGconn *db, const char *what, char *err, size_t errlen)
                 why = PQresultErrorMessage(res);
                 break;
             }
+            if (value && valuelen)
+                snprintf(value, valuelen, "%s",
+                         PQntuples(res) && PQnfields(res)
+                                 ? PQgetvalue(res, 0, 0)
+                                 : "");
             PQclear(res);
             res = NULL;
         }

@@ -59,7 +59,8 @@ PGresult *a2c_db_query(PGconn *db, const char *sql, int nparams,
                        size_t errlen);
 
 /*
- * The two logical messages the consumer emits, sent without waiting on a
+ * What the consumer sends on its tick connection without waiting: the two
+ * logical messages it emits, and a read of the server's WAL position; on a
  * connection of their own (db is made nonblocking): poll PQsocket(db) for
  * input (and for output while PQflush(db) says more is to be sent), then
  * call a2c_db_message_poll. 0 or -1 with the reason in err.
@@ -74,11 +75,16 @@ PGresult *a2c_db_query(PGconn *db, const char *sql, int nparams,
 int a2c_db_heartbeat_send(PGconn *db, char *err, size_t errlen);
 int a2c_db_expire_tick_send(PGconn *db, int64_t now_ms, char *err,
                             size_t errlen);
+/* pg_current_wal_lsn(), for the lag metric: its value comes back through
+ * a2c_db_message_poll's value. */
+int a2c_db_wal_position_send(PGconn *db, char *err, size_t errlen);
 
 /* Reads what arrived for a sent message: 1 while its result is still to
- * come, 0 once it is done, -1 when it failed (err says "could not <what>:
- * why"; drop the connection: the rest of the answer is not read). */
-int a2c_db_message_poll(PGconn *db, const char *what, char *err, size_t errlen);
+ * come, 0 once it is done (the first value of its first row in value, when
+ * value is not NULL; "" when none), -1 when it failed (err says "could not
+ * <what>: why"; drop the connection: the rest of the answer is not read). */
+int a2c_db_message_poll(PGconn *db, const char *what, char *value,
+                        size_t valuelen, char *err, size_t errlen);
 
 /* Drops a slot (for an invalidated one); 0 or -1. */
 int a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen);

@@ -599,6 +599,18 @@ begin
 end
 $fn$;
 
+-- Writes the session's clear marker again (the same value) before a
+-- transaction deletes cursor runs the marker passed: a2-consumer reads the
+-- marker from this change in the stream, ahead of the deletes, and audits
+-- them as retired by the clear (not deleted by hand) without asking the
+-- database.
+create or replace function a2__announce_clear(session text)
+returns void
+language sql
+as $fn$
+update a2_clears set clear_index = clear_index where session_id = session
+$fn$;
+
 -- Releases the snapshot pins a cursor's head held, and the history of the
 -- session no other pin keeps (in one statement: the pins' delete is not seen
 -- by the history's, hence the exclusion).
@@ -808,6 +820,9 @@ begin
                as t(consumer text, lane text)
          where t.lane is null
         on conflict do nothing;
+    end if;
+    if v_clear > 0 and (lanes or consumers is not null) then
+        perform a2__announce_clear(v_session);
     end if;
     if lanes then
         insert into a2_lane_events (session_id, consumer, lane, idx)
@@ -1765,6 +1780,9 @@ begin
         return jsonb_build_object('cursor', a2__cursor_json(st.run, st.clear_index),
                                   'head', st.session_head);
     end if;
+    if st.clear_index > 0 then
+        perform a2__announce_clear(v_session);
+    end if;
     with idle as materialized (
         select cur.ctid from a2_cursors cur
          where cur.session_id = v_session and cur.cursor_key = v_key
@@ -2371,6 +2389,7 @@ begin
     if v_clear = 0 then
         return '{"deleted": 0, "done": true}';
     end if;
+    perform a2__announce_clear(v_session);
     with batch as materialized (
         select event.idx from a2_events event
          where event.session_id = v_session and event.idx < v_clear

@@ -462,6 +462,18 @@ begin
 end
 $fn$;
 
+-- Writes the session's clear marker again (the same value) before a
+-- transaction deletes cursor runs the marker passed: a2-consumer reads the
+-- marker from this change in the stream, ahead of the deletes, and audits
+-- them as retired by the clear (not deleted by hand) without asking the
+-- database.
+create or replace function a2__announce_clear(session text)
+returns void
+language sql
+as $fn$
+update a2_clears set clear_index = clear_index where session_id = session
+$fn$;
+
 -- Releases the snapshot pins a cursor's head held, and the history of the
 -- session no other pin keeps (in one statement: the pins' delete is not seen
 -- by the history's, hence the exclusion).

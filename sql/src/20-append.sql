@@ -177,6 +177,9 @@ begin
          where t.lane is null
         on conflict do nothing;
     end if;
+    if v_clear > 0 and (lanes or consumers is not null) then
+        perform a2__announce_clear(v_session);
+    end if;
     if lanes then
         insert into a2_lane_events (session_id, consumer, lane, idx)
         select v_session, t.consumer, t.lane, v_base + x.ord

@@ -103,6 +103,9 @@ begin
         return jsonb_build_object('cursor', a2__cursor_json(st.run, st.clear_index),
                                   'head', st.session_head);
     end if;
+    if st.clear_index > 0 then
+        perform a2__announce_clear(v_session);
+    end if;
     with idle as materialized (
         select cur.ctid from a2_cursors cur
          where cur.session_id = v_session and cur.cursor_key = v_key

@@ -139,6 +139,7 @@ begin
     if v_clear = 0 then
         return '{"deleted": 0, "done": true}';
     end if;
+    perform a2__announce_clear(v_session);
     with batch as materialized (
         select event.idx from a2_events event
          where event.session_id = v_session and event.idx < v_clear

@@ -134,6 +134,21 @@ static inline int tc_count_in_file(const char *path, const char *needle)
     return n;
 }
 
+/* Waits (every 20 ms, at most timeout_ms) until path holds at least n
+ * occurrences of needle: what a2-consumer writes in groups, or logs, comes
+ * a moment after what caused it. Returns the last count. */
+static inline int tc_wait_in_file(const char *path, const char *needle, int n,
+                                  int timeout_ms)
+{
+    int64_t end = a2_test_now_ms() + timeout_ms;
+    for (;;) {
+        int got = tc_count_in_file(path, needle);
+        if (got >= n || a2_test_now_ms() >= end)
+            return got;
+        tc_sleep_ms(20);
+    }
+}
+
 static inline void tc_init(tc_daemon *d, const char *slot)
 {
     memset(d, 0, sizeof *d);
