@@ -62,6 +62,8 @@ struct a2c_apply {
     size_t nacts, capacts;
     int overflow;
 
+    char tick_secret[A2C_TICK_SECRET_LEN + 1]; /* "": none */
+
     /* session -> clear marker (tsearch tree of clear_entry) */
     void *clears;
     size_t nclears;
@@ -823,17 +825,36 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
     return 0;
 }
 
-/* The time of an expiry tick message (A2C_EXPIRE_TICK "<ms>"), or 0. */
-static int64_t tick_time(const a2_change *c)
+void a2c_apply_set_tick_secret(a2c_apply *ap, const char *secret)
+{
+    if (ap && secret && strlen(secret) == A2C_TICK_SECRET_LEN)
+        memcpy(ap->tick_secret, secret, A2C_TICK_SECRET_LEN + 1);
+}
+
+/* The time of one of this daemon's expiry ticks (A2C_EXPIRE_TICK
+ * "<secret> <ms>"), or 0; a tick message without the secret is counted as
+ * forged. */
+static int64_t tick_time(a2c_apply *ap, const a2_change *c)
 {
     const size_t k = sizeof A2C_EXPIRE_TICK - 1;
     if (!teq(c->prefix, A2C_TICK_PREFIX) || !c->content.ptr ||
-        c->content.len <= k || c->content.len - k >= 24 ||
-        memcmp(c->content.ptr, A2C_EXPIRE_TICK, k) != 0)
+        c->content.len <= k || memcmp(c->content.ptr, A2C_EXPIRE_TICK, k) != 0)
+        return 0;
+    const char *p = c->content.ptr + k;
+    size_t n = c->content.len - k;
+    if (!ap->tick_secret[0] || n <= A2C_TICK_SECRET_LEN + 1 ||
+        memcmp(p, ap->tick_secret, A2C_TICK_SECRET_LEN) != 0 ||
+        p[A2C_TICK_SECRET_LEN] != ' ') {
+        ap->stats.forged_ticks++;
+        return 0;
+    }
+    p += A2C_TICK_SECRET_LEN + 1;
+    n -= A2C_TICK_SECRET_LEN + 1;
+    if (n >= 24)
         return 0;
     char ms[24], *end;
-    memcpy(ms, c->content.ptr + k, c->content.len - k);
-    ms[c->content.len - k] = '\0';
+    memcpy(ms, p, n);
+    ms[n] = '\0';
     long long v = strtoll(ms, &end, 10);
     return *end == '\0' && v > 0 ? v : 0;
 }
@@ -858,7 +879,7 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
         if (!c->transactional && !ap->in_txn)
             a2c_apply_note_position(ap, data_start);
         if (c->transactional && ap->in_txn) {
-            int64_t t = tick_time(c);
+            int64_t t = tick_time(ap, c);
             if (t > 0)
                 ap->expire_tick = t;
         }

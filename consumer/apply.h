@@ -57,7 +57,10 @@ typedef struct {
  * Presence expiry. The applier keeps each live presence field's expires_at
  * (store clock, ms). When the earliest is due, the daemon commits a
  * transactional logical message with prefix A2C_TICK_PREFIX and content
- * A2C_EXPIRE_TICK "<now ms>"; when that transaction comes back through the
+ * A2C_EXPIRE_TICK "<secret> <now ms>", where the secret is the daemon's,
+ * chosen at its start (a2c_apply_set_tick_secret): any role may emit a
+ * logical message, and a tick without the secret is not acted on (counted
+ * in forged_ticks). When that transaction comes back through the
  * stream, the fields expired by then go out as `presence` patches with nil
  * values, at the tick's commit end LSN. Every change committed before the
  * tick was applied first (stream order), and every presence read that began
@@ -81,6 +84,7 @@ typedef struct {
     uint64_t presence;         /* presence patches pushed */
     uint64_t presence_expired; /* fields pushed as expired by a tick */
     uint64_t expire_ticks;     /* expiry ticks applied */
+    uint64_t forged_ticks;     /* tick messages without the secret, ignored */
     uint64_t overflows;        /* transactions whose wake-ups were dropped */
 } a2c_apply_stats;
 
@@ -118,6 +122,11 @@ void a2c_apply_abort_txn(a2c_apply *ap);
 /* End LSN of the last commit applied (or skipped), or of a position known
  * to be complete (a2c_apply_note_position). */
 uint64_t a2c_apply_applied(const a2c_apply *ap);
+
+/* The secret the daemon's expiry ticks carry (A2C_TICK_SECRET_LEN hex
+ * digits; copied). Until it is set no tick is acted on. */
+#define A2C_TICK_SECRET_LEN 32
+void a2c_apply_set_tick_secret(a2c_apply *ap, const char *secret);
 
 /* Records a position with nothing open before it (keepalive walEnd, a
  * non-transactional message): applied moves up to it. Ignored while a

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,6 +98,7 @@ typedef struct {
     int tick_busy;          /* a message was sent and has not answered yet */
     int tick_kind;          /* which: TICK_EXPIRE, TICK_HEARTBEAT, TICK_WAL */
     uint64_t server_wal_lsn; /* the server's WAL position, last read */
+    char tick_secret[A2C_TICK_SECRET_LEN + 1]; /* carried by its ticks */
     int64_t wal_read_ms;     /* when it was asked for (mono) */
     int64_t tick_sent_ms;   /* when (mono) */
     int64_t expire_sent_ms; /* the last presence expiry tick (mono) */
@@ -440,7 +442,8 @@ static void tick_send(daemon_t *d, int kind)
                      ? a2c_db_heartbeat_send(d->tick_db, err, sizeof err)
              : kind == TICK_WAL
                      ? a2c_db_wal_position_send(d->tick_db, err, sizeof err)
-                     : a2c_db_expire_tick_send(d->tick_db, wall_ms(), err,
+                     : a2c_db_expire_tick_send(d->tick_db, d->tick_secret,
+                                               wall_ms(), err,
                                                sizeof err);
     if (rc != 0) {
         logline("%s", err);
@@ -792,6 +795,9 @@ static char *render_metrics(void *ctx, int health, int *healthy)
     G("a2_consumer_presence_expired_total",
       "presence fields pushed as expired at their time", "counter", "%" PRIu64,
       as.presence_expired);
+    G("a2_consumer_forged_ticks_total",
+      "expiry tick messages without this consumer's secret, ignored",
+      "counter", "%" PRIu64, as.forged_ticks);
     appendf(&buf, &len, &cap,
             "# HELP a2_consumer_wakeups_sent_total wake-ups sent to workers\n"
             "# TYPE a2_consumer_wakeups_sent_total counter\n"
@@ -1302,6 +1308,19 @@ int main(int argc, char **argv)
             &d,          sink_wake,       sink_log, sink_cleared, sink_presence,
             sink_resync};
     d.apply = a2c_apply_new(d.audit, d.timers, &sink, &d.resume);
+    if (d.apply) {
+        /* The secret this run's expiry ticks carry: a tick any role could
+         * emit without it is not acted on. */
+        unsigned char raw[A2C_TICK_SECRET_LEN / 2];
+        if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+            logline("could not draw a secret for the expiry ticks: %s",
+                    strerror(errno));
+            goto done;
+        }
+        for (size_t i = 0; i < sizeof raw; i++)
+            snprintf(d.tick_secret + 2 * i, 3, "%02x", raw[i]);
+        a2c_apply_set_tick_secret(d.apply, d.tick_secret);
+    }
     if (!d.timers || !d.dec || !d.apply) {
         logline("out of memory");
         goto done;

@@ -327,11 +327,12 @@ int a2c_db_heartbeat_send(PGconn *db, char *err, size_t errlen)
                         NULL, "send a heartbeat", err, errlen);
 }
 
-int a2c_db_expire_tick_send(PGconn *db, int64_t now_ms, char *err,
-                            size_t errlen)
+int a2c_db_expire_tick_send(PGconn *db, const char *secret, int64_t now_ms,
+                            char *err, size_t errlen)
 {
-    char content[48];
-    snprintf(content, sizeof content, "%s%" PRId64, A2C_EXPIRE_TICK, now_ms);
+    char content[96];
+    snprintf(content, sizeof content, "%s%s %" PRId64, A2C_EXPIRE_TICK, secret,
+             now_ms);
     return send_message(db,
                         "select pg_logical_emit_message(true, '" A2C_TICK_PREFIX
                         "', $1::text)",

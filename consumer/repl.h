@@ -73,8 +73,8 @@ PGresult *a2c_db_query(PGconn *db, const char *sql, int nparams,
  * through the stream after every change committed before it.
  */
 int a2c_db_heartbeat_send(PGconn *db, char *err, size_t errlen);
-int a2c_db_expire_tick_send(PGconn *db, int64_t now_ms, char *err,
-                            size_t errlen);
+int a2c_db_expire_tick_send(PGconn *db, const char *secret, int64_t now_ms,
+                            char *err, size_t errlen);
 /* pg_current_wal_lsn(), for the lag metric: its value comes back through
  * a2c_db_message_poll's value. */
 int a2c_db_wal_position_send(PGconn *db, char *err, size_t errlen);

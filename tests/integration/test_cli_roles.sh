@@ -57,6 +57,17 @@ for stmt in "delete from a2_events" "insert into a2_clears values ('x', 1)" "sel
     if psql "$cons_db" -XAtqc "$stmt" >/dev/null 2>&1; then fail "a2_consumer could run: $stmt"; fi
 done
 
+# --revoke-public: PUBLIC loses pg_logical_emit_message and TEMPORARY here;
+# the consumer role keeps the messages it emits.
+expect 0 "$CR" --db "$A2_TEST_DB" --revoke-public; contains "are ready"
+for stmt in "select pg_logical_emit_message(true, 'a2-hb', 'expire 1')" "create temporary table t (i int)"; do
+    checks=$((checks + 1))
+    if psql "$store_db" -XAtqc "$stmt" >/dev/null 2>&1; then fail "a2_store could run after --revoke-public: $stmt"; fi
+done
+checks=$((checks + 1))
+psql "$cons_db" -XAtqc "select pg_logical_emit_message(true, 'a2-hb', 'expire 1')" >/dev/null 2>&1 ||
+    fail "a2_consumer lost its messages to --revoke-public"
+
 # a2-consumer runs as the consumer role; a worker as the store role is woken.
 if [ -x "$A2_BIN/a2-consumer" ]; then
     "$A2_BIN/a2-consumer" --db "$cons_db" --slot "roles_$$" --listen "unix:$TMP/a2.sock" \

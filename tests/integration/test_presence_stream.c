@@ -553,6 +553,80 @@ static void test_expiry_pushed(void **state)
     tc_cleanup(&d);
 }
 
+/* Any role may emit a logical message: one with the consumer's own prefix
+ * and tick form, from a role with no grants, is not acted on. The live
+ * field gets no expiry patch; a change committed after the forged tick
+ * arrives with nothing before it. */
+static void test_forged_tick_ignored(void **state)
+{
+    (void)state;
+    const char *ns = "forged-room";
+    tc_daemon d;
+    tc_init(&d, "tp_forged");
+    tc_start(&d);
+    a2_store *s;
+    a2_store_error err;
+    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
+    a2_presence_field f = {.field = "name", .value = "\"ann\""};
+    a2_presence_write_req req = {.ns = ns,
+                                 .participant = "ann",
+                                 .at = 1,
+                                 .seen = A2_STORE_NONE,
+                                 .ttl_ms = 3600000,
+                                 .fields = &f,
+                                 .nfields = 1};
+    a2_presence out;
+    assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
+    a2_presence_free(&out);
+    wsub sub = {.fd = tc_connect(d.sock),
+                .rd = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER)};
+    a2_wire_buf wb = {0};
+    assert_int_equal(a2_wire_encode_hello(&wb, "forged", NULL), 0);
+    assert_int_equal(a2_wire_encode_presence_sub(&wb, ns), 0);
+    assert_int_equal(a2_wire_encode_ping(&wb, 9), 0);
+    tc_send_raw(sub.fd, wb.data, wb.len);
+    a2_wire_buf_free(&wb);
+    a2_wire_msg m;
+    int ponged = 0;
+    while (!ponged) {
+        assert_true(wsub_next(&sub, 5000, &m));
+        ponged = m.type == A2_WIRE_PONG && m.id == 9;
+    }
+    /* The forger: a role of its own, with no grant at all. */
+    a2_test_exec(db, "drop role if exists a2_test_forger");
+    a2_test_exec(db, "create role a2_test_forger login");
+    char conninfo[1024];
+    snprintf(conninfo, sizeof conninfo, "%s user=a2_test_forger",
+             a2_test_db());
+    PGconn *forger = PQconnectdb(conninfo);
+    assert_int_equal(PQstatus(forger), CONNECTION_OK);
+    PGresult *r = PQexec(forger, "select pg_logical_emit_message(true, "
+                                 "'a2-hb', 'expire 99999999999999')");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    PQclear(r);
+    PQfinish(forger);
+    a2_test_exec(db, "drop role a2_test_forger");
+    /* A change after it: the first patch the subscriber gets. */
+    a2_presence_field g = {.field = "seat", .value = "3"};
+    req.participant = "bob";
+    req.fields = &g;
+    assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
+    a2_presence_free(&out);
+    int got = 0;
+    while (!got) {
+        assert_true(wsub_next(&sub, 10000, &m));
+        if (m.type != A2_WIRE_PRESENCE)
+            continue;
+        assert_string_equal(m.participant, "bob");
+        got = 1;
+    }
+    close(sub.fd);
+    a2_wire_reader_free(sub.rd);
+    a2_store_close(s);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -698,6 +772,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_two_writers_one_subscriber,
                                             setup, teardown),
             cmocka_unit_test_setup_teardown(test_wide_window, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_forged_tick_ignored, setup,
+                                            teardown),
             cmocka_unit_test_setup_teardown(test_expiry_pushed, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_push_latency, setup, teardown),

@@ -75,6 +75,9 @@ static void s_resync(void *ctx)
     rec("resync");
 }
 
+/* The secret of the daemon's expiry ticks in these tests. */
+#define SECRET "0123456789abcdef0123456789abcdef"
+
 static const a2c_sink sink = {NULL,      s_wake,     s_log,
                               s_cleared, s_presence, s_resync};
 
@@ -104,6 +107,7 @@ static void fx_open(fx *f, int keep_dir)
     assert_non_null(f->audit);
     f->ap = a2c_apply_new(f->audit, f->timers, &sink, &r);
     assert_non_null(f->ap);
+    a2c_apply_set_tick_secret(f->ap, SECRET);
     nevents = 0;
 }
 
@@ -476,21 +480,31 @@ static void test_presence_expiry_tick(void **state)
     /* not a tick: another prefix, not transactional, not a time */
     tick(&f, 31, "0/910", 0x910, "a2", 1, "expire 2000");
     tick(&f, 32, "0/920", 0x920, "a2-hb", 0, "expire 2000");
-    tick(&f, 33, "0/930", 0x930, "a2-hb", 1, "expire soon");
-    tick(&f, 34, "0/940", 0x940, "a2-hb", 1, "expire -5");
+    tick(&f, 33, "0/930", 0x930, "a2-hb", 1, "expire " SECRET " soon");
+    tick(&f, 34, "0/940", 0x940, "a2-hb", 1, "expire " SECRET " -5");
     assert_int_equal(nevents, 1);
     assert_true(a2c_apply_expiry_due(f.ap) == 1000);
+    /* forged: any role may emit a message; without the secret it is not
+     * acted on */
+    tick(&f, 43, "0/944", 0x944, "a2-hb", 1, "expire 99999999999999");
+    tick(&f, 44, "0/948", 0x948, "a2-hb", 1,
+         "expire ffffffffffffffffffffffffffffffff 99999999999999");
+    assert_int_equal(nevents, 1);
+    assert_true(a2c_apply_expiry_due(f.ap) == 1000);
+    a2c_apply_stats forged;
+    a2c_apply_get_stats(f.ap, &forged);
+    assert_int_equal(forged.forged_ticks, 2);
 
     /* a tick before anything expired pushes nothing */
-    tick(&f, 35, "0/950", 0x950, "a2-hb", 1, "expire 999");
+    tick(&f, 35, "0/950", 0x950, "a2-hb", 1, "expire " SECRET " 999");
     assert_int_equal(nevents, 1);
     assert_true(a2c_apply_expiry_due(f.ap) == 1000);
 
-    tick(&f, 36, "0/960", 0x960, "a2-hb", 1, "expire 2000");
+    tick(&f, 36, "0/960", 0x960, "a2-hb", 1, "expire " SECRET " 2000");
     assert_int_equal(nevents, 2);
     assert_string_equal(events[1], "presence room p1 {\"status\":null}");
     assert_true(a2c_apply_expiry_due(f.ap) == 5000);
-    tick(&f, 37, "0/970", 0x970, "a2-hb", 1, "expire 2000");
+    tick(&f, 37, "0/970", 0x970, "a2-hb", 1, "expire " SECRET " 2000");
     assert_int_equal(nevents, 2); /* once */
 
     /* renewed without a new value (TOAST kept it): no patch, later expiry */
@@ -498,7 +512,7 @@ static void test_presence_expiry_tick(void **state)
     presence_row(&f, 38, "U", "typing", NULL, 9000);
     commit(&f, 38, "0/980", 0x980);
     assert_int_equal(nevents, 2);
-    tick(&f, 39, "0/990", 0x990, "a2-hb", 1, "expire 6000");
+    tick(&f, 39, "0/990", 0x990, "a2-hb", 1, "expire " SECRET " 6000");
     assert_int_equal(nevents, 2);
     assert_true(a2c_apply_expiry_due(f.ap) == 9000);
 
@@ -508,7 +522,7 @@ static void test_presence_expiry_tick(void **state)
     commit(&f, 40, "0/9A0", 0x9A0);
     assert_int_equal(nevents, 3);
     assert_string_equal(events[2], "presence room p1 {\"typing\":null}");
-    tick(&f, 41, "0/9B0", 0x9B0, "a2-hb", 1, "expire 30000");
+    tick(&f, 41, "0/9B0", 0x9B0, "a2-hb", 1, "expire " SECRET " 30000");
     assert_int_equal(nevents, 3);
     assert_true(a2c_apply_expiry_due(f.ap) == INT64_MAX);
 
@@ -522,7 +536,7 @@ static void test_presence_expiry_tick(void **state)
             a2c_apply_track_presence(f.ap, "hall", "ann", "seat", 7000), 0);
     assert_int_equal(
             a2c_apply_track_presence(f.ap, "hall", "bob", "seat", 7500), 0);
-    tick(&f, 42, "0/9C0", 0x9C0, "a2-hb", 1, "expire 8000");
+    tick(&f, 42, "0/9C0", 0x9C0, "a2-hb", 1, "expire " SECRET " 8000");
     assert_int_equal(nevents, 5);
     assert_string_equal(events[3], "presence hall ann {\"seat\":null}");
     assert_string_equal(events[4], "presence hall bob {\"seat\":null}");
