@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -106,6 +107,8 @@ typedef struct {
     double lag_seconds;
     int64_t last_lag_log_ms;
 
+    size_t max_connections; /* worker connections at once */
+
     uint64_t reconnects;
     uint64_t decode_errors;
     uint64_t gaps;
@@ -166,6 +169,12 @@ static void usage(FILE *f)
             "                         give up a query unanswered this long "
             "(default\n"
             "                         60000, 0: never)\n"
+            "  --max-connections N    worker connections at once (default "
+            "16384, and\n"
+            "                         never more than the descriptor limit "
+            "allows);\n"
+            "                         past it a new one gets an error and is "
+            "closed\n"
             "  --plugin NAME          output plugin of a new slot (default "
             "wal2json;\n"
             "                         other values are for tests)\n"
@@ -224,6 +233,39 @@ static int parse_ms(const char *s, int min, int *out)
         return -1;
     *out = (int)v;
     return 0;
+}
+
+/* Descriptors the daemon keeps besides its workers': the database
+ * connections, the audit file, epoll, timers, signals, and the metrics
+ * listener with its CONNECTION_LIMIT connections. */
+#define FD_RESERVE 96
+
+/*
+ * Raises the soft RLIMIT_NOFILE to the hard one and returns how many
+ * worker connections fit under it, at most `want`. A cap the limit lowers
+ * is logged: a refused worker then has a reason an operator can find.
+ */
+static size_t fit_connections(size_t want)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return want;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit up = rl;
+        up.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl = up;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY)
+        return want;
+    size_t fit = rl.rlim_cur > FD_RESERVE + 1 ? rl.rlim_cur - FD_RESERVE : 1;
+    if (fit < want) {
+        logline("worker connections capped at %zu (descriptor limit %llu; "
+                "raise it with ulimit -n or LimitNOFILE=)",
+                fit, (unsigned long long)rl.rlim_cur);
+        return fit;
+    }
+    return want;
 }
 
 static char *read_token(const char *path, char *err, size_t errlen)
@@ -814,6 +856,11 @@ static char *render_metrics(void *ctx, int health, int *healthy)
       "counter", "%" PRIu64, as.timer_wakes);
     G("a2_consumer_workers", "workers connected", "gauge", "%" PRIu64,
       ss.workers);
+    G("a2_consumer_connections", "worker connections open, with or without "
+      "a hello", "gauge", "%" PRIu64, ss.connections);
+    G("a2_consumer_connections_refused_total",
+      "worker connections refused: past --max-connections or no descriptor "
+      "free", "counter", "%" PRIu64, ss.refused);
     G("a2_consumer_queue_overflows_total",
       "worker queues dropped for a "
       "resync",
@@ -1131,6 +1178,7 @@ int main(int argc, char **argv)
         O_HB,
         O_STREAM_TIMEOUT,
         O_PLUGIN,
+        O_MAX_CONN,
         O_HELP,
         O_VERSION
     };
@@ -1146,6 +1194,7 @@ int main(int argc, char **argv)
             {"heartbeat-interval", required_argument, NULL, O_HB},
             {"stream-timeout", required_argument, NULL, O_STREAM_TIMEOUT},
             {"plugin", required_argument, NULL, O_PLUGIN},
+            {"max-connections", required_argument, NULL, O_MAX_CONN},
             {"help", no_argument, NULL, O_HELP},
             {"version", no_argument, NULL, O_VERSION},
             {NULL, 0, NULL, 0},
@@ -1235,6 +1284,17 @@ int main(int argc, char **argv)
         case O_PLUGIN:
             d.plugin = optarg;
             break;
+        case O_MAX_CONN: {
+            int n;
+            if (parse_ms(optarg, 1, &n) != 0 || n > 1000000) {
+                rc = usage_error("invalid --max-connections \"%s\" (1 to "
+                                 "1000000)",
+                                 optarg);
+                goto done;
+            }
+            d.max_connections = (size_t)n;
+            break;
+        }
         case O_HELP:
             usage(stdout);
             rc = 0;
@@ -1342,6 +1402,9 @@ int main(int argc, char **argv)
             .tcp_port = d.tcp_port,
             .token = d.token,
             .route = d.route,
+            .max_connections = fit_connections(
+                    d.max_connections ? d.max_connections
+                                      : A2C_DEFAULT_MAX_CONNECTIONS),
     };
     d.srv = a2c_server_new(&so, err, sizeof err);
     if (!d.srv) {

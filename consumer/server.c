@@ -8,6 +8,7 @@
  * the end of a2c_server_run, so an event already fetched for it is skipped).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -30,6 +31,7 @@
 
 #define DEFAULT_QUEUE_LIMIT      10000
 #define DEFAULT_HELLO_TIMEOUT_MS 5000
+#define DEFAULT_SUBSCRIBE_TIMEOUT_MS 10000
 #define LINGER_MS                500 /* CLOSING: how long to wait for the peer's EOF */
 #define ROUTED_MAX               4096 /* sessions remembered per worker for moves */
 #define MAX_SUBS                 1024 /* subscriptions (consumers + namespaces) per worker */
@@ -108,6 +110,11 @@ struct a2c_server {
     a2c_route route;
     size_t queue_limit;
     int hello_timeout_ms;
+    int subscribe_timeout_ms;
+    size_t max_connections;
+    size_t connections; /* open worker connections */
+    uint64_t refused;
+    int reserve_fd; /* kept free for refusing a connection when none is */
     uint64_t lsn;
     uint64_t serial;
     worker *workers;
@@ -164,6 +171,7 @@ seterr(char *err, size_t errlen, const char *fmt, ...)
 }
 
 static void log_index_free(a2c_server *srv);
+static void deadlines(a2c_server *srv);
 
 /* ---- worker lifecycle ---- */
 
@@ -452,6 +460,7 @@ static void close_now(a2c_server *srv, worker *w)
     epoll_ctl(srv->epfd, EPOLL_CTL_DEL, w->h.fd, NULL);
     close(w->h.fd);
     w->h.fd = -1;
+    srv->connections--;
     if (w->prev)
         w->prev->next = w->next;
     else
@@ -629,6 +638,8 @@ static void on_message(a2c_server *srv, worker *w, const a2_wire_msg *m)
         }
         w->id = a2c_route_worker_id(w->name);
         w->state = W_LIVE;
+        w->deadline_ms = now_ms() + srv->subscribe_timeout_ms;
+        deadlines(srv);
         srv->gen++;
         srv->live++;
         a2_wire_msg wel = {.type = A2_WIRE_WELCOME, .lsn = srv->lsn};
@@ -752,6 +763,17 @@ static void on_readable(a2c_server *srv, worker *w)
     }
 }
 
+/* Sends one error frame on fd (best effort) and closes it. */
+static void refuse(a2c_server *srv, int fd, const char *message)
+{
+    a2_wire_buf b = {0};
+    srv->refused++;
+    if (a2_wire_encode_error(&b, A2_WIRE_CODE_PROTOCOL, message) == 0)
+        (void)send(fd, b.data, b.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    a2_wire_buf_free(&b);
+    close(fd);
+}
+
 static void on_accept(a2c_server *srv, handle *l)
 {
     for (int i = 0; i < ACCEPTS_PER_EVENT; i++) {
@@ -759,8 +781,28 @@ static void on_accept(a2c_server *srv, handle *l)
         worker *w;
         struct epoll_event ev = {0};
 
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE) &&
+            srv->reserve_fd >= 0) {
+            /* No descriptor: the reserve takes the connection off the
+             * queue, so the listener stops being readable. */
+            close(srv->reserve_fd);
+            fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd >= 0)
+                refuse(srv, fd, "the consumer has no file descriptor free");
+            srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (fd < 0)
+                return;
+            continue;
+        }
         if (fd < 0)
-            return; /* EAGAIN, or out of descriptors: retried next event */
+            return; /* EAGAIN: all taken */
+        if (srv->connections >= srv->max_connections) {
+            char why[96];
+            snprintf(why, sizeof why, "too many connections (at most %zu)",
+                     srv->max_connections);
+            refuse(srv, fd, why);
+            continue;
+        }
         if (l->kind == H_TCP) {
             int one = 1;
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -775,6 +817,7 @@ static void on_accept(a2c_server *srv, handle *l)
         w->tcp = l->kind == H_TCP;
         w->serial = ++srv->serial;
         w->deadline_ms = now_ms() + srv->hello_timeout_ms;
+        srv->connections++;
         w->rd = a2_wire_reader_new(A2_WIRE_FROM_WORKER);
         w->q = a2c_queue_new(srv->queue_limit);
         w->routed = a2c_map_new();
@@ -807,13 +850,20 @@ static void deadlines(a2c_server *srv)
             snprintf(why, sizeof why, "no hello within %d ms",
                      srv->hello_timeout_ms);
             proto_error(srv, w, A2_WIRE_CODE_TIMEOUT, why);
+        } else if (w->state == W_LIVE && w->n_subs + w->n_ns == 0 &&
+                   now >= w->deadline_ms) {
+            char why[96];
+            snprintf(why, sizeof why, "no subscription within %d ms",
+                     srv->subscribe_timeout_ms);
+            proto_error(srv, w, A2_WIRE_CODE_TIMEOUT, why);
         } else if (w->state == W_CLOSING && now >= w->deadline_ms) {
             close_now(srv, w);
         }
         w = n;
     }
     for (w = srv->workers; w; w = w->next)
-        if ((w->state == W_NEW || w->state == W_CLOSING) &&
+        if ((w->state == W_NEW || w->state == W_CLOSING ||
+             (w->state == W_LIVE && w->n_subs + w->n_ns == 0)) &&
             (next == 0 || w->deadline_ms < next))
             next = w->deadline_ms;
     if (next == srv->armed_ms)
@@ -1071,12 +1121,20 @@ a2c_server *a2c_server_new(const a2c_server_options *opts, char *err,
     srv->lunix = (handle){H_UNIX, -1};
     srv->ltcp = (handle){H_TCP, -1};
     srv->timer = (handle){H_TIMER, -1};
+    srv->reserve_fd = -1;
     srv->route = opts->route;
     srv->queue_limit =
             opts->queue_limit ? opts->queue_limit : DEFAULT_QUEUE_LIMIT;
     srv->hello_timeout_ms = opts->hello_timeout_ms > 0
                                     ? opts->hello_timeout_ms
                                     : DEFAULT_HELLO_TIMEOUT_MS;
+    srv->subscribe_timeout_ms = opts->subscribe_timeout_ms > 0
+                                        ? opts->subscribe_timeout_ms
+                                        : DEFAULT_SUBSCRIBE_TIMEOUT_MS;
+    srv->max_connections = opts->max_connections
+                                   ? opts->max_connections
+                                   : A2C_DEFAULT_MAX_CONNECTIONS;
+    srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     srv->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (srv->epfd < 0) {
         seterr(err, errlen, "could not create epoll: %s", strerror(errno));
@@ -1127,6 +1185,8 @@ void a2c_server_free(a2c_server *srv)
         close(srv->timer.fd);
     if (srv->epfd >= 0)
         close(srv->epfd);
+    if (srv->reserve_fd >= 0)
+        close(srv->reserve_fd);
     free(srv->unix_path);
     free(srv->token);
     free(srv->cands);
@@ -1427,6 +1487,8 @@ void a2c_server_get_stats(const a2c_server *srv, a2c_server_stats *out)
     out->overflows = srv->overflows;
     out->protocol_errors = srv->protocol_errors;
     out->log_checks = srv->log_checks;
+    out->connections = srv->connections;
+    out->refused = srv->refused;
     if (srv->log_built && srv->log_gen == srv->gen) {
         out->log_consumers = a2c_map_count(srv->log_groups);
     } else {

@@ -64,7 +64,15 @@ typedef struct {
     size_t queue_limit;
     /* A worker that sends no hello in time is dropped; 0 = 5000 ms. */
     int hello_timeout_ms;
+    /* A worker that said hello and has subscribed to nothing this long
+     * after it is dropped; 0 = 10000 ms. */
+    int subscribe_timeout_ms;
+    /* Connections at once (past it a new one gets an error frame and is
+     * closed); 0 = A2C_DEFAULT_MAX_CONNECTIONS. */
+    size_t max_connections;
 } a2c_server_options;
+
+#define A2C_DEFAULT_MAX_CONNECTIONS 16384
 
 /* Log subscriptions (a subscribe with log_types, or nil for every type):
  * at most A2C_MAX_LOG_SUBS per connection and A2C_MAX_LOG_SUBS_ALL on the
@@ -84,6 +92,8 @@ typedef struct {
     uint64_t presence_sent;
     uint64_t overflows;
     uint64_t protocol_errors;
+    uint64_t connections;   /* open now, with or without a hello */
+    uint64_t refused;       /* connections refused: the cap, or no descriptor */
     uint64_t log_consumers; /* log consumers with a live subscriber */
     uint64_t log_checks;    /* subscriptions looked at to route `log`s */
 } a2c_server_stats;

@@ -1,7 +1,7 @@
 /*
  * a2-consumer's resource bounds, on a real slot: a 1-million-row
- * transaction, a 10 MB payload, 10 000 idle worker connections and a worker
- * that never reads. In each, the consumer's resident memory stays under the
+ * transaction, a 10 MB payload, 10 000 idle worker connections, a worker
+ * that never reads, and a descriptor limit of 160. In each, the consumer's resident memory stays under the
  * bound this test states: BOUND_MIB plus PER_CONN_KIB per open worker
  * connection (four times that under ASan, whose allocator keeps quarantined
  * memory), and it keeps serving a live worker: a wake-up for that worker
@@ -268,7 +268,7 @@ static void test_ten_thousand_idle_connections(void **state)
         tc_worker w;
         char name[32];
         snprintf(name, sizeof name, "idle-%d", i);
-        tc_worker_open(&w, d.sock, name, i % 2 ? "idle" : NULL, NULL);
+        tc_worker_open(&w, d.sock, name, i % 2 ? "idle" : "quiet", NULL);
         fds[i] = w.fd;
         msgpack_unpacker_destroy(&w.up);
         if (i % 500 == 0)
@@ -367,6 +367,125 @@ static void test_worker_that_never_reads(void **state)
     passed = 1;
 }
 
+/* CPU seconds (user + system) the process has used. */
+static double cpu_seconds(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* past the command name */
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                            "%lu %lu",
+                     &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Under RLIMIT_NOFILE 160 (soft and hard, as prlimit --nofile=160 sets)
+ * the consumer caps its worker connections at what fits and says so; a
+ * connection past the cap gets an error frame and is closed; the loop does
+ * not spin; /healthz answers; the live worker is woken and the audit trail
+ * and its FILE.lsn keep being written. */
+static void test_descriptor_limit(void **state)
+{
+    (void)state;
+    enum { LIMIT = 160, CAP = LIMIT - 96, EXTRA = 20 };
+    static tc_worker ws[CAP + EXTRA];
+    tc_worker live;
+    tc_msg m;
+    char metrics[64], want[128];
+    int port = tc_free_port();
+
+    assert_int_equal(tc_stop(&d), 0);
+    snprintf(metrics, sizeof metrics, "tcp:127.0.0.1:%d", port);
+    const char *extra[] = {"--metrics", metrics, NULL};
+    tc_child_nofile = LIMIT;
+    tc_start_args(&d, 0, extra);
+    tc_child_nofile = 0;
+    snprintf(want, sizeof want,
+             "worker connections capped at %d (descriptor limit %d", CAP,
+             LIMIT);
+    assert_int_equal(tc_count_in_file(d.log, want), 1);
+
+    open_live(&live);
+    int welcomed = 0, refused = 0;
+    for (int i = 0; i < CAP - 1 + EXTRA; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "w-%d", i);
+        tc_worker_open(&ws[i], d.sock, name, "idle", NULL);
+        if (tc_next(&ws[i], 10000, &m) != 1)
+            fail_msg("connection %d: no answer", i);
+        if (strcmp(m.t, "welcome") == 0) {
+            welcomed++;
+            continue;
+        }
+        assert_string_equal(m.t, "error");
+        snprintf(want, sizeof want, "too many connections (at most %d)", CAP);
+        assert_string_equal(m.message, want);
+        assert_int_equal(tc_next(&ws[i], 10000, &m), -1);
+        refused++;
+    }
+    assert_int_equal(welcomed, CAP - 1);
+    assert_int_equal(refused, EXTRA);
+
+    /* A burst of connections nobody reads, then quiet: a loop spinning on
+     * a readable listener would burn the whole 2 s. */
+    int burst[EXTRA];
+    for (int i = 0; i < EXTRA; i++)
+        burst[i] = tc_connect(d.sock);
+    double c0 = cpu_seconds(d.pid);
+    tc_sleep_ms(2000);
+    double used = cpu_seconds(d.pid) - c0;
+    printf("  at the cap: %d refused, consumer CPU over 2 s: %.2f s\n",
+           refused + EXTRA, used);
+    assert_true(c0 >= 0);
+    assert_true(used < 0.5);
+    for (int i = 0; i < EXTRA; i++)
+        close(burst[i]);
+
+    char *h = tc_http_get(port, "/healthz");
+    assert_non_null(h);
+    assert_non_null(strstr(h, "200 OK"));
+    free(h);
+    char *body = tc_http_get(port, "/metrics");
+    assert_non_null(body);
+    snprintf(want, sizeof want, "a2_consumer_connections %d\n", CAP);
+    assert_non_null(strstr(body, want));
+    snprintf(want, sizeof want, "a2_consumer_connections_refused_total %d\n",
+             2 * EXTRA);
+    assert_non_null(strstr(body, want));
+    free(body);
+
+    char lsnpath[160];
+    snprintf(lsnpath, sizeof lsnpath, "%s.lsn", d.audit);
+    char *before = tc_read_file(lsnpath);
+    live_wake(&live, 20000);
+    snprintf(want, sizeof want, "live-%d", n_live);
+    assert_true(tc_wait_in_file(d.audit, want, 1, 10000) >= 1);
+    int moved = 0;
+    for (int t = 0; t < 500 && !moved; t++) {
+        char *now = tc_read_file(lsnpath);
+        moved = now && (!before || strcmp(now, before) != 0);
+        free(now);
+        if (!moved)
+            tc_sleep_ms(20);
+    }
+    free(before);
+    assert_true(moved);
+
+    for (int i = 0; i < CAP - 1 + EXTRA; i++)
+        tc_worker_close(&ws[i]);
+    tc_worker_close(&live);
+    assert_int_equal(tc_stop(&d), 0);
+    passed = 1;
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -374,6 +493,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_ten_megabyte_payload, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_worker_that_never_reads, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_descriptor_limit, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_ten_thousand_idle_connections,
                                             setup, teardown),

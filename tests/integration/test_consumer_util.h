@@ -35,6 +35,9 @@
  * many bytes (RLIMIT_FSIZE, SIGXFSZ ignored: a write past it fails with
  * EFBIG, as on a full disk). */
 static rlim_t tc_child_file_limit;
+/* When set, the next consumers started have this RLIMIT_NOFILE (soft and
+ * hard). */
+static rlim_t tc_child_nofile;
 
 /* Processes a test started and has not reaped yet (consumers, bursts), so
  * that a test that failed half-way leaves nothing running into the next. */
@@ -213,6 +216,10 @@ static inline int tc_start_args(tc_daemon *d, int expect_exit,
             struct rlimit rl = {tc_child_file_limit, tc_child_file_limit};
             signal(SIGXFSZ, SIG_IGN);
             setrlimit(RLIMIT_FSIZE, &rl);
+        }
+        if (tc_child_nofile) {
+            struct rlimit rl = {tc_child_nofile, tc_child_nofile};
+            setrlimit(RLIMIT_NOFILE, &rl);
         }
         int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         dup2(fd, 2);
@@ -615,6 +622,35 @@ static inline int tc_free_port(void)
         fail_msg("no free port: %s", strerror(errno));
     close(fd);
     return ntohs(sa.sin_port);
+}
+
+/* GET path from 127.0.0.1:port over HTTP/1.0: the whole response
+ * (headers and body, malloc'd), or NULL when the connection is refused. */
+static inline char *tc_http_get(int port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        return NULL;
+    }
+    char req[256];
+    snprintf(req, sizeof req, "GET %s HTTP/1.0\r\n\r\n", path);
+    tc_send_raw(fd, req, strlen(req));
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    ssize_t r;
+    while (buf && len < cap - 1 &&
+           (r = recv(fd, buf + len, cap - len - 1, 0)) > 0)
+        len += (size_t)r;
+    if (buf)
+        buf[len] = '\0';
+    close(fd);
+    return buf;
 }
 
 /* Epoch milliseconds. */

@@ -539,50 +539,13 @@ static void test_presence_expiry_tick_unanswered(void **state)
     tc_cleanup(&d);
 }
 
-static char *http_get(int port, const char *path)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {0};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        close(fd);
-        return NULL;
-    }
-    char req[256];
-    snprintf(req, sizeof req, "GET %s HTTP/1.0\r\n\r\n", path);
-    tc_send_raw(fd, req, strlen(req));
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    ssize_t r;
-    while ((r = recv(fd, buf + len, cap - len - 1, 0)) > 0)
-        len += (size_t)r;
-    buf[len] = '\0';
-    close(fd);
-    return buf;
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {0};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, (struct sockaddr *)&sa, sizeof sa);
-    socklen_t sl = sizeof sa;
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 static void test_metrics_heartbeat_and_stop(void **state)
 {
     (void)state;
     tc_daemon d;
     tc_worker w;
     tc_msg m;
-    int port = free_port();
+    int port = tc_free_port();
     char metrics[64];
     snprintf(metrics, sizeof metrics, "tcp:127.0.0.1:%d", port);
     const char *extra[] = {"--metrics", metrics, "--heartbeat-interval", "200",
@@ -593,11 +556,11 @@ static void test_metrics_heartbeat_and_stop(void **state)
     append_event("s1", 1, "c");
     assert_true(tc_wait_for(&w, "wake", 5000, &m));
 
-    char *h = http_get(port, "/healthz");
+    char *h = tc_http_get(port, "/healthz");
     assert_non_null(h);
     assert_non_null(strstr(h, "200 OK"));
     free(h);
-    char *body = http_get(port, "/metrics");
+    char *body = tc_http_get(port, "/metrics");
     assert_non_null(body);
     assert_non_null(strstr(body, "a2_consumer_up 1"));
     assert_non_null(strstr(body, "a2_consumer_build_info{version=\"" A2_VERSION
@@ -611,7 +574,7 @@ static void test_metrics_heartbeat_and_stop(void **state)
     assert_non_null(strstr(body, "a2_consumer_lag_bytes "));
     assert_non_null(strstr(body, "a2_consumer_timers_pending 0"));
     free(body);
-    h = http_get(port, "/nope");
+    h = tc_http_get(port, "/nope");
     assert_non_null(strstr(h, "404"));
     free(h);
 
@@ -700,7 +663,7 @@ static void test_metrics_slow_client(void **state)
     tc_daemon d;
     tc_worker w;
     tc_msg m;
-    int port = free_port();
+    int port = tc_free_port();
     char metrics[64];
     snprintf(metrics, sizeof metrics, "tcp:127.0.0.1:%d", port);
     const char *extra[] = {"--metrics", metrics, NULL};
@@ -729,11 +692,11 @@ static void test_metrics_slow_client(void **state)
                   " ms\n",
                   worst);
     assert_true(worst < 1500);
-    char *h = http_get(port, "/healthz");
+    char *h = tc_http_get(port, "/healthz");
     assert_non_null(h);
     assert_non_null(strstr(h, "200 OK"));
     free(h);
-    char *body = http_get(port, "/metrics");
+    char *body = tc_http_get(port, "/metrics");
     assert_non_null(body);
     assert_non_null(strstr(body, "a2_consumer_up 1"));
     free(body);

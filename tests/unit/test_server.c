@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -900,6 +901,89 @@ static void test_random_garbage(void **state)
     a2c_server_free(srv);
 }
 
+/* A worker that says hello and subscribes to nothing is dropped; past
+ * max_connections, or with no descriptor free, a connection gets an error
+ * and is closed, and the listener does not stay readable. */
+static void test_connection_limits(void **state)
+{
+    (void)state;
+    char err[256];
+    a2c_server_options o = {.unix_path = path,
+                            .subscribe_timeout_ms = 150,
+                            .max_connections = 3};
+    a2c_server *srv = a2c_server_new(&o, err, sizeof err);
+    a2c_server_stats st;
+    if (!srv)
+        fail_msg("a2c_server_new: %s", err);
+
+    client *ok = cl_unix();
+    cl_hello(ok, srv, "ok", NULL);
+    cl_subscribe(ok, srv, "c", A2_WIRE_LOG_NONE, NULL, 0);
+    client *idle = cl_unix();
+    cl_hello(idle, srv, "idle", NULL);
+    cl_expect_error_eof(idle, srv, A2_WIRE_CODE_TIMEOUT);
+    assert_non_null(strstr(last_error, "no subscription within 150 ms"));
+    cl_free(idle);
+    /* the subscribed one stays past the same time */
+    cl_expect_quiet(ok, srv, 300);
+    check_bystander(ok, srv, 1);
+
+    /* the cap: ok + two more, the fourth is refused */
+    client *b = cl_unix(), *c = cl_unix();
+    pump_for(srv, 50);
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.connections, 3);
+    client *d = cl_unix();
+    cl_expect_error_eof(d, srv, A2_WIRE_CODE_PROTOCOL);
+    assert_non_null(strstr(last_error, "too many connections (at most 3)"));
+    cl_free(d);
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.refused, 1);
+    assert_int_equal(st.connections, 3);
+    /* one leaves, a new one gets in */
+    cl_free(b);
+    pump_for(srv, 50);
+    d = cl_unix();
+    cl_hello(d, srv, "d", NULL);
+    cl_free(d);
+    cl_free(c);
+    pump_for(srv, 50);
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.connections, 1);
+
+    /* no descriptor free: the connection waits in the backlog, the
+     * reserve takes it off and refuses it */
+    struct rlimit saved, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    d = cl_unix(); /* connected, not yet accepted */
+    int lowest = dup(0);
+    assert_true(lowest >= 0);
+    close(lowest);
+    low = saved;
+    low.rlim_cur = (rlim_t)lowest;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int rc = cl_next(d, srv, WAIT_MS);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+    assert_int_equal(rc, 1);
+    assert_int_equal(d->m.type, A2_WIRE_ERROR);
+    assert_non_null(strstr(d->m.message, "no file descriptor free"));
+    assert_int_equal(cl_next(d, srv, WAIT_MS), -1);
+    cl_free(d);
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.refused, 2);
+    /* nothing is left for the loop: no spin on a readable listener */
+    assert_int_equal(a2c_server_run(srv), 0);
+    struct pollfd p = {a2c_server_fd(srv), POLLIN, 0};
+    assert_int_equal(poll(&p, 1, 0), 0);
+    /* and with descriptors back, a worker gets in */
+    d = cl_unix();
+    cl_hello(d, srv, "after", NULL);
+    cl_free(d);
+    check_bystander(ok, srv, 2);
+    cl_free(ok);
+    a2c_server_free(srv);
+}
+
 static void test_listeners(void **state)
 {
     (void)state;
@@ -988,6 +1072,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_log_subscription_caps, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_random_garbage, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_connection_limits, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_listeners, setup, teardown),
     };
