@@ -68,9 +68,10 @@ until [ -S "$sock" ] && grep -q "ready" "$TMP/consumer.log" 2>/dev/null; do
     sleep 0.1
 done
 
-# The tests run from $TMP, so `import a2` can only find the installed package.
+# The tests (of the copy) run from $TMP, so `import a2` can only find the
+# installed package.
 export A2_PY_TMP=$TMP A2_PY_SOCK=$sock A2_PY_AUDIT=$TMP/audit.jsonl A2_PY_SLOT=$slot
-(cd "$TMP" && "$VPY" -m unittest discover -v -s "$top/clients/python/tests" -t "$top/clients/python/tests") \
+(cd "$TMP" && "$VPY" -m unittest discover -v -s "$TMP/src/tests" -t "$TMP/src/tests") \
     >"$TMP/unittest.log" 2>&1
 urc=$?
 ran=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\} in .*/\1/p' "$TMP/unittest.log" | tail -1)

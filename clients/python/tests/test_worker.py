@@ -1,0 +1,286 @@
+"""a2.Worker in this process against the real a2-consumer: wake-ups after
+commits only, retries and dead letters, returned events, log consumers,
+slots, lease renewals and a draining stop."""
+from __future__ import annotations
+
+import threading
+import time
+import unittest
+from typing import Any, List
+
+import psycopg
+
+import a2
+
+import support
+
+CONNECT = "unix:" + support.SOCK
+
+
+def lane_event(consumer: str, payload: Any = None, lane: str = "main", **extra: Any) -> dict:
+    return dict(type="job", payload=payload, targets=[{"consumer": consumer, "lane": lane}],
+                **extra)
+
+
+class WorkerTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.conn = support.connect()
+        self.addCleanup(self.conn.close)
+
+    def start(self, worker: a2.Worker, connected: bool = True) -> a2.Worker:
+        worker.start()
+
+        def stop() -> None:
+            worker.stop()
+            self.assertTrue(worker.join(support.WAIT_S), "the worker did not stop")
+            worker.close()
+
+        self.addCleanup(stop)
+        if connected:
+            self.assertTrue(worker.wait_connected(support.WAIT_S),
+                            f"not connected: {worker.last_error}")
+        return worker
+
+    def dead(self, session: str) -> List[dict]:
+        return a2.dead_letters(self.conn, session)
+
+
+class Wakeups(WorkerTest):
+    def test_rolled_back_append_wakes_nobody(self) -> None:
+        msgs, runs = support.Messages(), support.Runs()
+
+        def handler(ev: a2.Event) -> None:
+            runs.add(ev.session, ev.index)
+
+        self.start(a2.Worker(support.DB, ["pyb"], handler, connect=CONNECT, name="pyb-1",
+                             on_message=msgs))
+        self.conn.execute("create table if not exists py_orders (id text primary key)")
+        with self.conn.transaction():
+            self.conn.execute("insert into py_orders values ('rb-order')")
+            r = a2.append(self.conn, "rb-1", [lane_event("pyb", {"order": "rb-order"})])
+            self.assertEqual(r["outcome"], "appended")
+            raise psycopg.Rollback()
+        # Committed after the rollback: wake-ups follow commit order, so the
+        # marker's wake comes after any wake of rb-1 there could be.
+        a2.append(self.conn, "rb-marker", [lane_event("pyb")])
+        support.wait_until(lambda: msgs.wakes("rb-marker"), "the marker's wake")
+        support.wait_until(lambda: ("rb-marker", 1) in runs.snapshot(), "the marker's run")
+        self.assertEqual(msgs.wakes("rb-1"), [])
+        self.assertNotIn("rb-1", [s for s, _ in runs.snapshot()])
+        for table in ("a2_events", "a2_cursors", "a2_lane_events"):
+            self.assertEqual(support.value(f"select count(*) from {table} "
+                                           "where session_id = 'rb-1'"), 0, table)
+        self.assertEqual(support.value("select count(*) from py_orders where id = 'rb-order'"), 0)
+
+        # The same, committed: the order and its event, and the worker is woken.
+        with self.conn.transaction():
+            self.conn.execute("insert into py_orders values ('ok-order')")
+            a2.append(self.conn, "ok-1", [lane_event("pyb", {"order": "ok-order"})])
+        support.wait_until(lambda: msgs.wakes("ok-1"), "the committed append's wake")
+        support.wait_until(lambda: ("ok-1", 1) in runs.snapshot(), "the committed append's run")
+        support.wait_until(lambda: support.value(
+            "select bool_and(done) from a2_lane_events where session_id = 'ok-1'"),
+            "the completion of ok-1")
+        self.assertEqual(support.value("select count(*) from py_orders where id = 'ok-order'"), 1)
+        self.assertEqual(msgs.wakes("rb-1"), [])
+        wakes = [m for m in msgs.snapshot() if m["t"] == "wake"]
+        self.assertTrue(all(isinstance(m["lsn"], int) and m["lsn"] > 0 for m in wakes))
+
+    def test_log_consumer(self) -> None:
+        msgs, runs = support.Messages(), support.Runs()
+        auditor = a2.LogConsumer("pylog", types=["order.placed"])
+
+        def handler(ev: a2.Event) -> None:
+            runs.add(ev.session, ev.index, ev.type, ev.lane, ev.cursor)
+
+        self.start(a2.Worker(support.DB, [auditor], handler, connect=CONNECT, name="pylog-1",
+                             on_message=msgs))
+        # An append naming the log consumer starts its cursor ...
+        a2.append(self.conn, "lg-1", [{"type": "order.placed"}], consumers=[auditor])
+        support.wait_until(lambda: len(runs.snapshot()) == 1, "the first log run")
+        # ... later ones of its types reach it through `log` wake-ups.
+        a2.append(self.conn, "lg-1", [{"type": "order.ignored"}, {"type": "order.placed"}])
+        support.wait_until(lambda: len(runs.snapshot()) == 2, "the second log run")
+        self.assertEqual(runs.snapshot(), [("lg-1", 1, "order.placed", "log", "lane:log"),
+                                           ("lg-1", 3, "order.placed", "log", "lane:log")])
+        self.assertIn("log", [m["t"] for m in msgs.wakes("lg-1")])
+        support.wait_until(lambda: support.value(
+            "select count(*) from a2_cursors where session_id = 'lg-1' and consumer = 'pylog' "
+            "and head is null") == 1, "the log cursor to go idle")
+
+
+class Failures(WorkerTest):
+    def test_retry_after_then_dead_letter_then_redrive(self) -> None:
+        runs = support.Runs()
+        fixed = threading.Event()
+
+        def handler(ev: a2.Event) -> list:
+            runs.add(ev.index, ev.attempt, time.monotonic())
+            if ev.payload.get("fail") and not fixed.is_set():
+                raise RuntimeError("card declined")
+            return [{"type": "charged", "payload": {"index": ev.index}}]
+
+        w = self.start(a2.Worker(support.DB, ["pyf"], handler, connect=CONNECT, name="pyf-1",
+                                 max_failures=3, retry_after_ms=300))
+        a2.append(self.conn, "df-1", [lane_event("pyf", {"fail": True}),
+                                      lane_event("pyf", {"fail": False})])
+        support.wait_until(lambda: self.dead("df-1"), "the dead letter")
+        (d,) = self.dead("df-1")
+        self.assertEqual((d["index"], d["failure_count"], d["last_error"]),
+                         (1, 3, "RuntimeError: card declined"))
+        first = runs.snapshot()
+        self.assertEqual([(i, a) for i, a, _ in first], [(1, 1), (1, 2), (1, 3)])
+        # Each retry waited out the hold (a lower bound: a slow host only adds).
+        for (_, _, t1), (_, _, t2) in zip(first, first[1:]):
+            self.assertGreaterEqual(t2 - t1, 0.25)
+        st = w.stats
+        self.assertEqual((st.failed, st.dead_lettered, st.completed), (2, 1, 0))
+
+        # The lane waits behind its dead letter; a redrive runs it again.
+        fixed.set()
+        self.assertTrue(a2.redrive(self.conn, "df-1", "pyf", 1, "retry")["redriven"])
+        support.wait_until(lambda: [r for r in runs.snapshot() if r[0] == 2], "index 2's run")
+        order = [(i, a) for i, a, _ in runs.snapshot()]
+        self.assertEqual([i for i, _ in order], [1, 1, 1, 1, 2])
+        self.assertGreater(order[3][1], 3)
+        support.wait_until(lambda: support.value(
+            "select count(*) from a2_events where session_id = 'df-1' and event_type = 'charged'")
+            == 2, "both completions")
+        charged = support.rows("select event_id, (cause->>'index')::int from a2_events "
+                               "where session_id = 'df-1' and event_type = 'charged' order by idx")
+        self.assertEqual(charged, [("ret-pyf-1-1", 1), ("ret-pyf-2-1", 2)])
+        self.assertEqual(self.dead("df-1"), [])
+
+    def test_returned_events_checked(self) -> None:
+        def handler(ev: a2.Event) -> Any:
+            kind = ev.payload["kind"]
+            if kind == "no-type":
+                return [{"payload": 1}]
+            if kind == "dict":
+                return {"type": "x"}
+            if kind == "taken-id":
+                return [{"type": "x", "id": "taken"}]
+            if kind == "not-json":
+                return [{"type": "x", "payload": object()}]
+            return [{"type": "ok"}, {"type": "ok", "id": "mine"}]
+
+        self.start(a2.Worker(support.DB, ["pyr"], handler, connect=CONNECT, name="pyr-1",
+                             max_failures=1, retry_after_ms=0))
+        for kind in ("no-type", "dict", "taken-id", "not-json", "fine"):
+            events = [{"type": "job", "payload": {"kind": kind}, "targets": [{"consumer": "pyr"}]}]
+            if kind == "taken-id":
+                events.insert(0, {"type": "other", "id": "taken"})
+            a2.append(self.conn, f"rv-{kind}", events)
+        expect = {"no-type": "returned event 1 is invalid: it needs a non-empty string 'type'",
+                  "dict": "the handler returned a dict; return a list of events (dicts) or None",
+                  "taken-id": "returned events refused: PARTIAL_DUPLICATE_BATCH: ",
+                  "not-json": "returned events are not JSON: "}
+        for kind, text in expect.items():
+            with self.subTest(kind=kind):
+                (d,) = support.wait_until(lambda: self.dead(f"rv-{kind}"), f"rv-{kind} dead")
+                self.assertTrue(d["last_error"].startswith(text), d["last_error"])
+        support.wait_until(lambda: support.value(
+            "select count(*) from a2_events where session_id = 'rv-fine' and event_type = 'ok'")
+            == 2, "the returned events of rv-fine")
+        self.assertEqual(support.rows("select event_id from a2_events where session_id = 'rv-fine'"
+                                      " and event_type = 'ok' order by idx"),
+                         [("ret-pyr-1-1",), ("mine",)])
+
+
+class Slots(WorkerTest):
+    def test_sessions_one_slot_at_a_time_lanes_in_order(self) -> None:
+        lock = threading.Lock()
+        active: set = set()
+        overlaps: list = []
+        seen: dict = {}
+
+        def handler(ev: a2.Event) -> None:
+            with lock:
+                if ev.session in active:
+                    overlaps.append(ev.session)
+                active.add(ev.session)
+                seen.setdefault(ev.session, []).append(ev.index)
+            time.sleep(0.002)
+            with lock:
+                active.discard(ev.session)
+
+        with a2.Worker(support.DB, ["pys"], handler, connect=CONNECT, name="pys-1",
+                       concurrency=4) as w:
+            w.start()
+            self.assertTrue(w.wait_connected(support.WAIT_S))
+            for s in range(20):
+                a2.append(self.conn, f"sl-{s}", [lane_event("pys", {"n": n}) for n in range(5)])
+            support.wait_until(lambda: support.value(
+                "select count(*) from a2_lane_events where consumer = 'pys' and done") == 100,
+                "100 completions")
+            threads = {t.name for t in threading.enumerate() if t.name.startswith("a2-slot-pys-1")}
+            self.assertEqual(len(threads), 4)
+        # Leaving the block stopped the worker and its threads.
+        self.assertFalse([t for t in threading.enumerate() if "pys-1" in t.name])
+        self.assertEqual(overlaps, [])
+        self.assertEqual(seen, {f"sl-{s}": [1, 2, 3, 4, 5] for s in range(20)})
+
+    def test_renewed_lease_and_draining_stop(self) -> None:
+        runs = support.Runs()
+        started = threading.Event()
+
+        def slow(ev: a2.Event) -> None:
+            runs.add(ev.session, ev.index, ev.attempt)
+            started.set()
+            time.sleep(3)
+
+        # A 3 s handler on a 1 s lease, with a second worker of the consumer
+        # waiting: the lease is renewed, never taken over.
+        w1 = a2.Worker(support.DB, ["pyl"], slow, connect=CONNECT, name="pyl-1", ttl_ms=1000)
+        w1.start()
+        self.addCleanup(w1.close)
+        self.addCleanup(w1.join, support.WAIT_S)
+        self.addCleanup(w1.stop)
+        self.assertTrue(w1.wait_connected(support.WAIT_S))
+        w2 = self.start(a2.Worker(support.DB, ["pyl"], slow, connect=CONNECT, name="pyl-2",
+                                  ttl_ms=1000))
+        a2.append(self.conn, "ls-1", [lane_event("pyl")])
+        self.assertTrue(started.wait(support.WAIT_S))
+        (holder,) = support.rows("select holder from a2_cursors('ls-1')")[0]
+        runner = w1 if holder.startswith("pyl-1/") else w2
+        # Stop it while the handler runs: the run finishes and completes.
+        runner.stop()
+        self.assertTrue(runner.join(support.WAIT_S))
+        self.assertIs(support.value("select done from a2_lane_events "
+                                    "where session_id = 'ls-1'"), True)
+        self.assertEqual(runs.snapshot(), [("ls-1", 1, 1)])
+        st = runner.stats
+        self.assertGreaterEqual(st.renewals, 2)
+        self.assertEqual((st.completed, st.leases_lost, st.superseded), (1, 0, 0))
+
+
+class Options(unittest.TestCase):
+    def test_clear_errors(self) -> None:
+        def h(ev: a2.Event) -> None:
+            return None
+
+        db = support.DB
+        with self.assertRaisesRegex(ValueError, "a tcp: connection needs a token"):
+            a2.Worker(db, ["c"], h, connect="tcp:127.0.0.1:7070")
+        with self.assertRaisesRegex(ValueError, "unix:PATH or tcp:HOST:PORT"):
+            a2.Worker(db, ["c"], h, connect="http://127.0.0.1")
+        with self.assertRaisesRegex(ValueError, "concurrency must be an integer in 1..256"):
+            a2.Worker(db, ["c"], h, concurrency=0)
+        with self.assertRaisesRegex(ValueError, "ttl_ms"):
+            a2.Worker(db, ["c"], h, ttl_ms=5)
+        with self.assertRaisesRegex(ValueError, "one or more consumers"):
+            a2.Worker(db, [], h)
+        with self.assertRaisesRegex(ValueError, "each named once"):
+            a2.Worker(db, ["c", a2.LogConsumer("c")], h)
+        with self.assertRaisesRegex(TypeError, "handler must be callable"):
+            a2.Worker(db, ["c"], None)  # type: ignore[arg-type]
+        w = a2.Worker("host=127.0.0.1 port=1 dbname=none connect_timeout=5", "c", h)
+        with self.assertRaises(psycopg.OperationalError):
+            w.run()
+        with self.assertRaisesRegex(RuntimeError, "runs once"):
+            w.run()
+        w.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
