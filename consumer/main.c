@@ -1386,16 +1386,9 @@ int main(int argc, char **argv)
         goto done;
     }
 
-    int up = stream_up(&d, 1, err, sizeof err);
-    if (up != 0) {
-        logline("%s", err);
-        goto done;
-    }
-    if (rebuild_timers(&d, err, sizeof err) != 0) {
-        logline("%s", err);
-        goto done;
-    }
-
+    /* What is local first (the listeners, the metrics port): a start that
+     * fails on them must not have created the slot. Workers that connect
+     * before the stream is up wait in the backlog. */
     a2c_server_options so = {
             .unix_path = d.unix_path,
             .tcp_host = d.tcp_host,
@@ -1418,6 +1411,15 @@ int main(int argc, char **argv)
             logline("%s", err);
             goto done;
         }
+    }
+    int up = stream_up(&d, 1, err, sizeof err);
+    if (up != 0) {
+        logline("%s", err);
+        goto done;
+    }
+    if (rebuild_timers(&d, err, sizeof err) != 0) {
+        logline("%s", err);
+        goto done;
     }
     logline("ready: %zu timers, resume after %X/%X", a2c_timers_count(d.timers),
             LSN_ARGS(a2c_apply_applied(d.apply)));

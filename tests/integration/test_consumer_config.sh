@@ -72,6 +72,8 @@ expect 2 'needs --token-file' --db "$db" --listen tcp:127.0.0.1:0
 expect 2 'no worker listener' --db "$db"
 expect 2 'invalid --status-interval "0"' --db "$db" --listen "$sock" --status-interval 0
 expect 2 'invalid --stream-timeout "50" .0, or at least 100 ms.' --db "$db" --listen "$sock" --stream-timeout 50
+expect 2 'invalid --max-connections "0" .1 to 1000000.' --db "$db" --listen "$sock" --max-connections 0
+expect 2 'invalid --max-connections "lots"' --db "$db" --listen "$sock" --max-connections lots
 expect 2 'invalid --listen address "udp:x"' --db "$db" --listen udp:x
 expect 2 'invalid --metrics address' --db "$db" --listen "$sock" --metrics localhost
 expect 2 'unexpected argument "extra"' --db "$db" --listen "$sock" extra
@@ -209,6 +211,34 @@ rc=$?
 bg=""
 [ "$rc" -eq 0 ] || fail "SIGTERM → exit $rc, wanted 0"
 grep -q "stopped at" "$tmp/busy.log" || fail "no clean stop logged: $(cat "$tmp/busy.log")"
+
+# A start that fails on something local creates no slot: the listeners and
+# the metrics port come before CREATE_REPLICATION_SLOT.
+no_slot() {
+    local n
+    n=$(psql "$db" -qAtc "select count(*) from pg_replication_slots where slot_name = '$1'")
+    if [ "$n" = 0 ]; then echo "ok: no slot $1 left"; else fail "the failed start left slot $1"; fi
+}
+long=$tmp/$(printf 'x%.0s' $(seq 1 120))/w.sock
+expect 1 'could not listen on unix:.*: path too long' --db "$db" --slot tc_longsock --listen "unix:$long"
+no_slot tc_longsock
+"$bin" --db "$db" --slot tc_served --listen "unix:$tmp/served.sock" 2>"$tmp/served.log" &
+bg=$!
+for _ in $(seq 1 200); do grep -q "ready:" "$tmp/served.log" && break; sleep 0.05; done
+expect 1 'another server is listening' --db "$db" --slot tc_served2 --listen "unix:$tmp/served.sock"
+no_slot tc_served2
+mport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+python3 -c 'import socket,sys,time; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.listen(); time.sleep(60)' "$mport" &
+holder=$!
+for _ in $(seq 1 100); do ss -ltn 2>/dev/null | grep -q ":$mport " && break; sleep 0.05; done
+expect 1 "could not bind metrics tcp:127.0.0.1:$mport" --db "$db" --slot tc_metricsbusy --listen "$sock" --metrics "tcp:127.0.0.1:$mport"
+no_slot tc_metricsbusy
+kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+expect 1 'could not open token file' --db "$db" --slot tc_notoken --listen tcp:127.0.0.1:0 --token-file "$tmp/missing"
+no_slot tc_notoken
+kill "$bg"
+wait "$bg"
+bg=""
 
 # a URI works as well as a conninfo; SIGINT stops cleanly too
 port=$(echo "$db" | sed -e 's/.*port=\([0-9]*\).*/\1/')
