@@ -124,7 +124,11 @@ static void print_streamed(FILE *out, const char *cells[NCOLS])
 {
     static const int width[NCOLS] = {24, 11, 13, 12, 12, 10, 9, 7, 0};
     for (int i = 0; i < NCOLS; i++) {
-        const char *v = cells[i] ? cells[i] : "-";
+        char *v = a2__cli_escape(cells[i] ? cells[i] : "-");
+        if (!v)
+            v = strdup("?");
+        if (!v)
+            continue;
         if (i + 1 == NCOLS)
             fprintf(out, "%s\n", v);
         else {
@@ -132,6 +136,7 @@ static void print_streamed(FILE *out, const char *cells[NCOLS])
             int pad = w < (size_t)width[i] ? width[i] - (int)w : 0;
             fprintf(out, "%s%*s  ", v, pad, "");
         }
+        free(v);
     }
 }
 
@@ -155,8 +160,9 @@ static int handle_line(audit_run *r, const char *text, size_t len)
     json_error_t jerr;
     json_t *line = json_loadb(text, len, 0, &jerr);
     if (!line || !json_is_object(line)) {
-        fprintf(r->cli->err, "a2: %s:%ld: not a JSON object (%s), skipped\n",
-                r->path, r->lineno, line ? "another JSON value" : jerr.text);
+        a2__cli_line(r->cli->err,
+                     "a2: %s:%ld: not a JSON object (%s), skipped\n", r->path,
+                     r->lineno, line ? "another JSON value" : jerr.text);
         json_decref(line);
         r->bad++;
         return 0;
@@ -358,7 +364,7 @@ int a2__cli_cmd_audit(a2__cli *cli, int argc, char **argv)
         if (a2__table_rows(r.table) > 0)
             a2__table_print(r.table, cli->out);
         else
-            fprintf(cli->out, "no matching audit lines in %s\n", r.path);
+            a2__cli_line(cli->out, "no matching audit lines in %s\n", r.path);
     }
     if (r.bad > 0)
         rc = a2__cli_fail(cli, "%s: %ld line%s could not be read", r.path,

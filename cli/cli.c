@@ -52,7 +52,7 @@ static const char usage_text[] =
 static int vmsg(const a2__cli *cli, int rc, const char *fmt, va_list ap)
 {
     fputs("a2: ", cli->err);
-    vfprintf(cli->err, fmt, ap);
+    a2__cli_vline(cli->err, fmt, ap);
     fputc('\n', cli->err);
     return rc;
 }
@@ -73,6 +73,16 @@ int a2__cli_fail(const a2__cli *cli, const char *fmt, ...)
     int rc = vmsg(cli, A2__CLI_RUNTIME, fmt, ap);
     va_end(ap);
     return rc;
+}
+
+int a2__cli_print_json(a2__cli *cli, json_t *doc)
+{
+    if (!doc)
+        return a2__cli_fail(cli, "out of memory");
+    int rc = json_dumpf(doc, cli->out, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(doc);
+    fputc('\n', cli->out);
+    return rc == 0 ? A2__CLI_OK : a2__cli_fail(cli, "could not write output");
 }
 
 int a2__cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)

@@ -7,6 +7,8 @@
 #ifndef A2_CLI_H
 #define A2_CLI_H
 
+#include <jansson.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +33,8 @@ __attribute__((format(printf, 2, 3))) int a2__cli_usage(const a2__cli *cli,
 /* Prints "a2: <message>" to cli->err and returns A2__CLI_RUNTIME. */
 __attribute__((format(printf, 2, 3))) int a2__cli_fail(const a2__cli *cli,
                                                        const char *fmt, ...);
+/* Prints doc (taking it; NULL: out of memory) as one compact JSON line. */
+int a2__cli_print_json(a2__cli *cli, json_t *doc);
 
 /*
  * Parses a decimal int64 in [min, max]; returns 0, or -1 when s is not one.
@@ -83,6 +87,22 @@ int a2__table_add(a2__table *t, const char *const *cells);
 size_t a2__table_rows(const a2__table *t);
 void a2__table_print(const a2__table *t, FILE *out);
 void a2__table_free(a2__table *t);
+
+/*
+ * Text output never passes a control character to the terminal: C0 and
+ * DEL as \n, \t, \r or \xNN, C1 (U+0080..U+009F) as \u00NN, and a byte
+ * that is not well-formed UTF-8 as \xNN. --json output is exact.
+ */
+/* An escaped copy of s (malloc'd), or NULL when out of memory. */
+char *a2__cli_escape(const char *s);
+/* Writes s escaped. */
+void a2__cli_put(FILE *out, const char *s);
+/* printf, escaped, but for one final newline. */
+__attribute__((format(printf, 2, 3))) void a2__cli_line(FILE *out,
+                                                        const char *fmt, ...);
+__attribute__((format(printf, 2, 0))) void a2__cli_vline(FILE *out,
+                                                         const char *fmt,
+                                                         va_list ap);
 
 /* Columns s takes on a terminal: its UTF-8 code points. */
 size_t a2__utf8_width(const char *s);

@@ -34,16 +34,6 @@
 #define REAP_EVERY_MS   1000   /* --follow reaps its namespace this often */
 #define REAP_LIMIT      1000
 
-static int print_json(a2__cli *cli, json_t *doc)
-{
-    if (!doc)
-        return a2__cli_fail(cli, "out of memory");
-    int rc = json_dumpf(doc, cli->out, JSON_COMPACT | JSON_ENCODE_ANY);
-    json_decref(doc);
-    fputc('\n', cli->out);
-    return rc == 0 ? A2__CLI_OK : a2__cli_fail(cli, "could not write output");
-}
-
 /* JSON text from the server as a value (a string when it does not parse). */
 static json_t *json_value(const char *text)
 {
@@ -97,14 +87,15 @@ int a2__cli_cmd_state(a2__cli *cli, int argc, char **argv)
                           (json_int_t)st.up_to_index, "written_at",
                           (json_int_t)st.written_at, "state",
                           json_value(st.state));
-        rc = print_json(cli, o);
+        rc = a2__cli_print_json(cli, o);
     } else if (!st.found) {
         fprintf(cli->out, "no snapshot\n");
     } else {
         char when[64];
         a2__cli_fmt_ms(st.written_at, when, sizeof when);
-        fprintf(cli->out, "up_to_index %" PRId64 "  written %s\n%s\n",
-                st.up_to_index, when, st.state);
+        a2__cli_line(cli->out, "up_to_index %" PRId64 "  written %s\n",
+                     st.up_to_index, when);
+        a2__cli_line(cli->out, "%s\n", st.state);
     }
 done:
     a2_state_free(&st);
@@ -132,21 +123,21 @@ static int print_state(a2__cli *cli, const char *ns, const a2_presence *p,
         json_t *arr = json_array();
         for (size_t i = 0; arr && i < p->count; i++)
             json_array_append_new(arr, entry_json(ns, &p->items[i]));
-        return print_json(cli, json_pack("{s:s, s:I, s:o}", "ns", ns, "lsn",
+        return a2__cli_print_json(cli, json_pack("{s:s, s:I, s:o}", "ns", ns, "lsn",
                                          (json_int_t)p->lsn, "fields", arr));
     }
     if (cli->json) {
         for (size_t i = 0; i < p->count && rc == A2__CLI_OK; i++)
-            rc = print_json(cli, entry_json(ns, &p->items[i]));
+            rc = a2__cli_print_json(cli, entry_json(ns, &p->items[i]));
         if (rc == A2__CLI_OK)
-            rc = print_json(cli, json_pack("{s:s, s:s, s:I, s:I}", "kind",
+            rc = a2__cli_print_json(cli, json_pack("{s:s, s:s, s:I, s:I}", "kind",
                                            "snapshot", "ns", ns, "lsn",
                                            (json_int_t)p->lsn, "count",
                                            (json_int_t)p->count));
         return rc;
     }
     if (p->count == 0) {
-        fprintf(cli->out, "no presence in %s\n", ns);
+        a2__cli_line(cli->out, "no presence in %s\n", ns);
     } else {
         static const char *const titles[] = {"PARTICIPANT", "FIELD", "VALUE",
                                              "AT", "EXPIRES"};
@@ -168,7 +159,8 @@ static int print_state(a2__cli *cli, const char *ns, const a2_presence *p,
         a2__table_free(t);
     }
     if (follow)
-        fprintf(cli->out, "-- following %s after %" PRIu64 "\n", ns, p->lsn);
+        a2__cli_line(cli->out, "-- following %s after %" PRIu64 "\n", ns,
+                     p->lsn);
     return A2__CLI_OK;
 }
 
@@ -177,12 +169,12 @@ static int print_patch(a2__cli *cli, const char *ns, const char *participant,
 {
     if (cli->json) {
         json_t *f = json_loads(fields, 0, NULL);
-        return print_json(
+        return a2__cli_print_json(
                 cli, json_pack("{s:s, s:s, s:s, s:o, s:I}", "kind", "patch",
                                "ns", ns, "participant", participant, "fields",
                                f ? f : json_object(), "lsn", (json_int_t)lsn));
     }
-    fprintf(cli->out, "%s %s\n", participant, fields);
+    a2__cli_line(cli->out, "%s %s\n", participant, fields);
     return A2__CLI_OK;
 }
 
@@ -488,8 +480,9 @@ static int follow(a2__cli *cli, a2_store *store, const char *ns,
             int64_t n = 0;
             if (a2_store_presence_reap(store, ns, REAP_LIMIT, &n) != 0) {
                 if (!reap_failing)
-                    fprintf(cli->err, "a2: warning: reaping %s failed: %s\n",
-                            ns, a2_store_last_error(store)->message);
+                    a2__cli_line(cli->err,
+                                 "a2: warning: reaping %s failed: %s\n", ns,
+                                 a2_store_last_error(store)->message);
                 reap_failing = 1;
             } else {
                 reap_failing = 0;
@@ -599,11 +592,11 @@ int a2__cli_cmd_presence(a2__cli *cli, int argc, char **argv)
             total += n;
         } while (n == REAP_LIMIT);
         if (cli->json)
-            rc = print_json(cli, json_pack("{s:s, s:I}", "ns", ns, "reaped",
+            rc = a2__cli_print_json(cli, json_pack("{s:s, s:I}", "ns", ns, "reaped",
                                            (json_int_t)total));
         else
-            fprintf(cli->out, "reaped %" PRId64 " expired fields in %s\n",
-                    total, ns);
+            a2__cli_line(cli->out, "reaped %" PRId64 " expired fields in %s\n",
+                         total, ns);
         goto done;
     }
     if (a2_store_presence_read(store, ns, &p) != 0) {

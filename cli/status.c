@@ -486,7 +486,8 @@ int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
         }
         if (metrics_at) {
             if (!body) {
-                fprintf(cli->out, "consumer metrics: unavailable (%s)\n", merr);
+                a2__cli_line(cli->out, "consumer metrics: unavailable (%s)\n",
+                             merr);
             } else {
                 fprintf(cli->out, "consumer at %s:", metrics_at);
                 if (mup)

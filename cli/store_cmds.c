@@ -73,16 +73,6 @@ static json_t *json_from_text(const char *text)
     return v ? v : json_string(text);
 }
 
-static int print_json(a2__cli *cli, json_t *doc)
-{
-    if (!doc)
-        return a2__cli_fail(cli, "out of memory");
-    int rc = json_dumpf(doc, cli->out, JSON_COMPACT | JSON_ENCODE_ANY);
-    json_decref(doc);
-    fputc('\n', cli->out);
-    return rc == 0 ? A2__CLI_OK : a2__cli_fail(cli, "could not write output");
-}
-
 static json_t *event_json(const a2_event *e)
 {
     json_t *o = json_object();
@@ -123,7 +113,7 @@ static int print_events(a2__cli *cli, const a2_events *ev, int with_payload)
         json_t *arr = json_array();
         for (size_t i = 0; i < ev->count; i++)
             json_array_append_new(arr, event_json(&ev->items[i]));
-        return print_json(cli, arr);
+        return a2__cli_print_json(cli, arr);
     }
     static const char *const titles[] = {"INDEX",   "TYPE",  "ID",
                                          "CREATED", "CAUSE", "PAYLOAD"};
@@ -369,13 +359,13 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
         }
         json_t *one = json_incref(json_array_get(arr, 0));
         json_decref(arr);
-        rc = print_json(cli, one ? one : json_null());
+        rc = a2__cli_print_json(cli, one ? one : json_null());
     } else {
         for (size_t i = 0; i < out.count; i++)
-            fprintf(cli->out, "%s %s #%lld id %s%s\n", out.items[i].session_id,
-                    out.items[i].type, (long long)out.items[i].index,
-                    out.items[i].id,
-                    out.replayed ? " (already stored: replayed)" : "");
+            a2__cli_line(cli->out, "%s %s #%lld id %s%s\n",
+                         out.items[i].session_id, out.items[i].type,
+                         (long long)out.items[i].index, out.items[i].id,
+                         out.replayed ? " (already stored: replayed)" : "");
     }
 done:
     for (size_t i = 0; i < ntargets; i++)
@@ -514,7 +504,7 @@ int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv)
             json_object_set_new(o, "types", json_from_text(cur->types));
             json_array_append_new(arr, o);
         }
-        rc = print_json(cli, arr);
+        rc = a2__cli_print_json(cli, arr);
         goto done;
     }
     if (out.count == 0) {
@@ -590,7 +580,7 @@ int a2__cli_cmd_dead_letters(a2__cli *cli, int argc, char **argv)
             json_object_set_new(o, "event", event_json(&out.items[i].event));
             json_array_append_new(arr, o);
         }
-        rc = print_json(cli, arr);
+        rc = a2__cli_print_json(cli, arr);
         goto done;
     }
     if (out.count == 0) {
@@ -690,11 +680,11 @@ int a2__cli_cmd_redrive(a2__cli *cli, int argc, char **argv)
                               "consumer", consumer, "index", (json_int_t)index,
                               "action", verb, "redriven", out.redriven,
                               "pending", out.has_pending);
-        rc = print_json(cli, o);
+        rc = a2__cli_print_json(cli, o);
     } else if (out.redriven) {
-        fprintf(cli->out, "%s %s #%lld: %s\n", session, consumer,
-                (long long)index,
-                action == A2_REDRIVE_RETRY ? "will run again" : "skipped");
+        a2__cli_line(cli->out, "%s %s #%lld: %s\n", session, consumer,
+                     (long long)index,
+                     action == A2_REDRIVE_RETRY ? "will run again" : "skipped");
     }
     if (!out.redriven && rc == A2__CLI_OK)
         rc = a2__cli_fail(cli, "no dead letter of %s at index %lld in %s",
@@ -730,16 +720,16 @@ int a2__cli_cmd_clear(a2__cli *cli, int argc, char **argv)
         goto done;
     }
     if (cli->json)
-        rc = print_json(cli, json_pack("{s:s,s:b,s:I,s:I}", "session", session,
+        rc = a2__cli_print_json(cli, json_pack("{s:s,s:b,s:I,s:I}", "session", session,
                                        "cleared", out.cleared, "index",
                                        (json_int_t)out.index, "clear_index",
                                        (json_int_t)out.clear_index));
     else if (out.cleared)
-        fprintf(cli->out, "%s cleared at #%lld\n", session,
-                (long long)out.clear_index);
+        a2__cli_line(cli->out, "%s cleared at #%lld\n", session,
+                     (long long)out.clear_index);
     else
-        fprintf(cli->out, "%s not cleared (clear marker at #%lld)\n", session,
-                (long long)out.clear_index);
+        a2__cli_line(cli->out, "%s not cleared (clear marker at #%lld)\n",
+                     session, (long long)out.clear_index);
 done:
     a2_store_close(store);
     return rc;
@@ -776,29 +766,29 @@ int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv)
         }
         total += out.deleted;
         batches++;
-        if (tty)
-            fprintf(cli->err,
-                    "\rreclaim %s: %lld events deleted (%lld "
-                    "batches)",
-                    session, (long long)total, (long long)batches);
-        else if (!out.done || out.deleted > 0)
-            fprintf(cli->err,
-                    "reclaim %s: batch %lld deleted %lld events "
-                    "(%lld so far)\n",
-                    session, (long long)batches, (long long)out.deleted,
-                    (long long)total);
+        if (tty) {
+            fputs("\rreclaim ", cli->err);
+            a2__cli_put(cli->err, session);
+            fprintf(cli->err, ": %lld events deleted (%lld batches)",
+                    (long long)total, (long long)batches);
+        } else if (!out.done || out.deleted > 0)
+            a2__cli_line(cli->err,
+                         "reclaim %s: batch %lld deleted %lld events "
+                         "(%lld so far)\n",
+                         session, (long long)batches, (long long)out.deleted,
+                         (long long)total);
         if (out.done)
             break;
     }
     if (tty)
         fputc('\n', cli->err);
     if (cli->json)
-        rc = print_json(cli, json_pack("{s:s,s:I,s:I}", "session", session,
+        rc = a2__cli_print_json(cli, json_pack("{s:s,s:I,s:I}", "session", session,
                                        "deleted", (json_int_t)total, "batches",
                                        (json_int_t)batches));
     else
-        fprintf(cli->out, "%s: reclaimed %lld events\n", session,
-                (long long)total);
+        a2__cli_line(cli->out, "%s: reclaimed %lld events\n", session,
+                     (long long)total);
 done:
     a2_store_close(store);
     return rc;

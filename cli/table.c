@@ -1,6 +1,7 @@
-/* Aligned text tables for the a2 command line. */
+/* Text output of the a2 command line: escaping, aligned tables, times. */
 #include "cli.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -21,6 +22,117 @@ size_t a2__utf8_width(const char *s)
         if (((unsigned char)*s & 0xC0) != 0x80)
             n++;
     return n;
+}
+
+/* Bytes of the well-formed UTF-8 sequence at s (1 to 4), or 0. */
+static size_t utf8_len(const unsigned char *s)
+{
+    unsigned c = s[0];
+    size_t n;
+    unsigned min;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF)
+        n = 3, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4)
+        n = 4, min = 0x10000;
+    else
+        return 0;
+    unsigned cp = c & (0x3F >> (n - 1));
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return n;
+}
+
+/* Writes s escaped into out (when out is not NULL); returns the length. */
+static size_t escape_into(char *out, const unsigned char *s, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_len(s + i);
+        char esc[8];
+        const char *put = NULL;
+        size_t plen = 0;
+        if (k == 1 && s[i] >= 0x20 && s[i] != 0x7F) {
+            put = (const char *)s + i, plen = 1;
+        } else if (k == 1) {
+            if (s[i] == '\n')
+                put = "\\n", plen = 2;
+            else if (s[i] == '\t')
+                put = "\\t", plen = 2;
+            else if (s[i] == '\r')
+                put = "\\r", plen = 2;
+            else
+                plen = (size_t)snprintf(esc, sizeof esc, "\\x%02x", s[i]),
+                put = esc;
+        } else if (k == 2 && s[i] == 0xC2 && s[i + 1] < 0xA0) {
+            /* C1 controls, U+0080..U+009F (CSI among them) */
+            plen = (size_t)snprintf(esc, sizeof esc, "\\u%04x", s[i + 1]);
+            put = esc;
+        } else if (k > 1) {
+            put = (const char *)s + i, plen = k;
+        } else {
+            plen = (size_t)snprintf(esc, sizeof esc, "\\x%02x", s[i]);
+            put = esc;
+            k = 1;
+        }
+        if (out)
+            memcpy(out + n, put, plen);
+        n += plen;
+        i += k;
+    }
+    return n;
+}
+
+char *a2__cli_escape(const char *s)
+{
+    size_t len = strlen(s);
+    size_t n = escape_into(NULL, (const unsigned char *)s, len);
+    char *out = malloc(n + 1);
+    if (!out)
+        return NULL;
+    escape_into(out, (const unsigned char *)s, len);
+    out[n] = '\0';
+    return out;
+}
+
+void a2__cli_put(FILE *out, const char *s)
+{
+    char *e = a2__cli_escape(s);
+    fputs(e ? e : "(out of memory)", out);
+    free(e);
+}
+
+void a2__cli_vline(FILE *out, const char *fmt, va_list ap)
+{
+    char *text = NULL;
+    if (vasprintf(&text, fmt, ap) < 0) {
+        fputs("(out of memory)\n", out);
+        return;
+    }
+    size_t n = strlen(text);
+    int nl = n > 0 && text[n - 1] == '\n';
+    if (nl)
+        text[n - 1] = '\0';
+    a2__cli_put(out, text);
+    if (nl)
+        fputc('\n', out);
+    free(text);
+}
+
+void a2__cli_line(FILE *out, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    a2__cli_vline(out, fmt, ap);
+    va_end(ap);
 }
 
 a2__table *a2__table_new(size_t ncols, const char *const *titles,
@@ -60,7 +172,7 @@ int a2__table_add(a2__table *t, const char *const *cells)
     }
     for (size_t i = 0; i < t->ncols; i++) {
         const char *v = cells[i] ? cells[i] : "-";
-        char *copy = strdup(v);
+        char *copy = a2__cli_escape(v);
         if (!copy) {
             for (size_t j = 0; j < i; j++)
                 free(t->cells[row * t->ncols + j]);

@@ -67,6 +67,40 @@ checks=$((checks + 1)); [ "$(sql "select count(*) from a2_events where session_i
 expect 0 "$A2" --json reclaim s2
 checks=$((checks + 1)); [ "$(printf '%s' "$out" | j 'd["deleted"]')" = 0 ] || fail "second reclaim: $out"
 
+# Text output never hands a control character to the terminal: ESC, BEL,
+# C1 controls (U+009B is CSI) and bytes that are not UTF-8 print escaped;
+# --json stays exact.
+clean() { # the last command's stdout and stderr hold no control byte
+    checks=$((checks + 1))
+    python3 - "$TMP/out" "$TMP/err" <<'PY' || fail "control characters reached the terminal in: $*"
+import re, sys
+bad = re.compile(rb"[\x00-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]")
+sys.exit(1 if any(bad.search(open(f, "rb").read()) for f in sys.argv[1:]) else 0)
+PY
+}
+es=$'ev\e[31m'
+et=$'t\e]0;pwned\a'
+expect 0 "$A2" append "$es" "$et" '{"x":"\u009b2J"}' --target $'m\e[2J'; clean append
+contains 'ev\x1b[31m t\x1b]0;pwned\x07 #1'
+expect 0 "$A2" read "$es"; clean read; contains 't\x1b]0;pwned\x07'; contains '\u009b2J'
+expect 0 "$A2" cursors "$es"; clean cursors; contains 'm\x1b[2J'
+sql "update a2_cursors set failed_at = 1, failure_count = 3, attempt_count = 3, last_error = E'\\x1b[5mdown' || chr(155) || E'\\x07' where session_id = 'ev' || chr(27) || '[31m'"
+expect 0 "$A2" dead-letters "$es"; clean dead-letters; contains '\x1b[5mdown\u009b\x07'
+expect 1 "$A2" redrive "$es" $'no\e[1mbody' 1 --retry; clean redrive; contains 'no dead letter of no\x1b[1mbody at index 1 in ev\x1b[31m' err
+expect 0 "$A2" --json read "$es"
+checks=$((checks + 1))
+[ "$(printf '%s' "$out" | j 'd[0]["session"] == "ev\x1b[31m" and d[0]["type"] == "t\x1b]0;pwned\x07" and d[0]["payload"]["x"] == "\x9b2J"')" = True ] || fail "--json read is not exact: $out"
+printf '{"lsn":"0/1","at":"2026-01-01T00:00:00.000Z","transition":"failed","session":"a\\u001b[31m\\u009b","consumer":"c\\u0007","cursor":"#1","before":null,"after":{"head":1,"attempt":1,"error":"bad\\u001b]0;x\\u0007"}}\n' >"$TMP/evil.jsonl"
+printf '\xff\xfe{"lsn":"0/2"}\n' >>"$TMP/evil.jsonl"
+expect 1 "$A2" audit "$TMP/evil.jsonl"; clean audit; contains 'a\x1b[31m\u009b'; contains 'error: bad\x1b]0;x\x07'; contains 'evil.jsonl:2: not a JSON object' err
+"$A2" audit "$TMP/evil.jsonl" --follow >"$TMP/out" 2>"$TMP/err" &
+fpid=$!
+deadline=$((SECONDS + 15))
+until grep -q 'a\\x1b' "$TMP/out" || [ $SECONDS -gt $deadline ]; do sleep 0.1; done
+kill -INT "$fpid"; wait "$fpid" 2>/dev/null
+out=$(cat "$TMP/out"); err=$(cat "$TMP/err")
+clean "audit --follow"; contains 'c\x07'
+
 # Store errors: no schema -> exit 1 naming it; no server -> exit 1.
 sql "alter table a2_events rename to a2_events_gone"
 expect 1 "$A2" read s1; contains "read failed" err
