@@ -260,22 +260,10 @@ static int send_all(int fd, a2_wire_buf *b)
 
 static char *read_token(a2__cli *cli, const char *path, int *rc)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        *rc = a2__cli_fail(cli, "could not open token file %s: %s", path,
-                           strerror(errno));
-        return NULL;
-    }
-    char buf[4096];
-    char *tok = NULL;
-    if (fgets(buf, sizeof buf, f)) {
-        buf[strcspn(buf, "\r\n")] = '\0';
-        if (*buf)
-            tok = strdup(buf);
-    }
-    fclose(f);
+    char err[512];
+    char *tok = a2_wire_read_token(path, err, sizeof err);
     if (!tok)
-        *rc = a2__cli_fail(cli, "token file %s is empty", path);
+        *rc = a2__cli_fail(cli, "%s", err);
     return tok;
 }
 

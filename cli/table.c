@@ -1,6 +1,8 @@
 /* Text output of the a2 command line: escaping, aligned tables, times. */
 #include "cli.h"
 
+#include "a2/wire.h"
+
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,39 +26,12 @@ size_t a2__utf8_width(const char *s)
     return n;
 }
 
-/* Bytes of the well-formed UTF-8 sequence at s (1 to 4), or 0. */
-static size_t utf8_len(const unsigned char *s)
-{
-    unsigned c = s[0];
-    size_t n;
-    unsigned min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        n = 2, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF)
-        n = 3, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4)
-        n = 4, min = 0x10000;
-    else
-        return 0;
-    unsigned cp = c & (0x3F >> (n - 1));
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return n;
-}
-
 /* Writes s escaped into out (when out is not NULL); returns the length. */
 static size_t escape_into(char *out, const unsigned char *s, size_t len)
 {
     size_t n = 0;
     for (size_t i = 0; i < len;) {
-        size_t k = utf8_len(s + i);
+        size_t k = a2_wire_utf8_seq(s + i, len - i);
         char esc[8];
         const char *put = NULL;
         size_t plen = 0;

@@ -268,29 +268,13 @@ static size_t fit_connections(size_t want)
     return want;
 }
 
-static char *read_token(const char *path, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(err, errlen, "could not open token file \"%s\": %s", path,
-                 strerror(errno));
-        return NULL;
-    }
-    char buf[4096];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    while (n > 0 &&
-           (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
-        buf[--n] = '\0';
-    if (n == 0) {
-        snprintf(err, errlen, "token file \"%s\" is empty", path);
-        return NULL;
-    }
-    return strdup(buf);
-}
-
 /* ---- sink: from the applier to the worker server ---- */
+
+static void server_log(void *arg, const char *line)
+{
+    (void)arg;
+    logline("%s", line);
+}
 
 static void sink_wake(void *ctx, const char *consumer, const char *session,
                       const char *cursor_key, int64_t head, uint64_t lsn)
@@ -858,6 +842,9 @@ static char *render_metrics(void *ctx, int health, int *healthy)
       ss.workers);
     G("a2_consumer_connections", "worker connections open, with or without "
       "a hello", "gauge", "%" PRIu64, ss.connections);
+    G("a2_consumer_auth_failures_total",
+      "worker hellos with a wrong or missing token (each answered after 1 s)",
+      "counter", "%" PRIu64, ss.auth_failures);
     G("a2_consumer_connections_refused_total",
       "worker connections refused: past --max-connections or no descriptor "
       "free", "counter", "%" PRIu64, ss.refused);
@@ -1332,7 +1319,7 @@ int main(int argc, char **argv)
         d.conninfo = getenv("A2_DB");
 
     if (token_file) {
-        d.token = read_token(token_file, err, sizeof err);
+        d.token = a2_wire_read_token(token_file, err, sizeof err);
         if (!d.token) {
             logline("%s", err);
             goto done;
@@ -1395,6 +1382,7 @@ int main(int argc, char **argv)
             .tcp_port = d.tcp_port,
             .token = d.token,
             .route = d.route,
+            .log = server_log,
             .max_connections = fit_connections(
                     d.max_connections ? d.max_connections
                                       : A2C_DEFAULT_MAX_CONNECTIONS),

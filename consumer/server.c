@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -32,6 +33,9 @@
 #define DEFAULT_QUEUE_LIMIT      10000
 #define DEFAULT_HELLO_TIMEOUT_MS 5000
 #define DEFAULT_SUBSCRIBE_TIMEOUT_MS 10000
+#define DEFAULT_AUTH_DELAY_MS    1000
+#define DEFAULT_AUTH_SPACING_MS  100
+#define AUTH_LOGS_PER_SECOND     5 /* then counted, and said once a second */
 #define LINGER_MS                500 /* CLOSING: how long to wait for the peer's EOF */
 #define ROUTED_MAX               4096 /* sessions remembered per worker for moves */
 #define MAX_SUBS                 1024 /* subscriptions (consumers + namespaces) per worker */
@@ -44,7 +48,8 @@
 #define ACCEPTS_PER_EVENT        64
 
 enum { H_UNIX = 1, H_TCP, H_TIMER, H_WORKER };
-enum { W_NEW = 0, W_LIVE, W_CLOSING, W_DEAD };
+/* DENIED: a hello failed authentication; answered at deadline_ms. */
+enum { W_NEW = 0, W_LIVE, W_CLOSING, W_DEAD, W_DENIED };
 
 typedef struct {
     int kind;
@@ -82,7 +87,11 @@ typedef struct worker {
     uint64_t serial;
     uint64_t id;
     char *name;
-    int64_t deadline_ms; /* NEW: hello deadline; CLOSING: linger end */
+    int64_t deadline_ms; /* NEW: hello deadline; LIVE without a subscription:
+                            subscribe deadline; DENIED: when to answer;
+                            CLOSING: linger end */
+    const char *denied;  /* DENIED: why (a static string) */
+    char peer[64];       /* "tcp 127.0.0.1:5432", "unix" */
     a2_wire_reader *rd;
     a2c_queue *q;
     a2_wire_buf out;
@@ -115,6 +124,15 @@ struct a2c_server {
     size_t connections; /* open worker connections */
     uint64_t refused;
     int reserve_fd; /* kept free for refusing a connection when none is */
+    void (*log)(void *arg, const char *line);
+    void *log_arg;
+    int auth_delay_ms;
+    int auth_spacing_ms;
+    int64_t auth_next_ms;   /* the earliest the next denial is answered */
+    uint64_t auth_failures;
+    int64_t auth_window_ms; /* the second the log lines below count in */
+    int auth_logged;
+    uint64_t auth_unlogged;
     uint64_t lsn;
     uint64_t serial;
     worker *workers;
@@ -172,6 +190,30 @@ seterr(char *err, size_t errlen, const char *fmt, ...)
 
 static void log_index_free(a2c_server *srv);
 static void deadlines(a2c_server *srv);
+
+__attribute__((format(printf, 2, 3))) static void slog(a2c_server *srv,
+                                                       const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    if (!srv->log)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    srv->log(srv->log_arg, line);
+}
+
+/* A peer-chosen string for a log line: printable ASCII kept, the rest '?',
+ * at most len - 1 bytes. */
+static const char *printable(const char *s, char *buf, size_t len)
+{
+    size_t n = 0;
+    for (; s && *s && n + 1 < len; s++)
+        buf[n++] = (*s >= 0x20 && *s < 0x7f) ? *s : '?';
+    buf[n] = '\0';
+    return buf;
+}
 
 /* ---- worker lifecycle ---- */
 
@@ -616,6 +658,50 @@ static int add_ns(worker *w, const char *ns)
     return 0;
 }
 
+/* Starts a new second of authentication log lines when the last is over,
+ * saying how many went unlogged in it. */
+static void auth_log_roll(a2c_server *srv, int64_t now)
+{
+    if (now - srv->auth_window_ms < 1000)
+        return;
+    if (srv->auth_unlogged)
+        slog(srv, "%" PRIu64 " more failed authentications not logged",
+             srv->auth_unlogged);
+    srv->auth_window_ms = now;
+    srv->auth_logged = 0;
+    srv->auth_unlogged = 0;
+}
+
+/*
+ * A hello that failed authentication: logged with the peer (at most
+ * AUTH_LOGS_PER_SECOND lines a second, the rest counted), and answered only
+ * after auth_delay_ms, one denial per auth_spacing_ms at most, so guesses
+ * come back slowly however many connections ask at once.
+ */
+static void deny(a2c_server *srv, worker *w, const char *name,
+                 const char *why)
+{
+    int64_t now = now_ms();
+    char nb[64];
+    srv->auth_failures++;
+    auth_log_roll(srv, now);
+    if (srv->auth_logged < AUTH_LOGS_PER_SECOND) {
+        srv->auth_logged++;
+        slog(srv, "worker \"%s\" from %s failed authentication: %s",
+             printable(name, nb, sizeof nb), w->peer, why);
+    } else {
+        srv->auth_unlogged++;
+    }
+    int64_t at = now + srv->auth_delay_ms;
+    if (at < srv->auth_next_ms)
+        at = srv->auth_next_ms;
+    srv->auth_next_ms = at + srv->auth_spacing_ms;
+    w->state = W_DENIED;
+    w->denied = why;
+    w->deadline_ms = at;
+    deadlines(srv);
+}
+
 static void on_message(a2c_server *srv, worker *w, const a2_wire_msg *m)
 {
     char why[160];
@@ -628,8 +714,8 @@ static void on_message(a2c_server *srv, worker *w, const a2_wire_msg *m)
             return;
         }
         if (w->tcp && (!m->token || !token_eq(m->token, srv->token))) {
-            proto_error(srv, w, A2_WIRE_CODE_AUTH,
-                        m->token ? "wrong token" : "token required over TCP");
+            deny(srv, w, m->name,
+                 m->token ? "wrong token" : "token required over TCP");
             return;
         }
         if (!(w->name = dupstr(m->name))) {
@@ -734,8 +820,8 @@ static void on_readable(a2c_server *srv, worker *w)
             close_now(srv, w);
             return;
         }
-        if (w->state == W_CLOSING)
-            continue; /* discard until EOF */
+        if (w->state == W_CLOSING || w->state == W_DENIED)
+            continue; /* discard until EOF, or the answer */
         int rc = a2_wire_reader_feed(w->rd, buf, (size_t)n);
         while (rc == 0 && (w->state == W_NEW || w->state == W_LIVE)) {
             a2_wire_msg m;
@@ -777,7 +863,10 @@ static void refuse(a2c_server *srv, int fd, const char *message)
 static void on_accept(a2c_server *srv, handle *l)
 {
     for (int i = 0; i < ACCEPTS_PER_EVENT; i++) {
-        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage sa;
+        socklen_t salen = sizeof sa;
+        int fd = accept4(l->fd, (struct sockaddr *)&sa, &salen,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
         worker *w;
         struct epoll_event ev = {0};
 
@@ -815,6 +904,18 @@ static void on_accept(a2c_server *srv, handle *l)
         w->h.kind = H_WORKER;
         w->h.fd = fd;
         w->tcp = l->kind == H_TCP;
+        snprintf(w->peer, sizeof w->peer, "unix");
+        if (w->tcp) {
+            char host[INET6_ADDRSTRLEN], port[8];
+            if (getnameinfo((struct sockaddr *)&sa, salen, host, sizeof host,
+                            port, sizeof port,
+                            NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+                snprintf(w->peer, sizeof w->peer,
+                         sa.ss_family == AF_INET6 ? "tcp [%s]:%s" : "tcp %s:%s",
+                         host, port);
+            else
+                snprintf(w->peer, sizeof w->peer, "tcp ?");
+        }
         w->serial = ++srv->serial;
         w->deadline_ms = now_ms() + srv->hello_timeout_ms;
         srv->connections++;
@@ -856,6 +957,9 @@ static void deadlines(a2c_server *srv)
             snprintf(why, sizeof why, "no subscription within %d ms",
                      srv->subscribe_timeout_ms);
             proto_error(srv, w, A2_WIRE_CODE_TIMEOUT, why);
+        } else if (w->state == W_DENIED && now >= w->deadline_ms) {
+            auth_log_roll(srv, now);
+            proto_error(srv, w, A2_WIRE_CODE_AUTH, w->denied);
         } else if (w->state == W_CLOSING && now >= w->deadline_ms) {
             close_now(srv, w);
         }
@@ -863,6 +967,7 @@ static void deadlines(a2c_server *srv)
     }
     for (w = srv->workers; w; w = w->next)
         if ((w->state == W_NEW || w->state == W_CLOSING ||
+             w->state == W_DENIED ||
              (w->state == W_LIVE && w->n_subs + w->n_ns == 0)) &&
             (next == 0 || w->deadline_ms < next))
             next = w->deadline_ms;
@@ -1135,6 +1240,13 @@ a2c_server *a2c_server_new(const a2c_server_options *opts, char *err,
                                    ? opts->max_connections
                                    : A2C_DEFAULT_MAX_CONNECTIONS;
     srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    srv->log = opts->log;
+    srv->log_arg = opts->log_arg;
+    srv->auth_delay_ms = opts->auth_delay_ms > 0 ? opts->auth_delay_ms
+                                                 : DEFAULT_AUTH_DELAY_MS;
+    srv->auth_spacing_ms = opts->auth_spacing_ms > 0
+                                   ? opts->auth_spacing_ms
+                                   : DEFAULT_AUTH_SPACING_MS;
     srv->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (srv->epfd < 0) {
         seterr(err, errlen, "could not create epoll: %s", strerror(errno));
@@ -1489,6 +1601,7 @@ void a2c_server_get_stats(const a2c_server *srv, a2c_server_stats *out)
     out->log_checks = srv->log_checks;
     out->connections = srv->connections;
     out->refused = srv->refused;
+    out->auth_failures = srv->auth_failures;
     if (srv->log_built && srv->log_gen == srv->gen) {
         out->log_consumers = a2c_map_count(srv->log_groups);
     } else {

@@ -70,6 +70,13 @@ typedef struct {
     /* Connections at once (past it a new one gets an error frame and is
      * closed); 0 = A2C_DEFAULT_MAX_CONNECTIONS. */
     size_t max_connections;
+    /* Where the server's log lines go (failed authentications); NULL: none. */
+    void (*log)(void *arg, const char *line);
+    void *log_arg;
+    /* A failed authentication is answered this long after the hello, and
+     * at most one in auth_spacing_ms; 0 = 1000 and 100. */
+    int auth_delay_ms;
+    int auth_spacing_ms;
 } a2c_server_options;
 
 #define A2C_DEFAULT_MAX_CONNECTIONS 16384
@@ -94,6 +101,7 @@ typedef struct {
     uint64_t protocol_errors;
     uint64_t connections;   /* open now, with or without a hello */
     uint64_t refused;       /* connections refused: the cap, or no descriptor */
+    uint64_t auth_failures; /* hellos with a wrong or missing token */
     uint64_t log_consumers; /* log consumers with a live subscriber */
     uint64_t log_checks;    /* subscriptions looked at to route `log`s */
 } a2c_server_stats;

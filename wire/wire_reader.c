@@ -185,6 +185,9 @@ static int copy_str(frame *f, const char *key, const msgpack_object *o,
     if (has_nul(&o->via.str))
         return fail(f->r, A2_WIRE_EFORMAT, "%s: key %s contains a NUL byte",
                     f->t, key);
+    if (!a2_wire_utf8_valid(o->via.str.ptr, o->via.str.size))
+        return fail(f->r, A2_WIRE_EFORMAT, "%s: key %s is not UTF-8 text",
+                    f->t, key);
     s = arena_alloc(f->r, o->via.str.size + 1);
     if (!s)
         return fail(f->r, A2_WIRE_ENOMEM, "out of memory");

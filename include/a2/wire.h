@@ -269,4 +269,20 @@ const char *a2_wire_type_name(a2_wire_type type);
 /* A short static description of an A2_WIRE_E* code. */
 const char *a2_wire_strerror(int code);
 
+/* Bytes of the well-formed UTF-8 sequence at s (1 to 4, within n), or 0
+ * when s does not start one (overlong, surrogate, past U+10FFFF, cut). */
+size_t a2_wire_utf8_seq(const unsigned char *s, size_t n);
+/* 1 when s[0..n) is well-formed UTF-8, else 0. Every protocol string must
+ * be: the reader refuses a frame with one that is not (A2_WIRE_EFORMAT). */
+int a2_wire_utf8_valid(const char *s, size_t n);
+
+/*
+ * Reads the token of a TCP connection from path: a regular file no one but
+ * its owner can read (or, owned by root, its group too: 0640), holding one
+ * line of UTF-8 text without control characters, at most 4096 bytes; a
+ * final newline and trailing blanks are dropped. The token (malloc'd), or
+ * NULL with the reason in err.
+ */
+char *a2_wire_read_token(const char *path, char *err, size_t errlen);
+
 #endif

@@ -236,6 +236,34 @@ no_slot tc_metricsbusy
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 expect 1 'could not open token file' --db "$db" --slot tc_notoken --listen tcp:127.0.0.1:0 --token-file "$tmp/missing"
 no_slot tc_notoken
+# Token files are read as libpq reads a password file.
+printf 's3cret\n' >"$tmp/tok-open"
+chmod 0644 "$tmp/tok-open"
+expect 1 'token file ".*/tok-open" has group or world access \(mode 0644\): it must be u=rw \(0600\) or less' \
+    --db "$db" --slot tc_tokmode --listen tcp:127.0.0.1:0 --token-file "$tmp/tok-open"
+no_slot tc_tokmode
+mkdir -m 0700 "$tmp/tok-dir"
+expect 1 'token file ".*/tok-dir" is a directory' --db "$db" --listen tcp:127.0.0.1:0 --token-file "$tmp/tok-dir"
+: >"$tmp/tok-empty"
+chmod 0600 "$tmp/tok-empty"
+expect 1 'token file ".*/tok-empty" is empty' --db "$db" --listen tcp:127.0.0.1:0 --token-file "$tmp/tok-empty"
+printf 'one\ntwo\n' >"$tmp/tok-two"
+chmod 0600 "$tmp/tok-two"
+expect 1 'token file ".*/tok-two" holds a control character or more than one line' \
+    --db "$db" --listen tcp:127.0.0.1:0 --token-file "$tmp/tok-two"
+printf 'caf\351\n' >"$tmp/tok-latin1"
+chmod 0600 "$tmp/tok-latin1"
+expect 1 'token file ".*/tok-latin1" is not UTF-8 text' --db "$db" --listen tcp:127.0.0.1:0 --token-file "$tmp/tok-latin1"
+# 0640 is enough when root owns the file (a group of services reads it)
+if [ "$(id -u)" = 0 ]; then
+    chmod 0640 "$tmp/tok-open"
+    "$bin" --db "$db" --slot tc_tokroot --listen "unix:$tmp/tokroot.sock" --listen tcp:127.0.0.1:0 \
+        --token-file "$tmp/tok-open" 2>"$tmp/tokroot.log" &
+    tpid=$!
+    for _ in $(seq 1 200); do grep -q "ready:" "$tmp/tokroot.log" && break; sleep 0.05; done
+    if grep -q "ready:" "$tmp/tokroot.log"; then echo "ok: a root-owned 0640 token file"; else fail "root-owned 0640 token file refused: $(cat "$tmp/tokroot.log")"; fi
+    kill "$tpid"; wait "$tpid"
+fi
 kill "$bg"
 wait "$bg"
 bg=""

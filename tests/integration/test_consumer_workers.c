@@ -164,6 +164,7 @@ static void test_bad_workers_are_dropped(void **state)
     FILE *f = fopen(tokfile, "w");
     fputs("s3cret\n", f);
     fclose(f);
+    chmod(tokfile, 0600);
     const char *extra[] = {"--listen", listen, "--token-file", tokfile, NULL};
     tc_start_args(&d, 0, extra);
     tc_worker_open(&good, d.sock, "good", "c", NULL);

@@ -180,6 +180,7 @@ stop_consumer
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 echo "s3cret-token" >"$TMP/token"
 echo "wrong-token" >"$TMP/bad-token"
+chmod 600 "$TMP/token" "$TMP/bad-token"
 "$C" --db "$A2_TEST_DB" --slot "$slot" --listen "tcp:127.0.0.1:$port" --token-file "$TMP/token" \
     --audit "$audit" >>"$TMP/consumer.log" 2>&1 &
 cpid=$!
@@ -197,6 +198,10 @@ checks=$((checks + 1))
 grep -q "wake live-tcp" "$TMP/tcp-ok.log" || fail "the TCP worker was not woken: $(tail -5 "$TMP/tcp-ok.log")"
 checks=$((checks + 1))
 ! grep -q "connected to a2-consumer" "$TMP/tcp-bad.log" || fail "a wrong token was accepted"
+# The consumer logs the failed authentication with the peer.
+checks=$((checks + 1))
+grep -q 'worker "tcp-bad" from tcp 127.0.0.1:[0-9]* failed authentication: wrong token' "$TMP/consumer.log" ||
+    fail "no log line for the failed authentication: $(tail -5 "$TMP/consumer.log")"
 kill -TERM "${pids[@]}" 2>/dev/null
 for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
 pids=()

@@ -526,6 +526,16 @@ static void test_protocol_errors(void **state)
     cl_free(c);
     check_bystander(ok, srv, 2);
 
+    /* a subscribe whose consumer is not UTF-8: refused, never echoed back
+     * in a resync */
+    c = cl_unix();
+    cl_hello(c, srv, "latin1", NULL);
+    SEND_LIT(c, srv, "\x82\xa1t\xa9subscribe\xa8" "consumer\xa4" "caf\xe9");
+    cl_expect_error_eof(c, srv, A2_WIRE_CODE_PROTOCOL);
+    assert_non_null(strstr(last_error, "consumer is not UTF-8 text"));
+    cl_free(c);
+    check_bystander(ok, srv, 3);
+
     /* first frame not hello */
     c = cl_unix();
     assert_int_equal(a2_wire_encode_ping(&b, 1), 0);
@@ -604,7 +614,7 @@ static void test_protocol_errors(void **state)
     check_bystander(ok, srv, 5);
 
     a2c_server_get_stats(srv, &st);
-    assert_int_equal(st.protocol_errors, 11);
+    assert_int_equal(st.protocol_errors, 12);
     assert_int_equal(st.workers, 1);
     cl_free(ok);
     a2_wire_buf_free(&b);
@@ -901,6 +911,86 @@ static void test_random_garbage(void **state)
     a2c_server_free(srv);
 }
 
+static char auth_log[16][200];
+static int auth_lines;
+
+static void capture_log(void *arg, const char *line)
+{
+    (void)arg;
+    if (auth_lines < 16)
+        snprintf(auth_log[auth_lines++], sizeof auth_log[0], "%s", line);
+}
+
+/* A failed authentication is logged with the peer (a few lines a second,
+ * the rest counted) and answered late, one denial per spacing at most; a
+ * good hello meanwhile is welcomed at once. */
+static void test_auth_failures(void **state)
+{
+    (void)state;
+    char err[256];
+    a2c_server_options o = {.unix_path = path,
+                            .tcp_host = "127.0.0.1",
+                            .tcp_port = "0",
+                            .token = "s3cret-token",
+                            .log = capture_log,
+                            .auth_delay_ms = 200,
+                            .auth_spacing_ms = 100};
+    a2c_server *srv = a2c_server_new(&o, err, sizeof err);
+    a2_wire_buf b = {0};
+    a2c_server_stats st;
+    client *bad[8];
+    if (!srv)
+        fail_msg("a2c_server_new: %s", err);
+    auth_lines = 0;
+    int port = a2c_server_tcp_port(srv);
+
+    client *ok = cl_unix();
+    cl_hello(ok, srv, "ok", NULL);
+    cl_subscribe(ok, srv, "c", A2_WIRE_LOG_NONE, NULL, 0);
+    int64_t t0 = ms_now();
+    for (int i = 0; i < 8; i++) {
+        bad[i] = cl_tcp(port);
+        assert_int_equal(a2_wire_encode_hello(&b, "t\x1b[2Jx", i % 2 ? "nope" : NULL), 0);
+        cl_send(bad[i], srv, &b);
+    }
+    pump_for(srv, 20);
+    /* while they wait: a good hello is welcomed, the bystander is served */
+    client *good = cl_tcp(port);
+    cl_hello(good, srv, "good", "s3cret-token");
+    check_bystander(ok, srv, 1);
+    for (int i = 0; i < 8; i++) {
+        cl_expect_error_eof(bad[i], srv, A2_WIRE_CODE_AUTH);
+        assert_string_equal(last_error,
+                            i % 2 ? "wrong token" : "token required over TCP");
+        /* the first after the delay, each next one spacing later */
+        assert_true(ms_now() - t0 >= 200 + 100 * i);
+        cl_free(bad[i]);
+    }
+    /* five lines, with the peer and the name made printable */
+    assert_int_equal(auth_lines, 5);
+    for (int i = 0; i < 5; i++) {
+        assert_non_null(strstr(auth_log[i], "worker \"t?[2Jx\" from tcp 127.0.0.1:"));
+        assert_non_null(strstr(auth_log[i], "failed authentication: "));
+    }
+    /* a second later, the next failure says how many went unlogged */
+    pump_for(srv, 1100);
+    client *c = cl_tcp(port);
+    assert_int_equal(a2_wire_encode_hello(&b, "late", "nope"), 0);
+    cl_send(c, srv, &b);
+    cl_expect_error_eof(c, srv, A2_WIRE_CODE_AUTH);
+    cl_free(c);
+    assert_int_equal(auth_lines, 7);
+    assert_string_equal(auth_log[5], "3 more failed authentications not logged");
+    assert_non_null(strstr(auth_log[6], "worker \"late\" from tcp 127.0.0.1:"));
+    a2c_server_get_stats(srv, &st);
+    assert_int_equal(st.auth_failures, 9);
+    assert_int_equal(st.workers, 2);
+    cl_free(good);
+    cl_free(ok);
+    a2_wire_buf_free(&b);
+    a2c_server_free(srv);
+}
+
 /* A worker that says hello and subscribes to nothing is dropped; past
  * max_connections, or with no descriptor free, a connection gets an error
  * and is closed, and the listener does not stay readable. */
@@ -1074,6 +1164,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_random_garbage, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_connection_limits, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_auth_failures, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_listeners, setup, teardown),
     };

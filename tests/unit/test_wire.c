@@ -210,6 +210,19 @@ static void test_errors_framing(void **state)
     EXPECT_LIT(W, "\x82\xa1t\xa4ping\xa2id\xa2\x61\x00", A2_WIRE_ETYPE, "id");
     EXPECT_LIT(W, "\x82\xa1t\xa8presence\xa2ns\xa2\x61\x00", A2_WIRE_EFORMAT,
                "NUL");
+    /* strings that are not UTF-8: a lone 0xff, an overlong "/", a UTF-16
+     * surrogate, a sequence cut short; as a hello name, a subscribe's
+     * consumer, a log type and a presence namespace */
+    EXPECT_LIT(W, "\x83\xa1t\xa5hello\xa1v\x01\xa4name\xa2w\xff",
+               A2_WIRE_EFORMAT, "name is not UTF-8");
+    EXPECT_LIT(W, "\x82\xa1t\xa9subscribe\xa8" "consumer\xa3\xc0\xaf!",
+               A2_WIRE_EFORMAT, "consumer is not UTF-8");
+    EXPECT_LIT(W,
+               "\x83\xa1t\xa9subscribe\xa8" "consumer\xa1" "c\xa9log_types"
+               "\x91\xa3\xed\xa0\x80",
+               A2_WIRE_EFORMAT, "log_types is not UTF-8");
+    EXPECT_LIT(W, "\x82\xa1t\xa8presence\xa2ns\xa2\xe2\x82", A2_WIRE_EFORMAT,
+               "ns is not UTF-8");
     /* map32 claiming 4 billion entries: rejected from its header */
     EXPECT_LIT(W, "\xdf\xff\xff\xff\xff", A2_WIRE_ETOOBIG, "map");
     /* array32 inside claiming too many */
@@ -647,6 +660,37 @@ static void test_byte_at_a_time(void **state)
     a2_wire_buf_free(&b);
 }
 
+static void test_utf8(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *s;
+        int ok;
+    } cases[] = {
+            {"", 1},
+            {"plain ascii", 1},
+            {"\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 1}, /* é € 😀 */
+            {"\xef\xbf\xbf\xf4\x8f\xbf\xbf", 1}, /* U+FFFF, U+10FFFF */
+            {"\xc2\x9b", 1},                      /* C1 CSI: valid UTF-8 */
+            {"\xff", 0},
+            {"\x80", 0},                  /* a lone continuation */
+            {"\xc0\xaf", 0},              /* overlong "/" */
+            {"\xe0\x80\xaf", 0},          /* overlong, three bytes */
+            {"\xed\xa0\x80", 0},          /* surrogate U+D800 */
+            {"\xf4\x90\x80\x80", 0},      /* past U+10FFFF */
+            {"\xf5\x80\x80\x80", 0},
+            {"ok\xe2\x82", 0},            /* cut short */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (a2_wire_utf8_valid(cases[i].s, strlen(cases[i].s)) != cases[i].ok)
+            fail_msg("case %zu: wanted %d", i, cases[i].ok);
+    /* the length of one sequence, bounded by n */
+    const unsigned char *euro = (const unsigned char *)"\xe2\x82\xac";
+    assert_int_equal(a2_wire_utf8_seq(euro, 3), 3);
+    assert_int_equal(a2_wire_utf8_seq(euro, 2), 0);
+    assert_int_equal(a2_wire_utf8_seq(euro, 0), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -659,6 +703,7 @@ int main(void)
             cmocka_unit_test(test_errors_framing),
             cmocka_unit_test(test_encode_errors),
             cmocka_unit_test(test_consumer_limits),
+            cmocka_unit_test(test_utf8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

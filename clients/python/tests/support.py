@@ -107,7 +107,9 @@ class Consumer:
             self.args += ["--listen", spec]
         if token is not None:
             token_file = os.path.join(TMP, f"{self.name}.token")
-            with open(token_file, "w") as f:
+            # only the owner may read a token file: a2-consumer refuses others
+            fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
                 f.write(token + "\n")
             self.args += ["--token-file", token_file]
         self.proc: Optional[subprocess.Popen] = None
