@@ -44,6 +44,9 @@ expect 0 "$W" --version; contains "a2-worker $ver (schema 2, wire protocol 1)"
 expect 2 env A2_STORE_TIMEOUT_MS=soon "$W" --consumer c --exec true; contains 'A2_STORE_TIMEOUT_MS must be a whole number of milliseconds from 0 to 86400000, not "soon"' err
 expect 1 "$W" --consumer c --exec true --connect tcp:127.0.0.1:1 --token-file "$TMP/none"
 contains "could not open token file" err
+printf 'tok\n' >"$TMP/open-token"; chmod 0644 "$TMP/open-token"
+expect 1 "$W" --consumer c --exec true --connect tcp:127.0.0.1:1 --token-file "$TMP/open-token"
+contains "has group or world access (mode 0644)" err
 expect 1 "$W" --consumer c --exec true --db "host=127.0.0.1 port=1 connect_timeout=2"
 contains "could not connect to the database" err
 

@@ -70,6 +70,9 @@ for line in sys.stdin:
     r = json.loads(line)
     print((r.get("after") or {}).get("error"))'
 }
+append() { # a2 append ARGS...: an append that fails is a failure of the test
+    "$A2" append "$@" >/dev/null || fail "a2 append $* exited $?"
+}
 stop_worker() { # PID: SIGTERM, then wait for its exit (bounded); sets wrc
     kill -TERM "$1"
     local deadline=$((SECONDS + 40))
@@ -114,6 +117,9 @@ for line in sys.stdin:
         continue
     if t == "slow":
         time.sleep(1)
+    if t == "flood" and first:  # a line past 16 MiB
+        sys.stdout.write("x" * (17 << 20))
+        sys.stdout.flush()
     if t == "garbage-always":  # not even UTF-8
         sys.stdout.buffer.write(b"this is not json \xff\xfe\n")
         sys.stdout.buffer.flush()
@@ -142,9 +148,9 @@ H
 wpy=$!
 pids+=($wpy)
 wait_log 20 "$TMP/py.log" "connected to a2-consumer"
-"$A2" append py-a order 1 --target py:main >/dev/null
-"$A2" append py-a order 2 --target py:main >/dev/null
-"$A2" append py-b order 3 --target py >/dev/null
+append py-a order 1 --target py:main
+append py-a order 2 --target py:main
+append py-b order 3 --target py
 wait_for 30 "select count(*) from a2_events where event_type = 'order.done'" 3
 wait_for 30 "select count(*) from a2_events where event_type = 'audit.line'" 3
 # (Returned events take indexes too: the second order of py-a is #2 or #4.)
@@ -157,15 +163,17 @@ check "A2_CONSUMER and A2_SLOT: $(cat "$RUNS")" [ "$(awk '$2 ~ /^py-[ab]$/ {prin
 first_pid=$(pids_of py '^py-[ab]$')
 check "the handler's stderr is in the log: $(head -5 "$TMP/py.log")" grep -q "\[handler 1[^]]*\] handler $first_pid up" "$TMP/py.log"
 
-# --- (3)-(5) crashes, a kill, garbage, a refusal, two answers at once ---
-"$A2" append py-crash crash '{}' --target py >/dev/null
-"$A2" append py-kill kill9 '{}' --target py >/dev/null
-"$A2" append py-crash-always crash-always '{}' --target py >/dev/null
-"$A2" append py-garbage garbage '{}' --target py >/dev/null
-"$A2" append py-garbage-always garbage-always '{}' --target py >/dev/null
-"$A2" append py-refuse refuse '{}' --target py >/dev/null
-"$A2" append py-double double '{}' --target py:main >/dev/null
-"$A2" append py-double after '{}' --target py:main >/dev/null
+# --- (3)-(5) crashes, a kill, an endless line, garbage, a refusal, two
+# answers at once ---
+append py-crash crash '{}' --target py
+append py-kill kill9 '{}' --target py
+append py-flood flood '{}' --target py
+append py-crash-always crash-always '{}' --target py
+append py-garbage garbage '{}' --target py
+append py-garbage-always garbage-always '{}' --target py
+append py-refuse refuse '{}' --target py
+append py-double double '{}' --target py:main
+append py-double after '{}' --target py:main
 wait_for 60 "select count(*) from a2_cursors where consumer = 'py' and failed_at is not null" 3
 wait_for 60 "select count(*) from a2_cursors where consumer = 'py' and head is not null and failed_at is null" 0
 dead() { sql "select failure_count || ' ' || last_error from a2_cursors where consumer = 'py' and session_id = '$1' and failed_at is not null"; }
@@ -182,6 +190,10 @@ wait_log 30 "$audit" '"transition":"failed","session":"py-kill"'
 got=$(audit_errors py-kill)
 check "the kill's failure: $got" eval 'case "$got" in "handler killed by signal 9"*) true ;; *) false ;; esac'
 check "py-kill completed: $(grep py-kill "$RUNS")" [ "$(sql "select count(*) from a2_events where session_id = 'py-kill' and event_type = 'kill9.done'")" = 1 ]
+wait_log 30 "$audit" '"transition":"failed","session":"py-flood"'
+got=$(audit_errors py-flood)
+check "the flood's failure: $got" eval 'case "$got" in "the handler'"'"'s answer is longer than 16 MiB"*) true ;; *) false ;; esac'
+check "py-flood completed" [ "$(sql "select count(*) from a2_events where session_id = 'py-flood' and event_type = 'flood.done' and cause->>'attempt' = '2'")" = 1 ]
 check "the restarts are logged: $(grep restarting "$TMP/py.log")" grep -q "handler 1 (pid [0-9]*) exited with status 3; restarting in [0-9]* ms" "$TMP/py.log"
 # Garbage fails that attempt, and the same process goes on with the next
 # event (one slot: the runs are in order).
@@ -208,7 +220,7 @@ check "the extra answer is reported: $(grep -i 'no event' "$TMP/py.log")" \
 
 # --- SIGTERM while an event is in flight: it completes, then the handler
 # reads the end of its stdin and exits, and a2-worker exits 0 ---
-"$A2" append py-slow slow '{}' --target py >/dev/null
+append py-slow slow '{}' --target py
 deadline=$((SECONDS + 30))
 until grep -q " py-slow " "$RUNS" || [ $SECONDS -gt $deadline ]; do sleep 0.05; done
 last_pid=$(awk '$2 == "py-slow" {print $5}' "$RUNS")
@@ -225,9 +237,9 @@ check "the handler's exit is logged" grep -q "handler 1 (pid [0-9]*) exited with
     --retry-after 200 --max-failures 2 --name quiet >/dev/null 2>"$TMP/quiet.log" &
 wq=$!
 pids+=($wq)
-"$A2" append q-silent silent '{}' --target quiet >/dev/null
-"$A2" append q-silent-always silent-always '{}' --target quiet >/dev/null
-"$A2" append q-after order 7 --target quiet >/dev/null
+append q-silent silent '{}' --target quiet
+append q-silent-always silent-always '{}' --target quiet
+append q-after order 7 --target quiet
 wait_for 60 "select count(*) from a2_cursors where consumer = 'quiet' and failed_at is not null" 1
 wait_for 60 "select count(*) from a2_cursors where consumer = 'quiet' and head is not null and failed_at is null" 0
 got=$(sql "select failure_count || ' ' || last_error from a2_cursors where consumer = 'quiet' and failed_at is not null")
@@ -259,7 +271,7 @@ H
         --name nd >/dev/null 2>"$TMP/nd.log" &
     wn=$!
     pids+=($wn)
-    for i in 1 2 3 4 5 6; do "$A2" append "nd-$i" job "$i" --target nd >/dev/null; done
+    for i in 1 2 3 4 5 6; do append "nd-$i" job "$i" --target nd; done
     wait_for 30 "select count(*) from a2_events where event_type = 'node.done'" 6
     got=$(sql "select string_agg(session_id || ':' || event_id || ':' || payload::text, ' ' order by session_id) from a2_events where event_type = 'node.done' and session_id in ('nd-1', 'nd-6')")
     check "node's returned events: $got" [ "$got" = 'nd-1:ret-nd-1-1:{"n": 1, "from": "node"} nd-6:ret-nd-1-1:{"n": 6, "from": "node"}' ]
