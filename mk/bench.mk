@@ -4,7 +4,7 @@
 #                               and the summary against the targets)
 #   make bench-quick            the same with 1 s cells (a smoke run)
 #   make bench-one BENCH=wake   one benchmark (commit, wake, e2e, consumer,
-#                               decode, store), then bench/plot
+#                               decode, store, handlers), then bench/plot
 #   make bench-plot             redraw the charts from bench/results/*.csv
 #
 # None of these is part of `make check`.
