@@ -23,6 +23,16 @@
 #define BOUND_MIB    64
 #define PER_CONN_KIB 16
 
+/* The consumer's CPU (seconds) for routing 5000 wake-ups among 10 000
+ * connections, from the commit to the live worker's next wake-up. Measured
+ * on 2 busy CPUs: 0.11 to 0.13 s in release, 0.22 to 0.47 s under ASan
+ * (0.25 typical); with a scan of every connection per wake-up (5000 x
+ * 10 000 = 5e7 visits; server.c's cached candidates disabled) 1.50 to
+ * 2.56 s in release and 1.31 to 2.65 s under ASan. The bounds are about 4
+ * times the typical figure. */
+#define ROUTE_CPU_RELEASE 0.6
+#define ROUTE_CPU_ASAN    1.0
+
 static PGconn *db;
 static tc_daemon d;
 static long conns; /* worker connections open at the peak */
@@ -79,6 +89,42 @@ static void sample_for(int ms)
         sample();
         tc_sleep_ms(50);
     }
+}
+
+/* CPU seconds (user + system) the process has used. */
+static double cpu_seconds(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* past the command name */
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                            "%lu %lu",
+                     &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* When the harness (tests/run, which exports A2_TEST_TIMEOUT in seconds)
+ * would kill this executable, less a margin: the long waits end before it,
+ * with a message. 0: no bound known. */
+static int64_t run_deadline;
+
+/* want, or less when the harness's bound comes sooner. */
+static int budget_ms(int want)
+{
+    if (!run_deadline)
+        return want;
+    int64_t left = run_deadline - a2_test_now_ms();
+    if (left < 1000)
+        fail_msg("out of time: the harness's bound (A2_TEST_TIMEOUT) is near");
+    return left < want ? (int)left : want;
 }
 
 static int n_live;
@@ -187,7 +233,7 @@ static void test_million_row_transaction(void **state)
              rows);
     a2_test_exec(db, sql);
     int64_t t1 = a2_test_now_ms();
-    int64_t wake = live_wake(&live, 600000);
+    int64_t wake = live_wake(&live, budget_ms(600000));
     /* The log worker: its log wake-ups were dropped for one resync. */
     int resyncs = 0, logs = 0;
     while (tc_next(&logw, 200, &m) == 1) {
@@ -279,33 +325,43 @@ static void test_ten_thousand_idle_connections(void **state)
     int64_t wake = live_wake(&live, 20000);
     /* Wake-ups for the idle consumer reach its subscribers without growing
      * the consumer past its bound. */
+    double c0 = cpu_seconds(d.pid);
     a2_test_exec(db, "insert into a2_cursors(session_id, consumer, "
                      "cursor_key, epoch, kind, head) select 'i' || g, "
                      "'idle', '#1', 1, 'event', 1 from generate_series(1, "
                      "5000) g");
-    int64_t wake2 = live_wake(&live, 20000);
-    /* Every idle connection is still open: a byte is readable (its welcome)
-     * and no EOF. */
+    /* 60 s: a hang guard, not the measure (that is the CPU below) */
+    int64_t wake2 = live_wake(&live, 60000);
+    double cpu = cpu_seconds(d.pid) - c0;
+    /* Every idle connection is still open: its welcome is readable (polled
+     * for, all within one deadline) and it is not at EOF. */
     int open_ok = 0;
+    int64_t until = a2_test_now_ms() + 20000;
     for (int i = 0; i < N; i++) {
+        int64_t left = until - a2_test_now_ms();
+        struct pollfd p = {fds[i], POLLIN, 0};
         char b;
-        ssize_t r = recv(fds[i], &b, 1, MSG_DONTWAIT | MSG_PEEK);
-        if (r == 1)
+        if (poll(&p, 1, left > 0 ? (int)left : 0) == 1 &&
+            recv(fds[i], &b, 1, MSG_DONTWAIT | MSG_PEEK) == 1)
             open_ok++;
     }
     printf("  %d idle connections opened in %lld ms, %d welcomed and open; "
-           "live wake-up %lld ms, after 5000 wakes to idle workers %lld ms\n",
-           N, (long long)(t1 - t0), open_ok, (long long)wake, (long long)wake2);
+           "live wake-up %lld ms, after 5000 wakes to idle workers %lld ms "
+           "(consumer CPU %.2f s)\n",
+           N, (long long)(t1 - t0), open_ok, (long long)wake, (long long)wake2,
+           cpu);
     assert_int_equal(open_ok, N);
     /* Routing 5000 wake-ups among 10 000 connections (5000 subscribers)
-     * takes well under a second; a scan of every connection per wake-up
-     * made the live worker wait 5 to 12 s here. */
+     * costs the consumer a fraction of a second of CPU (ROUTE_CPU_*); a
+     * busy host stretches the wall time, not the CPU. */
     const char *bin = getenv("A2_BIN");
-    int64_t limit = bin && strstr(bin, "asan") ? 12000 : 3000;
-    if (wake2 > limit)
-        fail_msg("the live worker waited %lld ms behind 5000 wake-ups "
-                 "(limit %lld ms)",
-                 (long long)wake2, (long long)limit);
+    double limit =
+            bin && strstr(bin, "asan") ? ROUTE_CPU_ASAN : ROUTE_CPU_RELEASE;
+    assert_true(c0 >= 0);
+    if (cpu > limit)
+        fail_msg("routing 5000 wake-ups among %d connections took %.2f s of "
+                 "the consumer's CPU (bound %.2f s)",
+                 N, cpu, limit);
     assert_bounded("10 000 idle connections");
     for (int i = 0; i < N; i++)
         close(fds[i]);
@@ -365,26 +421,6 @@ static void test_worker_that_never_reads(void **state)
     tc_worker_close(&live);
     assert_int_equal(tc_stop(&d), 0);
     passed = 1;
-}
-
-/* CPU seconds (user + system) the process has used. */
-static double cpu_seconds(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* past the command name */
-    unsigned long ut = 0, st = 0;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
-                            "%lu %lu",
-                     &ut, &st) != 2)
-        return -1;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 /* Under RLIMIT_NOFILE 160 (soft and hard, as prlimit --nofile=160 sets)
@@ -489,6 +525,12 @@ static void test_descriptor_limit(void **state)
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *t = getenv("A2_TEST_TIMEOUT");
+    if (t && atoi(t) > 0) {
+        int64_t ms = atoi(t) * 1000LL;
+        run_deadline =
+                a2_test_now_ms() + ms - (ms / 10 < 30000 ? ms / 10 : 30000);
+    }
     const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_ten_megabyte_payload, setup,
                                             teardown),

@@ -124,20 +124,36 @@ expect 0 "$A2" audit "$f" --transition nothing; contains "no matching audit line
 printf 'not json\n[1]\n' >>"$f"
 expect 1 "$A2" audit "$f"; contains "0/30"; contains "audit.jsonl:4: not a JSON object" err; contains "2 lines could not be read" err
 # --follow: lines appended later show up; a partial line waits; rotation reopens.
+# read_to_end PID FILE SECONDS: waits until PID has read FILE to its end
+# (the offset of its descriptor on FILE reaches FILE's size).
+read_to_end() {
+    local deadline=$((SECONDS + $3)) size fd pos
+    size=$(stat -c %s "$2")
+    checks=$((checks + 1))
+    while [ $SECONDS -le $deadline ]; do
+        for fd in /proc/"$1"/fd/*; do
+            [ "$(readlink "$fd" 2>/dev/null)" = "$2" ] || continue
+            pos=$(sed -n 's/^pos:[[:space:]]*//p' "/proc/$1/fdinfo/${fd##*/}" 2>/dev/null)
+            [ "${pos:-0}" -ge "$size" ] && return 0
+        done
+        sleep 0.05
+    done
+    fail "process $1 did not read $2 to its end ($size bytes) in $3 s"
+    return 1
+}
 g=$TMP/follow.jsonl
 line 0/40 claimed s9 mailer 1 1 w1 >"$g"
 "$A2" --json audit "$g" --follow --session s9 >"$TMP/follow.out" 2>"$TMP/follow.err" &
 fpid=$!
-sleep 0.6
+wait_out "$TMP/follow.out" '"0/40"' 15
 line 0/50 completed s9 mailer 1 1 w1 | head -c 60 >>"$g"
-sleep 0.5
+read_to_end "$fpid" "$g" 15 # it holds the partial line
 line 0/50 completed s9 mailer 1 1 w1 | tail -c +61 >>"$g"
 line 0/55 claimed other mailer 1 1 w1 >>"$g"
-sleep 0.6
+wait_out "$TMP/follow.out" '"0/50"' 15
 mv "$g" "$g.1"
 line 0/60 started s9 mailer 2 0 w1 >"$g"
-deadline=$((SECONDS + 15))
-until grep -q '"0/60"' "$TMP/follow.out" || [ $SECONDS -gt $deadline ]; do sleep 0.1; done
+wait_out "$TMP/follow.out" '"0/60"' 15
 kill -INT "$fpid"
 wait "$fpid"
 frc=$?

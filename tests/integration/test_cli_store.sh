@@ -95,8 +95,7 @@ printf '\xff\xfe{"lsn":"0/2"}\n' >>"$TMP/evil.jsonl"
 expect 1 "$A2" audit "$TMP/evil.jsonl"; clean audit; contains 'a\x1b[31m\u009b'; contains 'error: bad\x1b]0;x\x07'; contains 'evil.jsonl:2: not a JSON object' err
 "$A2" audit "$TMP/evil.jsonl" --follow >"$TMP/out" 2>"$TMP/err" &
 fpid=$!
-deadline=$((SECONDS + 15))
-until grep -q 'a\\x1b' "$TMP/out" || [ $SECONDS -gt $deadline ]; do sleep 0.1; done
+wait_out "$TMP/out" 'a\\x1b' 15
 kill -INT "$fpid"; wait "$fpid" 2>/dev/null
 out=$(cat "$TMP/out"); err=$(cat "$TMP/err")
 clean "audit --follow"; contains 'c\x07'
@@ -108,19 +107,22 @@ expect 1 "$A2" append s1 x; contains "append failed" err
 sql "alter table a2_events_gone rename to a2_events"
 expect 1 "$A2" --db "host=127.0.0.1 port=1 connect_timeout=2" cursors s1; contains "could not connect to the database" err
 # A2_STORE_TIMEOUT_MS: a bad value is a usage error; a good one bounds a
-# call that waits for its session's lock (held here for up to 5 s).
+# call that waits for its session's lock (held here for up to 60 s, and
+# cancelled once the append is done).
 expect 2 env A2_STORE_TIMEOUT_MS=soon "$A2" read s1; contains "A2_STORE_TIMEOUT_MS must be a whole number" err
 expect 2 env A2_STORE_TIMEOUT_MS=-1 "$A2" append s1 x; contains 'not "-1"' err
-psql "$A2_TEST_DB" -XAtqc "begin; select pg_advisory_xact_lock(hashtext('s9')); select pg_sleep(5); commit" >/dev/null &
+psql "$A2_TEST_DB" -XAtqc "begin; select pg_advisory_xact_lock(hashtext('s9')); select pg_sleep(60); commit" >/dev/null &
 holder=$!
-for _ in $(seq 1 50); do
-    [ "$(sql "select count(*) from pg_locks l join pg_database d on d.oid = l.database where l.locktype = 'advisory' and l.granted and d.datname = current_database()")" = 1 ] && break
+deadline=$((SECONDS + 20))
+until [ "$(sql "select count(*) from pg_locks l join pg_database d on d.oid = l.database where l.locktype = 'advisory' and l.granted and d.datname = current_database()")" = 1 ]; do
+    [ $SECONDS -gt $deadline ] && { fail "the holder did not take the session's lock"; break; }
     sleep 0.1
 done
 t0=$(date +%s%N)
 expect 1 env A2_STORE_TIMEOUT_MS=300 "$A2" append s9 x; contains "canceling statement due to statement timeout" err
-checks=$((checks + 1)); [ $(( ($(date +%s%N) - t0) / 1000000 )) -lt 4000 ] || fail "A2_STORE_TIMEOUT_MS=300 did not bound the append"
-sql "select pg_cancel_backend(pid) from pg_stat_activity where datname = current_database() and query like '%pg_sleep(5)%' and pid <> pg_backend_pid()" >/dev/null
+# (well under the 60 s hold: the timeout ended the wait, not the holder)
+checks=$((checks + 1)); [ $(( ($(date +%s%N) - t0) / 1000000 )) -lt 10000 ] || fail "A2_STORE_TIMEOUT_MS=300 did not bound the append"
+sql "select pg_cancel_backend(pid) from pg_stat_activity where datname = current_database() and query like '%pg_sleep(60)%' and pid <> pg_backend_pid()" >/dev/null
 wait "$holder" 2>/dev/null
 checks=$((checks + 1)); [ "$(sql "select count(*) from a2_events where session_id = 's9'")" = 0 ] || fail "a timed-out append wrote"
 for c in "append s t" "read s" "cursors s" "dead-letters s" "redrive s c 1 --skip" "clear s" "reclaim s"; do

@@ -348,6 +348,7 @@ typedef struct {
     char fields[512]; /* "k=v;..." with v a string, number, or "nil" */
     int64_t head, idx, clear_index;
     uint64_t lsn;
+    uint64_t id; /* of a pong */
     int all_sessions;
     int n_sessions;
     char sessions[8][64];
@@ -523,6 +524,8 @@ static inline void flatten(msgpack_object o, tc_msg *m)
             copy_str(m->participant, sizeof m->participant, v);
         else if (!strcmp(key, "lsn"))
             m->lsn = (uint64_t)obj_int(v);
+        else if (!strcmp(key, "id"))
+            m->id = (uint64_t)obj_int(v);
         else if (!strcmp(key, "fields") && v.type == MSGPACK_OBJECT_MAP) {
             size_t off = 0;
             for (uint32_t j = 0; j < v.via.map.size; j++) {
@@ -606,6 +609,51 @@ static inline int tc_wait_for(tc_worker *w, const char *t, int timeout_ms,
         if (strcmp(m->t, t) == 0)
             return 1;
     }
+}
+
+/* Sends a ping with id. The consumer handles a connection's frames in
+ * order and answers a ping with a pong once it has handled every frame sent
+ * before it: its pong is a barrier (a subscription sent before it is in
+ * place). */
+static inline void tc_ping(tc_worker *w, uint64_t id)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 2);
+    pk_str(&pk, "t");
+    pk_str(&pk, "ping");
+    pk_str(&pk, "id");
+    msgpack_pack_uint64(&pk, id);
+    tc_send_raw(w->fd, sb.data, sb.size);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* Waits for the pong of id, skipping (and dropping) the messages before
+ * it; 1, or 0 on timeout or a closed connection. */
+static inline int tc_wait_pong(tc_worker *w, uint64_t id, int timeout_ms)
+{
+    int64_t deadline = a2_test_now_ms() + timeout_ms;
+    tc_msg m;
+    for (;;) {
+        int64_t left = deadline - a2_test_now_ms();
+        if (left <= 0)
+            return 0;
+        if (!tc_wait_for(w, "pong", (int)left, &m))
+            return 0;
+        if (m.id == id)
+            return 1;
+    }
+}
+
+/* Ping, then wait (at most timeout_ms) for its pong; fails the test when
+ * none comes. */
+static inline void tc_sync(tc_worker *w, uint64_t id, int timeout_ms)
+{
+    tc_ping(w, id);
+    if (!tc_wait_pong(w, id, timeout_ms))
+        fail_msg("no pong %" PRIu64 " within %d ms", id, timeout_ms);
 }
 
 /* A TCP port free right now on 127.0.0.1. */

@@ -13,11 +13,14 @@
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "a2/version.h"
 #include "test_consumer_util.h"
 
 static PGconn *db;
+/* Set to end the dripping clients of test_metrics_slow_client. */
+static atomic_int drip_stop;
 
 static int setup(void **state)
 {
@@ -30,6 +33,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    atomic_store(&drip_stop, 1);
     tc_kill_leftovers();
     PQfinish(db);
     return 0;
@@ -45,6 +49,9 @@ static void sqlf(const char *fmt, ...)
     a2_test_exec(db, sql);
 }
 
+/* Connects a worker and waits for its welcome and, when it subscribes, for
+ * the resync the consumer answers the subscription with: from then on the
+ * subscription is in place. */
 static void open_worker(tc_worker *w, tc_daemon *d, const char *name,
                         const char *consumer, const char *log_type)
 {
@@ -52,6 +59,8 @@ static void open_worker(tc_worker *w, tc_daemon *d, const char *name,
     tc_worker_open(w, d->sock, name, consumer, log_type);
     if (!tc_wait_for(w, "welcome", 5000, &m))
         fail_msg("no welcome");
+    if (consumer && !tc_wait_for(w, "resync", 5000, &m))
+        fail_msg("no resync after the subscription of %s", name);
 }
 
 /* Inserts event idx of session and an event cursor run for it. */
@@ -159,34 +168,37 @@ static void test_retry_after_and_lease_lapse(void **state)
     append_event("s1", 1, "c");
     assert_true(tc_wait_for(&w, "wake", 5000, &m));
 
-    /* claimed, then failed with retry-after 300 ms */
+    /* claimed, then failed with retry-after 300 ms: never early, and late
+     * by at most TIMER_LATE_MS (a busy host delays the loop; a timer that
+     * is lost or not armed never fires) */
+    enum { TIMER_LATE_MS = 3000, TIMER_WAIT_MS = 10000 };
     hold("w1", 60000);
     int64_t due = hold(NULL, 300);
-    assert_true(tc_wait_for(&w, "wake", 3000, &m));
+    assert_true(tc_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
     int64_t got = tc_wall_ms();
     assert_int_equal(m.head, 1);
     assert_string_equal(m.cursor, "#1");
     if (got < due)
         fail_msg("retry wake %" PRId64 " ms early", due - got);
-    if (got > due + 250)
+    if (got > due + TIMER_LATE_MS)
         fail_msg("retry wake %" PRId64 " ms late", got - due);
 
     /* claimed with a 300 ms lease left to lapse → takeover wake */
     due = hold("w2", 300);
-    assert_true(tc_wait_for(&w, "wake", 3000, &m));
+    assert_true(tc_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
     got = tc_wall_ms();
     if (got < due)
         fail_msg("takeover wake %" PRId64 " ms early", due - got);
-    if (got > due + 250)
+    if (got > due + TIMER_LATE_MS)
         fail_msg("takeover wake %" PRId64 " ms late", got - due);
 
     /* claimed again and renewed twice: one timer, at the last expiry */
     due = hold(NULL, 0);
-    assert_true(tc_wait_for(&w, "wake", 3000, &m));
+    assert_true(tc_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
     hold("w3", 60000);
     renew(5000);
     due = renew(400);
-    assert_true(tc_wait_for(&w, "wake", 3000, &m));
+    assert_true(tc_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
     got = tc_wall_ms();
     assert_true(got >= due);
     assert_int_equal(tc_next(&w, 300, &m), 0);
@@ -197,7 +209,7 @@ static void test_retry_after_and_lease_lapse(void **state)
     assert_int_equal(tc_next(&w, 500, &m), 0);
     sqlf("update a2_cursors set failed_at = null, failure_count = 0 "
          "where cursor_key = '#1'");
-    assert_true(tc_wait_for(&w, "wake", 3000, &m));
+    assert_true(tc_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
     assert_int_equal(m.head, 1);
 
     tc_worker_close(&w);
@@ -223,10 +235,12 @@ static void test_timers_rebuilt_on_start(void **state)
     tc_start(&d);
     append_event("s1", 1, "c");
     assert_int_equal(tc_stop(&d), 0);
-    int64_t due = hold("gone", 1500);
+    /* far enough that the worker is subscribed before it fires, even
+     * after a slow start (a wake-up with no subscriber is not sent) */
+    int64_t due = hold("gone", 8000);
     tc_start(&d);
     open_worker(&w, &d, "w1", "c", NULL);
-    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    assert_true(tc_wait_for(&w, "wake", 20000, &m));
     assert_true(tc_wall_ms() >= due);
     assert_string_equal(m.cursor, "#1");
     tc_worker_close(&w);
@@ -308,7 +322,6 @@ static void test_log_before_cursor(void **state)
     tc_init(&d, "tc_logfresh");
     tc_start(&d);
     open_worker(&lw, &d, "freshw", "fresh", "signup");
-    tc_sleep_ms(100);
     sqlf("insert into a2_events(session_id, idx, event_type, event_id, "
          "created_at) values ('s9', 1, 'other', 'o1', 1), ('s9', 2, "
          "'signup', 'g2', 1)");
@@ -335,7 +348,8 @@ static void test_presence_patch(void **state)
     open_worker(&other, &d, "ow", "c", NULL);
     tc_presence_sub(&w, "room");
     tc_presence_sub(&other, "hall");
-    tc_sleep_ms(100);
+    tc_sync(&w, 1, 5000);
+    tc_sync(&other, 1, 5000);
     sqlf("begin; insert into a2_presence values ('room', 'p1', 'status', "
          "'\"online\"', null, 1, 9999999999999), ('room', 'p1', 'typing', "
          "'\"yes\"', null, 1, 9999999999999); commit");
@@ -367,13 +381,15 @@ static void test_presence_expiry_pushed(void **state)
     tc_msg m;
     tc_init(&d, "tc_expiry");
     sqlf("truncate a2_presence");
+    /* far enough that the worker subscribes before it expires, even after
+     * a slow start */
     sqlf("insert into a2_presence values ('hall', 'p0', 'seat', '1', null, 1, "
-         "(extract(epoch from clock_timestamp()) * 1000)::bigint + 1500)");
+         "(extract(epoch from clock_timestamp()) * 1000)::bigint + 8000)");
     tc_start(&d);
     open_worker(&w, &d, "xw", "c", NULL);
     tc_presence_sub(&w, "room");
     tc_presence_sub(&w, "hall");
-    tc_sleep_ms(100);
+    tc_sync(&w, 1, 5000);
     int64_t written = tc_wall_ms();
     sqlf("insert into a2_presence values ('room', 'p1', 'typing', '\"yes\"', "
          "null, 1, (extract(epoch from clock_timestamp()) * 1000)::bigint + "
@@ -387,8 +403,9 @@ static void test_presence_expiry_pushed(void **state)
     uint64_t write_lsn = m.lsn;
     assert_true(write_lsn > 0);
     int typing = 0, cursor = 0, seat = 0, other = 0;
-    while ((!typing || !cursor || !seat) &&
-           tc_wait_for(&w, "presence", 5000, &m)) {
+    int64_t until = a2_test_now_ms() + 15000;
+    while ((!typing || !cursor || !seat) && a2_test_now_ms() < until &&
+           tc_wait_for(&w, "presence", (int)(until - a2_test_now_ms()), &m)) {
         /* typing's and cursor's expiries 300 ms apart: normally two ticks,
          * one if the first was held up that long */
         if (!strcmp(m.ns, "room") &&
@@ -442,7 +459,7 @@ static void test_presence_expiry_tick_retried(void **state)
     tc_start(&d);
     open_worker(&w, &d, "xw", "c", NULL);
     tc_presence_sub(&w, "room");
-    tc_sleep_ms(100);
+    tc_sync(&w, 1, 5000);
     /* a first expiry opens the tick connection */
     sqlf("insert into a2_presence values ('room', 'p1', 'typing', '\"yes\"', "
          "null, 1, %" PRId64 ")",
@@ -506,11 +523,11 @@ static void test_presence_expiry_tick_unanswered(void **state)
     tc_msg m;
     tc_init(&d, "tc_tickhung");
     sqlf("truncate a2_presence");
-    const char *extra[] = {"--stream-timeout", "1000", NULL};
+    const char *extra[] = {"--stream-timeout", "3000", NULL};
     tc_start_args(&d, 0, extra);
     open_worker(&w, &d, "xw", "c", NULL);
     tc_presence_sub(&w, "room");
-    tc_sleep_ms(100);
+    tc_sync(&w, 1, 5000);
     /* a first expiry opens the tick connection */
     sqlf("insert into a2_presence values ('room', 'p1', 'typing', '\"yes\"', "
          "null, 1, %" PRId64 ")",
@@ -528,10 +545,10 @@ static void test_presence_expiry_tick_unanswered(void **state)
          due);
     assert_true(tc_wait_for(&w, "presence", 5000, &m));
     assert_string_equal(m.fields, "status=away;");
-    assert_true(tc_wait_for(&w, "presence", 8000, &m));
+    assert_true(tc_wait_for(&w, "presence", 20000, &m));
     assert_string_equal(m.fields, "status=nil;");
     /* not before the hung tick was given up */
-    assert_true(tc_wall_ms() >= due + 1000);
+    assert_true(tc_wall_ms() >= due + 3000);
     assert_int_equal(tc_count_in_file(d.log, "tick got no answer"), 1);
     tc_continue_process();
     tc_worker_close(&w);
@@ -578,19 +595,25 @@ static void test_metrics_heartbeat_and_stop(void **state)
     assert_non_null(strstr(h, "404"));
     free(h);
 
-    /* a quiet database: heartbeats still move the slot */
+    /* a quiet database: heartbeats still move the slot, past all the WAL
+     * there is now (the confirmation of the transaction above does not) */
     char sql[256];
     snprintf(sql, sizeof sql,
              "select (confirmed_flush_lsn - '0/0')::bigint from "
              "pg_replication_slots where slot_name = '%s'",
              d.slot);
-    tc_sleep_ms(500);
-    int64_t before = a2_test_int(db, sql);
-    tc_sleep_ms(1500);
+    int64_t before =
+            a2_test_int(db, "select (pg_current_wal_insert_lsn() - '0/0')"
+                            "::bigint");
     int64_t after = a2_test_int(db, sql);
+    for (int64_t t0 = a2_test_now_ms();
+         after <= before && a2_test_now_ms() - t0 < 10000;
+         after = a2_test_int(db, sql))
+        tc_sleep_ms(100);
     if (after <= before)
-        fail_msg("slot did not move while idle: %" PRId64 " → %" PRId64, before,
-                 after);
+        fail_msg("slot did not move past %" PRId64 " while idle in 10 s: "
+                 "%" PRId64,
+                 before, after);
 
     /* SIGHUP reopens the audit file */
     char rotated[160];
@@ -632,31 +655,45 @@ typedef struct {
     int bytes;
 } drip_arg;
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Drips a request (never complete), closes, and starts over, until stop is
+ * set: the metrics port always has a slow client. */
 static void *drip(void *arg)
 {
     drip_arg *a = arg;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {0};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)a->port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
-        static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n"
-                                  "X-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-                                  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
-        for (int i = 0; i < a->bytes; i++) {
-            if (send(fd, &req[i % (sizeof req - 1)], 1, MSG_NOSIGNAL) != 1)
-                break;
-            tc_sleep_ms(40);
+    while (!atomic_load(&drip_stop)) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {0};
+        sa.sin_family = AF_INET;
+        sa.sin_port = htons((uint16_t)a->port);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+            static const char req[] =
+                    "GET /metrics HTTP/1.1\r\nHost: x\r\n"
+                    "X-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+            for (int i = 0; i < a->bytes && !atomic_load(&drip_stop); i++) {
+                if (send(fd, &req[i % (sizeof req - 1)], 1, MSG_NOSIGNAL) != 1)
+                    break;
+                tc_sleep_ms(40);
+            }
         }
+        close(fd);
+        if (!atomic_load(&drip_stop))
+            tc_sleep_ms(10);
     }
-    close(fd);
     return NULL;
 }
 
 /* HTTP is served off the consumer's loop: while slow clients drip their
- * requests at the metrics port, every wake-up follows its commit at once,
- * and /healthz and /metrics still answer. */
+ * requests at the metrics port (over and over, so one is always being
+ * dripped), the wake-ups follow their commits at once, and /healthz and
+ * /metrics still answer. */
 static void test_metrics_slow_client(void **state)
 {
     (void)state;
@@ -672,26 +709,30 @@ static void test_metrics_slow_client(void **state)
     open_worker(&w, &d, "w1", "c", NULL);
     pthread_t th[4];
     drip_arg a = {.port = port, .bytes = 100}; /* 4 s each */
+    atomic_store(&drip_stop, 0);
     for (int i = 0; i < 4; i++)
         assert_int_equal(pthread_create(&th[i], NULL, drip, &a), 0);
     tc_sleep_ms(200);
-    int64_t worst = 0;
-    for (int i = 1; i <= 20; i++) {
+    enum { N = 20 };
+    int64_t late[N];
+    for (int i = 1; i <= N; i++) {
         append_event("drip", i, "c");
         int64_t committed = a2_test_now_ms();
         assert_true(tc_wait_for(&w, "wake", 10000, &m));
         assert_int_equal(m.head, i);
-        int64_t late = a2_test_now_ms() - committed;
-        if (late > worst)
-            worst = late;
+        late[i - 1] = a2_test_now_ms() - committed;
         tc_sleep_ms(100);
     }
-    /* Before: each dripping request held the loop for its reads, seconds
-     * in all. A slow host may make a wake-up late, never by seconds. */
-    print_message("slowest wake-up with 4 dripping clients: %" PRId64
-                  " ms\n",
-                  worst);
-    assert_true(worst < 1500);
+    qsort(late, N, sizeof late[0], cmp_i64);
+    /* Before: a dripping request held the loop for all its reads (4 s),
+     * and with a request always being dripped nearly every wake-up waited
+     * for one: the median was seconds. A busy host may make a few late,
+     * not the median, and none by seconds. */
+    print_message("wake-ups with 4 dripping clients: median %" PRId64
+                  " ms, slowest %" PRId64 " ms\n",
+                  late[N / 2], late[N - 1]);
+    assert_true(late[N / 2] < 1500);
+    assert_true(late[N - 1] < 5000);
     char *h = tc_http_get(port, "/healthz");
     assert_non_null(h);
     assert_non_null(strstr(h, "200 OK"));
@@ -700,6 +741,7 @@ static void test_metrics_slow_client(void **state)
     assert_non_null(body);
     assert_non_null(strstr(body, "a2_consumer_up 1"));
     free(body);
+    atomic_store(&drip_stop, 1);
     for (int i = 0; i < 4; i++)
         pthread_join(th[i], NULL);
     tc_worker_close(&w);

@@ -82,7 +82,9 @@ static void test_affinity_and_move(void **state)
     tc_worker_open(&w[1], d.sock, "wb", "c", NULL);
     assert_true(tc_wait_for(&w[0], "welcome", 5000, &m));
     assert_true(tc_wait_for(&w[1], "welcome", 5000, &m));
-    tc_sleep_ms(100); /* both subscriptions in */
+    /* both subscriptions in: the consumer answers each with a resync */
+    assert_true(tc_wait_for(&w[0], "resync", 5000, &m));
+    assert_true(tc_wait_for(&w[1], "resync", 5000, &m));
     int owner[NS];
     for (int s = 0; s < NS; s++)
         owner[s] = -1;

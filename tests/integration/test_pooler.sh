@@ -76,20 +76,48 @@ mode=$(psql "host=127.0.0.1 port=$bport dbname=pgbouncer user=$user" -XAtqc "sho
 # Every store operation, under concurrency, through the pooler, with a
 # store timeout (a transaction-local statement_timeout) on every call.
 checks=$((checks + 1))
-if ! A2_TEST_DB=$pooled A2_STORE_SOAK_SECONDS=5 A2_STORE_TIMEOUT_MS=5000 \
+if ! A2_TEST_DB=$pooled A2_STORE_SOAK_SECONDS=5 A2_STORE_TIMEOUT_MS=30000 \
     "$A2_BIN/../tests/integration/test_store_concurrency" >"$TMP/concurrency.log" 2>&1; then
     fail "the concurrency suite failed through pgbouncer: $(grep -E 'FAILED|ERROR|rror' "$TMP/concurrency.log" | head -5)"
 fi
 
 # No server connection kept the timeout: twenty sessions at once hold the
 # pool's twenty server connections, and each reads the server's default.
+# They are held at a barrier: each waits for a shared advisory lock that a
+# session on the server itself holds until all twenty wait (at most 60 s).
 checks=$((checks + 1))
+lock_waits="select count(*) from pg_locks where locktype = 'advisory' and classid = 0
+    and objid = 4242 and database = (select oid from pg_database where datname = current_database())"
+psql "$A2_TEST_DB" -XAtq >"$TMP/barrier.log" 2>&1 <<SQL &
+do \$\$
+declare
+    deadline timestamptz := clock_timestamp() + interval '60 s';
+    n bigint;
+begin
+    perform pg_advisory_xact_lock(4242);
+    loop
+        select w.count into n from ($lock_waits and not granted) w;
+        exit when n >= 20;
+        if clock_timestamp() > deadline then
+            raise exception 'only % of 20 sessions reached the barrier', n;
+        end if;
+        perform pg_sleep(0.05);
+    end loop;
+end
+\$\$;
+SQL
+deadline=$((SECONDS + 20))
+until [ "$(sql "$lock_waits and granted")" = 1 ]; do
+    [ $SECONDS -gt $deadline ] && { fail "the barrier's lock was not taken: $(cat "$TMP/barrier.log")"; break; }
+    sleep 0.05
+done
 for i in $(seq 1 20); do
-    psql "$pooled" -XAtqc "select current_setting('statement_timeout') || ' ' || pg_backend_pid() from pg_sleep(0.5)" \
+    psql "$pooled" -XAtqc "select current_setting('statement_timeout') || ' ' || pg_backend_pid() from pg_advisory_xact_lock_shared(4242)" \
         >"$TMP/timeout.$i" 2>&1 &
 done
 wait_jobs() { for j in $(jobs -p); do case " ${pids[*]} " in *" $j "*) ;; *) wait "$j" ;; esac; done; }
 wait_jobs
+grep -q . "$TMP/barrier.log" && fail "the barrier: $(cat "$TMP/barrier.log")"
 backends=$(cut -d' ' -f2 "$TMP"/timeout.* | sort -u | wc -l)
 settings=$(cut -d' ' -f1 "$TMP"/timeout.* | sort -u | tr '\n' ' ')
 [ "$settings" = "0 " ] || fail "a server connection kept a statement_timeout: $settings"
@@ -105,7 +133,7 @@ until grep -q "ready" "$TMP/consumer.log" 2>/dev/null; do
     [ $SECONDS -gt $deadline ] && { fail "a2-consumer did not start: $(tail -3 "$TMP/consumer.log")"; break; }
     sleep 0.1
 done
-A2_DB=$pooled A2_STORE_TIMEOUT_MS=5000 "$W" --consumer pooled --connect "unix:$sock" \
+A2_DB=$pooled A2_STORE_TIMEOUT_MS=30000 "$W" --consumer pooled --connect "unix:$sock" \
     --exec 'cat >/dev/null' --concurrency 4 --name pw >"$TMP/worker.out" 2>"$TMP/worker.log" &
 pids+=($!)
 deadline=$((SECONDS + 20))

@@ -187,10 +187,11 @@ typedef struct {
     int fd;
     char buf[1 << 20];
     size_t len, start;
+    int eof; /* set when the pipe reached its end */
 } line_reader;
 
 /* The next line (NUL-terminated, without its newline), or NULL on end of
- * file or when none comes within timeout_ms. */
+ * file (eof set) or when none comes within timeout_ms. */
 static const char *next_line(line_reader *lr, int timeout_ms)
 {
     for (;;) {
@@ -210,8 +211,10 @@ static const char *next_line(line_reader *lr, int timeout_ms)
         if (poll(&p, 1, timeout_ms) <= 0)
             return NULL;
         ssize_t n = read(lr->fd, lr->buf + lr->len, sizeof lr->buf - lr->len);
-        if (n <= 0)
+        if (n <= 0) {
+            lr->eof = 1;
             return NULL;
+        }
         lr->len += (size_t)n;
     }
 }
@@ -290,11 +293,19 @@ static void test_two_writers_one_subscriber(void **state)
     a2_presence out;
     assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
     a2_presence_free(&out);
-    int64_t t0 = a2_test_now_ms();
-    while (!v.end_seen && a2_test_now_ms() - t0 < 30000 &&
-           (line = next_line(lr, 1000)) != NULL)
+    int64_t until = a2_test_now_ms() + 30000;
+    while (!v.end_seen) {
+        int64_t left = until - a2_test_now_ms();
+        if (left <= 0)
+            fail_msg("no patch for the end marker within 30 s");
+        if ((line = next_line(lr, (int)left)) == NULL) {
+            if (lr->eof)
+                fail_msg("the subscriber's output ended before the end "
+                         "marker's patch");
+            fail_msg("no patch for the end marker within 30 s");
+        }
         on_line(&v, line);
-    assert_true(v.end_seen);
+    }
     /* the subscriber joined mid-stream: some changes came in its read,
      * later ones as patches */
     assert_true(v.seen_in_snapshot[0] > 0 && v.seen_in_snapshot[1] > 0);
@@ -502,6 +513,20 @@ static void test_expiry_pushed(void **state)
     tc_daemon d;
     tc_init(&d, "tp_expiry");
     tc_start(&d);
+    /* the subscriber first: once it printed its snapshot (an empty
+     * namespace) it follows, and whatever comes next is a patch */
+    int fd;
+    pid_t sub = start_subscriber(ns, d.sock, &fd);
+    line_reader *lr = calloc(1, sizeof *lr);
+    assert_non_null(lr);
+    lr->fd = fd;
+    view v = {.state = json_object()};
+    const char *line = next_line(lr, 20000);
+    if (!line)
+        fail_msg("no snapshot line from the subscriber in 20 s%s",
+                 lr->eof ? " (its output ended)" : "");
+    on_line(&v, line);
+    assert_true(v.snapshot_seen);
     a2_store *s;
     a2_store_error err;
     assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
@@ -515,30 +540,31 @@ static void test_expiry_pushed(void **state)
                                  .fields = f,
                                  .nfields = 1};
     a2_presence out;
+    int64_t t_before = a2_test_now_ms();
     assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
     a2_presence_free(&out);
     req.ttl_ms = 600000;
     req.fields = &f[1];
     assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
     a2_presence_free(&out);
-    int64_t written = a2_test_now_ms();
-    int fd;
-    pid_t sub = start_subscriber(ns, d.sock, &fd);
-    line_reader *lr = calloc(1, sizeof *lr);
-    assert_non_null(lr);
-    lr->fd = fd;
-    view v = {.state = json_object()};
-    const char *line;
-    int expired = 0;
-    while (!expired && (line = next_line(lr, 5000)) != NULL) {
+    /* the field's patch, then the one of its expiry */
+    int typing = 0, expired = 0;
+    int64_t until = a2_test_now_ms() + 20000;
+    while (!expired) {
+        int64_t left = until - a2_test_now_ms();
+        if (left <= 0 || (line = next_line(lr, (int)left)) == NULL)
+            fail_msg("no expiry patch within 20 s%s",
+                     lr->eof ? " (the subscriber's output ended)" : "");
         on_line(&v, line);
-        expired = v.snapshot_seen &&
-                  !json_object_get(v.state, "ann\x1ftyping") &&
-                  strstr(line, "\"patch\"");
+        int has = json_object_get(v.state, "ann\x1ftyping") != NULL;
+        typing |= has;
+        expired = typing && !has;
     }
-    assert_true(expired);
-    /* not before its time, and without a change of anyone's */
-    assert_true(a2_test_now_ms() - written >= 1400);
+    /* not before its time (the ttl, less 50 ms for the rounding of the
+     * two clocks), and without a change of anyone's */
+    int64_t after = a2_test_now_ms() - t_before;
+    if (after < 1500 - 50)
+        fail_msg("expired %" PRId64 " ms after the write, ttl 1500 ms", after);
     assert_non_null(json_object_get(v.state, "ann\x1fname"));
     kill(sub, SIGTERM);
     int st;
@@ -567,17 +593,6 @@ static void test_forged_tick_ignored(void **state)
     a2_store *s;
     a2_store_error err;
     assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
-    a2_presence_field f = {.field = "name", .value = "\"ann\""};
-    a2_presence_write_req req = {.ns = ns,
-                                 .participant = "ann",
-                                 .at = 1,
-                                 .seen = A2_STORE_NONE,
-                                 .ttl_ms = 3600000,
-                                 .fields = &f,
-                                 .nfields = 1};
-    a2_presence out;
-    assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
-    a2_presence_free(&out);
     wsub sub = {.fd = tc_connect(d.sock),
                 .rd = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER)};
     a2_wire_buf wb = {0};
@@ -591,6 +606,25 @@ static void test_forged_tick_ignored(void **state)
     while (!ponged) {
         assert_true(wsub_next(&sub, 5000, &m));
         ponged = m.type == A2_WIRE_PONG && m.id == 9;
+    }
+    a2_presence_field f = {.field = "name", .value = "\"ann\""};
+    a2_presence_write_req req = {.ns = ns,
+                                 .participant = "ann",
+                                 .at = 1,
+                                 .seen = A2_STORE_NONE,
+                                 .ttl_ms = 3600000,
+                                 .fields = &f,
+                                 .nfields = 1};
+    a2_presence out;
+    assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
+    a2_presence_free(&out);
+    /* ann's own patch: her write has come through the stream, so anything
+     * about her after the forged tick would be its doing */
+    int seen_ann = 0;
+    while (!seen_ann) {
+        assert_true(wsub_next(&sub, 10000, &m));
+        seen_ann = m.type == A2_WIRE_PRESENCE &&
+                   strcmp(m.participant, "ann") == 0;
     }
     /* The forger: a role of its own, with no grant at all. */
     a2_test_exec(db, "drop role if exists a2_test_forger");

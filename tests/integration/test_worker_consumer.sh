@@ -101,19 +101,24 @@ fi
 checks=$((checks + 1))
 [ "$(count "$TMP/w1.log" "degraded")" = 0 ] || fail "the retry came from a sweep"
 
-# A 2 s handler on a 500 ms lease, a second worker connected: renewed, never
-# taken over (the consumer's lease timers would wake the second worker).
+# A 6 s handler on a 2 s lease (renewed every third of it, so a renewal may
+# come 1.3 s late), a second worker connected: renewed, never taken over (the
+# consumer's lease timers would wake the second worker).
 : >"$TMP/long"
-"$W" --consumer slow --connect "unix:$sock" --ttl 500 --name s1 \
-    --exec 'echo "s1 $A2_ATTEMPT" >>'"$TMP/long"'; sleep 2' >/dev/null 2>"$TMP/s1.log" &
+"$W" --consumer slow --connect "unix:$sock" --ttl 2000 --name s1 \
+    --exec 'echo "s1 $A2_ATTEMPT" >>'"$TMP/long"'; sleep 6' >/dev/null 2>"$TMP/s1.log" &
 pids+=($!)
-"$W" --consumer slow --connect "unix:$sock" --ttl 500 --name s2 \
-    --exec 'echo "s2 $A2_ATTEMPT" >>'"$TMP/long"'; sleep 2' >/dev/null 2>"$TMP/s2.log" &
+"$W" --consumer slow --connect "unix:$sock" --ttl 2000 --name s2 \
+    --exec 'echo "s2 $A2_ATTEMPT" >>'"$TMP/long"'; sleep 6' >/dev/null 2>"$TMP/s2.log" &
 pids+=($!)
 wait_log 10 "$TMP/s1.log" "connected to a2-consumer"
 wait_log 10 "$TMP/s2.log" "connected to a2-consumer"
 "$A2" append long-1 slow '{}' --target slow >/dev/null
-wait_for 15 "select count(*) from a2_cursors where session_id = 'long-1' and head is not null" 0
+wait_for 30 "select count(*) from a2_cursors where session_id = 'long-1' and head is not null" 0
+# The audit trail follows the slot: wait for it to reach the completion
+# (the head done, the cursor idle).
+checks=$((checks + 1))
+wait_log 20 "$audit" '"transition":"went_idle","session":"long-1"'
 checks=$((checks + 1))
 [ "$(wc -l <"$TMP/long")" = 1 ] && grep -q ' 1$' "$TMP/long" || fail "long handler taken over: $(cat "$TMP/long")"
 checks=$((checks + 1))

@@ -18,6 +18,7 @@
 // clang-format on
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
@@ -339,6 +340,14 @@ static void append_for(const char *session, const char *consumer,
     a2_store_close(s);
 }
 
+/* CLOCK_REALTIME in ms, the clock a runner's retry_at is on. */
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 typedef struct {
     char lines[64][300];
     int64_t at[64]; /* when the worker logged each line */
@@ -361,6 +370,16 @@ static int64_t logged_at(const logbuf *lb, const char *needle, int nth)
         if (strstr(lb->lines[i], needle) && --nth == 0)
             return lb->at[i];
     return -1;
+}
+
+/* How many lines holding needle the worker has logged. */
+static int logged_count(const logbuf *lb, const char *needle)
+{
+    int n = 0;
+    for (int i = 0; i < lb->n; i++)
+        if (strstr(lb->lines[i], needle))
+            n++;
+    return n;
 }
 
 static int logged(const logbuf *lb, const char *needle)
@@ -458,24 +477,29 @@ static void test_reconnect_and_sweep(void **state)
     handshake(&f, w, 1);
     expect_event(w, &ev, A2_WORKER_EV_CONNECTED, 2000);
     expect_event(w, &ev, A2_WORKER_EV_RESYNC, 2000);
+    /* The disconnect below comes after t (the junk is written after it). */
+    int swept_before = logged_count(&lb, "swept 2 pending sessions");
+    int64_t t = a2_test_now_ms();
     unsigned char junk[] = {0xc1, 0xc1, 0xc1};
     assert_int_equal(write(f.fd, junk, sizeof junk), (ssize_t)sizeof junk);
     expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 2000);
     assert_non_null(strstr(ev.message, "bad frame"));
 
     /* An outage after a connection: the first sweep waits one interval
-     * (600 ms; the reconnect's resync covers a short outage), then sweeps
-     * go on while the consumer stays away. */
+     * (600 ms from the disconnect; the reconnect's resync covers a short
+     * outage), then sweeps go on while the consumer stays away. When the
+     * sweep ran is the worker's own log time, not when the test reads its
+     * event. */
     fake_drop(&f);
     close(f.lfd);
     f.lfd = -1;
     unlink(f.path);
-    a2_worker_get_stats(w, &before);
-    assert_int_equal(a2_worker_wait(w, &ev, 300), 0);
-    a2_worker_get_stats(w, &after);
-    assert_int_equal(after.sweeps, before.sweeps);
     expect_event(w, &ev, A2_WORKER_EV_SWEEP, 5000);
     assert_string_equal(ev.session, "sweep-1");
+    int64_t swept_at =
+            logged_at(&lb, "swept 2 pending sessions", swept_before + 1);
+    assert_true(swept_at >= 0); /* logged (and the log buffer not full) */
+    assert_true(swept_at - t >= 600);
     a2_wire_buf_free(&b);
     a2_worker_free(w);
     fake_free(&f);
@@ -554,7 +578,7 @@ static void test_runner(void **state)
 {
     (void)state;
     append_for("run-1", "runner", NULL);
-    hctx h = {.sleep_ms = 1200};
+    hctx h = {.sleep_ms = 2500};
     a2_consumer c = {.name = "runner"};
     char err[512];
     logbuf lb = {0};
@@ -562,7 +586,7 @@ static void test_runner(void **state)
                                   .holder = "test-holder",
                                   .consumers = &c,
                                   .nconsumers = 1,
-                                  .ttl_ms = 300,
+                                  .ttl_ms = 1000,
                                   .max_failures = 2,
                                   .retry_after_ms = -1,
                                   .handler = handler,
@@ -573,7 +597,8 @@ static void test_runner(void **state)
     assert_non_null(r);
     assert_string_equal(a2_worker_runner_holder(r), "test-holder");
 
-    /* A 1.2 s handler on a 300 ms lease: renewed, completed, one attempt. */
+    /* A 2.5 s handler on a 1 s lease (renewed every third of it): renewed,
+     * completed, one attempt. */
     a2_worker_run_stats st;
     assert_int_equal(a2_worker_runner_run(r, "run-1", false, &st), 0);
     assert_int_equal(st.claimed, 1);
@@ -620,12 +645,18 @@ static void test_runner(void **state)
     o.holder = NULL;
     a2_worker_runner *r2 = a2_worker_runner_new(&o, err, sizeof err);
     assert_non_null(r2);
-    int64_t before = (int64_t)time(NULL) * 1000;
+    /* retry_at is the failure's time (CLOCK_REALTIME ms) + 60000, and the
+     * failure falls within the run. */
+    int64_t before = wall_ms();
     assert_int_equal(a2_worker_runner_run(r2, "run-4", false, &st), 0);
+    int64_t after_run = wall_ms();
     assert_int_equal(st.failed, 1);
     assert_int_equal(h.calls, 1);
-    assert_true(st.retry_at >= before + 59000);
-    assert_true(st.retry_at <= before + 62000);
+    if (st.retry_at < before + 60000 - 5 ||
+        st.retry_at > after_run + 60000 + 100)
+        fail_msg("retry_at %" PRId64 " is not within [%" PRId64 ", %" PRId64
+                 "]",
+                 st.retry_at, before + 60000 - 5, after_run + 60000 + 100);
     a2_worker_runner_free(r2);
 
     /* A stopped runner claims nothing. */

@@ -75,6 +75,9 @@ append() { # a2 append ARGS...: an append that fails is a failure of the test
 }
 stop_worker() { # PID: SIGTERM, then wait for its exit (bounded); sets wrc
     kill -TERM "$1"
+    await_exit "$1"
+}
+await_exit() { # PID: wait for its exit (bounded); sets wrc
     local deadline=$((SECONDS + 40))
     while kill -0 "$1" 2>/dev/null && [ $SECONDS -le $deadline ]; do sleep 0.05; done
     if kill -0 "$1" 2>/dev/null; then
@@ -94,6 +97,7 @@ expect 0 "$W" --help; contains "--serve CMD"; contains '{"ok":true,"events":[...
 start_consumer || finish
 export RUNS=$TMP/runs
 : >"$RUNS"
+export GATE=$TMP/gate
 # One handler for every case, driven by the event's type and attempt.
 cat >"$TMP/h.py" <<'H'
 import json, os, sys, time
@@ -115,8 +119,10 @@ for line in sys.stdin:
         os.kill(pid, 9)
     if (t == "silent" and first) or t == "silent-always":
         continue
-    if t == "slow":
-        time.sleep(1)
+    if t == "slow":  # held until the test creates $GATE (at most 30 s)
+        end = time.monotonic() + 30
+        while not os.path.exists(os.environ["GATE"]) and time.monotonic() < end:
+            time.sleep(0.05)
     if t == "flood" and first:  # a line past 16 MiB
         sys.stdout.write("x" * (17 << 20))
         sys.stdout.flush()
@@ -220,20 +226,27 @@ check "the extra answer is reported: $(grep -i 'no event' "$TMP/py.log")" \
 
 # --- SIGTERM while an event is in flight: it completes, then the handler
 # reads the end of its stdin and exits, and a2-worker exits 0 ---
+# (the slow handler holds its answer until the test creates $GATE)
 append py-slow slow '{}' --target py
-deadline=$((SECONDS + 30))
-until grep -q " py-slow " "$RUNS" || [ $SECONDS -gt $deadline ]; do sleep 0.05; done
+wait_log 30 "$RUNS" " py-slow "
 last_pid=$(awk '$2 == "py-slow" {print $5}' "$RUNS")
-stop_worker "$wpy"
+kill -TERM "$wpy"
+wait_log 20 "$TMP/py.log" "SIGTERM received, draining 1 running handler"
+check "a2-worker waits for the event in flight" kill -0 "$wpy"
+check "the event in flight is not completed before its answer" [ "$(sql "select count(*) from a2_events where session_id = 'py-slow' and event_type = 'slow.done'")" = 0 ]
+: >"$GATE"
+await_exit "$wpy"
 check "a2-worker exited $wrc after SIGTERM: $(tail -3 "$TMP/py.log")" [ "$wrc" = 0 ]
 check "the event in flight completed" [ "$(sql "select count(*) from a2_events where session_id = 'py-slow' and event_type = 'slow.done'")" = 1 ]
 check "the handler saw the end of its stdin: $(tail -5 "$TMP/py.log")" grep -q "\[handler 1\] handler $last_pid bye" "$TMP/py.log"
 check "draining is logged" grep -q "SIGTERM received, draining 1 running handler" "$TMP/py.log"
 check "the handler's exit is logged" grep -q "handler 1 (pid [0-9]*) exited with status 0" "$TMP/py.log"
 
-# --- (6) a handler that never answers, on a 1500 ms lease: the attempt
-# fails when the lease would lapse, the handler is restarted, nothing lost ---
-"$W" --consumer quiet --connect "unix:$sock" --serve "exec $PY $TMP/h.py" --ttl 1500 \
+# --- (6) a handler that never answers, on a 4000 ms lease: the attempt
+# fails when the lease would lapse, the handler is restarted, nothing lost
+# (the answer deadline runs from when the event is written, maybe to a
+# freshly restarted python) ---
+"$W" --consumer quiet --connect "unix:$sock" --serve "exec $PY $TMP/h.py" --ttl 4000 \
     --retry-after 200 --max-failures 2 --name quiet >/dev/null 2>"$TMP/quiet.log" &
 wq=$!
 pids+=($wq)
@@ -243,14 +256,14 @@ append q-after order 7 --target quiet
 wait_for 60 "select count(*) from a2_cursors where consumer = 'quiet' and failed_at is not null" 1
 wait_for 60 "select count(*) from a2_cursors where consumer = 'quiet' and head is not null and failed_at is null" 0
 got=$(sql "select failure_count || ' ' || last_error from a2_cursors where consumer = 'quiet' and failed_at is not null")
-check "silent-always dead letter: $got" eval 'case "$got" in "2 the handler did not answer within the lease of 1500 ms"*) true ;; *) false ;; esac'
+check "silent-always dead letter: $got" eval 'case "$got" in "2 the handler did not answer within the lease of 4000 ms"*) true ;; *) false ;; esac'
 wait_log 30 "$audit" '"transition":"failed","session":"q-silent"'
 got=$(audit_errors q-silent)
-check "the silence's failure: $got" eval 'case "$got" in "the handler did not answer within the lease of 1500 ms"*) true ;; *) false ;; esac'
+check "the silence's failure: $got" eval 'case "$got" in "the handler did not answer within the lease of 4000 ms"*) true ;; *) false ;; esac'
 check "q-silent completed on a retry: $(grep q-silent "$RUNS")" [ "$(sql "select count(*) from a2_events where session_id = 'q-silent' and event_type = 'silent.done' and (cause->>'attempt')::int >= 2")" = 1 ]
 check "q-after completed" [ "$(sql "select count(*) from a2_events where session_id = 'q-after' and event_type = 'order.done'")" = 1 ]
 check "the silent handler was killed and restarted: $(grep restarting "$TMP/quiet.log")" \
-    grep -q "handler 1 (pid [0-9]*) killed by signal 9: the handler did not answer within the lease of 1500 ms; restarting" "$TMP/quiet.log"
+    grep -q "handler 1 (pid [0-9]*) killed by signal 9: the handler did not answer within the lease of 4000 ms; restarting" "$TMP/quiet.log"
 stop_worker "$wq"
 check "a2-worker (quiet) exited $wrc after SIGTERM" [ "$wrc" = 0 ]
 

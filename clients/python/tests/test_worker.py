@@ -227,18 +227,19 @@ class Slots(WorkerTest):
         def slow(ev: a2.Event) -> None:
             runs.add(ev.session, ev.index, ev.attempt)
             started.set()
-            time.sleep(3)
+            time.sleep(7)
 
-        # A 3 s handler on a 1 s lease, with a second worker of the consumer
-        # waiting: the lease is renewed, never taken over.
-        w1 = a2.Worker(support.DB, ["pyl"], slow, connect=CONNECT, name="pyl-1", ttl_ms=1000)
+        # A 7 s handler on a 3 s lease (renewed every second), with a second
+        # worker of the consumer waiting: the lease is renewed, never taken
+        # over. A renewal may come late by up to 2 s on a busy host.
+        w1 = a2.Worker(support.DB, ["pyl"], slow, connect=CONNECT, name="pyl-1", ttl_ms=3000)
         w1.start()
         self.addCleanup(w1.close)
         self.addCleanup(w1.join, support.WAIT_S)
         self.addCleanup(w1.stop)
         self.assertTrue(w1.wait_connected(support.WAIT_S))
         w2 = self.start(a2.Worker(support.DB, ["pyl"], slow, connect=CONNECT, name="pyl-2",
-                                  ttl_ms=1000))
+                                  ttl_ms=3000))
         a2.append(self.conn, "ls-1", [lane_event("pyl")])
         self.assertTrue(started.wait(support.WAIT_S))
         (holder,) = support.rows("select holder from a2_cursors('ls-1')")[0]
