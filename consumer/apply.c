@@ -49,6 +49,7 @@ struct a2c_apply {
     int in_txn;
     uint64_t end; /* its commit end LSN (B's nextlsn) */
     char xid[32];
+    uint64_t xid_n; /* the transaction's id, 0 when unknown */
     char at[40];
     char head[128]; /* {"lsn":"X/Y","xid":N,"at":"..." of the transaction */
     size_t head_len;
@@ -639,6 +640,7 @@ static void begin(a2c_apply *ap, const a2_change *c)
     ap->in_txn = 1;
     ap->end = c->has_nextlsn ? c->nextlsn : 0;
     ap->xid[0] = '\0';
+    ap->xid_n = !c->xid.null && c->xid.value > 0 ? (uint64_t)c->xid.value : 0;
     if (!c->xid.null) {
         size_t k = 0;
         if (c->xid.value < 0)
@@ -767,7 +769,8 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
         switch (a->kind) {
         case ACT_WAKE:
             if (ap->sink.wake)
-                ap->sink.wake(ap->sink.ctx, a->s2, a->s1, a->s3, a->n1, end);
+                ap->sink.wake(ap->sink.ctx, a->s2, a->s1, a->s3, a->n1, end,
+                              ap->xid_n);
             ap->stats.wakes++;
             break;
         case ACT_TIMER_SET:
@@ -782,7 +785,7 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
             break;
         case ACT_LOG:
             if (ap->sink.log)
-                ap->sink.log(ap->sink.ctx, a->s1, a->n1, a->s2, end);
+                ap->sink.log(ap->sink.ctx, a->s1, a->n1, a->s2, end, ap->xid_n);
             ap->stats.logs++;
             break;
         case ACT_CLEARED: {
@@ -991,7 +994,7 @@ size_t a2c_apply_fire_timers(a2c_apply *ap, int64_t now_ms)
     while (a2c_timers_pop(ap->timers, now_ms, &t)) {
         if (ap->sink.wake)
             ap->sink.wake(ap->sink.ctx, t.consumer, t.session, t.cursor_key,
-                          t.head, ap->applied);
+                          t.head, ap->applied, 0);
         ap->stats.timer_wakes++;
         n++;
     }

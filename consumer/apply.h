@@ -26,15 +26,17 @@
 #define A2C_APPLY_MAX_AUDIT_BUFFER ((size_t)4 * 1024 * 1024)
 
 /* Where the applier pushes; every callback may be NULL. Strings are borrowed
- * for the call. lsn is the commit's end LSN. */
+ * for the call. lsn is the commit's end LSN, xid its transaction's id (0
+ * when unknown, and for a timer's wake-up). */
 typedef struct {
     void *ctx;
     void (*wake)(void *ctx, const char *consumer, const char *session,
-                 const char *cursor_key, int64_t head, uint64_t lsn);
+                 const char *cursor_key, int64_t head, uint64_t lsn,
+                 uint64_t xid);
     /* An event inserted (not a clear marker): once per event; the sink
      * routes it to the log consumers that follow its type. */
     void (*log)(void *ctx, const char *session, int64_t idx, const char *type,
-                uint64_t lsn);
+                uint64_t lsn, uint64_t xid);
     void (*cleared)(void *ctx, const char *session, int64_t clear_index,
                     uint64_t lsn);
     /* lsn: the transaction's commit end */

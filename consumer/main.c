@@ -277,17 +277,18 @@ static void server_log(void *arg, const char *line)
 }
 
 static void sink_wake(void *ctx, const char *consumer, const char *session,
-                      const char *cursor_key, int64_t head, uint64_t lsn)
+                      const char *cursor_key, int64_t head, uint64_t lsn,
+                      uint64_t xid)
 {
     daemon_t *d = ctx;
-    a2c_server_wake(d->srv, consumer, session, cursor_key, head, lsn);
+    a2c_server_wake(d->srv, consumer, session, cursor_key, head, lsn, xid);
 }
 
 static void sink_log(void *ctx, const char *session, int64_t idx,
-                     const char *type, uint64_t lsn)
+                     const char *type, uint64_t lsn, uint64_t xid)
 {
     daemon_t *d = ctx;
-    a2c_server_log(d->srv, session, idx, type, lsn);
+    a2c_server_log(d->srv, session, idx, type, lsn, xid);
 }
 
 static void sink_cleared(void *ctx, const char *session, int64_t clear_index,

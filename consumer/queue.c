@@ -14,6 +14,7 @@ typedef struct entry {
     /* wake: key is consumer\0session\0cursor */
     int64_t head;
     uint64_t lsn;
+    uint64_t xid;
     size_t klen;
     /* other types: the encoded frame */
     size_t len;
@@ -111,7 +112,8 @@ static int admit(a2c_queue *q)
 }
 
 int a2c_queue_push_wake(a2c_queue *q, const char *consumer, const char *session,
-                        const char *cursor, int64_t head, uint64_t lsn)
+                        const char *cursor, int64_t head, uint64_t lsn,
+                        uint64_t xid)
 {
     size_t lc, ls, lk, klen;
     entry *e;
@@ -137,6 +139,10 @@ int a2c_queue_push_wake(a2c_queue *q, const char *consumer, const char *session,
         if (e) {
             e->head = head;
             e->lsn = lsn;
+            /* the latest commit's: a session's writers commit one after
+             * another under its lock. A timer's wake-up has none. */
+            if (xid)
+                e->xid = xid;
             return A2C_QUEUE_COALESCED;
         }
         if ((rc = admit(q)) != A2C_QUEUE_QUEUED)
@@ -148,6 +154,7 @@ int a2c_queue_push_wake(a2c_queue *q, const char *consumer, const char *session,
         e->type = A2_WIRE_WAKE;
         e->head = head;
         e->lsn = lsn;
+        e->xid = xid;
         e->klen = klen;
         memcpy(e->data, key, klen + 1);
         if (a2c_map_put(q->wakes, e->data, klen, e, NULL) != 0) {
@@ -169,7 +176,7 @@ int a2c_queue_push(a2c_queue *q, const a2_wire_msg *m)
         return A2C_QUEUE_EINVAL;
     if (m->type == A2_WIRE_WAKE)
         return a2c_queue_push_wake(q, m->consumer, m->session, m->cursor,
-                                   m->head, m->lsn);
+                                   m->head, m->lsn, m->xid);
     if (q->overflowed)
         return A2C_QUEUE_DROPPED;
     rc = a2_wire_encode(&b, m);
@@ -208,7 +215,14 @@ int a2c_queue_drain(a2c_queue *q, a2_wire_buf *out, size_t max_bytes,
             const char *c = e->data;
             const char *s = c + strlen(c) + 1;
             const char *k = s + strlen(s) + 1;
-            int rc = a2_wire_encode_wake(out, c, s, k, e->head, e->lsn);
+            a2_wire_msg w = {.type = A2_WIRE_WAKE,
+                             .consumer = c,
+                             .session = s,
+                             .cursor = k,
+                             .head = e->head,
+                             .lsn = e->lsn,
+                             .xid = e->xid};
+            int rc = a2_wire_encode(out, &w);
             if (rc == A2_WIRE_ENOMEM)
                 return moved ? moved : A2C_QUEUE_ENOMEM;
             a2c_map_del(q->wakes, e->data, e->klen);

@@ -37,8 +37,11 @@ typedef struct a2c_queue a2c_queue;
 a2c_queue *a2c_queue_new(size_t limit);
 void a2c_queue_free(a2c_queue *q); /* NULL-safe */
 
+/* A wake-up, coalesced with one queued for the same (consumer, session,
+ * cursor): the latest head, lsn and (when not 0) xid. */
 int a2c_queue_push_wake(a2c_queue *q, const char *consumer, const char *session,
-                        const char *cursor, int64_t head, uint64_t lsn);
+                        const char *cursor, int64_t head, uint64_t lsn,
+                        uint64_t xid);
 /* Any other message, encoded now. */
 int a2c_queue_push(a2c_queue *q, const a2_wire_msg *m);
 

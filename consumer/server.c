@@ -1346,14 +1346,16 @@ static void route_msg(a2c_server *srv, const char *consumer,
 }
 
 void a2c_server_wake(a2c_server *srv, const char *consumer, const char *session,
-                     const char *cursor_key, int64_t head, uint64_t lsn)
+                     const char *cursor_key, int64_t head, uint64_t lsn,
+                     uint64_t xid)
 {
     a2_wire_msg m = {.type = A2_WIRE_WAKE,
                      .consumer = consumer,
                      .session = session,
                      .cursor = cursor_key,
                      .head = head,
-                     .lsn = lsn};
+                     .lsn = lsn,
+                     .xid = xid};
     if (!srv || !consumer || !session || !cursor_key)
         return;
     route_msg(srv, consumer, session, NULL, &m);
@@ -1508,13 +1510,14 @@ static void route_log_group(a2c_server *srv, log_group *g, const char *session,
 }
 
 void a2c_server_log(a2c_server *srv, const char *session, int64_t idx,
-                    const char *type, uint64_t lsn)
+                    const char *type, uint64_t lsn, uint64_t xid)
 {
     a2_wire_msg m = {.type = A2_WIRE_LOG,
                      .session = session,
                      .idx = idx,
                      .event_type = type,
-                     .lsn = lsn};
+                     .lsn = lsn,
+                     .xid = xid};
     if (!srv || !session || !type)
         return;
     if ((!srv->log_built || srv->log_gen != srv->gen) &&

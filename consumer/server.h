@@ -139,9 +139,11 @@ void a2c_server_flush(a2c_server *srv);
 /* The current LSN the daemon has applied, sent in `welcome`. */
 void a2c_server_set_lsn(a2c_server *srv, uint64_t lsn);
 
-/* `wake` for (consumer, session): routed to one subscriber (or all). */
+/* `wake` for (consumer, session): routed to one subscriber (or all). xid:
+ * the commit's transaction id, for the claim to wait for (0: none). */
 void a2c_server_wake(a2c_server *srv, const char *consumer, const char *session,
-                     const char *cursor_key, int64_t head, uint64_t lsn);
+                     const char *cursor_key, int64_t head, uint64_t lsn,
+                     uint64_t xid);
 
 /* `log`, for an event of type: to every log consumer that a live worker
  * follows type for (nil log_types = every type; a subscriber without
@@ -150,7 +152,7 @@ void a2c_server_wake(a2c_server *srv, const char *consumer, const char *session,
  * The cost is that of the subscriptions that follow type: an index by type
  * of the live log subscriptions, rebuilt when they change. */
 void a2c_server_log(a2c_server *srv, const char *session, int64_t idx,
-                    const char *type, uint64_t lsn);
+                    const char *type, uint64_t lsn, uint64_t xid);
 
 /* `cleared`: to every worker that has subscribed at least one consumer (the
  * simplest correct rule: routing is per consumer, a clear is per session). */

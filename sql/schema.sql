@@ -640,6 +640,79 @@ begin
 end
 $fn$;
 
+-- Waits, at most wait_ms, until transaction xid (its 32 low bits, as a
+-- wake-up carries them) is no longer in progress for new snapshots; true
+-- when it is not (committed, aborted, unknown or the caller's own), false
+-- when the wait ran out.
+--
+-- A commit is flushed, decoded and pushed to the workers before its
+-- backend leaves the proc array, so a claim woken by it can run before it
+-- is visible. Every a2 write holds its session's advisory lock until after
+-- that (locks are released last), so a shared lock on the session's key
+-- waits for the commit itself and returns the moment it is visible; a
+-- writer that took no session lock is polled for every millisecond.
+create or replace function a2__await_xid(session text, xid bigint, wait_ms bigint)
+returns boolean
+language plpgsql
+volatile
+as $fn$
+declare
+    v_next bigint;
+    v_full bigint;
+    v_until timestamptz;
+    v_timeout text;
+begin
+    if xid is null then
+        return true;
+    end if;
+    if xid < 0 or xid > 4294967295 then
+        perform a2__fail('INVALID_ARGUMENT', 'after_xid must be a 32-bit transaction id');
+    end if;
+    if wait_ms is null or wait_ms < 0 then
+        perform a2__fail('INVALID_ARGUMENT', 'wait_ms must not be negative');
+    end if;
+    -- The full id: the one of that low word nearest the snapshot's xmax
+    -- (a commit still in the proc array is at or above it, when it is the
+    -- latest).
+    v_next := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
+    v_full := (xid - v_next) & 4294967295;
+    v_full := v_next + case when v_full >= 2147483648 then v_full - 4294967296 else v_full end;
+    if v_full < 3 or v_full::text::xid8 = pg_current_xact_id_if_assigned() then
+        return true;
+    end if;
+    if v_full < v_next then
+        if pg_xact_status(v_full::text::xid8) is distinct from 'in progress' then
+            return true;
+        end if;
+    else
+        begin
+            if pg_xact_status(v_full::text::xid8) is distinct from 'in progress' then
+                return true;
+            end if;
+        exception when invalid_parameter_value then
+            return true; -- "in the future": no such transaction
+        end;
+    end if;
+    v_until := clock_timestamp() + make_interval(secs => wait_ms / 1000.0);
+    v_timeout := current_setting('lock_timeout');
+    perform set_config('lock_timeout', greatest(wait_ms, 1) || 'ms', true);
+    begin
+        perform pg_advisory_lock_shared(hashtext(session));
+        perform pg_advisory_unlock_shared(hashtext(session));
+    exception when lock_not_available then
+        null;
+    end;
+    perform set_config('lock_timeout', v_timeout, true);
+    while pg_xact_status(v_full::text::xid8) = 'in progress' loop
+        if clock_timestamp() >= v_until then
+            return false;
+        end if;
+        perform pg_sleep(0.001);
+    end loop;
+    return true;
+end
+$fn$;
+
 -- ── src/20-append.sql ──
 
 -- a2_append: events appended to a session's log, and the cursor work their
@@ -1385,7 +1458,7 @@ $fn$;
 -- a2_claim and a2_renew: leases on heads.
 
 -- a2_claim(session, holder, ttl_ms, expires_at, consumers, exclude,
---          max_failures, through, now_ms, text_payloads)
+--          max_failures, through, now_ms, text_payloads, after_xid, wait_ms)
 --
 -- Claims every eligible head of the session for holder, until now_ms +
 -- ttl_ms (or expires_at): unclaimed heads, and lapsed claims (a takeover:
@@ -1401,15 +1474,26 @@ $fn$;
 -- Heads are ordered by index, then consumer; a head's "attempt" is the
 -- attempt it now runs.
 --
+-- after_xid: the transaction a wake-up came from (its "xid"). A wake-up
+-- can reach the worker before its commit is visible to new snapshots; the
+-- claim first waits, at most wait_ms (default 1000), for that commit, and
+-- moves now_ms and expires_at on by the time it waited. When it is still
+-- not visible then, the result is
+--   {"outcome": "busy", "retry_at": now_ms, "waiting_for": after_xid}
+-- and the caller claims again with the same after_xid.
+--
 -- Locks: the eligible cursor rows, for update, in primary-key order
 -- (cursor_key, consumer, epoch), which no update changes, so racing claims
 -- never wait on each other in a cycle; no session lock. A head another
 -- claim is taking is waited for and re-checked in its new state.
+drop function if exists a2_claim(text, text, bigint, bigint, jsonb, jsonb, integer, bigint,
+                                  bigint, boolean);
 create or replace function a2_claim(session text, holder text, ttl_ms bigint default null,
                                     expires_at bigint default null, consumers jsonb default null,
                                     exclude jsonb default null, max_failures integer default null,
                                     through bigint default null, now_ms bigint default null,
-                                    text_payloads boolean default false)
+                                    text_payloads boolean default false,
+                                    after_xid bigint default null, wait_ms bigint default 1000)
 returns jsonb
 language plpgsql
 volatile
@@ -1432,6 +1516,9 @@ declare
     v_top bigint;
     v_heads jsonb;
     v_dead jsonb;
+    v_waited timestamptz;
+    v_waited_ms bigint;
+    v_visible boolean;
     d a2_cursors;
 begin
     perform a2__writable('a2_claim');
@@ -1449,6 +1536,18 @@ begin
     end if;
     v_expires := case when coalesce(a2_claim.expires_at, 0) > 0 then a2_claim.expires_at
                       else v_now + a2_claim.ttl_ms end;
+    if a2_claim.after_xid is not null then
+        v_waited := clock_timestamp();
+        v_visible := a2__await_xid(v_session, a2_claim.after_xid, a2_claim.wait_ms);
+        v_waited_ms := (extract(epoch from clock_timestamp() - v_waited) * 1000)::bigint;
+        v_now := v_now + v_waited_ms;
+        v_expires := v_expires + v_waited_ms;
+        if not v_visible then
+            return jsonb_build_object('outcome', 'busy', 'retry_at', v_now,
+                                      'waiting_for', a2_claim.after_xid,
+                                      'dead_lettered', '[]'::jsonb);
+        end if;
+    end if;
     v_served := a2__served(a2_claim.consumers);
     if a2_claim.exclude is not null and jsonb_typeof(a2_claim.exclude) <> 'null' then
         if jsonb_typeof(a2_claim.exclude) <> 'array' then
@@ -1721,12 +1820,19 @@ $fn$;
 -- A consumer with no cursor and nothing after the latest clear stays
 -- without one: the cursor reported is idle at the head (epoch null).
 --
+-- after_xid, wait_ms: as for a2_claim, the transaction a log message came
+-- from, waited for (at most wait_ms) before the state is read; when it is
+-- still not visible the call goes on, and the claim after it says so.
+--
 -- Locks: the session's advisory lock, when the run must change (the state
 -- is read once before it, so an unchanged cursor costs no lock); a kept
 -- run is retyped with skip locked (the cursor reported is the run as read),
 -- and an idle run retired with skip locked, never waited for.
+drop function if exists a2_wake_log(text, text, text, jsonb, boolean);
 create or replace function a2_wake_log(session text, consumer text, lane text,
-                                       types jsonb default null, backfill boolean default false)
+                                       types jsonb default null, backfill boolean default false,
+                                       after_xid bigint default null,
+                                       wait_ms bigint default 1000)
 returns jsonb
 language plpgsql
 volatile
@@ -1750,6 +1856,7 @@ begin
     perform a2__served(jsonb_build_array(jsonb_build_object(
         'name', v_consumer, 'log', jsonb_build_object('lane', v_lane, 'types', v_types))));
     v_key := 'lane:' || v_lane;
+    perform a2__await_xid(v_session, a2_wake_log.after_xid, a2_wake_log.wait_ms);
 
     for pass in 1..2 loop
         select * into st from a2__log_state(v_session, v_consumer, v_key, v_types, v_backfill);
@@ -2873,8 +2980,8 @@ select case op
     when 'read' then '{session,after,max_events,types}'
     when 'cursors' then '{session}'
     when 'dead_letters' then '{session}'
-    when 'wake_log' then '{session,consumer,lane,types,backfill}'
-    when 'claim' then '{session,holder,ttl_ms,expires_at,consumers,exclude,max_failures,through,now_ms,text_payloads}'
+    when 'wake_log' then '{session,consumer,lane,types,backfill,after_xid,wait_ms}'
+    when 'claim' then '{session,holder,ttl_ms,expires_at,consumers,exclude,max_failures,through,now_ms,text_payloads,after_xid,wait_ms}'
     when 'renew' then '{session,holder,claims,ttl_ms,expires_at,now_ms}'
     when 'complete' then '{session,consumer,lane,index,attempt,events,consumers,now_ms,text_payloads}'
     when 'fail' then '{session,consumer,lane,index,attempt,error,max_failures,retry_after_ms,now_ms}'
@@ -2933,7 +3040,9 @@ begin
     when 'wake_log' then
         r := a2_wake_log(session => o->>'session', consumer => o->>'consumer',
                          lane => o->>'lane', types => o->'types',
-                         backfill => coalesce((o->>'backfill')::boolean, false));
+                         backfill => coalesce((o->>'backfill')::boolean, false),
+                         after_xid => a2__json_int('after_xid', o->'after_xid'),
+                         wait_ms => coalesce(a2__json_int('wait_ms', o->'wait_ms'), 1000));
     when 'claim' then
         r := a2_claim(session => o->>'session', holder => o->>'holder',
                       ttl_ms => a2__json_int('ttl_ms', o->'ttl_ms'),
@@ -2942,7 +3051,9 @@ begin
                       max_failures => a2__json_int('max_failures', o->'max_failures')::integer,
                       through => a2__json_int('through', o->'through'),
                       now_ms => a2__json_int('now_ms', o->'now_ms'),
-                      text_payloads => coalesce((o->>'text_payloads')::boolean, false));
+                      text_payloads => coalesce((o->>'text_payloads')::boolean, false),
+                      after_xid => a2__json_int('after_xid', o->'after_xid'),
+                      wait_ms => coalesce(a2__json_int('wait_ms', o->'wait_ms'), 1000));
     when 'renew' then
         r := a2_renew(session => o->>'session', holder => o->>'holder', claims => o->'claims',
                       ttl_ms => a2__json_int('ttl_ms', o->'ttl_ms'),
@@ -3067,5 +3178,5 @@ drop function if exists a2_batch(text[], jsonb);
 drop function if exists a2_batch_prepared_limit();
 
 -- The schema version this file installs; `a2 schema check` compares it.
-insert into a2_meta (key, value) values ('schema_version', '2')
+insert into a2_meta (key, value) values ('schema_version', '3')
 on conflict (key) do update set value = excluded.value;

@@ -228,12 +228,12 @@ static int ids_repeat(const a2_append_event *ev, size_t n)
 #define SQL_DEAD_LETTERS "select * from a2_dead_letters(session => $1)"
 #define SQL_WAKE_LOG                                                           \
     "select a2_wake_log(session => $1, consumer => $2, lane => $3, types => " \
-    "$4::jsonb, backfill => $5::boolean)"
+    "$4::jsonb, backfill => $5::boolean, after_xid => $6::bigint)"
 #define SQL_CLAIM                                                              \
     "select a2_claim(session => $1, holder => $2, expires_at => $3::bigint, " \
     "consumers => $4::jsonb, exclude => $5::jsonb, max_failures => "         \
     "$6::integer, through => $7::bigint, now_ms => $8::bigint, "             \
-    "text_payloads => true)"
+    "text_payloads => true, after_xid => $9::bigint, wait_ms => $10::bigint)"
 #define SQL_RENEW                                                              \
     "select a2_renew(session => $1, holder => $2, claims => $3::jsonb, "     \
     "expires_at => $4::bigint, now_ms => $5::bigint)"
@@ -862,8 +862,8 @@ int a2_store_dead_letters(a2_store *s, const char *session, a2_heads *out)
 }
 
 int a2_store_wake_log(a2_store *s, const char *session,
-                      const a2_consumer *consumer, a2_cursors *cursor_out,
-                      int64_t *head_out)
+                      const a2_consumer *consumer, uint64_t after_xid,
+                      a2_cursors *cursor_out, int64_t *head_out)
 {
     if (!s || !cursor_out)
         return A2_EINVALID_ARGUMENT;
@@ -885,6 +885,7 @@ int a2_store_wake_log(a2_store *s, const char *session,
     p_text(&p, log->lane);
     p_json(&p, types_json(log));
     p_text(&p, log->backfill ? "true" : "false");
+    p_int(&p, after_xid ? (int64_t)after_xid : A2_STORE_NONE);
     json_t *res = NULL;
     rc = call(s, SQL_WAKE_LOG, &p, false, &res);
     if (rc == 0)
@@ -962,6 +963,8 @@ int a2_store_claim(a2_store *s, const char *session,
     p_int(&p, req->max_failures ? req->max_failures : A2_STORE_NONE);
     p_int(&p, req->through ? req->through : A2_STORE_NONE);
     p_int(&p, now);
+    p_int(&p, req->after_xid ? (int64_t)req->after_xid : A2_STORE_NONE);
+    p_int(&p, req->wait_ms > 0 ? req->wait_ms : 1000);
     json_t *res = NULL;
     rc = call(s, SQL_CLAIM, &p, false, &res);
     if (rc)
@@ -982,6 +985,8 @@ int a2_store_claim(a2_store *s, const char *session,
                 strcmp(outcome, "busy") == 0 ? A2_CLAIM_BUSY : A2_CLAIM_SETTLED;
         out->retry_at = a2__row_int(res, "retry_at");
         out->session_head = A2_STORE_NONE;
+        int64_t w = a2__row_int(res, "waiting_for");
+        out->waiting_for = w == A2_STORE_NONE ? 0 : (uint64_t)w;
     }
 done:
     if (rc)

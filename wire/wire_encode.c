@@ -293,25 +293,29 @@ int a2_wire_encode(a2_wire_buf *b, const a2_wire_msg *m)
         if (!required(m->consumer) || !required(m->session) ||
             !required(m->cursor))
             return A2_WIRE_EINVAL;
-        msgpack_pack_map(&pk, 6);
+        msgpack_pack_map(&pk, m->xid ? 7 : 6);
         pack_kv_str(&pk, &c, "t", "wake");
         pack_kv_str(&pk, &c, "consumer", m->consumer);
         pack_kv_str(&pk, &c, "session", m->session);
         pack_kv_str(&pk, &c, "cursor", m->cursor);
         pack_kv_i64(&pk, &c, "head", m->head);
         pack_kv_u64(&pk, &c, "lsn", m->lsn);
+        if (m->xid)
+            pack_kv_u64(&pk, &c, "xid", m->xid);
         break;
     case A2_WIRE_LOG:
         if (!required(m->consumer) || !required(m->session) ||
             !required(m->event_type))
             return A2_WIRE_EINVAL;
-        msgpack_pack_map(&pk, 6);
+        msgpack_pack_map(&pk, m->xid ? 7 : 6);
         pack_kv_str(&pk, &c, "t", "log");
         pack_kv_str(&pk, &c, "consumer", m->consumer);
         pack_kv_str(&pk, &c, "session", m->session);
         pack_kv_i64(&pk, &c, "idx", m->idx);
         pack_kv_str(&pk, &c, "type", m->event_type);
         pack_kv_u64(&pk, &c, "lsn", m->lsn);
+        if (m->xid)
+            pack_kv_u64(&pk, &c, "xid", m->xid);
         break;
     case A2_WIRE_CLEARED:
         if (!required(m->session))

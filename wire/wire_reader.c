@@ -417,16 +417,19 @@ static int decode(frame *f, a2_wire_msg *m)
         if ((rc = get_str(f, "consumer", &m->consumer)) ||
             (rc = get_str(f, "session", &m->session)) ||
             (rc = get_str(f, "cursor", &m->cursor)) ||
-            (rc = get_i64(f, "head", &m->head)))
+            (rc = get_i64(f, "head", &m->head)) ||
+            (rc = get_u64(f, "lsn", &m->lsn)))
             return rc;
-        return get_u64(f, "lsn", &m->lsn);
+        /* xid: absent from a timer's wake-up and from older consumers */
+        return lookup(f, "xid") ? get_u64(f, "xid", &m->xid) : 0;
     case A2_WIRE_LOG:
         if ((rc = get_str(f, "consumer", &m->consumer)) ||
             (rc = get_str(f, "session", &m->session)) ||
             (rc = get_i64(f, "idx", &m->idx)) ||
-            (rc = get_str(f, "type", &m->event_type)))
+            (rc = get_str(f, "type", &m->event_type)) ||
+            (rc = get_u64(f, "lsn", &m->lsn)))
             return rc;
-        return get_u64(f, "lsn", &m->lsn);
+        return lookup(f, "xid") ? get_u64(f, "xid", &m->xid) : 0;
     case A2_WIRE_CLEARED:
         if ((rc = get_str(f, "session", &m->session)) ||
             (rc = get_i64(f, "clear_index", &m->clear_index)))

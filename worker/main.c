@@ -120,6 +120,8 @@ typedef struct job {
     int timed;         /* in the timer list (at may have been cancelled) */
     int hinted;        /* a wake-up named work here */
     int rechecks;      /* runs that found nothing after a wake-up */
+    uint64_t xid;      /* the latest wake-up's commit, which the next run
+                          waits for (0: none) */
     struct job *hnext; /* hash chain */
     struct job *rnext; /* ready queue */
     struct job *tnext; /* timer list */
@@ -400,7 +402,7 @@ static void set_timer(app *a, job *j, int64_t at)
 
 /* Queues session for a run (under mu). */
 static void schedule_locked(app *a, const char *session, int wake_log,
-                            int hinted)
+                            int hinted, uint64_t xid)
 {
     if (a->stopping)
         return;
@@ -410,6 +412,8 @@ static void schedule_locked(app *a, const char *session, int wake_log,
         return;
     }
     j->wake_log |= wake_log;
+    if (xid)
+        j->xid = xid;
     if (hinted && !j->hinted) {
         j->hinted = 1;
         j->rechecks = 0;
@@ -421,10 +425,11 @@ static void schedule_locked(app *a, const char *session, int wake_log,
         push_ready(a, j);
 }
 
-static void schedule(app *a, const char *session, int wake_log, int hinted)
+static void schedule(app *a, const char *session, int wake_log, int hinted,
+                     uint64_t xid)
 {
     pthread_mutex_lock(&a->mu);
-    schedule_locked(a, session, wake_log, hinted);
+    schedule_locked(a, session, wake_log, hinted, xid);
     pthread_mutex_unlock(&a->mu);
 }
 
@@ -1585,6 +1590,8 @@ static void *slot_main(void *arg)
         j->again = 0;
         int wake_log = j->wake_log;
         j->wake_log = 0;
+        uint64_t xid = j->xid;
+        j->xid = 0;
         /* Woken by a2-consumer, which announces every head that becomes
          * claimable: one claim round is enough. */
         int woken = j->hinted;
@@ -1595,7 +1602,7 @@ static void *slot_main(void *arg)
         a2_worker_run_stats st = {0};
         int rc = !session ? A2_WORKER_ENOMEM
                  : woken  ? a2_worker_runner_run_woken(s->runner, session,
-                                                       wake_log != 0, &st)
+                                                       wake_log != 0, xid, &st)
                           : a2_worker_runner_run(s->runner, session,
                                                  wake_log != 0, &st);
         if (rc != 0 && rc != A2_WORKER_ESTOPPED)
@@ -1618,6 +1625,7 @@ static void *slot_main(void *arg)
                     .hinted = j->hinted,
                     .claimed = st.claimed > 0,
                     .rechecks = j->rechecks,
+                    .waited = xid != 0,
                     .wake_log = wake_log,
             };
             a2w_next next = a2w_after_run(&ran);
@@ -1672,7 +1680,7 @@ static void resync_all(app *a)
         }
         pthread_mutex_lock(&a->mu);
         for (size_t i = 0; i < page.count; i++)
-            schedule_locked(a, page.items[i], 0, 0);
+            schedule_locked(a, page.items[i], 0, 0, 0);
         pthread_mutex_unlock(&a->mu);
         total += page.count;
         free(after);
@@ -1695,16 +1703,16 @@ static void on_event(app *a, const a2_worker_event *ev)
         if (!a->quiet)
             say("a2-worker: wake %s %s head %lld", ev->session,
                 ev->cursor ? ev->cursor : "", (long long)ev->head);
-        schedule(a, ev->session, 0, 1);
+        schedule(a, ev->session, 0, 1, ev->xid);
         break;
     case A2_WORKER_EV_LOG:
         if (!a->quiet)
             say("a2-worker: log %s #%lld %s", ev->session, (long long)ev->idx,
                 ev->event_type ? ev->event_type : "");
-        schedule(a, ev->session, 1, 1);
+        schedule(a, ev->session, 1, 1, ev->xid);
         break;
     case A2_WORKER_EV_SWEEP:
-        schedule(a, ev->session, is_log, 0);
+        schedule(a, ev->session, is_log, 0, 0);
         break;
     case A2_WORKER_EV_RESYNC:
         if (ev->all_sessions) {
@@ -1714,7 +1722,7 @@ static void on_event(app *a, const a2_worker_event *ev)
                 say("a2-worker: resync of %zu session%s", ev->nsessions,
                     ev->nsessions == 1 ? "" : "s");
             for (size_t i = 0; i < ev->nsessions; i++)
-                schedule(a, ev->sessions[i], is_log, 0);
+                schedule(a, ev->sessions[i], is_log, 0, 0);
         }
         break;
     case A2_WORKER_EV_CLEARED:

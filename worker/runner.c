@@ -540,10 +540,32 @@ static int settle(a2_worker_runner *r, const char *session,
     return 0;
 }
 
+/* Brings every served log consumer's cursor up to date (after_xid: the
+ * commit to wait for first, 0: none). */
+static int wake_logs(a2_worker_runner *r, const char *session,
+                     uint64_t after_xid)
+{
+    for (size_t i = 0; i < r->nconsumers; i++) {
+        if (!r->consumers[i].log)
+            continue;
+        a2_cursors cur = {0};
+        int64_t head = 0;
+        int wrc = a2_store_wake_log(r->store, session, &r->consumers[i],
+                                    after_xid, &cur, &head);
+        a2_cursors_free(&cur);
+        if (wrc != 0)
+            return store_error(r, "wake_log", session);
+    }
+    return 0;
+}
+
 /* The run of a2_worker_runner_run; with once, it ends after the first
- * claim's heads when that claim took every eligible head it saw. */
+ * claim's heads when that claim took every eligible head it saw. after_xid:
+ * the wake-up's commit, which the first claim waits for (claimed again
+ * while the store reports it still invisible). */
 static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
-                       bool once, a2_worker_run_stats *stats)
+                       bool once, uint64_t after_xid,
+                       a2_worker_run_stats *stats)
 {
     a2_worker_run_stats local = {0};
     a2_worker_run_stats *st = stats ? stats : &local;
@@ -555,32 +577,32 @@ static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
     int rc = ensure_store(r);
     if (rc != 0)
         return rc;
-    if (wake_log) {
-        for (size_t i = 0; i < r->nconsumers; i++) {
-            if (!r->consumers[i].log)
-                continue;
-            a2_cursors cur = {0};
-            int64_t head = 0;
-            int wrc = a2_store_wake_log(r->store, session, &r->consumers[i],
-                                        &cur, &head);
-            a2_cursors_free(&cur);
-            if (wrc != 0)
-                return store_error(r, "wake_log", session);
-        }
-    }
+    if (wake_log && (rc = wake_logs(r, session, after_xid)) != 0)
+        return rc;
     a2_worker_reply rp = {0};
     while (!r->stopping) {
         a2_claim_request req = {.holder = r->holder,
                                 .ttl_ms = r->ttl_ms,
                                 .consumers = r->consumers,
                                 .nconsumers = r->nconsumers,
-                                .max_failures = r->max_failures};
+                                .max_failures = r->max_failures,
+                                .after_xid = after_xid};
         a2_claim_result cl = {0};
         if (a2_store_claim(r->store, session, &req, &cl) != 0) {
             a2_claim_result_free(&cl);
             rc = store_error(r, "claim", session);
             break;
         }
+        if (cl.outcome == A2_CLAIM_BUSY && cl.waiting_for) {
+            /* The store waited for the commit and it is still not visible
+             * (a synchronous standby holds it, say): wait again. */
+            st->visibility_waits++;
+            a2_claim_result_free(&cl);
+            if (wake_log && (rc = wake_logs(r, session, after_xid)) != 0)
+                break;
+            continue;
+        }
+        after_xid = 0; /* visible: later claims need not wait */
         /* Heads whose lapsed lease was their last attempt. */
         for (size_t i = 0; i < cl.dead_lettered.count; i++) {
             const a2_head *d = &cl.dead_lettered.items[i];
@@ -648,13 +670,14 @@ static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
 int a2_worker_runner_run(a2_worker_runner *r, const char *session,
                          bool wake_log, a2_worker_run_stats *stats)
 {
-    return run_session(r, session, wake_log, false, stats);
+    return run_session(r, session, wake_log, false, 0, stats);
 }
 
 int a2_worker_runner_run_woken(a2_worker_runner *r, const char *session,
-                               bool wake_log, a2_worker_run_stats *stats)
+                               bool wake_log, uint64_t after_xid,
+                               a2_worker_run_stats *stats)
 {
-    return run_session(r, session, wake_log, true, stats);
+    return run_session(r, session, wake_log, true, after_xid, stats);
 }
 
 int a2_worker_runner_pending(a2_worker_runner *r,

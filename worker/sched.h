@@ -26,6 +26,7 @@ typedef struct {
     int hinted;       /* woken by a2-consumer */
     int claimed;      /* the run claimed a head */
     int rechecks;     /* rechecks already made for this wake-up */
+    int waited;       /* the run waited for the wake-up's commit (its xid) */
     int wake_log;     /* the run was asked to start log cursors' runs */
 } a2w_ran;
 
@@ -38,8 +39,9 @@ typedef struct {
 
 /*
  * The next step. A wake-up can outrun the visibility of its commit to new
- * snapshots: a woken run that claimed nothing looks again after 20, 40 and
- * 80 ms. A log wake-up is kept for every run scheduled after it (again, a
+ * snapshots: a run given the wake-up's xid has the store wait for that
+ * commit; one without (from a consumer that sends none) that claimed
+ * nothing looks again after 20, 40 and 80 ms. A log wake-up is kept for every run scheduled after it (again, a
  * store retry, a lease retry, a recheck) until one ends with nothing left to
  * do: the run that took it may not have seen its events yet, and starting a
  * log cursor's run is idempotent.
@@ -56,7 +58,7 @@ static inline a2w_next a2w_after_run(const a2w_ran *r)
         int64_t due = r->retry_at - r->now;
         n.kind = A2W_TIMER;
         n.delay_ms = (due > 0 ? due : 0) + 5;
-    } else if (r->hinted && r->claimed == 0 &&
+    } else if (r->hinted && r->claimed == 0 && !r->waited &&
                r->rechecks < A2W_WAKE_RECHECKS) {
         n.kind = A2W_TIMER;
         n.delay_ms = (int64_t)A2W_WAKE_RECHECK_MS << r->rechecks;

@@ -596,6 +596,7 @@ static int on_frame(a2_worker *w, const a2_wire_msg *m)
         ev.cursor = m->cursor;
         ev.head = m->head;
         ev.lsn = m->lsn;
+        ev.xid = m->xid;
         return enqueue(w, &ev);
     case A2_WIRE_LOG:
         ev.type = A2_WORKER_EV_LOG;
@@ -604,6 +605,7 @@ static int on_frame(a2_worker *w, const a2_wire_msg *m)
         ev.idx = m->idx;
         ev.event_type = m->event_type;
         ev.lsn = m->lsn;
+        ev.xid = m->xid;
         return enqueue(w, &ev);
     case A2_WIRE_CLEARED:
         ev.type = A2_WORKER_EV_CLEARED;

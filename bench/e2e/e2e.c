@@ -150,11 +150,13 @@ static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
 }
 
 /* A session to run, now or at `at` (epoch ms). rechecks: -1 when it came
- * from a poll; else how many times a run after a wake-up found nothing. */
+ * from a poll; else how many times a run after a wake-up found nothing.
+ * xid: the latest wake-up's commit, for the run to wait for (0: none). */
 struct job {
     char *session;
     int64_t at;
     int rechecks;
+    uint64_t xid;
 };
 
 struct worker_ctx {
@@ -176,7 +178,7 @@ static int64_t wall_ms(void)
 
 /* Adds session to list (unless there), keeping the earliest time. */
 static void add_job(struct job *list, size_t *n, const char *session,
-                    int64_t at, int rechecks)
+                    int64_t at, int rechecks, uint64_t xid)
 {
     for (size_t i = 0; i < *n; i++)
         if (strcmp(list[i].session, session) == 0) {
@@ -184,6 +186,8 @@ static void add_job(struct job *list, size_t *n, const char *session,
                 list[i].at = at;
             if (rechecks < list[i].rechecks)
                 list[i].rechecks = rechecks;
+            if (xid)
+                list[i].xid = xid;
             return;
         }
     if (*n >= (size_t)cfg.sessions)
@@ -192,6 +196,7 @@ static void add_job(struct job *list, size_t *n, const char *session,
     if (list[*n].session) {
         list[*n].at = at;
         list[*n].rechecks = rechecks;
+        list[*n].xid = xid;
         (*n)++;
     }
 }
@@ -209,9 +214,10 @@ static int later_timeout(const struct worker_ctx *wc, int cap)
 /*
  * Runs a session as a2-worker does: one claim round when a wake-up asked
  * for it (a2_worker_runner_run_woken), every round when polling; a busy
- * session again at the claim's retry_at; a wake-up that found nothing to
- * claim again after 20, 40 and 80 ms (a wake-up can reach the worker before
- * its commit is visible to new snapshots).
+ * session again at the claim's retry_at. A wake-up can reach the worker
+ * before its commit is visible to new snapshots: the run passes its xid and
+ * the store waits for that commit; a wake-up without one that found nothing
+ * to claim is looked at again after 20, 40 and 80 ms.
  */
 static void run_job(struct worker_ctx *wc, const struct job *j)
 {
@@ -220,17 +226,18 @@ static void run_job(struct worker_ctx *wc, const struct job *j)
     atomic_fetch_add(&runs, 1);
     int rc = j->rechecks >= 0
                      ? a2_worker_runner_run_woken(wc->runner, j->session, false,
-                                                  &st)
+                                                  j->xid, &st)
                      : a2_worker_runner_run(wc->runner, j->session, false, &st);
     if (rc != 0)
         atomic_fetch_add(&errors, 1);
     if (st.claimed == 0)
         atomic_fetch_add(&empty_runs, 1);
     if (st.retry_at > 0)
-        add_job(wc->later, &wc->nlater, j->session, st.retry_at, -1);
-    else if (st.claimed == 0 && j->rechecks >= 0 && j->rechecks < 3)
+        add_job(wc->later, &wc->nlater, j->session, st.retry_at, -1, 0);
+    else if (st.claimed == 0 && !j->xid && j->rechecks >= 0 &&
+             j->rechecks < 3)
         add_job(wc->later, &wc->nlater, j->session,
-                wall_ms() + (20 << j->rechecks), j->rechecks + 1);
+                wall_ms() + (20 << j->rechecks), j->rechecks + 1, 0);
 }
 
 static void run_todo(struct worker_ctx *wc)
@@ -242,7 +249,7 @@ static void run_todo(struct worker_ctx *wc)
             continue;
         }
         add_job(wc->todo, &wc->ntodo, wc->later[i].session, 0,
-                wc->later[i].rechecks);
+                wc->later[i].rechecks, 0);
         free(wc->later[i].session);
         wc->later[i] = wc->later[--wc->nlater];
     }
@@ -258,7 +265,7 @@ static void on_pending(void *ctx, const char *session)
     struct worker_ctx *wc = ctx;
     int s = session_number(session);
     if (s >= 0 && s % cfg.workers == wc->id)
-        add_job(wc->todo, &wc->ntodo, session, 0, -1);
+        add_job(wc->todo, &wc->ntodo, session, 0, -1, 0);
 }
 
 static void *worker_main(void *arg)
@@ -283,7 +290,7 @@ static void *worker_main(void *arg)
         int rc = a2_worker_wait(wc->conn, &ev, later_timeout(wc, 50));
         while (rc == 1) {
             if (ev.type == A2_WORKER_EV_WAKE && ev.session)
-                add_job(wc->todo, &wc->ntodo, ev.session, 0, 0);
+                add_job(wc->todo, &wc->ntodo, ev.session, 0, 0, ev.xid);
             else if (ev.type == A2_WORKER_EV_RESYNC) {
                 atomic_fetch_add(&polls, 1);
                 if (a2_worker_runner_pending(wc->runner, on_pending, wc) < 0)

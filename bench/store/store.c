@@ -268,7 +268,7 @@ static void round_trips(void)
     MEASURE("cursors", a2_store_cursors(s, session, &cs));
     a2_cursors_free(&cs);
     int64_t head;
-    MEASURE("wake_log", a2_store_wake_log(s, session, &cons[2], &cs, &head));
+    MEASURE("wake_log", a2_store_wake_log(s, session, &cons[2], 0, &cs, &head));
     a2_cursors_free(&cs);
     a2_claim_request req = {.holder = "rt", .ttl_ms = 60000};
     a2_claim_result cr;

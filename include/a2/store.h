@@ -353,10 +353,13 @@ A2_STORE_MUST_CHECK int a2_store_cursors(a2_store *store, const char *session,
  * a run at the next event of its types when it has none, or retypes a kept
  * run. *cursor_out is its cursor (count 1), *head_out the session's head
  * index. A consumer with no cursor and nothing after the latest clear stays
- * without one: the cursor reported is idle at the head.
+ * without one: the cursor reported is idle at the head. after_xid: the
+ * `xid` of the log message that asked for this (0: none), whose commit is
+ * waited for first, at most a second (see a2_claim_request).
  */
 A2_STORE_MUST_CHECK int a2_store_wake_log(a2_store *store, const char *session,
                                           const a2_consumer *consumer,
+                                          uint64_t after_xid,
                                           a2_cursors *cursor_out,
                                           int64_t *head_out);
 
@@ -371,6 +374,13 @@ typedef struct a2_claim_request {
     int max_failures; /* 0: no limit; else >= 1: a takeover spending the
                          last failure dead-letters the head */
     int64_t through;  /* 0: none; else only heads at or below it */
+    /* The `xid` of the wake-up that asked for this claim (0: none). A
+     * wake-up can arrive before its commit is visible to new snapshots; the
+     * claim waits for that commit in the server, at most wait_ms (0: 1000),
+     * and when it is still not visible returns BUSY with waiting_for set:
+     * claim again with the same after_xid. */
+    uint64_t after_xid;
+    int64_t wait_ms;
 } a2_claim_request;
 
 typedef enum a2_claim_outcome {
@@ -386,6 +396,7 @@ typedef struct a2_claim_result {
     int64_t session_head;   /* CLAIMED: the session's head index */
     int64_t retry_at;       /* BUSY: epoch ms */
     a2_heads dead_lettered; /* heads a takeover dead-lettered (any outcome) */
+    uint64_t waiting_for;   /* BUSY: after_xid, still not visible (else 0) */
 } a2_claim_result;
 void a2_claim_result_free(a2_claim_result *r);
 

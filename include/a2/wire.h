@@ -149,6 +149,8 @@ typedef struct {
     const char *ns;         /* presence (both directions) */
     uint64_t id;            /* ping, pong */
     uint64_t lsn;           /* welcome, wake, log, cleared, presence */
+    uint64_t xid; /* wake, log: the commit's transaction id (0: none, as for
+                     a timer's wake-up); optional on the wire */
     const char *session;    /* wake, log, cleared */
     const char *cursor;     /* wake: cursor key */
     int64_t head;           /* wake */

@@ -97,7 +97,7 @@ typedef struct a2_worker_options {
 } a2_worker_options;
 
 typedef enum a2_worker_event_type {
-    A2_WORKER_EV_WAKE = 1,     /* consumer, session, cursor, head, lsn */
+    A2_WORKER_EV_WAKE = 1,     /* consumer, session, cursor, head, lsn, xid */
     A2_WORKER_EV_LOG,          /* consumer, session, idx, event_type, lsn:
                                   call a2_store_wake_log, then claim */
     A2_WORKER_EV_CLEARED,      /* session, clear_index, lsn */
@@ -122,6 +122,8 @@ typedef struct a2_worker_event {
     const char *event_type;
     int64_t clear_index;
     uint64_t lsn;
+    uint64_t xid; /* WAKE, LOG: the commit's transaction id (0: none, as for a
+                     lapsed lease's wake-up): a2_claim_request.after_xid */
     bool all_sessions;
     const char *const *sessions;
     size_t nsessions;
@@ -259,6 +261,9 @@ typedef struct a2_worker_run_stats {
     uint64_t superseded;    /* the attempt lost its head meanwhile */
     uint64_t renewals;      /* lease renewals made */
     int64_t retry_at;       /* busy: epoch ms to claim again; 0: settled */
+    uint64_t visibility_waits; /* claims that waited a second for the
+                                  wake-up's commit and still found it
+                                  invisible (then claimed again) */
 } a2_worker_run_stats;
 
 /*
@@ -296,15 +301,16 @@ A2_WORKER_MUST_CHECK int a2_worker_runner_run(a2_worker_runner *r,
  * lane's next head, a lapsed lease, a retry hold that ends). That saves the
  * claim that would find the session settled. stats->retry_at is 0 then.
  * A wake-up can reach the caller before its commit is visible to new
- * snapshots: when a woken run claims nothing, look again shortly, a bounded
- * few times (a2-worker waits 20, 40 and 80 ms), and pass wake_log again if
- * the wake-up was a log message, since the first run may not have seen the
- * events that start the log cursors' runs. A caller that polls, or has lost
- * its a2-consumer, uses a2_worker_runner_run.
+ * snapshots: pass its xid (a2_worker_event.xid; 0 for a resync or a sweep)
+ * as after_xid, and the store waits for that commit before it claims (and
+ * before wake_log), claiming again for as long as it is not visible. A
+ * caller that polls, or has lost its a2-consumer, uses
+ * a2_worker_runner_run.
  */
 A2_WORKER_MUST_CHECK int a2_worker_runner_run_woken(a2_worker_runner *r,
                                                     const char *session,
                                                     bool wake_log,
+                                                    uint64_t after_xid,
                                                     a2_worker_run_stats *stats);
 
 /* Asks a run in progress to stop after the heads it has claimed: no new

@@ -502,3 +502,76 @@ begin
                                    and pin.cursor_key = v_key));
 end
 $fn$;
+
+-- Waits, at most wait_ms, until transaction xid (its 32 low bits, as a
+-- wake-up carries them) is no longer in progress for new snapshots; true
+-- when it is not (committed, aborted, unknown or the caller's own), false
+-- when the wait ran out.
+--
+-- A commit is flushed, decoded and pushed to the workers before its
+-- backend leaves the proc array, so a claim woken by it can run before it
+-- is visible. Every a2 write holds its session's advisory lock until after
+-- that (locks are released last), so a shared lock on the session's key
+-- waits for the commit itself and returns the moment it is visible; a
+-- writer that took no session lock is polled for every millisecond.
+create or replace function a2__await_xid(session text, xid bigint, wait_ms bigint)
+returns boolean
+language plpgsql
+volatile
+as $fn$
+declare
+    v_next bigint;
+    v_full bigint;
+    v_until timestamptz;
+    v_timeout text;
+begin
+    if xid is null then
+        return true;
+    end if;
+    if xid < 0 or xid > 4294967295 then
+        perform a2__fail('INVALID_ARGUMENT', 'after_xid must be a 32-bit transaction id');
+    end if;
+    if wait_ms is null or wait_ms < 0 then
+        perform a2__fail('INVALID_ARGUMENT', 'wait_ms must not be negative');
+    end if;
+    -- The full id: the one of that low word nearest the snapshot's xmax
+    -- (a commit still in the proc array is at or above it, when it is the
+    -- latest).
+    v_next := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
+    v_full := (xid - v_next) & 4294967295;
+    v_full := v_next + case when v_full >= 2147483648 then v_full - 4294967296 else v_full end;
+    if v_full < 3 or v_full::text::xid8 = pg_current_xact_id_if_assigned() then
+        return true;
+    end if;
+    if v_full < v_next then
+        if pg_xact_status(v_full::text::xid8) is distinct from 'in progress' then
+            return true;
+        end if;
+    else
+        begin
+            if pg_xact_status(v_full::text::xid8) is distinct from 'in progress' then
+                return true;
+            end if;
+        exception when invalid_parameter_value then
+            return true; -- "in the future": no such transaction
+        end;
+    end if;
+    v_until := clock_timestamp() + make_interval(secs => wait_ms / 1000.0);
+    v_timeout := current_setting('lock_timeout');
+    perform set_config('lock_timeout', greatest(wait_ms, 1) || 'ms', true);
+    begin
+        perform pg_advisory_lock_shared(hashtext(session));
+        perform pg_advisory_unlock_shared(hashtext(session));
+    exception when lock_not_available then
+        null;
+    end;
+    perform set_config('lock_timeout', v_timeout, true);
+    while pg_xact_status(v_full::text::xid8) = 'in progress' loop
+        if clock_timestamp() >= v_until then
+            return false;
+        end if;
+        perform pg_sleep(0.001);
+    end loop;
+    return true;
+end
+$fn$;

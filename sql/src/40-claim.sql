@@ -1,7 +1,7 @@
 -- a2_claim and a2_renew: leases on heads.
 
 -- a2_claim(session, holder, ttl_ms, expires_at, consumers, exclude,
---          max_failures, through, now_ms, text_payloads)
+--          max_failures, through, now_ms, text_payloads, after_xid, wait_ms)
 --
 -- Claims every eligible head of the session for holder, until now_ms +
 -- ttl_ms (or expires_at): unclaimed heads, and lapsed claims (a takeover:
@@ -17,15 +17,26 @@
 -- Heads are ordered by index, then consumer; a head's "attempt" is the
 -- attempt it now runs.
 --
+-- after_xid: the transaction a wake-up came from (its "xid"). A wake-up
+-- can reach the worker before its commit is visible to new snapshots; the
+-- claim first waits, at most wait_ms (default 1000), for that commit, and
+-- moves now_ms and expires_at on by the time it waited. When it is still
+-- not visible then, the result is
+--   {"outcome": "busy", "retry_at": now_ms, "waiting_for": after_xid}
+-- and the caller claims again with the same after_xid.
+--
 -- Locks: the eligible cursor rows, for update, in primary-key order
 -- (cursor_key, consumer, epoch), which no update changes, so racing claims
 -- never wait on each other in a cycle; no session lock. A head another
 -- claim is taking is waited for and re-checked in its new state.
+drop function if exists a2_claim(text, text, bigint, bigint, jsonb, jsonb, integer, bigint,
+                                  bigint, boolean);
 create or replace function a2_claim(session text, holder text, ttl_ms bigint default null,
                                     expires_at bigint default null, consumers jsonb default null,
                                     exclude jsonb default null, max_failures integer default null,
                                     through bigint default null, now_ms bigint default null,
-                                    text_payloads boolean default false)
+                                    text_payloads boolean default false,
+                                    after_xid bigint default null, wait_ms bigint default 1000)
 returns jsonb
 language plpgsql
 volatile
@@ -48,6 +59,9 @@ declare
     v_top bigint;
     v_heads jsonb;
     v_dead jsonb;
+    v_waited timestamptz;
+    v_waited_ms bigint;
+    v_visible boolean;
     d a2_cursors;
 begin
     perform a2__writable('a2_claim');
@@ -65,6 +79,18 @@ begin
     end if;
     v_expires := case when coalesce(a2_claim.expires_at, 0) > 0 then a2_claim.expires_at
                       else v_now + a2_claim.ttl_ms end;
+    if a2_claim.after_xid is not null then
+        v_waited := clock_timestamp();
+        v_visible := a2__await_xid(v_session, a2_claim.after_xid, a2_claim.wait_ms);
+        v_waited_ms := (extract(epoch from clock_timestamp() - v_waited) * 1000)::bigint;
+        v_now := v_now + v_waited_ms;
+        v_expires := v_expires + v_waited_ms;
+        if not v_visible then
+            return jsonb_build_object('outcome', 'busy', 'retry_at', v_now,
+                                      'waiting_for', a2_claim.after_xid,
+                                      'dead_lettered', '[]'::jsonb);
+        end if;
+    end if;
     v_served := a2__served(a2_claim.consumers);
     if a2_claim.exclude is not null and jsonb_typeof(a2_claim.exclude) <> 'null' then
         if jsonb_typeof(a2_claim.exclude) <> 'array' then

@@ -44,12 +44,19 @@ $fn$;
 -- A consumer with no cursor and nothing after the latest clear stays
 -- without one: the cursor reported is idle at the head (epoch null).
 --
+-- after_xid, wait_ms: as for a2_claim, the transaction a log message came
+-- from, waited for (at most wait_ms) before the state is read; when it is
+-- still not visible the call goes on, and the claim after it says so.
+--
 -- Locks: the session's advisory lock, when the run must change (the state
 -- is read once before it, so an unchanged cursor costs no lock); a kept
 -- run is retyped with skip locked (the cursor reported is the run as read),
 -- and an idle run retired with skip locked, never waited for.
+drop function if exists a2_wake_log(text, text, text, jsonb, boolean);
 create or replace function a2_wake_log(session text, consumer text, lane text,
-                                       types jsonb default null, backfill boolean default false)
+                                       types jsonb default null, backfill boolean default false,
+                                       after_xid bigint default null,
+                                       wait_ms bigint default 1000)
 returns jsonb
 language plpgsql
 volatile
@@ -73,6 +80,7 @@ begin
     perform a2__served(jsonb_build_array(jsonb_build_object(
         'name', v_consumer, 'log', jsonb_build_object('lane', v_lane, 'types', v_types))));
     v_key := 'lane:' || v_lane;
+    perform a2__await_xid(v_session, a2_wake_log.after_xid, a2_wake_log.wait_ms);
 
     for pass in 1..2 loop
         select * into st from a2__log_state(v_session, v_consumer, v_key, v_types, v_backfill);

@@ -12,8 +12,8 @@ select case op
     when 'read' then '{session,after,max_events,types}'
     when 'cursors' then '{session}'
     when 'dead_letters' then '{session}'
-    when 'wake_log' then '{session,consumer,lane,types,backfill}'
-    when 'claim' then '{session,holder,ttl_ms,expires_at,consumers,exclude,max_failures,through,now_ms,text_payloads}'
+    when 'wake_log' then '{session,consumer,lane,types,backfill,after_xid,wait_ms}'
+    when 'claim' then '{session,holder,ttl_ms,expires_at,consumers,exclude,max_failures,through,now_ms,text_payloads,after_xid,wait_ms}'
     when 'renew' then '{session,holder,claims,ttl_ms,expires_at,now_ms}'
     when 'complete' then '{session,consumer,lane,index,attempt,events,consumers,now_ms,text_payloads}'
     when 'fail' then '{session,consumer,lane,index,attempt,error,max_failures,retry_after_ms,now_ms}'
@@ -72,7 +72,9 @@ begin
     when 'wake_log' then
         r := a2_wake_log(session => o->>'session', consumer => o->>'consumer',
                          lane => o->>'lane', types => o->'types',
-                         backfill => coalesce((o->>'backfill')::boolean, false));
+                         backfill => coalesce((o->>'backfill')::boolean, false),
+                         after_xid => a2__json_int('after_xid', o->'after_xid'),
+                         wait_ms => coalesce(a2__json_int('wait_ms', o->'wait_ms'), 1000));
     when 'claim' then
         r := a2_claim(session => o->>'session', holder => o->>'holder',
                       ttl_ms => a2__json_int('ttl_ms', o->'ttl_ms'),
@@ -81,7 +83,9 @@ begin
                       max_failures => a2__json_int('max_failures', o->'max_failures')::integer,
                       through => a2__json_int('through', o->'through'),
                       now_ms => a2__json_int('now_ms', o->'now_ms'),
-                      text_payloads => coalesce((o->>'text_payloads')::boolean, false));
+                      text_payloads => coalesce((o->>'text_payloads')::boolean, false),
+                      after_xid => a2__json_int('after_xid', o->'after_xid'),
+                      wait_ms => coalesce(a2__json_int('wait_ms', o->'wait_ms'), 1000));
     when 'renew' then
         r := a2_renew(session => o->>'session', holder => o->>'holder', claims => o->'claims',
                       ttl_ms => a2__json_int('ttl_ms', o->'ttl_ms'),

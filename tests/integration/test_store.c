@@ -867,7 +867,7 @@ static void test_log_cursor(void **state)
     assert_int_equal(seen[1], 4);
     a2_cursors cs;
     int64_t head = 0;
-    OK(a2_store_wake_log(f->s, f->session, &cons, &cs, &head));
+    OK(a2_store_wake_log(f->s, f->session, &cons, 0, &cs, &head));
     assert_int_equal(head, 4);
     assert_int_equal(cs.count, 1);
     assert_int_equal(cs.items[0].head, A2_STORE_NONE);
@@ -878,25 +878,25 @@ static void test_log_cursor(void **state)
     a2_append_event more[2] = {{.type = "other"}, {.type = "wanted"}};
     OK(a2_store_append(f->s, f->session, more, 2, NULL, &out));
     a2_events_free(&out);
-    OK(a2_store_wake_log(f->s, f->session, &cons, &cs, &head));
+    OK(a2_store_wake_log(f->s, f->session, &cons, 0, &cs, &head));
     assert_int_equal(head, 6);
     assert_int_equal(cs.items[0].head, 6);
     a2_cursors_free(&cs);
     /* Unchanged on a second wake. */
-    OK(a2_store_wake_log(f->s, f->session, &cons, &cs, &head));
+    OK(a2_store_wake_log(f->s, f->session, &cons, 0, &cs, &head));
     assert_int_equal(cs.items[0].head, 6);
     a2_cursors_free(&cs);
     /* A new consumer with backfill starts at the beginning of the log. */
     a2_log_spec all = {.lane = "all", .backfill = true};
     a2_consumer every = {.name = "every", .log = &all};
-    OK(a2_store_wake_log(f->s, f->session, &every, &cs, &head));
+    OK(a2_store_wake_log(f->s, f->session, &every, 0, &cs, &head));
     assert_int_equal(cs.items[0].head, 1);
     assert_string_equal(cs.items[0].types, "null");
     a2_cursors_free(&cs);
     /* Without backfill, a new consumer starts at the head: nothing to run. */
     a2_log_spec late = {.lane = "late"};
     a2_consumer latecomer = {.name = "late", .log = &late};
-    OK(a2_store_wake_log(f->s, f->session, &latecomer, &cs, &head));
+    OK(a2_store_wake_log(f->s, f->session, &latecomer, 0, &cs, &head));
     assert_int_equal(cs.items[0].head, A2_STORE_NONE);
     assert_int_equal(cs.items[0].position, 6);
     a2_cursors_free(&cs);

@@ -974,7 +974,7 @@ static void *soak_worker(void *arg)
         } else if (op < 94) { /* wake the log */
             a2_cursors cs;
             int64_t head;
-            rc = a2_store_wake_log(s, session, &soak_consumers[2], &cs, &head);
+            rc = a2_store_wake_log(s, session, &soak_consumers[2], 0, &cs, &head);
             soak_check(s, rc, "wake_log");
             a2_cursors_free(&cs);
         } else if (op < 95 && nmine > 0) { /* a snapshot pinning a head */

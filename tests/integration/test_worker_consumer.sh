@@ -7,54 +7,9 @@
 PREFIX="a2-worker: "
 . "$(dirname "$0")/test_cli.lib"
 W=$A2_BIN/a2-worker
-C=$A2_BIN/a2-consumer
-for p in "$W" "$C"; do [ -x "$p" ] || { echo "$p is not built" >&2; exit 1; }; done
-pids=()
-cpid=
-cleanup_all() {
-    for p in "${pids[@]}" $cpid; do kill -TERM "$p" 2>/dev/null; done
-    sleep 0.5
-    for p in "${pids[@]}" $cpid; do kill -KILL "$p" 2>/dev/null; done
-    rm -rf "$TMP"
-}
-trap cleanup_all EXIT
+[ -x "$W" ] || { echo "$W is not built" >&2; exit 1; }
 slot=wc_$$
-sock=$TMP/a2.sock
-audit=$TMP/audit.jsonl
-
-start_consumer() {
-    "$C" --db "$A2_TEST_DB" --slot "$slot" --listen "unix:$sock" --audit "$audit" \
-        --status-interval 200 >>"$TMP/consumer.log" 2>&1 &
-    cpid=$!
-    local deadline=$((SECONDS + 20))
-    until [ -S "$sock" ] && grep -q "ready" "$TMP/consumer.log" 2>/dev/null; do
-        [ $SECONDS -gt $deadline ] && { fail "a2-consumer did not start: $(tail -3 "$TMP/consumer.log")"; return 1; }
-        kill -0 "$cpid" 2>/dev/null || { fail "a2-consumer exited: $(tail -3 "$TMP/consumer.log")"; return 1; }
-        sleep 0.1
-    done
-}
-stop_consumer() {
-    kill -TERM "$cpid"
-    wait "$cpid" 2>/dev/null
-    cpid=
-}
-wait_for() { # SECONDS SQL EXPECTED
-    local deadline=$((SECONDS + $1)) got
-    while [ $SECONDS -le $deadline ]; do
-        got=$(sql "$2")
-        [ "$got" = "$3" ] && return 0
-        sleep 0.05
-    done
-    fail "timed out waiting for [$2] = '$3' (last: '$got')"
-    return 1
-}
-wait_log() { # SECONDS FILE PATTERN
-    local deadline=$((SECONDS + $1))
-    until grep -q "$3" "$2" 2>/dev/null; do
-        [ $SECONDS -gt $deadline ] && { fail "'$3' not in $2 after $1 s: $(tail -5 "$2")"; return 1; }
-        sleep 0.05
-    done
-}
+. "$(dirname "$0")/test_consumer.lib"
 count() { grep -c "$2" "$1" 2>/dev/null || true; }
 now_ms() { date +%s%3N; }
 

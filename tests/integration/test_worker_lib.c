@@ -715,14 +715,14 @@ static void test_runner_woken(void **state)
     a2_worker_run_stats st;
 
     append_for("woken-1", "woken", NULL);
-    assert_int_equal(a2_worker_runner_run_woken(r, "woken-1", false, &st), 0);
+    assert_int_equal(a2_worker_runner_run_woken(r, "woken-1", false, 0, &st), 0);
     assert_int_equal(st.claimed, 1);
     assert_int_equal(st.completed, 1);
     assert_int_equal(st.retry_at, 0);
-    assert_int_equal(a2_worker_runner_run_woken(r, "woken-1", false, &st), 0);
+    assert_int_equal(a2_worker_runner_run_woken(r, "woken-1", false, 0, &st), 0);
     assert_int_equal(st.claimed, 1);
     assert_int_equal(st.completed, 1);
-    assert_int_equal(a2_worker_runner_run_woken(r, "woken-1", false, &st), 0);
+    assert_int_equal(a2_worker_runner_run_woken(r, "woken-1", false, 0, &st), 0);
     assert_int_equal(st.claimed, 0);
 
     w.calls = 0;
@@ -742,7 +742,7 @@ static void test_runner_woken(void **state)
                        "claim_holder = 'gone', claim_expires_at = 1, "
                        "failure_count = 1 where session_id = 'woken-3' and "
                        "head = 1");
-    assert_int_equal(a2_worker_runner_run_woken(r, "woken-3", false, &st), 0);
+    assert_int_equal(a2_worker_runner_run_woken(r, "woken-3", false, 0, &st), 0);
     assert_int_equal(st.dead_lettered, 1);
     assert_int_equal(st.claimed, 2);
     assert_int_equal(st.completed, 2);

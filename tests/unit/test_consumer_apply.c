@@ -33,10 +33,15 @@ static void rec(const char *fmt, ...)
     va_end(ap);
 }
 
+/* The xid of the last wake-up and log message pushed. */
+static uint64_t last_wake_xid, last_log_xid;
+
 static void s_wake(void *ctx, const char *consumer, const char *session,
-                   const char *cursor_key, int64_t head, uint64_t lsn)
+                   const char *cursor_key, int64_t head, uint64_t lsn,
+                   uint64_t xid)
 {
     (void)ctx;
+    last_wake_xid = xid;
     rec("wake %s %s %s %" PRId64 " %" PRIX64, consumer, session, cursor_key,
         head, lsn);
 }
@@ -46,10 +51,11 @@ static void s_wake(void *ctx, const char *consumer, const char *session,
 static int record_logs;
 
 static void s_log(void *ctx, const char *session, int64_t idx, const char *type,
-                  uint64_t lsn)
+                  uint64_t lsn, uint64_t xid)
 {
     (void)ctx;
     (void)lsn;
+    last_log_xid = xid;
     if (record_logs)
         rec("log %s %" PRId64 " %s", session, idx, type);
 }
@@ -306,6 +312,8 @@ static void test_started_wakes_and_audits(void **state)
     commit(&f, 7, "0/200", 0x200);
     assert_int_equal(nevents, 1);
     assert_string_equal(events[0], "wake c s1 #1 1 200");
+    /* the commit's xid, for the claim to wait for its visibility */
+    assert_int_equal(last_wake_xid, 7);
     assert_true(a2c_apply_applied(f.ap) == 0x200);
     char err[256];
     assert_int_equal(a2c_audit_sync(f.audit, 0, err, sizeof err), 0);
@@ -347,7 +355,9 @@ static void test_claim_timer_fail_retry_complete(void **state)
     assert_int_equal(a2c_timers_next(f.timers), 5000);
     /* lapses: the timer wakes for the same head */
     assert_int_equal(a2c_apply_fire_timers(f.ap, 4999), 0);
+    last_wake_xid = 99;
     assert_int_equal(a2c_apply_fire_timers(f.ap, 5000), 1);
+    assert_int_equal(last_wake_xid, 0); /* a timer's: no commit to wait for */
     assert_string_equal(events[0], "wake c s1 #1 1 300");
     /* failed with retry-after: a hold with no holder → timer */
     begin(&f, 9, "0/400");
@@ -414,6 +424,7 @@ static void test_cleared_log_presence(void **state)
     commit(&f, 20, "0/800", 0x800);
     assert_int_equal(nevents, 3);
     assert_string_equal(events[0], "log s1 5 user_msg");
+    assert_int_equal(last_log_xid, 20);
     assert_string_equal(events[1], "cleared s1 6"); /* once, not twice */
     assert_string_equal(
             events[2],

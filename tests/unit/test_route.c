@@ -192,16 +192,19 @@ static void test_queue_coalesce(void **state)
     uint64_t sent[32] = {0};
     a2_wire_msg pong = {.type = A2_WIRE_PONG, .id = 5};
 
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 1, 10),
+    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 1, 10, 700),
                      A2C_QUEUE_QUEUED);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s2", "k", 1, 11),
+    assert_int_equal(a2c_queue_push_wake(q, "c", "s2", "k", 1, 11, 701),
                      A2C_QUEUE_QUEUED);
     assert_int_equal(a2c_queue_push(q, &pong), A2C_QUEUE_QUEUED);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 5, 12),
+    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 5, 12, 702),
                      A2C_QUEUE_COALESCED);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k2", 2, 13),
+    /* a timer's wake-up (no xid) keeps the commit's xid to wait for */
+    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 5, 12, 0),
+                     A2C_QUEUE_COALESCED);
+    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k2", 2, 13, 0),
                      A2C_QUEUE_QUEUED);
-    assert_int_equal(a2c_queue_push_wake(q, "d", "s1", "k", 3, 14),
+    assert_int_equal(a2c_queue_push_wake(q, "d", "s1", "k", 3, 14, 0),
                      A2C_QUEUE_QUEUED);
     assert_int_equal(a2c_queue_len(q), 5);
 
@@ -212,7 +215,10 @@ static void test_queue_coalesce(void **state)
     assert_string_equal(sess[0], "s1");
     assert_int_equal(got[0].head, 5);
     assert_int_equal(got[0].lsn, 12);
+    assert_int_equal(got[0].xid, 702); /* the latest commit's */
     assert_string_equal(sess[1], "s2");
+    assert_int_equal(got[1].xid, 701);
+    assert_int_equal(got[3].xid, 0);
     assert_int_equal(got[2].type, A2_WIRE_PONG);
     assert_int_equal(got[2].id, 5);
     assert_int_equal(got[3].head, 2);
@@ -221,11 +227,11 @@ static void test_queue_coalesce(void **state)
     assert_int_equal(sent[A2_WIRE_PONG], 1);
 
     /* after draining, the same key queues anew */
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 6, 15),
+    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 6, 15, 0),
                      A2C_QUEUE_QUEUED);
     a2c_queue_clear(q);
     assert_int_equal(a2c_queue_len(q), 0);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 7, 16),
+    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 7, 16, 0),
                      A2C_QUEUE_QUEUED);
     a2c_queue_free(q);
     a2c_queue_free(NULL);
@@ -245,24 +251,24 @@ static void test_queue_overflow(void **state)
 
     for (int i = 0; i < 10; i++) {
         session_name(s, sizeof s, i);
-        assert_int_equal(a2c_queue_push_wake(q, "c", s, "k", i, 1),
+        assert_int_equal(a2c_queue_push_wake(q, "c", s, "k", i, 1, 0),
                          A2C_QUEUE_QUEUED);
     }
     /* coalescing still works at the bound */
-    assert_int_equal(a2c_queue_push_wake(q, "c", "session-3", "k", 33, 2),
+    assert_int_equal(a2c_queue_push_wake(q, "c", "session-3", "k", 33, 2, 0),
                      A2C_QUEUE_COALESCED);
     assert_false(a2c_queue_overflowed(q));
     /* the 11th distinct frame drops the queue */
-    assert_int_equal(a2c_queue_push_wake(q, "c", "other", "k", 1, 1),
+    assert_int_equal(a2c_queue_push_wake(q, "c", "other", "k", 1, 1, 0),
                      A2C_QUEUE_OVERFLOW);
     assert_true(a2c_queue_overflowed(q));
     assert_int_equal(a2c_queue_len(q), 0);
     /* while overflowed everything is dropped */
-    assert_int_equal(a2c_queue_push_wake(q, "c", "x", "k", 1, 1),
+    assert_int_equal(a2c_queue_push_wake(q, "c", "x", "k", 1, 1, 0),
                      A2C_QUEUE_DROPPED);
     assert_int_equal(a2c_queue_len(q), 0);
     a2c_queue_clear_overflow(q);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "session-3", "k", 1, 1),
+    assert_int_equal(a2c_queue_push_wake(q, "c", "session-3", "k", 1, 1, 0),
                      A2C_QUEUE_QUEUED);
     assert_int_equal(drain_all(q, got, sess, 16, NULL), 1);
     assert_int_equal(got[0].head, 1);
@@ -283,7 +289,7 @@ static void test_queue_drain_chunks(void **state)
 
     for (int i = 0; i < 1000; i++) {
         session_name(s, sizeof s, i);
-        assert_int_equal(a2c_queue_push_wake(q, "c", s, "k", i, 1),
+        assert_int_equal(a2c_queue_push_wake(q, "c", s, "k", i, 1, 0),
                          A2C_QUEUE_QUEUED);
     }
     moved = a2c_queue_drain(q, &out, 1000, NULL);

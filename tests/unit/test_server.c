@@ -304,7 +304,7 @@ static void route_round(a2c_server *srv, client **cs, int ncl, int nsess,
     char s[32];
     for (int i = 0; i < nsess; i++) {
         snprintf(s, sizeof s, "sess-%d", i);
-        a2c_server_wake(srv, "c", s, "main", head, 100 + (uint64_t)i);
+        a2c_server_wake(srv, "c", s, "main", head, 100 + (uint64_t)i, 0);
         owner[i] = -1;
     }
     for (int k = 0; k < ncl; k++) {
@@ -404,7 +404,7 @@ static void test_broadcast(void **state)
     for (int i = 0; i < 20; i++) {
         char s[16];
         snprintf(s, sizeof s, "s%d", i);
-        a2c_server_wake(srv, "c", s, "k", i, 1);
+        a2c_server_wake(srv, "c", s, "k", i, 1, 0);
     }
     for (int i = 0; i < 20; i++) {
         char s[16];
@@ -413,7 +413,7 @@ static void test_broadcast(void **state)
         assert_string_equal(cl_expect(b, srv, A2_WIRE_WAKE)->session, s);
     }
     /* a wake for a consumer nobody follows goes nowhere */
-    a2c_server_wake(srv, "other", "s1", "k", 1, 1);
+    a2c_server_wake(srv, "other", "s1", "k", 1, 1, 0);
     cl_expect_quiet(a, srv, 100);
     /* a leaving worker moves nothing in broadcast mode */
     cl_free(a);
@@ -442,8 +442,8 @@ static void test_log_cleared_presence_resync(void **state)
     assert_int_equal(a2_wire_encode_presence_sub(&b, "room"), 0);
     cl_send(idle, srv, &b);
 
-    a2c_server_log(srv, "s1", 4, "chat.msg", 9);
-    a2c_server_log(srv, "s1", 5, "chat.edit", 10);
+    a2c_server_log(srv, "s1", 4, "chat.msg", 9, 0);
+    a2c_server_log(srv, "s1", 5, "chat.edit", 10, 0);
     assert_int_equal(cl_expect(typed, srv, A2_WIRE_LOG)->idx, 4);
     assert_string_equal(typed->m.event_type, "chat.msg");
     assert_string_equal(typed->m.session, "s1");
@@ -494,7 +494,7 @@ static void test_log_cleared_presence_resync(void **state)
 /* A bystander that keeps receiving while others misbehave. */
 static void check_bystander(client *ok, a2c_server *srv, int head)
 {
-    a2c_server_wake(srv, "c", "s", "k", head, 1);
+    a2c_server_wake(srv, "c", "s", "k", head, 1, 0);
     assert_int_equal(cl_expect(ok, srv, A2_WIRE_WAKE)->head, head);
 }
 
@@ -643,7 +643,7 @@ static void test_overflow_resync(void **state)
     for (int round = 0; round < 100; round++) {
         for (int i = 0; i < 150; i++) {
             snprintf(s, sizeof s, "%0150d", pushed++);
-            a2c_server_wake(srv, "c", s, "k", round, 1);
+            a2c_server_wake(srv, "c", s, "k", round, 1, 0);
         }
         assert_int_equal(a2c_server_run(srv), 0);
         for (int i = 0; i < 150; i++)
@@ -672,7 +672,7 @@ static void test_overflow_resync(void **state)
     assert_true(got < pushed);
     assert_true(resyncs >= 2);
     /* back to normal: wakes flow again */
-    a2c_server_wake(srv, "c", "fresh", "k", 7, 1);
+    a2c_server_wake(srv, "c", "fresh", "k", 7, 1, 0);
     assert_string_equal(cl_expect(slow, srv, A2_WIRE_WAKE)->session, "fresh");
     assert_string_equal(cl_expect(ok, srv, A2_WIRE_WAKE)->session, "fresh");
     cl_free(slow);
@@ -696,7 +696,7 @@ static void test_move_unknown(void **state)
     for (int round = 0; round < 10; round++) {
         for (int i = round * 1000; i < (round + 1) * 1000; i++) {
             snprintf(s, sizeof s, "s%d", i);
-            a2c_server_wake(srv, "c", s, "k", 1, 1);
+            a2c_server_wake(srv, "c", s, "k", 1, 1, 0);
         }
         while ((rc = cl_next(a, srv, 20)) == 1)
             na++;
@@ -739,7 +739,7 @@ static void test_log_affinity(void **state)
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < 100; i++) {
             snprintf(s, sizeof s, "s%d", i);
-            a2c_server_log(srv, s, i, "x", 1);
+            a2c_server_log(srv, s, i, "x", 1, 0);
         }
         int seen[100] = {0}, n = 0;
         client *cs[2] = {a, b};
@@ -759,7 +759,7 @@ static void test_log_affinity(void **state)
         assert_int_equal(n, 100);
     }
     /* type y: only a (nil log_types) follows it */
-    a2c_server_log(srv, "s1", 1, "y", 1);
+    a2c_server_log(srv, "s1", 1, "y", 1, 0);
     assert_string_equal(cl_expect(a, srv, A2_WIRE_LOG)->event_type, "y");
     cl_expect_quiet(b, srv, 50);
     cl_free(a);
@@ -801,7 +801,7 @@ static void test_log_subscription_caps(void **state)
     assert_int_equal(st.log_consumers, 0);
     uint64_t checks = st.log_checks;
     for (int i = 0; i < 2000; i++)
-        a2c_server_log(srv, "s1", i + 1, "t", 1);
+        a2c_server_log(srv, "s1", i + 1, "t", 1, 0);
     a2c_server_get_stats(srv, &st);
     assert_int_equal(st.log_checks, checks);
 
@@ -866,7 +866,7 @@ static void test_log_subscription_caps(void **state)
     assert_int_equal(st.log_consumers, A2C_MAX_LOG_SUBS + 1);
     checks = st.log_checks;
     for (int i = 0; i < 2000; i++)
-        a2c_server_log(srv, "s1", i + 1, "x", 1);
+        a2c_server_log(srv, "s1", i + 1, "x", 1, 0);
     a2c_server_get_stats(srv, &st);
     assert_int_equal(st.log_checks - checks, 2000);
     assert_int_equal(cl_expect(x, srv, A2_WIRE_LOG)->idx, 1);

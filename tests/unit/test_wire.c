@@ -579,6 +579,7 @@ static void test_consumer_messages(void **state)
     assert_string_equal(m.cursor, "main");
     assert_int_equal(m.head, 42);
     assert_true(m.lsn == UINT64_MAX);
+    assert_int_equal(m.xid, 0); /* absent: a timer's */
 
     assert_int_equal(a2_wire_reader_next(r, &m), 1);
     assert_int_equal(m.type, A2_WIRE_LOG);
@@ -587,6 +588,7 @@ static void test_consumer_messages(void **state)
     assert_true(m.idx == INT64_MAX);
     assert_string_equal(m.event_type, "chat.msg");
     assert_int_equal(m.lsn, 7);
+    assert_int_equal(m.xid, 0);
 
     assert_int_equal(a2_wire_reader_next(r, &m), 1);
     assert_int_equal(m.type, A2_WIRE_CLEARED);
@@ -691,6 +693,70 @@ static void test_utf8(void **state)
     assert_int_equal(a2_wire_utf8_seq(euro, 0), 0);
 }
 
+/* A wake-up and a log message carry their commit's xid (a claim waits for
+ * it), and a reader takes one without it as 0; an xid that is not an
+ * unsigned integer is refused. */
+static void test_wake_xid(void **state)
+{
+    (void)state;
+    a2_wire_buf b = {0};
+    a2_wire_msg w = {.type = A2_WIRE_WAKE,
+                     .consumer = "c",
+                     .session = "s",
+                     .cursor = "#1",
+                     .head = 1,
+                     .lsn = 5,
+                     .xid = 4294967295u};
+    a2_wire_msg l = {.type = A2_WIRE_LOG,
+                     .consumer = "c",
+                     .session = "s",
+                     .idx = 2,
+                     .event_type = "t",
+                     .lsn = 6,
+                     .xid = 731};
+    assert_int_equal(a2_wire_encode(&b, &w), 0);
+    assert_int_equal(a2_wire_encode(&b, &l), 0);
+    a2_wire_reader *r = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
+    assert_int_equal(a2_wire_reader_feed(r, b.data, b.len), 0);
+    a2_wire_msg m;
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_WAKE);
+    assert_true(m.xid == 4294967295u);
+    assert_int_equal(m.lsn, 5);
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_LOG);
+    assert_int_equal(m.xid, 731);
+    a2_wire_reader_free(r);
+    a2_wire_buf_free(&b);
+
+    /* xid as a string: refused, with the key named */
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 7);
+    const char *kv[][2] = {{"t", "wake"},
+                           {"consumer", "c"},
+                           {"session", "s"},
+                           {"cursor", "#1"}};
+    for (size_t i = 0; i < 4; i++) {
+        msgpack_pack_str_with_body(&pk, kv[i][0], strlen(kv[i][0]));
+        msgpack_pack_str_with_body(&pk, kv[i][1], strlen(kv[i][1]));
+    }
+    msgpack_pack_str_with_body(&pk, "head", 4);
+    msgpack_pack_int64(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "lsn", 3);
+    msgpack_pack_uint64(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "xid", 3);
+    msgpack_pack_str_with_body(&pk, "12", 2);
+    r = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
+    assert_int_equal(a2_wire_reader_feed(r, sb.data, sb.size), 0);
+    assert_true(a2_wire_reader_next(r, &m) < 0);
+    assert_non_null(strstr(a2_wire_reader_error(r), "xid"));
+    a2_wire_reader_free(r);
+    msgpack_sbuffer_destroy(&sb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -704,6 +770,7 @@ int main(void)
             cmocka_unit_test(test_encode_errors),
             cmocka_unit_test(test_consumer_limits),
             cmocka_unit_test(test_utf8),
+            cmocka_unit_test(test_wake_xid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,8 +12,8 @@
 #include <cmocka.h>
 /* clang-format on */
 
-/* A log wake-up whose run claimed nothing (its commit not yet visible to
- * the worker's snapshot) is looked at again after 20, 40 and 80 ms, each
+/* A log wake-up without an xid whose run claimed nothing (its commit maybe
+ * not yet visible to the worker's snapshot) is looked at again after 20, 40 and 80 ms, each
  * time with the log cursors' runs started again: the run that took the
  * wake-up may have started none. */
 static void test_recheck_keeps_log_wake(void **state)
@@ -79,6 +79,13 @@ static void test_settled(void **state)
     a2w_ran swept = {.hinted = 0, .claimed = 0};
     n = a2w_after_run(&swept);
     assert_int_equal(n.kind, A2W_DONE);
+    /* a run that waited for its wake-up's commit saw it: nothing to look
+     * at again */
+    a2w_ran waited = {.hinted = 1, .claimed = 0, .waited = 1, .wake_log = 1};
+    n = a2w_after_run(&waited);
+    assert_int_equal(n.kind, A2W_DONE);
+    assert_int_equal(n.recheck, 0);
+    assert_int_equal(n.wake_log, 0);
 }
 
 int main(void)

@@ -175,14 +175,17 @@ def dead_letters(conn: psycopg.Connection[Any], session: str) -> List[Dict[str, 
 
 def wake_log(conn: psycopg.Connection[Any], session: str, consumer: str, lane: str, *,
              types: Optional[Sequence[str]] = None,
-             backfill: Optional[bool] = None) -> Dict[str, Any]:
+             backfill: Optional[bool] = None, after_xid: Optional[int] = None,
+             wait_ms: Optional[int] = None) -> Dict[str, Any]:
     """Brings a log consumer's cursor up to date (``a2_wake_log``):
-    ``{"cursor", "head"}``."""
+    ``{"cursor", "head"}``. ``after_xid``: the log message's ``xid``, whose
+    commit is waited for first (at most ``wait_ms``, default 1000)."""
     return _call(conn, "a2_wake_log",
                  [("session", session, "text"), ("consumer", consumer, "text"),
                   ("lane", lane, "text")],
                  [("types", _json(None if types is None else list(types)), "jsonb"),
-                  ("backfill", backfill, "boolean")])
+                  ("backfill", backfill, "boolean"), ("after_xid", after_xid, "bigint"),
+                  ("wait_ms", wait_ms, "bigint")])
 
 
 def claim(conn: psycopg.Connection[Any], session: str, holder: str, *,
@@ -190,10 +193,14 @@ def claim(conn: psycopg.Connection[Any], session: str, holder: str, *,
           consumers: Optional[Iterable[Consumer]] = None,
           exclude: Optional[Sequence[Mapping[str, Any]]] = None,
           max_failures: Optional[int] = None, through: Optional[int] = None,
-          now_ms: Optional[int] = None, text_payloads: bool = False) -> Dict[str, Any]:
+          now_ms: Optional[int] = None, text_payloads: bool = False,
+          after_xid: Optional[int] = None, wait_ms: Optional[int] = None) -> Dict[str, Any]:
     """Claims the session's eligible heads for ``holder`` (``a2_claim``):
     ``{"outcome": "claimed" | "busy" | "settled", "heads", "retry_at",
-    "dead_lettered", ...}``."""
+    "dead_lettered", ...}``. ``after_xid``: the wake-up's ``xid``; the claim
+    first waits (at most ``wait_ms``, default 1000) for that commit to be
+    visible, and answers ``busy`` with ``"waiting_for"`` when it still is
+    not: claim again with the same ``after_xid``."""
     return _call(conn, "a2_claim",
                  [("session", session, "text"), ("holder", holder, "text")],
                  [("ttl_ms", ttl_ms, "bigint"), ("expires_at", expires_at, "bigint"),
@@ -201,7 +208,8 @@ def claim(conn: psycopg.Connection[Any], session: str, holder: str, *,
                   ("exclude", _json(None if exclude is None else list(exclude)), "jsonb"),
                   ("max_failures", max_failures, "integer"), ("through", through, "bigint"),
                   ("now_ms", now_ms, "bigint"),
-                  ("text_payloads", text_payloads or None, "boolean")])
+                  ("text_payloads", text_payloads or None, "boolean"),
+                  ("after_xid", after_xid, "bigint"), ("wait_ms", wait_ms, "bigint")])
 
 
 def renew(conn: psycopg.Connection[Any], session: str, holder: str,

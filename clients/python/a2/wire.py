@@ -179,6 +179,9 @@ def check_message(msg: Any) -> Dict[str, Any]:
             raise ProtocolError(f"a {t} frame needs {key!r} of type {kind}")
     if t == "presence" and not _typed(_UINT, msg.setdefault("lsn", 0)):
         raise ProtocolError("a presence frame's 'lsn' must be an unsigned integer")
+    # xid: the commit's transaction, absent from a timer's wake-up
+    if t in ("wake", "log") and not _typed(_UINT, msg.setdefault("xid", 0)):
+        raise ProtocolError(f"a {t} frame's 'xid' must be an unsigned integer")
     return msg
 
 

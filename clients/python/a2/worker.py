@@ -131,12 +131,14 @@ class _Job:
     at: int = 0              # timer (monotonic ms); 0: none
     hinted: bool = False     # a wake-up named work here
     rechecks: int = 0        # runs that found nothing after a wake-up
+    xid: int = 0             # the latest wake-up's commit, for the next run to wait for
 
 
 @dataclass
 class _Ran:
     claimed: int = 0
     retry_at: int = 0
+    waited: bool = False     # the run waited for its wake-up's commit
     error: Optional[str] = None
 
 
@@ -566,13 +568,16 @@ class Worker:
 
     # ── the session table ─────────────────────────────────────────────────
 
-    def _schedule_locked(self, session: str, wake_log: bool, hinted: bool) -> None:
+    def _schedule_locked(self, session: str, wake_log: bool, hinted: bool,
+                         xid: int = 0) -> None:
         if self._stopping:
             return
         job = self._jobs.get(session)
         if job is None:
             job = self._jobs[session] = _Job(session)
         job.wake_log |= wake_log
+        if xid:
+            job.xid = xid
         if hinted and not job.hinted:
             job.hinted = True
             job.rechecks = 0
@@ -584,9 +589,9 @@ class Worker:
             self._ready.append(job)
             self._mu.notify()
 
-    def _schedule(self, session: str, wake_log: bool, hinted: bool) -> None:
+    def _schedule(self, session: str, wake_log: bool, hinted: bool, xid: int = 0) -> None:
         with self._mu:
-            self._schedule_locked(session, wake_log, hinted)
+            self._schedule_locked(session, wake_log, hinted, xid)
 
     def _set_timer_locked(self, job: _Job, delay_ms: int) -> None:
         job.at = _mono_ms() + delay_ms
@@ -608,8 +613,10 @@ class Worker:
 
     def _after_run_locked(self, job: _Job, ran: _Ran, wake_log: bool) -> None:
         """What to do with a session after a run. A wake-up can outrun the
-        visibility of its commit to new snapshots: a woken run that claimed
-        nothing looks again after 20, 40 and 80 ms. A log wake-up is kept
+        visibility of its commit to new snapshots: a run given the wake-up's
+        xid had the store wait for that commit; one without (from a consumer
+        that sends none) that claimed nothing looks again after 20, 40 and
+        80 ms. A log wake-up is kept
         for every run scheduled after it until one ends with nothing left to
         do (starting a log cursor's run is idempotent)."""
         job.running = False
@@ -627,7 +634,8 @@ class Worker:
             self._set_timer_locked(job, STORE_RETRY_MS)
         elif ran.retry_at > 0:
             self._set_timer_locked(job, max(ran.retry_at - _real_ms(), 0) + 5)
-        elif job.hinted and ran.claimed == 0 and job.rechecks < WAKE_RECHECKS:
+        elif (job.hinted and ran.claimed == 0 and not ran.waited
+              and job.rechecks < WAKE_RECHECKS):
             self._set_timer_locked(job, WAKE_RECHECK_MS << job.rechecks)
             job.rechecks += 1
         else:
@@ -654,9 +662,11 @@ class Worker:
                     # Woken by a2-consumer, which announces every head that
                     # becomes claimable: one claim round is enough.
                     woken = job.hinted
+                    xid = job.xid
+                    job.xid = 0
                     self._nrunning += 1
                 try:
-                    ran = self._run_session(slot, job.session, wake_log, woken)
+                    ran = self._run_session(slot, job.session, wake_log, woken, xid)
                 except Exception as exc:  # a bug must not cost the slot
                     self._log.exception("run of %s failed", job.session)
                     ran = _Ran(error=str(exc))
@@ -671,11 +681,14 @@ class Worker:
             _close(slot.conn)
             slot.conn = None
 
-    def _run_session(self, slot: _Slot, session: str, wake_log: bool, once: bool) -> _Ran:
+    def _run_session(self, slot: _Slot, session: str, wake_log: bool, once: bool,
+                     xid: int = 0) -> _Ran:
         """Works one session until it is settled or busy; with ``once``, ends
         after the first claim's heads when that claim dead-lettered nothing
-        (it took every head eligible then; a2-consumer announces the rest)."""
-        ran = _Ran()
+        (it took every head eligible then; a2-consumer announces the rest).
+        ``xid``: the wake-up's commit, which the store waits for before the
+        first claim (claimed again while it is still not visible)."""
+        ran = _Ran(waited=xid != 0)
         self._count(runs=1)
         what = "connect"
         try:
@@ -684,15 +697,19 @@ class Worker:
             conn = slot.conn
             if wake_log:
                 what = "wake_log"
-                for c in self._log_consumers:
-                    store.wake_log(conn, session, c.name, c.lane,
-                                   types=None if c.types is None else list(c.types),
-                                   backfill=c.backfill)
+                self._wake_logs(conn, session, xid)
             while not self._stopping:
                 what = "claim"
                 cl = store.claim(conn, session, slot.holder, ttl_ms=self.ttl_ms,
                                  consumers=self._consumers_json, max_failures=self.max_failures,
-                                 now_ms=_real_ms())
+                                 now_ms=_real_ms(), after_xid=xid or None)
+                if cl.get("outcome") == "busy" and cl.get("waiting_for"):
+                    # still not visible (a synchronous standby holds it, say)
+                    if wake_log:
+                        what = "wake_log"
+                        self._wake_logs(conn, session, xid)
+                    continue
+                xid = 0  # visible: later claims need not wait
                 dead = cl.get("dead_lettered") or []
                 for d in dead:
                     self._count(dead_lettered=1)
@@ -719,6 +736,12 @@ class Worker:
                 _close(slot.conn)
                 slot.conn = None
         return ran
+
+    def _wake_logs(self, conn: psycopg.Connection[Any], session: str, xid: int) -> None:
+        for c in self._log_consumers:
+            store.wake_log(conn, session, c.name, c.lane,
+                           types=None if c.types is None else list(c.types),
+                           backfill=c.backfill, after_xid=xid or None)
 
     def _run_heads(self, slot: _Slot, conn: psycopg.Connection[Any], session: str,
                    heads: List[Dict[str, Any]]) -> None:
@@ -1005,7 +1028,7 @@ class Worker:
                 self._log.debug("wake %s %s head %d", msg["session"], msg["cursor"], msg["head"])
             else:
                 self._log.debug("log %s #%d %s", msg["session"], msg["idx"], msg["type"])
-            self._schedule(msg["session"], t == "log", True)
+            self._schedule(msg["session"], t == "log", True, msg.get("xid") or 0)
         elif t == "resync":
             consumer = msg["consumer"]
             if consumer not in self._names:

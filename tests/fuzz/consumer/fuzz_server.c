@@ -131,8 +131,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
     }
     /* Route to whatever the input subscribed to. */
-    a2c_server_wake(srv, "c", "s", "#1", 1, 16);
-    a2c_server_log(srv, "s", 2, "t", 32);
+    a2c_server_wake(srv, "c", "s", "#1", 1, 16, 0);
+    a2c_server_log(srv, "s", 2, "t", 32, 0);
     a2c_server_cleared(srv, "s", 3, 48);
     a2c_server_presence(srv, "ns", "p", "{\"f\":1}", 64);
     a2c_server_resync_all(srv);
