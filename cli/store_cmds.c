@@ -7,10 +7,12 @@
 
 #include "a2/store.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_TARGETS A2_STORE_MAX_TARGETS
@@ -230,27 +232,131 @@ static int parse_log_consumer(const char *arg, a2_consumer *c, a2_log_spec *l,
     return l->ntypes ? 0 : -1;
 }
 
+/* --at: epoch milliseconds, or a time like 2026-12-02T09:00:00Z (seconds
+ * and a fraction optional; Z or an offset +HH:MM required). 0 or -1. */
+static int parse_at(const char *s, int64_t *ms)
+{
+    char *end;
+    if (*s >= '0' && *s <= '9' && strspn(s, "0123456789") == strlen(s)) {
+        errno = 0;
+        long long v = strtoll(s, &end, 10);
+        if (errno || v > 253402300799999LL)
+            return -1;
+        *ms = v;
+        return 0;
+    }
+    struct tm tm = {0};
+    const char *p = strptime(s, "%Y-%m-%dT%H:%M", &tm);
+    if (!p)
+        return -1;
+    int64_t frac = 0;
+    if (*p == ':') {
+        if (p[1] < '0' || p[1] > '9' || p[2] < '0' || p[2] > '9')
+            return -1;
+        tm.tm_sec = (p[1] - '0') * 10 + (p[2] - '0');
+        if (tm.tm_sec > 60)
+            return -1;
+        p += 3;
+        if (*p == '.') {
+            int digits = 0;
+            for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+                if (digits < 3)
+                    frac = frac * 10 + (*p - '0');
+            if (digits == 0)
+                return -1;
+            for (; digits < 3; digits++)
+                frac *= 10;
+        }
+    }
+    int64_t offset = 0;
+    if (*p == 'Z') {
+        p++;
+    } else if ((*p == '+' || *p == '-') && strlen(p) == 6 && p[3] == ':' &&
+               strspn(p + 1, "0123456789") == 2 &&
+               strspn(p + 4, "0123456789") == 2) {
+        int h = (p[1] - '0') * 10 + (p[2] - '0');
+        int m = (p[4] - '0') * 10 + (p[5] - '0');
+        if (h > 23 || m > 59)
+            return -1;
+        offset = (*p == '+' ? 1 : -1) * (h * 3600 + m * 60);
+        p += 6;
+    } else {
+        return -1;
+    }
+    if (*p)
+        return -1;
+    time_t t = timegm(&tm);
+    if (t == (time_t)-1 || t - offset < 0 || t - offset > 253402300799LL)
+        return -1;
+    *ms = ((int64_t)t - offset) * 1000 + frac;
+    return 0;
+}
+
+/* --in: a whole number with a unit (ms, s, m, h, d). 0 or -1. */
+static int parse_in(const char *s, int64_t *ms)
+{
+    char *end;
+    if (*s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno)
+        return -1;
+    static const struct {
+        const char *unit;
+        int64_t ms;
+    } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000},
+                 {"d", 86400000}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcmp(end, units[i].unit) == 0) {
+            if (v > 100LL * 365 * 86400000 / units[i].ms)
+                return -1; /* more than a century */
+            *ms = v * units[i].ms;
+            return 0;
+        }
+    return -1;
+}
+
+/* Epoch ms as 2026-12-02T09:00:00.000Z. */
+static void format_utc_ms(int64_t ms, char *buf, size_t len)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    char day[32];
+    strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, len, "%s.%03dZ", day, (int)(ms % 1000));
+}
+
 int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
             {"id", required_argument, NULL, 'i'},
             {"target", required_argument, NULL, 't'},
             {"log-consumer", required_argument, NULL, 'g'},
+            {"at", required_argument, NULL, 'a'},
+            {"in", required_argument, NULL, 'n'},
             {"help", no_argument, NULL, 'h'},
             {NULL, 0, NULL, 0},
     };
     static const char help[] =
             "usage: a2 append SESSION TYPE [PAYLOAD] [--id ID] "
             "[--target CONSUMER[:LANE]]... [--log-consumer NAME[:TYPES]]...\n"
+            "                 [--at TIME | --in DURATION]\n"
             "  PAYLOAD is JSON (default null); --id makes a retry idempotent;\n"
             "  each --target dispatches the event to a consumer: alone "
             "(CONSUMER) or in a FIFO lane (CONSUMER:LANE);\n"
             "  each --log-consumer starts that log consumer's cursor here if "
             "the "
             "event's type is one of TYPES\n  (comma-separated; all types when "
-            "omitted)\n";
+            "omitted);\n"
+            "  --at TIME (epoch ms, or UTC like 2026-12-02T09:00:00Z) or --in "
+            "DURATION (300ms, 90s, 5m, 2h, 1d)\n"
+            "  delays its dispatch: stored now, claimable (and woken) then\n";
     int rc = A2__CLI_OK, c;
     const char *id = NULL;
+    int64_t not_before = 0;
+    const char *when = NULL; /* the --at or --in given */
     a2_target targets[MAX_TARGETS];
     char *owned[MAX_TARGETS];
     size_t ntargets = 0;
@@ -271,6 +377,35 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
                 goto done;
             }
             id = optarg;
+        } else if (c == 'a' || c == 'n') {
+            if (when) {
+                rc = a2__cli_usage(cli, "--at and --in exclude each other "
+                                        "(and are given once)");
+                goto done;
+            }
+            when = optarg;
+            int64_t v = 0;
+            if (c == 'a' && parse_at(optarg, &v) != 0) {
+                rc = a2__cli_usage(cli,
+                                   "--at must be epoch milliseconds or a UTC "
+                                   "time like 2026-12-02T09:00:00Z, not '%s'",
+                                   optarg);
+                goto done;
+            }
+            if (c == 'n') {
+                if (parse_in(optarg, &v) != 0) {
+                    rc = a2__cli_usage(cli,
+                                       "--in must be a duration like 300ms, "
+                                       "90s, 5m, 2h or 1d (at most a century), "
+                                       "not '%s'",
+                                       optarg);
+                    goto done;
+                }
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                v += (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+            }
+            not_before = v;
         } else if (c == 'g') {
             if (nlogc == MAX_LOG_CONSUMERS) {
                 rc = a2__cli_usage(cli, "at most %d log consumers",
@@ -343,7 +478,8 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
                           .payload = payload,
                           .id = id,
                           .targets = ntargets ? targets : NULL,
-                          .ntargets = ntargets};
+                          .ntargets = ntargets,
+                          .not_before = not_before};
     a2_append_options ao = {.consumers = logc, .nconsumers = nlogc};
     if (a2_store_append(store, session, &ev, 1, nlogc ? &ao : NULL, &out) !=
         0) {
@@ -355,16 +491,24 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
         for (size_t i = 0; i < out.count; i++) {
             json_t *o = event_json(&out.items[i]);
             json_object_set_new(o, "replayed", json_boolean(out.replayed));
+            if (not_before)
+                json_object_set_new(o, "not_before", json_integer(not_before));
             json_array_append_new(arr, o);
         }
         json_t *one = json_incref(json_array_get(arr, 0));
         json_decref(arr);
         rc = a2__cli_print_json(cli, one ? one : json_null());
     } else {
+        char at[64] = "";
+        if (not_before) {
+            char utc[40];
+            format_utc_ms(not_before, utc, sizeof utc);
+            snprintf(at, sizeof at, ", not before %s", utc);
+        }
         for (size_t i = 0; i < out.count; i++)
-            a2__cli_line(cli->out, "%s %s #%lld id %s%s\n",
+            a2__cli_line(cli->out, "%s %s #%lld id %s%s%s\n",
                          out.items[i].session_id, out.items[i].type,
-                         (long long)out.items[i].index, out.items[i].id,
+                         (long long)out.items[i].index, out.items[i].id, at,
                          out.replayed ? " (already stored: replayed)" : "");
     }
 done:

@@ -619,6 +619,9 @@ static void cursor_actions(a2c_apply *ap, const a2_change *c)
         if (live && !o->failed_at.null)
             wake = 1; /* dead letter retried */
     }
+    /* A head held until a time (a delayed event) is woken by its timer. */
+    if (!n->claim_holder.ptr && !n->claim_expires_at.null)
+        wake = 0;
     if (wake)
         add_action(ap, ACT_WAKE, tdup(n->session_id), tdup(n->consumer),
                    tdup(n->cursor_key), NULL, n->head.value, n->epoch, 0);

@@ -17,7 +17,8 @@
  *   complete                                  completed (head moves to a next
  *                                             head) or went_idle (head null),
  *                                             position = old head, fresh
- *                                             dispatch columns
+ *                                             dispatch columns (a delayed
+ *                                             next head held until its time)
  *   redrive --retry                           retried (failed_at cleared,
  *                                             failure_count 0)
  *   redrive --skip                            skipped (a dead head advanced
@@ -85,12 +86,13 @@ static bool same_run(const a2_cursor_row *b, const a2_cursor_row *a)
            text_eq(b->kind, a->kind) && text_eq(b->lane, a->lane);
 }
 
-/* The dispatch columns as a completion or a clear leaves them. */
+/* The dispatch columns as a completion or a clear leaves them; a next head
+ * whose event is delayed is held (claim_expires_at set, no holder). */
 static bool fresh_dispatch(const a2_cursor_row *a)
 {
     return a->attempt_count == 0 && is_null(a->first_claimed_at) &&
            is_null(a->last_claimed_at) && !a->claim_holder.ptr &&
-           is_null(a->claim_expires_at) && a->failure_count == 0 &&
+           a->failure_count == 0 &&
            is_null(a->last_failed_at) && is_null(a->last_failed_attempt) &&
            !a->last_error.ptr && is_null(a->failed_at);
 }

@@ -84,6 +84,11 @@ create table if not exists a2_lane_events (
     returned_event_ids jsonb,
     primary key (session_id, consumer, lane, idx)
 );
+-- Delayed dispatch (schema 3): an event's not_before (epoch ms, null: at
+-- once) holds its heads until then; a lane target's own time (or the
+-- event's) is kept on its lane event for when the lane reaches it.
+alter table a2_events add column if not exists not_before bigint;
+alter table a2_lane_events add column if not exists not_before bigint;
 
 -- The session's latest clear marker.
 create table if not exists a2_clears (
@@ -190,6 +195,25 @@ begin
                                 upper(current_setting('transaction_isolation'))));
     end if;
 end
+$fn$;
+
+-- A delayed head's hold: t when it is after now, else none (due: at once).
+create or replace function a2__hold(t bigint, now bigint)
+returns bigint
+language sql
+immutable
+as $fn$ select case when t > now then t end $fn$;
+
+-- Whether v (a JSON value or none) is a valid not_before: absent, null, or
+-- whole epoch milliseconds from 0 to the end of year 9999.
+create or replace function a2__time_ok(v jsonb)
+returns boolean
+language sql
+immutable
+as $fn$
+select v is null or jsonb_typeof(v) = 'null'
+       or (jsonb_typeof(v) = 'number' and v::text::numeric = trunc(v::text::numeric)
+           and v::text::numeric between 0 and 253402300799999)
 $fn$;
 
 -- A name (session, type, id, consumer, lane, holder ...): 1 to 1024 bytes.
@@ -403,6 +427,7 @@ begin
                and (jsonb_typeof(x.e->'payload_text') is distinct from 'number'
                     and jsonb_typeof(x.e->'payload_text') in ('string', 'null')
                     or x.e->'payload_text' is null)
+               and a2__time_ok(x.e->'not_before')
                and (ids_required or jsonb_typeof(x.e->'cause') is null
                     or jsonb_typeof(x.e->'cause') in ('object', 'null'))
                and t.sound), true)
@@ -416,7 +441,8 @@ begin
                                     and (tg->'lane' is null or jsonb_typeof(tg->'lane') = 'null'
                                          or (jsonb_typeof(tg->'lane') = 'string'
                                              and tg->>'lane' <> ''
-                                             and octet_length(tg->>'lane') <= 1024))), true)
+                                             and octet_length(tg->>'lane') <= 1024))
+                                    and a2__time_ok(tg->'not_before')), true)
                   and (jsonb_typeof(x.e->'targets') is null
                        or jsonb_typeof(x.e->'targets') = 'null'
                        or (jsonb_typeof(x.e->'targets') = 'array'
@@ -481,6 +507,11 @@ begin
             perform a2__fail('INVALID_ARGUMENT',
                              format('payload_text of event %s must be a string', n));
         end if;
+        if not a2__time_ok(e->'not_before') then
+            perform a2__fail('INVALID_ARGUMENT',
+                             format('not_before of event %s must be whole epoch milliseconds '
+                                    '(0 to 253402300799999), not %s', n, e->'not_before'));
+        end if;
         if not ids_required and jsonb_typeof(e->'cause') not in ('object', 'null') then
             perform a2__fail('INVALID_ARGUMENT', 'a cause must be a JSON object');
         end if;
@@ -499,6 +530,12 @@ begin
                 end if;
                 perform a2__name('a target''s consumer', t->>'consumer');
                 perform a2__opt_name('a target''s lane', t->>'lane');
+                if not a2__time_ok(t->'not_before') then
+                    perform a2__fail('INVALID_ARGUMENT',
+                                     format('not_before of a target of event %s must be whole '
+                                            'epoch milliseconds (0 to 253402300799999), not %s',
+                                            n, t->'not_before'));
+                end if;
             end loop;
         end if;
     end loop;
@@ -837,7 +874,8 @@ declare
     v_out jsonb;
 begin
     with inserted as (
-        insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, cause)
+        insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, cause,
+                               not_before)
         select a2__insert_events.session, a2__insert_events.base + x.ord, x.e->>'type',
                coalesce(x.e->'payload', (x.e->>'payload_text')::jsonb, 'null'::jsonb),
                coalesce(x.e->>'id', replace(gen_random_uuid()::text, '-', '')),
@@ -848,7 +886,8 @@ begin
                                                'lane', x.e->'cause'->>'lane',
                                                'index', (x.e->'cause'->>'index')::bigint,
                                                'attempt', (x.e->'cause'->>'attempt')::integer)
-                        end)
+                        end),
+               (x.e->>'not_before')::bigint
           from jsonb_array_elements(a2__insert_events.events) with ordinality as x(e, ord)
          order by x.ord
         returning idx, event_id)
@@ -869,10 +908,13 @@ $fn$;
 --     the batch holds and that has none running.
 -- Starting an idle lane or log cursor inserts a new run (keyed by its first
 -- head, the epoch) and retires the idle one with skip locked: no wait on a
--- cursor row. Returns whether a log run was asked for.
+-- cursor row. A head of a delayed event (its not_before, or its target's,
+-- after now_ms) starts held until then. Returns whether a log run was
+-- asked for.
+drop function if exists a2__start_work(text, jsonb, jsonb, bigint, bigint, boolean, boolean);
 create or replace function a2__start_work(session text, events jsonb, consumers jsonb,
                                           base bigint, clr bigint, singles boolean,
-                                          lanes boolean)
+                                          lanes boolean, now_ms bigint)
 returns boolean
 language plpgsql
 as $fn$
@@ -882,15 +924,18 @@ declare
     v_events jsonb := a2__start_work.events;
     v_base bigint := a2__start_work.base;
     v_clear bigint := a2__start_work.clr;
+    v_now bigint := a2__start_work.now_ms;
 begin
     if singles then
-        insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position, head)
+        insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position, head,
+                                claim_expires_at)
         select v_session, t.consumer, '#' || (v_base + x.ord), v_base + x.ord, null, 'event',
-               v_base + x.ord - 1, v_base + x.ord
+               v_base + x.ord - 1, v_base + x.ord,
+               a2__hold(coalesce(t.not_before, (x.e->>'not_before')::bigint), v_now)
           from jsonb_array_elements(v_events) with ordinality as x(e, ord)
          cross join lateral jsonb_to_recordset(case when jsonb_typeof(x.e->'targets') = 'array'
                                                     then x.e->'targets' else '[]' end)
-               as t(consumer text, lane text)
+               as t(consumer text, lane text, not_before bigint)
          where t.lane is null
         on conflict do nothing;
     end if;
@@ -898,12 +943,13 @@ begin
         perform a2__announce_clear(v_session);
     end if;
     if lanes then
-        insert into a2_lane_events (session_id, consumer, lane, idx)
-        select v_session, t.consumer, t.lane, v_base + x.ord
+        insert into a2_lane_events (session_id, consumer, lane, idx, not_before)
+        select v_session, t.consumer, t.lane, v_base + x.ord,
+               coalesce(t.not_before, (x.e->>'not_before')::bigint)
           from jsonb_array_elements(v_events) with ordinality as x(e, ord)
          cross join lateral jsonb_to_recordset(case when jsonb_typeof(x.e->'targets') = 'array'
                                                     then x.e->'targets' else '[]' end)
-               as t(consumer text, lane text)
+               as t(consumer text, lane text, not_before bigint)
          where t.lane is not null
         on conflict do nothing;
         with target as (
@@ -930,9 +976,13 @@ begin
              where cur.session_id = v_session and (cur.head is null or cur.head <= v_clear)
                for update of cur skip locked),
         retired as (delete from a2_cursors old using idle where old.ctid = idle.ctid)
-        insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position, head)
+        insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position, head,
+                                claim_expires_at)
         select v_session, started.consumer, started.cursor_key, started.idx, started.lane, 'lane',
-               greatest(coalesce(started.position, 0), v_clear), started.idx
+               greatest(coalesce(started.position, 0), v_clear), started.idx,
+               a2__hold((select l.not_before from a2_lane_events l
+                          where l.session_id = v_session and l.consumer = started.consumer
+                            and l.lane = started.lane and l.idx = started.idx), v_now)
           from started
         on conflict do nothing;
     end if;
@@ -976,9 +1026,12 @@ begin
                                   woken.first)
                     else woken.first end as head
           from woken)
-    insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position, head, types)
+    insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position, head, types,
+                            claim_expires_at)
     select v_session, run.consumer, run.cursor_key, run.head, run.lane, 'log', run.position,
-           run.head, run.types
+           run.head, run.types,
+           a2__hold((select ev.not_before from a2_events ev
+                      where ev.session_id = v_session and ev.idx = run.head), v_now)
       from run
     on conflict do nothing;
     return true;
@@ -1056,7 +1109,8 @@ begin
         v_served := a2__served(v_consumers);
     end if;
     if jsonb_typeof(v_events) is distinct from 'array' or jsonb_array_length(v_events) <> 1
-       or jsonb_typeof(v_events->0->'cause') = 'object' then
+       or jsonb_typeof(v_events->0->'cause') = 'object'
+       or v_events->0 ? 'not_before' or v_events @? '$[0].targets[*].not_before' then
         return a2__append_batch(v_session, v_events, v_consumers, v_served, v_origin, v_now,
                                 a2_append.text_payloads);
     end if;
@@ -1168,7 +1222,7 @@ begin
     end if;
     if v_lanes or v_consumers is not null then
         v_logs := a2__start_work(v_session, v_events, v_consumers, v_base, v_clear, false,
-                                 v_lanes);
+                                 v_lanes, v_now);
     end if;
     return jsonb_build_object(
         'outcome', 'appended',
@@ -1253,7 +1307,7 @@ begin
     end if;
     v_out := a2__insert_events(v_session, v_events, v_base, a2__append_batch.now_ms, null);
     v_logs := a2__start_work(v_session, v_events, v_consumers, v_base, v_clear,
-                             f.singles, f.lanes);
+                             f.singles, f.lanes, a2__append_batch.now_ms);
     return jsonb_build_object(
         'outcome', 'appended', 'events', v_out,
         'has_pending', f.started or v_logs or a2__has_pending(v_session, v_served, v_clear));
@@ -1848,6 +1902,7 @@ declare
     v_backfill boolean := coalesce(a2_wake_log.backfill, false);
     st record;
     v_started a2_cursors;
+    v_hold bigint;
 begin
     perform a2__writable('a2_wake_log');
     perform a2__name('session', v_session);
@@ -1890,6 +1945,9 @@ begin
     if st.clear_index > 0 then
         perform a2__announce_clear(v_session);
     end if;
+    -- a delayed first head is held until its time
+    select a2__hold(ev.not_before, a2__now_ms()) into v_hold from a2_events ev
+     where ev.session_id = v_session and ev.idx = st.next_head;
     with idle as materialized (
         select cur.ctid from a2_cursors cur
          where cur.session_id = v_session and cur.cursor_key = v_key
@@ -1898,9 +1956,9 @@ begin
            for update of cur skip locked),
     retired as (delete from a2_cursors old using idle where old.ctid = idle.ctid)
     insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position,
-                            head, types)
+                            head, types, claim_expires_at)
     values (v_session, v_consumer, v_key, coalesce(st.next_head, st.start), v_lane, 'log',
-            st.start, st.next_head, v_types)
+            st.start, st.next_head, v_types, v_hold)
     returning * into v_started;
     return jsonb_build_object('cursor', a2__cursor_json(v_started, st.clear_index),
                               'head', st.session_head);
@@ -1917,7 +1975,8 @@ $fn$;
 -- none for an event cursor) with a fresh dispatch state; a log cursor is
 -- retyped to new_types when retype. With receipt (a completion), the
 -- attempt and the returned ids are kept: on the lane's event for a lane,
--- on the run's row otherwise.
+-- on the run's row otherwise. A next head whose event is delayed (the lane
+-- event's not_before, or the event's for a log) is held until then.
 create or replace function a2__advance(c a2_cursors, receipt boolean, attempt integer,
                                        ids jsonb, retype boolean, new_types jsonb)
 returns void
@@ -1927,6 +1986,7 @@ as $fn$
 declare
     v_types jsonb := case when c.kind = 'log' and retype then new_types else c.types end;
     v_next bigint;
+    v_hold bigint;
 begin
     if c.kind = 'lane' then
         update a2_lane_events lane
@@ -1937,18 +1997,23 @@ begin
                                          else lane.returned_event_ids end
          where lane.session_id = c.session_id and lane.consumer = c.consumer
            and lane.lane = c.lane and lane.idx = c.head;
-        select lane.idx into v_next from a2_lane_events lane
+        select lane.idx, lane.not_before into v_next, v_hold from a2_lane_events lane
          where lane.session_id = c.session_id and lane.consumer = c.consumer
            and lane.lane = c.lane and not lane.done and lane.idx > c.head
          order by lane.consumer, lane.lane, lane.idx limit 1;
     elsif c.kind = 'log' then
         v_next := a2__next_log_head(c.session_id, v_types, c.head);
+        if v_next is not null then
+            select ev.not_before into v_hold from a2_events ev
+             where ev.session_id = c.session_id and ev.idx = v_next;
+        end if;
     end if;
+    v_hold := a2__hold(v_hold, a2__now_ms());
     perform a2__unpin(c.session_id, c.consumer, c.cursor_key, c.head);
     update a2_cursors cur
        set position = c.head, head = v_next,
            attempt_count = 0, first_claimed_at = null, last_claimed_at = null,
-           claim_holder = null, claim_expires_at = null, failure_count = 0,
+           claim_holder = null, claim_expires_at = v_hold, failure_count = 0,
            last_failed_at = null, last_failed_attempt = null, last_error = null,
            failed_at = null, types = v_types,
            completed_idx = case when c.kind = 'lane' or not receipt then cur.completed_idx
@@ -2155,7 +2220,7 @@ begin
                                    jsonb_build_object('consumer', v_consumer, 'lane', v_lane,
                                                       'index', v_idx, 'attempt', v_attempt));
         perform a2__start_work(v_session, v_events, a2_complete.consumers, v_base, v_clear,
-                               v_singles, v_lanes);
+                               v_singles, v_lanes, v_now);
     elsif v_cur.kind <> 'event' then
         -- A lane or log cursor that goes idle does so under the session
         -- lock, which an append holds when it decides to start a new run.

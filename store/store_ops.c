@@ -174,7 +174,14 @@ static int check_events(a2_store *s, const a2_append_event *ev, size_t n,
             return a2__store_fail(s, A2_EINVALID_ARGUMENT,
                                   "more than %d targets on one event",
                                   A2_STORE_MAX_TARGETS);
+        if (ev[i].not_before < 0)
+            return a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                                  "not_before must not be negative");
         for (size_t t = 0; t < ev[i].ntargets; t++) {
+            if (ev[i].targets[t].not_before < 0)
+                return a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                                      "a target's not_before must not be "
+                                      "negative");
             rc = check_name(s, "a target's consumer",
                             ev[i].targets[t].consumer);
             if (rc == 0)
@@ -379,20 +386,32 @@ static json_t *events_json(const a2_append_event *ev, size_t n, char **ids,
     json_t *a = json_array();
     for (size_t i = 0; a && i < n; i++) {
         json_t *targets = json_array();
-        for (size_t t = 0; targets && t < ev[i].ntargets; t++)
-            if (json_array_append_new(
-                        targets,
-                        json_pack("{s:s, s:o}", "consumer",
-                                  ev[i].targets[t].consumer, "lane",
-                                  str_or_null(ev[i].targets[t].lane))) != 0) {
+        for (size_t t = 0; targets && t < ev[i].ntargets; t++) {
+            const a2_target *tg = &ev[i].targets[t];
+            json_t *o = json_pack("{s:s, s:o}", "consumer", tg->consumer,
+                                  "lane", str_or_null(tg->lane));
+            if (o && tg->not_before &&
+                json_object_set_new(o, "not_before",
+                                    json_integer(tg->not_before)) != 0) {
+                json_decref(o);
+                o = NULL;
+            }
+            if (json_array_append_new(targets, o) != 0) {
                 json_decref(targets);
                 targets = NULL;
             }
+        }
         json_t *e = json_pack("{s:s, s:s, s:o}", "type", ev[i].type, "id",
                               ids[i], "targets", targets);
         if (e && ev[i].payload &&
             json_object_set_new(e, "payload_text",
                                 json_string(ev[i].payload)) != 0) {
+            json_decref(e);
+            e = NULL;
+        }
+        if (e && ev[i].not_before &&
+            json_object_set_new(e, "not_before",
+                                json_integer(ev[i].not_before)) != 0) {
             json_decref(e);
             e = NULL;
         }

@@ -195,6 +195,8 @@ typedef struct a2_head_ref {
 typedef struct a2_target {
     const char *consumer;
     const char *lane;
+    int64_t not_before; /* epoch ms: this target's head is not claimable
+                           before it (0: the event's) */
 } a2_target;
 
 /* A stored event. */
@@ -217,6 +219,11 @@ typedef struct a2_append_event {
     const a2_cause *cause;    /* NULL: none (ignored in completions) */
     const a2_target *targets; /* may be NULL when ntargets is 0 */
     size_t ntargets;
+    /* epoch ms: the event's heads are not claimable before it (0: at once).
+     * Until then a claim is BUSY with retry_at that time, a lane holds its
+     * later events behind it, and a2-consumer wakes it at that time; the
+     * event itself is stored and readable at once. */
+    int64_t not_before;
 } a2_append_event;
 
 /* A log consumer's specification. */

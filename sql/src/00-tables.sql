@@ -73,6 +73,11 @@ create table if not exists a2_lane_events (
     returned_event_ids jsonb,
     primary key (session_id, consumer, lane, idx)
 );
+-- Delayed dispatch (schema 3): an event's not_before (epoch ms, null: at
+-- once) holds its heads until then; a lane target's own time (or the
+-- event's) is kept on its lane event for when the lane reaches it.
+alter table a2_events add column if not exists not_before bigint;
+alter table a2_lane_events add column if not exists not_before bigint;
 
 -- The session's latest clear marker.
 create table if not exists a2_clears (

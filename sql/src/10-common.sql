@@ -55,6 +55,25 @@ begin
 end
 $fn$;
 
+-- A delayed head's hold: t when it is after now, else none (due: at once).
+create or replace function a2__hold(t bigint, now bigint)
+returns bigint
+language sql
+immutable
+as $fn$ select case when t > now then t end $fn$;
+
+-- Whether v (a JSON value or none) is a valid not_before: absent, null, or
+-- whole epoch milliseconds from 0 to the end of year 9999.
+create or replace function a2__time_ok(v jsonb)
+returns boolean
+language sql
+immutable
+as $fn$
+select v is null or jsonb_typeof(v) = 'null'
+       or (jsonb_typeof(v) = 'number' and v::text::numeric = trunc(v::text::numeric)
+           and v::text::numeric between 0 and 253402300799999)
+$fn$;
+
 -- A name (session, type, id, consumer, lane, holder ...): 1 to 1024 bytes.
 -- Returns it; what names it in the error.
 create or replace function a2__name(what text, v text)
@@ -266,6 +285,7 @@ begin
                and (jsonb_typeof(x.e->'payload_text') is distinct from 'number'
                     and jsonb_typeof(x.e->'payload_text') in ('string', 'null')
                     or x.e->'payload_text' is null)
+               and a2__time_ok(x.e->'not_before')
                and (ids_required or jsonb_typeof(x.e->'cause') is null
                     or jsonb_typeof(x.e->'cause') in ('object', 'null'))
                and t.sound), true)
@@ -279,7 +299,8 @@ begin
                                     and (tg->'lane' is null or jsonb_typeof(tg->'lane') = 'null'
                                          or (jsonb_typeof(tg->'lane') = 'string'
                                              and tg->>'lane' <> ''
-                                             and octet_length(tg->>'lane') <= 1024))), true)
+                                             and octet_length(tg->>'lane') <= 1024))
+                                    and a2__time_ok(tg->'not_before')), true)
                   and (jsonb_typeof(x.e->'targets') is null
                        or jsonb_typeof(x.e->'targets') = 'null'
                        or (jsonb_typeof(x.e->'targets') = 'array'
@@ -344,6 +365,11 @@ begin
             perform a2__fail('INVALID_ARGUMENT',
                              format('payload_text of event %s must be a string', n));
         end if;
+        if not a2__time_ok(e->'not_before') then
+            perform a2__fail('INVALID_ARGUMENT',
+                             format('not_before of event %s must be whole epoch milliseconds '
+                                    '(0 to 253402300799999), not %s', n, e->'not_before'));
+        end if;
         if not ids_required and jsonb_typeof(e->'cause') not in ('object', 'null') then
             perform a2__fail('INVALID_ARGUMENT', 'a cause must be a JSON object');
         end if;
@@ -362,6 +388,12 @@ begin
                 end if;
                 perform a2__name('a target''s consumer', t->>'consumer');
                 perform a2__opt_name('a target''s lane', t->>'lane');
+                if not a2__time_ok(t->'not_before') then
+                    perform a2__fail('INVALID_ARGUMENT',
+                                     format('not_before of a target of event %s must be whole '
+                                            'epoch milliseconds (0 to 253402300799999), not %s',
+                                            n, t->'not_before'));
+                end if;
             end loop;
         end if;
     end loop;

@@ -120,7 +120,8 @@ declare
     v_out jsonb;
 begin
     with inserted as (
-        insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, cause)
+        insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, cause,
+                               not_before)
         select a2__insert_events.session, a2__insert_events.base + x.ord, x.e->>'type',
                coalesce(x.e->'payload', (x.e->>'payload_text')::jsonb, 'null'::jsonb),
                coalesce(x.e->>'id', replace(gen_random_uuid()::text, '-', '')),
@@ -131,7 +132,8 @@ begin
                                                'lane', x.e->'cause'->>'lane',
                                                'index', (x.e->'cause'->>'index')::bigint,
                                                'attempt', (x.e->'cause'->>'attempt')::integer)
-                        end)
+                        end),
+               (x.e->>'not_before')::bigint
           from jsonb_array_elements(a2__insert_events.events) with ordinality as x(e, ord)
          order by x.ord
         returning idx, event_id)
@@ -152,10 +154,13 @@ $fn$;
 --     the batch holds and that has none running.
 -- Starting an idle lane or log cursor inserts a new run (keyed by its first
 -- head, the epoch) and retires the idle one with skip locked: no wait on a
--- cursor row. Returns whether a log run was asked for.
+-- cursor row. A head of a delayed event (its not_before, or its target's,
+-- after now_ms) starts held until then. Returns whether a log run was
+-- asked for.
+drop function if exists a2__start_work(text, jsonb, jsonb, bigint, bigint, boolean, boolean);
 create or replace function a2__start_work(session text, events jsonb, consumers jsonb,
                                           base bigint, clr bigint, singles boolean,
-                                          lanes boolean)
+                                          lanes boolean, now_ms bigint)
 returns boolean
 language plpgsql
 as $fn$
@@ -165,15 +170,18 @@ declare
     v_events jsonb := a2__start_work.events;
     v_base bigint := a2__start_work.base;
     v_clear bigint := a2__start_work.clr;
+    v_now bigint := a2__start_work.now_ms;
 begin
     if singles then
-        insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position, head)
+        insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position, head,
+                                claim_expires_at)
         select v_session, t.consumer, '#' || (v_base + x.ord), v_base + x.ord, null, 'event',
-               v_base + x.ord - 1, v_base + x.ord
+               v_base + x.ord - 1, v_base + x.ord,
+               a2__hold(coalesce(t.not_before, (x.e->>'not_before')::bigint), v_now)
           from jsonb_array_elements(v_events) with ordinality as x(e, ord)
          cross join lateral jsonb_to_recordset(case when jsonb_typeof(x.e->'targets') = 'array'
                                                     then x.e->'targets' else '[]' end)
-               as t(consumer text, lane text)
+               as t(consumer text, lane text, not_before bigint)
          where t.lane is null
         on conflict do nothing;
     end if;
@@ -181,12 +189,13 @@ begin
         perform a2__announce_clear(v_session);
     end if;
     if lanes then
-        insert into a2_lane_events (session_id, consumer, lane, idx)
-        select v_session, t.consumer, t.lane, v_base + x.ord
+        insert into a2_lane_events (session_id, consumer, lane, idx, not_before)
+        select v_session, t.consumer, t.lane, v_base + x.ord,
+               coalesce(t.not_before, (x.e->>'not_before')::bigint)
           from jsonb_array_elements(v_events) with ordinality as x(e, ord)
          cross join lateral jsonb_to_recordset(case when jsonb_typeof(x.e->'targets') = 'array'
                                                     then x.e->'targets' else '[]' end)
-               as t(consumer text, lane text)
+               as t(consumer text, lane text, not_before bigint)
          where t.lane is not null
         on conflict do nothing;
         with target as (
@@ -213,9 +222,13 @@ begin
              where cur.session_id = v_session and (cur.head is null or cur.head <= v_clear)
                for update of cur skip locked),
         retired as (delete from a2_cursors old using idle where old.ctid = idle.ctid)
-        insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position, head)
+        insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position, head,
+                                claim_expires_at)
         select v_session, started.consumer, started.cursor_key, started.idx, started.lane, 'lane',
-               greatest(coalesce(started.position, 0), v_clear), started.idx
+               greatest(coalesce(started.position, 0), v_clear), started.idx,
+               a2__hold((select l.not_before from a2_lane_events l
+                          where l.session_id = v_session and l.consumer = started.consumer
+                            and l.lane = started.lane and l.idx = started.idx), v_now)
           from started
         on conflict do nothing;
     end if;
@@ -259,9 +272,12 @@ begin
                                   woken.first)
                     else woken.first end as head
           from woken)
-    insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position, head, types)
+    insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position, head, types,
+                            claim_expires_at)
     select v_session, run.consumer, run.cursor_key, run.head, run.lane, 'log', run.position,
-           run.head, run.types
+           run.head, run.types,
+           a2__hold((select ev.not_before from a2_events ev
+                      where ev.session_id = v_session and ev.idx = run.head), v_now)
       from run
     on conflict do nothing;
     return true;
@@ -339,7 +355,8 @@ begin
         v_served := a2__served(v_consumers);
     end if;
     if jsonb_typeof(v_events) is distinct from 'array' or jsonb_array_length(v_events) <> 1
-       or jsonb_typeof(v_events->0->'cause') = 'object' then
+       or jsonb_typeof(v_events->0->'cause') = 'object'
+       or v_events->0 ? 'not_before' or v_events @? '$[0].targets[*].not_before' then
         return a2__append_batch(v_session, v_events, v_consumers, v_served, v_origin, v_now,
                                 a2_append.text_payloads);
     end if;
@@ -451,7 +468,7 @@ begin
     end if;
     if v_lanes or v_consumers is not null then
         v_logs := a2__start_work(v_session, v_events, v_consumers, v_base, v_clear, false,
-                                 v_lanes);
+                                 v_lanes, v_now);
     end if;
     return jsonb_build_object(
         'outcome', 'appended',
@@ -536,7 +553,7 @@ begin
     end if;
     v_out := a2__insert_events(v_session, v_events, v_base, a2__append_batch.now_ms, null);
     v_logs := a2__start_work(v_session, v_events, v_consumers, v_base, v_clear,
-                             f.singles, f.lanes);
+                             f.singles, f.lanes, a2__append_batch.now_ms);
     return jsonb_build_object(
         'outcome', 'appended', 'events', v_out,
         'has_pending', f.started or v_logs or a2__has_pending(v_session, v_served, v_clear));

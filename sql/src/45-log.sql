@@ -72,6 +72,7 @@ declare
     v_backfill boolean := coalesce(a2_wake_log.backfill, false);
     st record;
     v_started a2_cursors;
+    v_hold bigint;
 begin
     perform a2__writable('a2_wake_log');
     perform a2__name('session', v_session);
@@ -114,6 +115,9 @@ begin
     if st.clear_index > 0 then
         perform a2__announce_clear(v_session);
     end if;
+    -- a delayed first head is held until its time
+    select a2__hold(ev.not_before, a2__now_ms()) into v_hold from a2_events ev
+     where ev.session_id = v_session and ev.idx = st.next_head;
     with idle as materialized (
         select cur.ctid from a2_cursors cur
          where cur.session_id = v_session and cur.cursor_key = v_key
@@ -122,9 +126,9 @@ begin
            for update of cur skip locked),
     retired as (delete from a2_cursors old using idle where old.ctid = idle.ctid)
     insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position,
-                            head, types)
+                            head, types, claim_expires_at)
     values (v_session, v_consumer, v_key, coalesce(st.next_head, st.start), v_lane, 'log',
-            st.start, st.next_head, v_types)
+            st.start, st.next_head, v_types, v_hold)
     returning * into v_started;
     return jsonb_build_object('cursor', a2__cursor_json(v_started, st.clear_index),
                               'head', st.session_head);

@@ -6,7 +6,8 @@
 -- none for an event cursor) with a fresh dispatch state; a log cursor is
 -- retyped to new_types when retype. With receipt (a completion), the
 -- attempt and the returned ids are kept: on the lane's event for a lane,
--- on the run's row otherwise.
+-- on the run's row otherwise. A next head whose event is delayed (the lane
+-- event's not_before, or the event's for a log) is held until then.
 create or replace function a2__advance(c a2_cursors, receipt boolean, attempt integer,
                                        ids jsonb, retype boolean, new_types jsonb)
 returns void
@@ -16,6 +17,7 @@ as $fn$
 declare
     v_types jsonb := case when c.kind = 'log' and retype then new_types else c.types end;
     v_next bigint;
+    v_hold bigint;
 begin
     if c.kind = 'lane' then
         update a2_lane_events lane
@@ -26,18 +28,23 @@ begin
                                          else lane.returned_event_ids end
          where lane.session_id = c.session_id and lane.consumer = c.consumer
            and lane.lane = c.lane and lane.idx = c.head;
-        select lane.idx into v_next from a2_lane_events lane
+        select lane.idx, lane.not_before into v_next, v_hold from a2_lane_events lane
          where lane.session_id = c.session_id and lane.consumer = c.consumer
            and lane.lane = c.lane and not lane.done and lane.idx > c.head
          order by lane.consumer, lane.lane, lane.idx limit 1;
     elsif c.kind = 'log' then
         v_next := a2__next_log_head(c.session_id, v_types, c.head);
+        if v_next is not null then
+            select ev.not_before into v_hold from a2_events ev
+             where ev.session_id = c.session_id and ev.idx = v_next;
+        end if;
     end if;
+    v_hold := a2__hold(v_hold, a2__now_ms());
     perform a2__unpin(c.session_id, c.consumer, c.cursor_key, c.head);
     update a2_cursors cur
        set position = c.head, head = v_next,
            attempt_count = 0, first_claimed_at = null, last_claimed_at = null,
-           claim_holder = null, claim_expires_at = null, failure_count = 0,
+           claim_holder = null, claim_expires_at = v_hold, failure_count = 0,
            last_failed_at = null, last_failed_attempt = null, last_error = null,
            failed_at = null, types = v_types,
            completed_idx = case when c.kind = 'lane' or not receipt then cur.completed_idx
@@ -244,7 +251,7 @@ begin
                                    jsonb_build_object('consumer', v_consumer, 'lane', v_lane,
                                                       'index', v_idx, 'attempt', v_attempt));
         perform a2__start_work(v_session, v_events, a2_complete.consumers, v_base, v_clear,
-                               v_singles, v_lanes);
+                               v_singles, v_lanes, v_now);
     elsif v_cur.kind <> 'event' then
         -- A lane or log cursor that goes idle does so under the session
         -- lock, which an append holds when it decides to start a new run.

@@ -256,6 +256,71 @@ static void test_million_row_transaction(void **state)
     passed = 1;
 }
 
+/* The consumer's memory per delayed head waiting on its timer, and the
+ * bound a million of them must stay under (MiB) beyond the base one.
+ * Measured (release, 1M heads in 20 commits): see DELAYED_BOUND_MIB's use. */
+#define DELAYED_HEADS     1000000
+#define DELAYED_BOUND_MIB 256
+
+/* A million delayed heads spread over a day, appended in 20 commits: the
+ * consumer keeps one timer each, its memory stays under a stated bound,
+ * and a live worker is still served at once. After a restart the timers
+ * come back from the read at start, within the same bound. */
+static void test_million_delayed_heads(void **state)
+{
+    (void)state;
+    const char *env = getenv("A2_BOUNDS_ROWS");
+    long rows = env ? atol(env) : DELAYED_HEADS;
+    tc_worker live;
+    open_live(&live);
+    sample();
+    long before = peak;
+    int64_t t0 = a2_test_now_ms();
+    long per = rows / 20 > 0 ? rows / 20 : 1;
+    for (long from = 0; from < rows; from += per) {
+        char sql[768];
+        snprintf(sql, sizeof sql,
+                 "insert into a2_cursors(session_id, consumer, cursor_key, "
+                 "epoch, kind, head, claim_expires_at) select 'dh-' || g, "
+                 "'later', '#1', 1, 'event', 1, a2__now_ms() + 3600000 + g * "
+                 "86 from generate_series(%ld, %ld) g",
+                 from, from + per - 1 < rows - 1 ? from + per - 1 : rows - 1);
+        a2_test_exec(db, sql);
+        sample();
+    }
+    int64_t wake = live_wake(&live, budget_ms(600000));
+    sample_for(500);
+    long grown = peak - before;
+    printf("  %ld delayed heads: appended in %lld ms, the next wake-up %lld "
+           "ms after; consumer RSS grew %ld KiB (%ld bytes a head)\n",
+           rows, (long long)(a2_test_now_ms() - t0), (long long)wake, grown,
+           rows ? grown * 1024 / rows : 0);
+    const char *bin = getenv("A2_BIN");
+    long bound = (DELAYED_BOUND_MIB * 1024L) * (bin && strstr(bin, "asan") ? 4 : 1);
+    if (grown > bound)
+        fail_msg("%ld delayed heads grew the consumer by %ld KiB, over %ld KiB",
+                 rows, grown, bound);
+    tc_worker_close(&live);
+    /* The restart reads them back. */
+    assert_int_equal(tc_stop(&d), 0);
+    peak = 0;
+    tc_start(&d);
+    open_live(&live);
+    wake = live_wake(&live, budget_ms(600000));
+    sample_for(500);
+    char want[64];
+    snprintf(want, sizeof want, "ready: %ld timers", rows);
+    assert_int_equal(tc_count_in_file(d.log, want), 1);
+    printf("  after a restart: %s, peak RSS %ld KiB, next wake-up %lld ms\n",
+           want, peak, (long long)wake);
+    if (peak > bound + BOUND_MIB * 1024L)
+        fail_msg("the restart with %ld delayed heads peaked at %ld KiB", rows,
+                 peak);
+    tc_worker_close(&live);
+    assert_int_equal(tc_stop(&d), 0);
+    passed = 1;
+}
+
 /* A 10 MB payload goes through the decoder; the consumer's memory grows by
  * about the message's size, no more, and the stream moves on. */
 static void test_ten_megabyte_payload(void **state)
@@ -540,6 +605,8 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(test_ten_thousand_idle_connections,
                                             setup, teardown),
+            cmocka_unit_test_setup_teardown(test_million_delayed_heads, setup,
+                                            teardown),
             cmocka_unit_test_setup_teardown(test_million_row_transaction, setup,
                                             teardown),
     };

@@ -24,6 +24,26 @@ checks=$((checks + 1))
 [ "$(sql "select string_agg(consumer || ':' || kind || ':' || cursor_key || ':' || head, ' ') from a2_cursors where session_id = 's3'")" = "auditor:log:lane:log:1" ] || fail "log cursor not started"
 expect 2 "$A2" append s3 x --log-consumer ':a'; contains "bad log consumer" err
 expect 2 "$A2" append s3 x --log-consumer 'a:'
+# Delayed dispatch: --at / --in hold the head (a claim is busy until then).
+expect 0 "$A2" append sd job --target dc --at 2099-01-02T03:04:05.5Z; contains "sd job #1 id "; contains ", not before 2099-01-02T03:04:05.500Z"
+checks=$((checks + 1)); [ "$(sql "select claim_expires_at from a2_cursors where session_id = 'sd' and head = 1")" = 4071006245500 ] || fail "--at did not hold the head"
+checks=$((checks + 1)); [ "$(sql "select a2_claim(session => 'sd', holder => 'h', ttl_ms => 1000)->>'outcome'")" = busy ] || fail "a delayed head was claimable"
+expect 0 "$A2" --json append sd job --target dc:L --at 2099-01-02T04:04:05+01:00
+[ "$(printf '%s' "$out" | j 'd["not_before"]')" = 4071006245000 ] || fail "--at with an offset: $out"
+t0=$(date +%s%3N)
+expect 0 "$A2" --json append sd job --target dc --in 90s
+nb=$(printf '%s' "$out" | j 'd["not_before"]')
+checks=$((checks + 1)); [ $((nb - t0)) -ge 90000 ] && [ $((nb - t0)) -lt 150000 ] || fail "--in 90s gave $nb at $t0"
+expect 0 "$A2" append sd job --target dc --at 1000; contains "not before 1970-01-01T00:00:01.000Z"
+checks=$((checks + 1)); [ "$(sql "select a2_claim(session => 'sd', holder => 'h', ttl_ms => 1000)->'heads'->0->>'index'")" = 4 ] || fail "a time in the past was not claimable at once"
+for bad in soon 2099-01-02 2099-01-02T03:04:05 2099-13-02T03:04Z 1.5 -1 99999999999999999; do
+    expect 2 "$A2" append sd job --at "$bad"; contains "--at must be epoch milliseconds or a UTC time" err
+done
+for bad in 5 5x -5s 1.5s 99999999d; do
+    expect 2 "$A2" append sd job --in "$bad"; contains "--in must be a duration like 300ms" err
+done
+expect 2 "$A2" append sd job --in 5s --at 1; contains "--at and --in exclude each other" err
+checks=$((checks + 1)); [ "$(sql "select count(*) from a2_events where session_id = 'sd'")" = 4 ] || fail "a refused append wrote"
 
 # read: table, --after/--limit, --json.
 expect 0 "$A2" read s1; contains "order.created"; contains "pay-1"; contains '{"n": 1}'

@@ -47,7 +47,7 @@ static void check(int rc, const char *what)
 static int64_t append(const char *session, const char *type,
                       const char *consumer, const char *lane)
 {
-    a2_target t = {consumer, lane};
+    a2_target t = {.consumer = consumer, .lane = lane};
     a2_append_event e = {.type = type,
                          .payload = "{}",
                          .targets = &t,

@@ -749,12 +749,169 @@ static void test_metrics_slow_client(void **state)
     tc_cleanup(&d);
 }
 
+/* The outcome and retry_at of a claim of session for consumer c by holder,
+ * into *retry_at (0 when none); the outcome text is the caller's to free. */
+static char *claim_c(const char *session, const char *consumer,
+                     int64_t *retry_at)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "select a2_claim(session => '%s', holder => 'tw', ttl_ms => "
+             "60000, consumers => '[\"%s\"]')::text",
+             session, consumer);
+    char *r = a2_test_scalar(db, sql);
+    const char *at = strstr(r, "\"retry_at\": ");
+    *retry_at = at && at[12] >= '0' && at[12] <= '9' ? strtoll(at + 12, NULL, 10)
+                                                     : 0;
+    return r;
+}
+
+/* A delayed event: not claimable before its time (the claim is busy until
+ * then), no wake-up at its commit, and one from the consumer's timer at its
+ * time, never before. A lane's delayed second event holds the lane after
+ * the first completes, and its wake-up comes at its time too. */
+static void test_delayed_head_woken_on_time(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_worker w;
+    tc_msg m;
+    tc_init(&d, "tc_delay");
+    tc_start(&d);
+    open_worker(&w, &d, "w1", "dc", NULL);
+    /* 300 ms from the server's clock */
+    sqlf("select a2_append(session => 'dl-1', events => jsonb_build_array("
+         "jsonb_build_object('type', 'job', 'not_before', a2__now_ms() + 300, "
+         "'targets', '[{\"consumer\": \"dc\"}]'::jsonb)))");
+    int64_t due = a2_test_int(db, "select claim_expires_at from a2_cursors "
+                                  "where session_id = 'dl-1'");
+    int64_t retry_at;
+    char *r = claim_c("dl-1", "dc", &retry_at);
+    if (!strstr(r, "\"outcome\": \"busy\"") || retry_at != due)
+        fail_msg("the delayed head was claimable, or not until %" PRId64
+                 ": %s",
+                 due, r);
+    free(r);
+    assert_true(tc_wait_for(&w, "wake", 20000, &m));
+    int64_t woke = tc_wall_ms();
+    assert_string_equal(m.session, "dl-1");
+    assert_string_equal(m.cursor, "#1");
+    if (woke < due)
+        fail_msg("woken %" PRId64 " ms before its time", due - woke);
+    print_message("delayed head woken %" PRId64 " ms after its time\n",
+                  woke - due);
+    /* late by at most TIMER_LATE_MS on a busy host (a lost timer never
+     * fires) */
+    assert_true(woke - due < 3000);
+    r = claim_c("dl-1", "dc", &retry_at);
+    assert_non_null(strstr(r, "\"outcome\": \"claimed\""));
+    free(r);
+
+    /* a lane: the first event now, the second in 400 ms */
+    sqlf("select a2_append(session => 'dl-2', events => jsonb_build_array("
+         "jsonb_build_object('type', 'a', 'targets', "
+         "'[{\"consumer\": \"dc\", \"lane\": \"L\"}]'::jsonb), "
+         "jsonb_build_object('type', 'b', 'targets', jsonb_build_array("
+         "jsonb_build_object('consumer', 'dc', 'lane', 'L', 'not_before', "
+         "a2__now_ms() + 400)))))");
+    assert_true(tc_wait_for(&w, "wake", 20000, &m));
+    assert_string_equal(m.session, "dl-2");
+    assert_int_equal(m.head, 1);
+    r = claim_c("dl-2", "dc", &retry_at);
+    assert_non_null(strstr(r, "\"index\": 1"));
+    assert_null(strstr(r, "\"index\": 2"));
+    free(r);
+    sqlf("select a2_complete(session => 'dl-2', consumer => 'dc', lane => "
+         "'L', index => 1, attempt => 1)");
+    int64_t due2 = a2_test_int(db, "select claim_expires_at from a2_cursors "
+                                   "where session_id = 'dl-2' and head = 2");
+    assert_true(due2 > 0);
+    r = claim_c("dl-2", "dc", &retry_at);
+    assert_non_null(strstr(r, "\"outcome\": \"busy\""));
+    assert_int_equal(retry_at, due2);
+    free(r);
+    assert_true(tc_wait_for(&w, "wake", 20000, &m));
+    woke = tc_wall_ms();
+    assert_string_equal(m.session, "dl-2");
+    assert_int_equal(m.head, 2);
+    if (woke < due2)
+        fail_msg("lane head woken %" PRId64 " ms early", due2 - woke);
+    tc_worker_close(&w);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
+/* 1,000 delayed heads, the consumer killed -9 while they wait: after the
+ * restart every one is woken at its time (the timers come back from the
+ * read at start), none early. Heads due before the worker's subscription
+ * is in place are covered by its resync instead. */
+static void test_delayed_heads_survive_kill(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    tc_daemon d;
+    tc_worker w;
+    tc_msg m;
+    tc_init(&d, "tc_delaykill");
+    tc_start(&d);
+    /* due 8 s from now, 3 ms apart, each in its own session */
+    int64_t base = a2_test_int(db, "select a2__now_ms() + 8000");
+    sqlf("select count(a2_append(session => 'dk-' || g, events => "
+         "jsonb_build_array(jsonb_build_object('type', 'job', 'not_before', "
+         "%" PRId64 " + 3 * g, 'targets', '[{\"consumer\": \"kc\"}]'::jsonb)))) "
+         "from generate_series(0, %d) g",
+         base, N - 1);
+    tc_kill9(&d);
+    assert_int_equal(a2_test_int(db, "select count(*) from a2_cursors where "
+                                     "session_id like 'dk-%' and "
+                                     "claim_expires_at is not null"),
+                     N);
+    tc_start(&d);
+    open_worker(&w, &d, "kw", "kc", NULL);
+    int64_t subscribed = tc_wall_ms();
+    static char seen[N];
+    memset(seen, 0, sizeof seen);
+    int woken = 0, expected = 0, early = 0;
+    for (int i = 0; i < N; i++)
+        expected += base + 3 * i > subscribed;
+    int64_t worst = 0;
+    while (woken < expected) {
+        if (!tc_wait_for(&w, "wake", 30000, &m))
+            fail_msg("%d of %d delayed heads woken after the restart", woken,
+                     expected);
+        int64_t now = tc_wall_ms();
+        int i = atoi(m.session + 3);
+        assert_true(strncmp(m.session, "dk-", 3) == 0 && i >= 0 && i < N);
+        int64_t due = base + 3 * i;
+        if (now < due)
+            early++;
+        if (now - due > worst)
+            worst = now - due;
+        if (!seen[i] && due > subscribed)
+            woken++;
+        seen[i] = 1;
+    }
+    print_message("%d delayed heads woken after a kill -9 (%d due before "
+                  "the subscription: the resync's), latest %" PRId64
+                  " ms late\n",
+                  woken, N - expected, worst);
+    assert_int_equal(early, 0);
+    assert_true(expected > 0);
+    tc_worker_close(&w);
+    assert_int_equal(tc_stop(&d), 0);
+    tc_cleanup(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_append_and_complete_wake,
                                             setup, teardown),
             cmocka_unit_test_setup_teardown(test_retry_after_and_lease_lapse,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_delayed_head_woken_on_time,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_delayed_heads_survive_kill,
                                             setup, teardown),
             cmocka_unit_test_setup_teardown(test_timers_rebuilt_on_start, setup,
                                             teardown),

@@ -292,6 +292,13 @@ static void e_complete_backwards(a2_cursor_row *b, a2_cursor_row *a)
     complete(b, a, I(2));
 }
 
+/* The lane's next event is delayed: its head is held until then. */
+static void e_complete_to_delayed(a2_cursor_row *b, a2_cursor_row *a)
+{
+    complete(b, a, I(4));
+    a->claim_expires_at = I(99999);
+}
+
 static void e_complete_keeps_claim(a2_cursor_row *b, a2_cursor_row *a)
 {
     complete(b, a, I(4));
@@ -479,6 +486,8 @@ static const tcase cases[] = {
          A2_TRANSITION_OTHER, 0},
         {"head moves backwards", "lane", e_complete_backwards,
          A2_TRANSITION_OTHER, 0},
+        {"complete to a delayed next head", "lane", e_complete_to_delayed,
+         A2_TRANSITION_COMPLETED, 0},
         {"completion that keeps the claim", "lane", e_complete_keeps_claim,
          A2_TRANSITION_OTHER, 0},
         {"complete an event cursor", "event", e_idle_event,

@@ -141,7 +141,9 @@ def append(conn: psycopg.Connection[Any], session: str, events: Sequence[Mapping
     """Appends ``events`` to the session's log (``a2_append``).
 
     An event is a dict: ``type`` (required), ``payload``, ``id``, ``cause``,
-    ``targets`` (``[{"consumer", "lane"}]``). Returns
+    ``targets`` (``[{"consumer", "lane", "not_before"}]``), ``not_before``
+    (epoch ms: its heads are not claimable, nor woken, before then; a
+    target's own ``not_before`` is for that target). Returns
     ``{"outcome": "appended" | "replayed", "events", "has_pending"}``.
     The wake-up follows the caller's commit; a rollback leaves nothing.
     """

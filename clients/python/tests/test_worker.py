@@ -45,6 +45,47 @@ class WorkerTest(unittest.TestCase):
         return a2.dead_letters(self.conn, session)
 
 
+class Delayed(WorkerTest):
+    def test_delayed_event_runs_at_its_time_with_no_query_before(self) -> None:
+        msgs, runs = support.Messages(), support.Runs()
+        ran_at: List[int] = []
+
+        def handler(ev: a2.Event) -> None:
+            ran_at.append(int(time.time() * 1000))
+            runs.add(ev.session, ev.index)
+
+        w = self.start(a2.Worker(support.DB, ["pyd2"], handler, connect=CONNECT,
+                                 name="pyd2-1", on_message=msgs))
+        # its connect's resync (pyd2 has nothing pending: no run)
+        support.wait_until(lambda: any(m.get("t") == "resync" for m in msgs.snapshot()),
+                           "the resync")
+        runs_before = w.stats.runs
+        due = int(time.time() * 1000) + 1500
+        r = a2.append(self.conn, "dly-1", [dict(type="job", not_before=due,
+                                                targets=[{"consumer": "pyd2"}])])
+        self.assertEqual(r["outcome"], "appended")
+        # A later event of the same consumer runs at once.
+        a2.append(self.conn, "dly-2", [dict(type="job", targets=[{"consumer": "pyd2"}])])
+        support.wait_until(lambda: ("dly-2", 1) in runs.snapshot(), "the undelayed run")
+        self.assertNotIn(("dly-1", 1), runs.snapshot())
+        # No wake-up and no store call for the delayed one until its time:
+        # the only run so far is dly-2's.
+        self.assertEqual(msgs.wakes("dly-1"), [])
+        self.assertEqual(w.stats.runs, runs_before + 1)
+        support.wait_until(lambda: ("dly-1", 1) in runs.snapshot(), "the delayed run")
+        self.assertGreaterEqual(ran_at[-1], due)
+        self.assertEqual(len(msgs.wakes("dly-1")), 1)
+
+    def test_bad_not_before_is_refused(self) -> None:
+        for bad in ("soon", 1.5, -1, 10 ** 15):
+            with self.assertRaises(a2.InvalidArgument) as cm:
+                a2.append(self.conn, "dly-bad", [dict(type="job", not_before=bad)])
+            self.assertIn("not_before of event 1 must be whole epoch milliseconds",
+                          str(cm.exception))
+        self.assertEqual(support.value("select count(*) from a2_events "
+                                       "where session_id = 'dly-bad'"), 0)
+
+
 class Wakeups(WorkerTest):
     def test_rolled_back_append_wakes_nobody(self) -> None:
         msgs, runs = support.Messages(), support.Runs()
