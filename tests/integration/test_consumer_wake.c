@@ -234,6 +234,10 @@ static void test_timers_rebuilt_on_start(void **state)
     tc_init(&d, "tc_rebuild");
     tc_start(&d);
     append_event("s1", 1, "c");
+    /* applied before the stop (else the restart streams the insert again,
+     * and its wake-up comes at once) */
+    assert_int_equal(tc_wait_in_file(d.audit, "\"session\":\"s1\"", 1, 20000),
+                     1);
     assert_int_equal(tc_stop(&d), 0);
     /* far enough that the worker is subscribed before it fires, even
      * after a slow start (a wake-up with no subscriber is not sent) */
@@ -836,6 +840,38 @@ static void test_delayed_head_woken_on_time(void **state)
     assert_int_equal(m.head, 2);
     if (woke < due2)
         fail_msg("lane head woken %" PRId64 " ms early", due2 - woke);
+
+    /* redrive --skip of a dead letter ahead of a delayed event: the lane
+     * moves on to it held, and its wake-up comes at its time */
+    sqlf("select a2_append(session => 'dl-3', events => jsonb_build_array("
+         "jsonb_build_object('type', 'a', 'targets', "
+         "'[{\"consumer\": \"dc\", \"lane\": \"L\"}]'::jsonb), "
+         "jsonb_build_object('type', 'b', 'not_before', a2__now_ms() + 1500, "
+         "'targets', '[{\"consumer\": \"dc\", \"lane\": \"L\"}]'::jsonb)))");
+    assert_true(tc_wait_for(&w, "wake", 20000, &m));
+    assert_string_equal(m.session, "dl-3");
+    r = claim_c("dl-3", "dc", &retry_at);
+    assert_non_null(strstr(r, "\"index\": 1"));
+    free(r);
+    sqlf("select a2_fail(session => 'dl-3', consumer => 'dc', lane => 'L', "
+         "index => 1, attempt => 1, error => 'no', max_failures => 1)");
+    sqlf("select a2_redrive(session => 'dl-3', consumer => 'dc', index => 1, "
+         "action => 'skip')");
+    int64_t due3 = a2_test_int(db, "select claim_expires_at from a2_cursors "
+                                   "where session_id = 'dl-3' and head = 2");
+    assert_true(due3 > 0);
+    r = claim_c("dl-3", "dc", &retry_at);
+    assert_non_null(strstr(r, "\"outcome\": \"busy\""));
+    free(r);
+    assert_true(tc_wait_for(&w, "wake", 20000, &m));
+    woke = tc_wall_ms();
+    assert_string_equal(m.session, "dl-3");
+    assert_int_equal(m.head, 2);
+    if (woke < due3)
+        fail_msg("skipped-to head woken %" PRId64 " ms early", due3 - woke);
+    r = claim_c("dl-3", "dc", &retry_at);
+    assert_non_null(strstr(r, "\"index\": 2"));
+    free(r);
     tc_worker_close(&w);
     assert_int_equal(tc_stop(&d), 0);
     tc_cleanup(&d);
