@@ -811,13 +811,14 @@ static void test_delayed_head_woken_on_time(void **state)
     assert_non_null(strstr(r, "\"outcome\": \"claimed\""));
     free(r);
 
-    /* a lane: the first event now, the second in 400 ms */
+    /* a lane: the first event now, the second in 5 s (its completion comes
+     * before that, even on a slow host) */
     sqlf("select a2_append(session => 'dl-2', events => jsonb_build_array("
          "jsonb_build_object('type', 'a', 'targets', "
          "'[{\"consumer\": \"dc\", \"lane\": \"L\"}]'::jsonb), "
          "jsonb_build_object('type', 'b', 'targets', jsonb_build_array("
          "jsonb_build_object('consumer', 'dc', 'lane', 'L', 'not_before', "
-         "a2__now_ms() + 400)))))");
+         "a2__now_ms() + 5000)))))");
     assert_true(tc_wait_for(&w, "wake", 20000, &m));
     assert_string_equal(m.session, "dl-2");
     assert_int_equal(m.head, 1);
@@ -846,7 +847,7 @@ static void test_delayed_head_woken_on_time(void **state)
     sqlf("select a2_append(session => 'dl-3', events => jsonb_build_array("
          "jsonb_build_object('type', 'a', 'targets', "
          "'[{\"consumer\": \"dc\", \"lane\": \"L\"}]'::jsonb), "
-         "jsonb_build_object('type', 'b', 'not_before', a2__now_ms() + 1500, "
+         "jsonb_build_object('type', 'b', 'not_before', a2__now_ms() + 5000, "
          "'targets', '[{\"consumer\": \"dc\", \"lane\": \"L\"}]'::jsonb)))");
     assert_true(tc_wait_for(&w, "wake", 20000, &m));
     assert_string_equal(m.session, "dl-3");
