@@ -8,7 +8,11 @@
 #   make clean
 #
 # Layout conventions (so modules never need to edit this file):
-#   <lib>/*.c                     -> build/<v>/lib/liba2<lib>.a  (lib: decoder wire store worker)
+#   <lib>/*.c                     -> build/<v>/lib/liba2<lib>.a  (lib: decoder wire store worker common)
+#   common/*.c                    -> liba2common.a, internal: what several parts share (clocks,
+#                                    worker-server addresses); its headers stay in common/ and
+#                                    are not installed, the archive is (liba2store and liba2worker
+#                                    link it)
 #   <dir>/main.c                  -> a program (consumer: a2-consumer, worker: a2-worker, cli: a2)
 #   consumer/*.c, cli/*.c (not main.c) -> internal archives the tests link too
 #   tests/unit/test_*.c           -> one cmocka executable each (no database)
@@ -46,8 +50,8 @@ ALL_CFLAGS  := $(BASE_CFLAGS) $(OPT_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS := $(OPT_LDFLAGS) $(LDFLAGS)
 LDLIBS_ALL  := -lpq -ljansson -lmsgpackc -lmicrohttpd -lpthread -lm
 
-# Libraries in link order (users first).
-LIBDIRS := worker store wire decoder
+# Libraries in link order (users first); common is used by all the others.
+LIBDIRS := worker store wire decoder common
 INTDIRS := consumer cli
 
 lib_srcs = $(filter-out $(1)/main.c,$(wildcard $(1)/*.c))

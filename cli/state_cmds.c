@@ -8,6 +8,8 @@
  * the WAL position it is exact at), prints it, then prints the patches whose
  * lsn lies above that position: nothing missed, nothing twice.
  */
+#include "../common/addr.h"
+#include "../common/clock.h"
 #include "a2/state.h"
 #include "a2/store.h"
 #include "a2/wire.h"
@@ -17,15 +19,12 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #define PONG_TIMEOUT_MS 10000
@@ -178,68 +177,19 @@ static int print_patch(a2__cli *cli, const char *ns, const char *participant,
     return A2__CLI_OK;
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Connects to "unix:PATH" or "tcp:HOST:PORT" ("tcp:[::1]:PORT"); -1 with
  * err set. */
 static int dial(const char *addr, char *err, size_t errlen)
 {
-    if (strncmp(addr, "unix:", 5) == 0) {
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        if (strlen(addr + 5) >= sizeof sa.sun_path) {
-            snprintf(err, errlen, "socket path too long: %s", addr + 5);
-            return -1;
-        }
-        strcpy(sa.sun_path, addr + 5);
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-            snprintf(err, errlen, "could not connect to %s: %s", addr,
-                     strerror(errno));
-            if (fd >= 0)
-                close(fd);
-            return -1;
-        }
-        return fd;
-    }
-    char host[256];
-    const char *hp = addr + 4, *colon = strrchr(hp, ':');
-    if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof host) {
+    a2__addr a;
+    int fd = -1, rc = a2__addr_parse(addr, &a);
+    if (rc == A2__ADDR_OK)
+        fd = a2__addr_dial(&a, addr, 0, err, errlen);
+    else if (rc == A2__ADDR_ENOMEM)
+        snprintf(err, errlen, "out of memory");
+    else
         snprintf(err, errlen, "bad address %s", addr);
-        return -1;
-    }
-    memcpy(host, hp, (size_t)(colon - hp));
-    host[colon - hp] = '\0';
-    char *h = host;
-    size_t hl = strlen(h);
-    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
-        h[hl - 1] = '\0';
-        h++;
-    }
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-    int gai = getaddrinfo(h, colon + 1, &hints, &res);
-    if (gai != 0) {
-        snprintf(err, errlen, "could not resolve %s: %s", addr,
-                 gai_strerror(gai));
-        return -1;
-    }
-    int fd = -1;
-    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
-                    ai->ai_protocol);
-        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    if (fd < 0)
-        snprintf(err, errlen, "could not connect to %s: %s", addr,
-                 strerror(errno));
-    freeaddrinfo(res);
+    a2__addr_clear(&a);
     return fd;
 }
 
@@ -391,7 +341,7 @@ static int send_ping(follower *fw, a2_wire_buf *out)
     fw->ping_id++;
     if (a2_wire_encode_ping(out, fw->ping_id) != 0 || send_all(fw->fd, out))
         return a2__cli_fail(fw->cli, "could not write to a2-consumer");
-    fw->pong_by = mono_ms() + PONG_TIMEOUT_MS;
+    fw->pong_by = a2__mono_ms() + PONG_TIMEOUT_MS;
     return A2__CLI_OK;
 }
 
@@ -430,7 +380,7 @@ static int follow(a2__cli *cli, a2_store *store, const char *ns,
         goto done;
     /* 1. the subscription is in effect once the ping's pong is back */
     while (!fw.ponged && rc == A2__CLI_OK) {
-        int64_t left = fw.pong_by - mono_ms();
+        int64_t left = fw.pong_by - a2__mono_ms();
         if (left <= 0) {
             rc = a2__cli_fail(cli, "no answer from a2-consumer at %s", addr);
             goto done;
@@ -458,12 +408,12 @@ static int follow(a2__cli *cli, a2_store *store, const char *ns,
     struct sigaction sa = {.sa_handler = on_stop};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    int64_t next_ping = mono_ms() + PING_EVERY_MS;
-    int64_t next_reap = mono_ms() + REAP_EVERY_MS;
+    int64_t next_ping = a2__mono_ms() + PING_EVERY_MS;
+    int64_t next_reap = a2__mono_ms() + REAP_EVERY_MS;
     int reap_failing = 0;
     while (rc == A2__CLI_OK && !stop_follow) {
         rc = pump(&fw, 200);
-        if (rc == A2__CLI_OK && mono_ms() >= next_reap) {
+        if (rc == A2__CLI_OK && a2__mono_ms() >= next_reap) {
             /* expiry reaches every subscriber as the reap's patches */
             int64_t n = 0;
             if (a2_store_presence_reap(store, ns, REAP_LIMIT, &n) != 0) {
@@ -475,12 +425,12 @@ static int follow(a2__cli *cli, a2_store *store, const char *ns,
             } else {
                 reap_failing = 0;
             }
-            next_reap = mono_ms() + (n == REAP_LIMIT ? 0 : REAP_EVERY_MS);
+            next_reap = a2__mono_ms() + (n == REAP_LIMIT ? 0 : REAP_EVERY_MS);
         }
         if (fflush(cli->out) != 0 && rc == A2__CLI_OK)
             rc = a2__cli_fail(cli, "could not write output: %s",
                               strerror(errno));
-        int64_t now = mono_ms();
+        int64_t now = a2__mono_ms();
         if (rc == A2__CLI_OK && fw.pong_by && now > fw.pong_by)
             rc = a2__cli_fail(cli, "a2-consumer stopped answering");
         if (rc == A2__CLI_OK && !fw.pong_by && now >= next_ping) {
@@ -551,12 +501,12 @@ int a2__cli_cmd_presence(a2__cli *cli, int argc, char **argv)
         if (!addr || !*addr)
             return a2__cli_usage(cli, "--follow needs --connect ADDR (or "
                                       "A2_CONSUMER)");
-        if (strncmp(addr, "unix:", 5) != 0 && strncmp(addr, "tcp:", 4) != 0)
+        if (!a2__addr_kind(addr))
             return a2__cli_usage(cli,
                                  "--connect needs unix:PATH or "
                                  "tcp:HOST:PORT, not '%s'",
                                  addr);
-        if (strncmp(addr, "tcp:", 4) == 0 && !token_file)
+        if (a2__addr_kind(addr) == A2__ADDR_TCP && !token_file)
             return a2__cli_usage(cli, "--connect tcp: needs --token-file");
     }
     char *token = NULL;

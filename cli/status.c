@@ -7,18 +7,18 @@
  */
 #include "cli.h"
 
+#include "../common/addr.h"
+#include "../common/clock.h"
 #include "../store/conn.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <libpq-fe.h>
-#include <netdb.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #define METRICS_TIMEOUT_MS 3000
@@ -127,20 +127,13 @@ static const metric *metrics_find(const metrics *ms, const char *name)
     return NULL;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /*
  * GET /metrics from HOST:PORT (also accepts tcp:HOST:PORT and
  * http://HOST:PORT[/path]). Returns the body (free it) or NULL with err.
  */
 static char *fetch_metrics(const char *spec, char *err, size_t errlen)
 {
-    char host[300], port[300], path[256] = "/metrics";
+    char path[256] = "/metrics";
     const char *s = spec;
     if (strncmp(s, "tcp:", 4) == 0)
         s += 4;
@@ -157,59 +150,38 @@ static char *fetch_metrics(const char *spec, char *err, size_t errlen)
     }
     memcpy(hp, s, hp_len);
     hp[hp_len] = '\0';
-    char *colon = strrchr(hp, ':');
-    if (!colon || colon == hp || !colon[1]) {
-        snprintf(err, errlen, "bad metrics address '%s' (HOST:PORT)", spec);
+    a2__addr a;
+    int rc = a2__addr_split(hp, &a);
+    if (rc != A2__ADDR_OK) {
+        if (rc == A2__ADDR_ENOMEM)
+            snprintf(err, errlen, "out of memory");
+        else
+            snprintf(err, errlen, "bad metrics address '%s' (HOST:PORT)", spec);
         return NULL;
     }
-    *colon = '\0';
-    const char *h = hp;
-    if (h[0] == '[' && colon[-1] == ']') {
-        colon[-1] = '\0';
-        h++;
-    }
-    snprintf(host, sizeof host, "%s", h);
-    snprintf(port, sizeof port, "%s", colon + 1);
 
-    struct addrinfo hints = {0}, *ai = NULL;
-    hints.ai_socktype = SOCK_STREAM;
-    int gai = getaddrinfo(host, port, &hints, &ai);
-    if (gai != 0) {
-        snprintf(err, errlen, "could not resolve %s: %s", host,
-                 gai_strerror(gai));
-        return NULL;
-    }
-    int fd = -1;
+    char name[1024];
+    snprintf(name, sizeof name, "metrics at %s", spec);
     char *body = NULL, *buf = NULL;
     size_t used = 0, cap = 0;
-    int64_t deadline = now_ms() + METRICS_TIMEOUT_MS;
-    for (struct addrinfo *a = ai; a; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            continue;
-        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
-            break;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(ai);
+    int64_t deadline = a2__mono_ms() + METRICS_TIMEOUT_MS;
+    int fd = a2__addr_dial(&a, name, 0, err, errlen);
     if (fd < 0) {
-        snprintf(err, errlen, "could not connect to metrics at %s: %s", spec,
-                 strerror(errno));
+        a2__addr_clear(&a);
         return NULL;
     }
     char req[600];
     int rn =
             snprintf(req, sizeof req,
                      "GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n",
-                     path, host);
+                     path, a.host);
     if (send(fd, req, (size_t)rn, MSG_NOSIGNAL) != rn) {
         snprintf(err, errlen, "could not send to metrics at %s: %s", spec,
                  strerror(errno));
         goto done;
     }
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - a2__mono_ms();
         if (left <= 0) {
             snprintf(err, errlen, "metrics at %s did not answer in %d ms", spec,
                      METRICS_TIMEOUT_MS);
@@ -266,6 +238,7 @@ static char *fetch_metrics(const char *spec, char *err, size_t errlen)
 done:
     free(buf);
     close(fd);
+    a2__addr_clear(&a);
     return body;
 }
 

@@ -3,6 +3,8 @@
  */
 #include "audit.h"
 
+#include "../common/clock.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -183,13 +185,6 @@ static void sync_stop_thread(a2c_audit *a)
     pthread_cond_destroy(&sy->cv);
     close(sy->efd);
     sy->started = 0;
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int a2c_lsn_parse(const char *s, uint64_t *lsn)
@@ -558,7 +553,7 @@ a2c_audit *a2c_audit_open(const char *path, a2c_audit_resume *resume, char *err,
      * group fsync. */
     if (write_state(a->state_path, resume->done, err, errlen) != 0)
         goto error;
-    a->state_at = mono_ms();
+    a->state_at = a2__mono_ms();
     return a;
 error:
     a2c_audit_close(a);
@@ -580,7 +575,7 @@ int a2c_audit_write(a2c_audit *a, const char *buf, size_t len, size_t lines,
     }
     if (len > 0) {
         if (!a->dirty)
-            a->dirty_since = mono_ms();
+            a->dirty_since = a2__mono_ms();
         a->dirty = 1;
     }
     a->pending_lines += lines;
@@ -614,7 +609,7 @@ size_t a2c_audit_pending_lines(const a2c_audit *a)
 static int write_state_if_due(a2c_audit *a, int state_interval_ms, char *err,
                               size_t errlen)
 {
-    int64_t now = mono_ms();
+    int64_t now = a2__mono_ms();
     if (a->durable > a->state_written &&
         now - a->state_at >= state_interval_ms) {
         if (write_state(a->state_path, a->durable, err, errlen) != 0)
@@ -644,7 +639,7 @@ int a2c_audit_sync_start(a2c_audit *a, int state_interval_ms, char *err,
     sy->fd = a->fd;
     sy->req_lsn = a->marked;
     sy->state_wanted = a->marked > a->state_written &&
-                       mono_ms() - a->state_at >= state_interval_ms;
+                       a2__mono_ms() - a->state_at >= state_interval_ms;
     sy->requested = 1;
     sy->completed = 0;
     pthread_cond_signal(&sy->cv);
@@ -689,7 +684,7 @@ int a2c_audit_sync_finish(a2c_audit *a, char *err, size_t errlen)
         return -1; /* err holds the helper's reason */
     if (written) {
         a->state_written = lsn;
-        a->state_at = mono_ms();
+        a->state_at = a2__mono_ms();
     }
     if (lsn > a->durable)
         a->durable = lsn;

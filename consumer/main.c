@@ -23,6 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/addr.h"
+#include "../common/clock.h"
+#include "../common/lsn.h"
 #include "a2/decoder.h"
 #include "a2/schema.h"
 #include "a2/version.h"
@@ -114,18 +117,6 @@ typedef struct {
     uint64_t gaps;
 } daemon_t;
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t wall_ms(void)
-{
-    return a2c_now_us() / 1000;
-}
-
 __attribute__((format(printf, 1, 2))) static void logline(const char *fmt, ...)
 {
     char buf[1024];
@@ -135,8 +126,6 @@ __attribute__((format(printf, 1, 2))) static void logline(const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "a2-consumer: %s\n", buf);
 }
-
-#define LSN_ARGS(l) (unsigned)((l) >> 32), (unsigned)(l)
 
 static void usage(FILE *f)
 {
@@ -201,27 +190,20 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt,
     return 2;
 }
 
-/* Splits "tcp:HOST:PORT" (HOST may be [v6]); 0 or -1. */
+/* Splits "tcp:HOST:PORT" (HOST may be [v6]) into *host and *port (the
+ * caller frees both); 0, or -1 for any other address. */
 static int split_tcp(const char *spec, char **host, char **port)
 {
-    if (strncmp(spec, "tcp:", 4) != 0)
-        return -1;
-    const char *hp = spec + 4;
-    const char *colon = strrchr(hp, ':');
-    if (!colon || colon == hp || !colon[1])
-        return -1;
-    const char *h = hp;
-    size_t hl = (size_t)(colon - hp);
-    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
-        h++;
-        hl -= 2;
+    a2__addr a;
+    int rc = -1;
+    if (a2__addr_parse(spec, &a) == A2__ADDR_OK && a.kind == A2__ADDR_TCP) {
+        *host = a.host;
+        *port = a.port;
+        a.host = a.port = NULL;
+        rc = 0;
     }
-    for (const char *p = colon + 1; *p; p++)
-        if (*p < '0' || *p > '9')
-            return -1;
-    *host = strndup(h, hl);
-    *port = strdup(colon + 1);
-    return (*host && *port) ? 0 : -1;
+    a2__addr_clear(&a);
+    return rc;
 }
 
 static int parse_ms(const char *s, int min, int *out)
@@ -441,7 +423,7 @@ static void tick_answer(daemon_t *d)
 static void tick_overdue(daemon_t *d)
 {
     if (!d->tick_busy || d->stream_timeout_ms <= 0 ||
-        mono_ms() - d->tick_sent_ms < d->stream_timeout_ms)
+        a2__mono_ms() - d->tick_sent_ms < d->stream_timeout_ms)
         return;
     logline("%s got no answer from the server in %.1f s (--stream-timeout); "
             "%s",
@@ -470,7 +452,7 @@ static void tick_send(daemon_t *d, int kind)
              : kind == TICK_WAL
                      ? a2c_db_wal_position_send(d->tick_db, err, sizeof err)
                      : a2c_db_expire_tick_send(d->tick_db, d->tick_secret,
-                                               wall_ms(), err,
+                                               a2__real_ms(), err,
                                                sizeof err);
     if (rc != 0) {
         logline("%s", err);
@@ -479,7 +461,7 @@ static void tick_send(daemon_t *d, int kind)
     }
     d->tick_busy = 1;
     d->tick_kind = kind;
-    d->tick_sent_ms = mono_ms();
+    d->tick_sent_ms = a2__mono_ms();
 }
 
 /* Sends a presence expiry tick when the earliest kept field is due; its
@@ -489,8 +471,9 @@ static void expire_presence(daemon_t *d)
     if (!d->streaming || d->tick_busy ||
         a2c_apply_expiry_due(d->apply) == INT64_MAX)
         return;
-    int64_t now = mono_ms();
-    if (a2c_apply_expiry_due(d->apply) > wall_ms() || now < expire_next_ms(d))
+    int64_t now = a2__mono_ms();
+    if (a2c_apply_expiry_due(d->apply) > a2__real_ms() ||
+        now < expire_next_ms(d))
         return;
     a2c_apply_stats as;
     a2c_apply_get_stats(d->apply, &as);
@@ -521,7 +504,7 @@ static void stream_down(daemon_t *d, const char *reason)
     snprintf(d->down_reason, sizeof d->down_reason, "%s", reason);
     if (d->backoff_ms < BACKOFF_MIN_MS)
         d->backoff_ms = BACKOFF_MIN_MS;
-    d->reconnect_at_ms = mono_ms() + d->backoff_ms;
+    d->reconnect_at_ms = a2__mono_ms() + d->backoff_ms;
     logline("%s; reconnecting in %d ms", reason, d->backoff_ms);
     d->backoff_ms *= 2;
     if (d->backoff_ms > BACKOFF_MAX_MS)
@@ -542,7 +525,7 @@ static int recreate_slot(daemon_t *d, const char *why, char *err, size_t errlen)
     uint64_t from = a2c_apply_applied(d->apply);
     logline("replication slot \"%s\" was %s; recreated at %X/%X, changes "
             "after %X/%X are lost",
-            d->slot, why, LSN_ARGS(consistent), LSN_ARGS(from));
+            d->slot, why, A2__LSN_ARGS(consistent), A2__LSN_ARGS(from));
     if (a2c_apply_gap(d->apply, from, consistent, why, err, errlen) != 0)
         return -1;
     d->gaps++;
@@ -590,7 +573,7 @@ static int stream_up(daemon_t *d, int startup, char *err, size_t errlen)
             goto fail;
         if (created) {
             logline("created replication slot \"%s\" at %X/%X", d->slot,
-                    LSN_ARGS(consistent));
+                    A2__LSN_ARGS(consistent));
             uint64_t applied = a2c_apply_applied(d->apply);
             if (applied > 0 && consistent > applied) {
                 if (a2c_apply_gap(d->apply, applied, consistent, "slot missing",
@@ -621,11 +604,12 @@ started:
     d->streaming = 1;
     d->backoff_ms = BACKOFF_MIN_MS;
     d->down_reason[0] = '\0';
-    d->last_activity_ms = mono_ms();
+    d->last_activity_ms = a2__mono_ms();
     d->last_recv_ms = d->last_activity_ms;
     d->ping_sent_ms = 0;
     d->last_status_ms = 0;
-    logline("streaming from slot \"%s\" at %X/%X", d->slot, LSN_ARGS(start));
+    logline("streaming from slot \"%s\" at %X/%X", d->slot,
+            A2__LSN_ARGS(start));
     return 0;
 fail:
     a2c_repl_close(d->repl);
@@ -649,7 +633,7 @@ static int send_status(daemon_t *d, int reply, char *err, size_t errlen)
     if (a2c_repl_feedback(d->repl, write, flush, reply, err, errlen) != 0)
         return -1;
     d->flush_sent = flush;
-    d->last_status_ms = mono_ms();
+    d->last_status_ms = a2__mono_ms();
     return 0;
 }
 
@@ -675,7 +659,7 @@ static int handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
         const a2_decoder_error *e = a2_decoder_last_error(d->dec);
         d->decode_errors++;
         logline("could not decode the change at %X/%X: %s (byte %zu)",
-                LSN_ARGS(m->data_start), e->message, e->offset);
+                A2__LSN_ARGS(m->data_start), e->message, e->offset);
         d->need_resync = 1;
         return 0;
     }
@@ -685,15 +669,15 @@ static int handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
     if (rc > 0)
         logline("%s", err);
     if (c->action == A2_ACTION_COMMIT && c->has_time) {
-        d->lag_seconds = (double)(a2c_now_us() - c->time_us) / 1e6;
+        d->lag_seconds = (double)(a2__real_us() - c->time_us) / 1e6;
         /* say so when falling behind, at most once a minute */
         if (d->lag_seconds >= LAG_WARN_SECONDS &&
-            mono_ms() - d->last_lag_log_ms >= 60000) {
-            d->last_lag_log_ms = mono_ms();
+            a2__mono_ms() - d->last_lag_log_ms >= 60000) {
+            d->last_lag_log_ms = a2__mono_ms();
             logline("falling behind: the commit at %X/%X was applied %.1f s "
                     "after it was made (received up to %X/%X)",
-                    LSN_ARGS(m->data_start), d->lag_seconds,
-                    LSN_ARGS(d->received));
+                    A2__LSN_ARGS(m->data_start), d->lag_seconds,
+                    A2__LSN_ARGS(d->received));
         }
     }
     return 0;
@@ -888,7 +872,7 @@ static int sync_audit(daemon_t *d, int due, int wait, char *err, size_t errlen)
     if (!a2c_audit_dirty(d->audit) || a2c_audit_busy(d->audit))
         return 0;
     int64_t since = a2c_audit_dirty_since(d->audit);
-    if (!due && mono_ms() - since < FSYNC_GROUP_MS &&
+    if (!due && a2__mono_ms() - since < FSYNC_GROUP_MS &&
         a2c_audit_pending_lines(d->audit) < FSYNC_GROUP_LINES)
         return 0;
     return a2c_audit_sync_start(d->audit, STATE_INTERVAL_MS, err, errlen);
@@ -918,12 +902,12 @@ static int run(daemon_t *d)
     for (;;) {
         if (d->stop)
             break;
-        int64_t now = mono_ms();
+        int64_t now = a2__mono_ms();
         /* deadlines */
         int64_t timeout = 1000;
         int64_t next_timer = a2c_timers_next(d->timers);
         if (next_timer != INT64_MAX) {
-            int64_t t = next_timer - wall_ms();
+            int64_t t = next_timer - a2__real_ms();
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }
@@ -946,7 +930,7 @@ static int run(daemon_t *d)
         }
         if (d->streaming && !d->tick_busy &&
             a2c_apply_expiry_due(d->apply) != INT64_MAX) {
-            int64_t t = a2c_apply_expiry_due(d->apply) - wall_ms();
+            int64_t t = a2c_apply_expiry_due(d->apply) - a2__real_ms();
             int64_t next = expire_next_ms(d) - now;
             if (next > t)
                 t = next;
@@ -1020,7 +1004,7 @@ static int run(daemon_t *d)
         tick_overdue(d);
 
         /* reconnect */
-        if (!d->streaming && mono_ms() >= d->reconnect_at_ms) {
+        if (!d->streaming && a2__mono_ms() >= d->reconnect_at_ms) {
             d->reconnects++;
             if (stream_up(d, 0, err, sizeof err) != 0)
                 stream_down(d, err);
@@ -1042,7 +1026,7 @@ static int run(daemon_t *d)
                     break;
                 }
                 if (i == 0) {
-                    d->last_recv_ms = mono_ms();
+                    d->last_recv_ms = a2__mono_ms();
                     d->ping_sent_ms = 0;
                 }
                 if (handle_message(d, &m, &reply, err, sizeof err) != 0) {
@@ -1055,25 +1039,25 @@ static int run(daemon_t *d)
         int resync = d->need_resync;
         if (resync) {
             d->need_resync = 0;
-            d->rebuild_at_ms = mono_ms();
+            d->rebuild_at_ms = a2__mono_ms();
         }
-        if (d->rebuild_at_ms && mono_ms() >= d->rebuild_at_ms) {
+        if (d->rebuild_at_ms && a2__mono_ms() >= d->rebuild_at_ms) {
             if (rebuild_timers(d, err, sizeof err) == 0) {
                 d->rebuild_at_ms = 0;
             } else {
                 /* the stream cleared what this read replaces: try again */
                 logline("%s; reading again in %d ms", err, REBUILD_RETRY_MS);
-                d->rebuild_at_ms = mono_ms() + REBUILD_RETRY_MS;
+                d->rebuild_at_ms = a2__mono_ms() + REBUILD_RETRY_MS;
             }
         }
         if (resync)
             a2c_server_resync_all(d->srv);
 
-        a2c_apply_fire_timers(d->apply, wall_ms());
+        a2c_apply_fire_timers(d->apply, a2__real_ms());
         expire_presence(d);
         a2c_server_flush(d->srv); /* this turn's wake-ups, one send each */
 
-        now = mono_ms();
+        now = a2__mono_ms();
         check_silence(d, now);
         int status_due = d->streaming &&
                          now - d->last_status_ms >= d->status_interval_ms;
@@ -1112,7 +1096,7 @@ static int run(daemon_t *d)
             flush = d->flush_sent;
         a2c_repl_stop(d->repl, d->received > flush ? d->received : flush,
                       flush);
-        logline("stopped at %X/%X", LSN_ARGS(flush));
+        logline("stopped at %X/%X", A2__LSN_ARGS(flush));
     }
     return 0;
 }
@@ -1202,9 +1186,9 @@ int main(int argc, char **argv)
             d.slot = optarg;
             break;
         case O_LISTEN:
-            if (strncmp(optarg, "unix:", 5) == 0 && optarg[5]) {
+            if (a2__addr_kind(optarg) == A2__ADDR_UNIX && optarg[5]) {
                 d.unix_path = optarg + 5;
-            } else if (strncmp(optarg, "tcp:", 4) == 0) {
+            } else if (a2__addr_kind(optarg) == A2__ADDR_TCP) {
                 free(d.tcp_host);
                 free(d.tcp_port);
                 d.tcp_host = d.tcp_port = NULL;
@@ -1411,7 +1395,7 @@ int main(int argc, char **argv)
         goto done;
     }
     logline("ready: %zu timers, resume after %X/%X", a2c_timers_count(d.timers),
-            LSN_ARGS(a2c_apply_applied(d.apply)));
+            A2__LSN_ARGS(a2c_apply_applied(d.apply)));
     a2c_server_resync_all(d.srv);
     d.need_resync = 0;
     rc = run(&d);

@@ -11,6 +11,8 @@
  */
 #include "metrics.h"
 
+#include "../common/clock.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
@@ -47,19 +49,6 @@ struct a2c_metrics {
     uint64_t wanted;    /* the snapshot the newest request waits for */
 };
 
-static struct timespec deadline_in(int ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* A copy of the snapshot after asking the loop for a new one. */
 static char *snapshot(a2c_metrics *m, int health, int *healthy)
 {
@@ -72,7 +61,7 @@ static char *snapshot(a2c_metrics *m, int health, int *healthy)
             /* the counter is already set: the loop is asked */
         }
     }
-    struct timespec end = deadline_in(SNAPSHOT_WAIT_MS);
+    struct timespec end = a2__mono_timespec(a2__mono_ms() + SNAPSHOT_WAIT_MS);
     while (m->published < want &&
            pthread_cond_timedwait(&m->cv, &m->mu, &end) == 0)
         ;

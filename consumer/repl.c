@@ -3,8 +3,11 @@
  */
 #include "repl.h"
 
+#include "../common/clock.h"
+#include "../common/lsn.h"
 #include "../store/conn.h"
 #include "apply.h"
+#include "audit.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -13,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 
 struct a2c_repl {
     PGconn *conn;
@@ -21,13 +23,6 @@ struct a2c_repl {
     int streaming;
     int readable; /* the socket may hold data libpq has not read */
 };
-
-int64_t a2c_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 /* The first line of a libpq message, without the trailing newline. */
 static void one_line(char *dst, size_t len, const char *prefix, const char *msg)
@@ -95,13 +90,6 @@ void a2c_db_set_timeout(int ms)
     query_timeout_ms = ms > 0 ? ms : 0;
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Takes the results libpq has complete, keeping the last (the one PQexec
  * would return); *done when the query has no more. */
 static PGresult *take_results(PGconn *db, PGresult *last, int *done)
@@ -135,14 +123,14 @@ static PGresult *exec_bounded(PGconn *db, const char *sql, int nparams,
                        : PQsendQuery(db, sql);
     if (!sent)
         return NULL;
-    int64_t deadline = mono_ms() + query_timeout_ms;
+    int64_t deadline = a2__mono_ms() + query_timeout_ms;
     PGresult *last = NULL;
     for (;;) {
         int done;
         last = take_results(db, last, &done);
         if (done)
             return last;
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - a2__mono_ms();
         struct pollfd pfd = {PQsocket(db), POLLIN, 0};
         int pr = left > 0 ? poll(&pfd, 1, (int)left) : 0;
         if (pr < 0 && errno == EINTR)
@@ -291,10 +279,10 @@ int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
             goto done;
         }
         info->lost = strcmp(PQgetvalue(res, 0, 4), "lost") == 0;
-        unsigned hi, lo;
+        uint64_t lsn;
         if (!PQgetisnull(res, 0, 5) &&
-            sscanf(PQgetvalue(res, 0, 5), "%X/%X", &hi, &lo) == 2)
-            info->confirmed = ((uint64_t)hi << 32) | lo;
+            a2c_lsn_parse(PQgetvalue(res, 0, 5), &lsn) == 0)
+            info->confirmed = lsn;
     }
     rc = 0;
 done:
@@ -452,10 +440,9 @@ int a2c_repl_create_slot(a2c_repl *r, const char *slot, const char *plugin,
         PQclear(res);
         return -1;
     }
-    unsigned hi, lo;
-    if (PQntuples(res) == 1 &&
-        sscanf(PQgetvalue(res, 0, 1), "%X/%X", &hi, &lo) == 2)
-        *consistent = ((uint64_t)hi << 32) | lo;
+    uint64_t lsn;
+    if (PQntuples(res) == 1 && a2c_lsn_parse(PQgetvalue(res, 0, 1), &lsn) == 0)
+        *consistent = lsn;
     *created = 1;
     PQclear(res);
     return 0;
@@ -472,7 +459,7 @@ int a2c_repl_start(a2c_repl *r, const char *slot, const char *plugin,
              "\"include-timestamp\" '1', \"include-lsn\" '1', "
              "\"include-types\" '0', \"add-msg-prefixes\" 'a2-hb', "
              "\"add-tables\" '" A2C_ADD_TABLES "')",
-             ident ? ident : "\"\"", (unsigned)(lsn >> 32), (unsigned)lsn);
+             ident ? ident : "\"\"", A2__LSN_ARGS(lsn));
     PQfreemem(ident);
     PGresult *res = PQexec(r->conn, sql);
     set_state(sqlstate, res);
@@ -605,7 +592,7 @@ int a2c_repl_feedback(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn,
     put64(msg + 1, write_lsn);
     put64(msg + 9, flush_lsn);
     put64(msg + 17, flush_lsn);
-    put64(msg + 25, (uint64_t)(a2c_now_us() - A2C_PG_EPOCH_US));
+    put64(msg + 25, (uint64_t)(a2__real_us() - A2C_PG_EPOCH_US));
     msg[33] = reply_requested ? 1 : 0;
     if (PQputCopyData(r->conn, msg, sizeof msg) <= 0 || PQflush(r->conn) < 0) {
         one_line(err, errlen,

@@ -142,7 +142,4 @@ void a2c_repl_stop(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn);
 /* NULL-safe. */
 void a2c_repl_close(a2c_repl *r);
 
-/* The current time in µs since the Unix epoch. */
-int64_t a2c_now_us(void);
-
 #endif

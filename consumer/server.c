@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/clock.h"
 #include "a2/wire.h"
 #include "queue.h"
 #include "route.h"
@@ -169,13 +170,6 @@ struct a2c_server {
     int closing; /* a2c_server_free: no moves */
     char rbuf[READ_CHUNK];
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 __attribute__((format(printf, 3, 4))) static void
 seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -570,7 +564,7 @@ static void proto_error(a2c_server *srv, worker *w, const char *code,
         depart(srv, w);
     }
     w->state = W_CLOSING;
-    w->deadline_ms = now_ms() + LINGER_MS;
+    w->deadline_ms = a2__mono_ms() + LINGER_MS;
     a2c_queue_clear(w->q);
     a2c_queue_clear_overflow(w->q);
     if (a2_wire_encode_error(&w->out, code, message) == 0)
@@ -681,7 +675,7 @@ static void auth_log_roll(a2c_server *srv, int64_t now)
 static void deny(a2c_server *srv, worker *w, const char *name,
                  const char *why)
 {
-    int64_t now = now_ms();
+    int64_t now = a2__mono_ms();
     char nb[64];
     srv->auth_failures++;
     auth_log_roll(srv, now);
@@ -724,7 +718,7 @@ static void on_message(a2c_server *srv, worker *w, const a2_wire_msg *m)
         }
         w->id = a2c_route_worker_id(w->name);
         w->state = W_LIVE;
-        w->deadline_ms = now_ms() + srv->subscribe_timeout_ms;
+        w->deadline_ms = a2__mono_ms() + srv->subscribe_timeout_ms;
         deadlines(srv);
         srv->gen++;
         srv->live++;
@@ -917,7 +911,7 @@ static void on_accept(a2c_server *srv, handle *l)
                 snprintf(w->peer, sizeof w->peer, "tcp ?");
         }
         w->serial = ++srv->serial;
-        w->deadline_ms = now_ms() + srv->hello_timeout_ms;
+        w->deadline_ms = a2__mono_ms() + srv->hello_timeout_ms;
         srv->connections++;
         w->rd = a2_wire_reader_new(A2_WIRE_FROM_WORKER);
         w->q = a2c_queue_new(srv->queue_limit);
@@ -940,7 +934,7 @@ static void on_accept(a2c_server *srv, handle *l)
 /* Hello timeouts and ended lingers; then arms the timer for the next one. */
 static void deadlines(a2c_server *srv)
 {
-    int64_t now = now_ms(), next = 0;
+    int64_t now = a2__mono_ms(), next = 0;
     worker *w = srv->workers;
     struct itimerspec its = {0};
 

@@ -41,16 +41,18 @@ FUZZ_WORKER_BIN := build/fuzz/fuzz_worker
 FUZZ_CHAOS_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude \
     -I$(shell pg_config --includedir 2>/dev/null || echo /usr/include/postgresql) \
     -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-FUZZ_SERVER_SRCS := consumer/server.c consumer/route.c consumer/queue.c $(wildcard wire/*.c)
+FUZZ_SERVER_SRCS := consumer/server.c consumer/route.c consumer/queue.c $(wildcard wire/*.c) \
+    $(wildcard common/*.c)
 FUZZ_WORKER_SRCS := $(filter-out worker/main.c,$(wildcard worker/*.c)) \
-    $(filter-out store/schema.c,$(wildcard store/*.c)) $(wildcard wire/*.c)
+    $(filter-out store/schema.c,$(wildcard store/*.c)) $(wildcard wire/*.c) \
+    $(wildcard common/*.c)
 
-$(FUZZ_SERVER_BIN): tests/fuzz/consumer/fuzz_server.c $(FUZZ_SERVER_SRCS) $(wildcard consumer/*.h wire/*.h) include/a2/wire.h
+$(FUZZ_SERVER_BIN): tests/fuzz/consumer/fuzz_server.c $(FUZZ_SERVER_SRCS) $(wildcard consumer/*.h wire/*.h common/*.h) include/a2/wire.h
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CHAOS_CFLAGS) -o $@ tests/fuzz/consumer/fuzz_server.c $(FUZZ_SERVER_SRCS) \
 	    -ljansson -lmsgpackc -lm
 
-$(FUZZ_WORKER_BIN): tests/fuzz/worker/fuzz_worker.c $(FUZZ_WORKER_SRCS) $(wildcard worker/*.h store/*.h wire/*.h) include/a2/worker.h include/a2/wire.h
+$(FUZZ_WORKER_BIN): tests/fuzz/worker/fuzz_worker.c $(FUZZ_WORKER_SRCS) $(wildcard worker/*.h store/*.h wire/*.h common/*.h) include/a2/worker.h include/a2/wire.h
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CHAOS_CFLAGS) -o $@ tests/fuzz/worker/fuzz_worker.c $(FUZZ_WORKER_SRCS) \
 	    -lpq -ljansson -lmsgpackc -lm -lpthread

@@ -3,11 +3,12 @@
  */
 #include "conn.h"
 
+#include "../common/clock.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
-#include <time.h>
 
 #define MAX_EXTRA  8
 #define MAX_PARAMS (6 + MAX_EXTRA + 1)
@@ -51,13 +52,6 @@ PGconn *a2__connect_with(const char *conninfo, const char *const *extra_keys,
 PGconn *a2__connect(const char *conninfo)
 {
     return a2__connect_with(conninfo, NULL, NULL);
-}
-
-int64_t a2__mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int a2__wait_socket(PGconn *conn, short events, int64_t deadline)

@@ -28,16 +28,14 @@ PGconn *a2__connect_with(const char *conninfo, const char *const *extra_keys,
 PGconn *a2__connect(const char *conninfo);
 
 /*
- * a2__connect, given up at deadline (a2__mono_ms; -1: none, then as
- * a2__connect): connects with PQconnectStartParams and PQconnectPoll, which
- * ignore connect_timeout. Like PQconnectdb: check PQstatus; *timed_out is 1
- * when the deadline passed first (the connection is then not finished).
+ * a2__connect, given up at deadline (a2__mono_ms of common/clock.h; -1:
+ * none, then as a2__connect): connects with PQconnectStartParams and
+ * PQconnectPoll, which ignore connect_timeout. Like PQconnectdb: check
+ * PQstatus; *timed_out is 1 when the deadline passed first (the connection is
+ * then not finished).
  */
 PGconn *a2__connect_until(const char *conninfo, int64_t deadline,
                           int *timed_out);
-
-/* CLOCK_MONOTONIC in milliseconds. */
-int64_t a2__mono_ms(void);
 
 /* Waits for conn's socket to be ready for events until deadline (-1: none),
  * retrying after signals: 1 ready, 0 the deadline passed, -1 no socket or

@@ -4,6 +4,7 @@
  */
 #include "store_int.h"
 
+#include "../common/clock.h"
 #include "conn.h"
 
 #include <errno.h>
@@ -14,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 
 #define TIMEOUT_MAX_MS 86400000
 #define TIMEOUT_ENV    "A2_STORE_TIMEOUT_MS"
@@ -103,9 +103,7 @@ const a2_store_error *a2_store_last_error(const a2_store *store)
 static int64_t system_clock(void *ctx)
 {
     (void)ctx;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return a2__real_ms();
 }
 
 static int random_id(void *ctx, char *buf, size_t len)

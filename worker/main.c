@@ -9,6 +9,8 @@
  * per slot and kept running, one JSON line in and one JSON line out per
  * event, its processes owned by a thread of their own. See docs/worker.md.
  */
+#include "../common/addr.h"
+#include "../common/clock.h"
 #include "a2/store.h"
 #include "a2/version.h"
 #include "a2/wire.h"
@@ -27,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -279,20 +280,6 @@ static void lib_log(void *ctx, const char *line)
     say("a2-worker: %s", line);
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t real_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ── the session table ────────────────────────────────────────────────── */
 
 static size_t hash_of(const char *s)
@@ -436,7 +423,7 @@ static void schedule(app *a, const char *session, int wake_log, int hinted,
 /* Due retry timers become queued; returns ms to the next timer or -1. */
 static int fire_timers(app *a)
 {
-    int64_t now = mono_ms(), next = -1;
+    int64_t now = a2__mono_ms(), next = -1;
     pthread_mutex_lock(&a->mu);
     for (job **p = &a->timed; *p;) {
         job *j = *p;
@@ -1349,7 +1336,7 @@ static void *serve_main(void *arg)
     int64_t ttl = a->ttl_ms ? a->ttl_ms : A2_WORKER_DEFAULT_TTL_MS;
     int64_t drain_end = 0;
     for (;;) {
-        int64_t now = mono_ms();
+        int64_t now = a2__mono_ms();
         pthread_mutex_lock(&sv->mu);
         int closing = sv->closing;
         for (int i = 0; i < sv->n; i++)
@@ -1372,7 +1359,7 @@ static void *serve_main(void *arg)
             say("a2-worker: poll failed: %s", strerror(errno));
             poll(NULL, 0, 100);
         } else if (n > 0) {
-            serve_io(sv, mono_ms());
+            serve_io(sv, a2__mono_ms());
         }
     }
     for (int i = 0; i < sv->n; i++) {
@@ -1548,7 +1535,7 @@ static int handle(void *ctx, const a2_head *h, a2_worker_reply *reply)
             (long long)e->index, e->type, h->dispatch.attempt_count,
             h->dispatch.lane ? " lane " : "",
             h->dispatch.lane ? h->dispatch.lane : "");
-    int64_t start = mono_ms();
+    int64_t start = a2__mono_ms();
     char why[STDERR_TAIL + 512] = "";
     size_t returned = 0;
     int rc = a->serve_mode ? serve_event(a, s, h, line, len, reply, why,
@@ -1556,7 +1543,7 @@ static int handle(void *ctx, const a2_head *h, a2_worker_reply *reply)
                            : exec_event(a, h, line, len, reply, why, sizeof why,
                                         &returned);
     free(line);
-    int64_t ms = mono_ms() - start;
+    int64_t ms = a2__mono_ms() - start;
     if (rc == 0) {
         if (!a->quiet)
             say("a2-worker: ok %s #%lld in %lld ms, %zu returned",
@@ -1621,7 +1608,7 @@ static void *slot_main(void *arg)
                     .again = j->again,
                     .failed = rc != 0 && rc != A2_WORKER_ESTOPPED,
                     .retry_at = st.retry_at,
-                    .now = real_ms(),
+                    .now = a2__real_ms(),
                     .hinted = j->hinted,
                     .claimed = st.claimed > 0,
                     .rechecks = j->rechecks,
@@ -1637,7 +1624,7 @@ static void *slot_main(void *arg)
                     j->again = 0;
                     push_ready(a, j);
                 } else {
-                    set_timer(a, j, mono_ms() + next.delay_ms);
+                    set_timer(a, j, a2__mono_ms() + next.delay_ms);
                     j->rechecks += next.recheck;
                 }
             }
@@ -1883,12 +1870,11 @@ static int parse_args(app *a, int argc, char **argv)
                                            "--serve CMD)");
     if (lane_only && log_arg)
         return usage_error("--lane-only and --log exclude each other");
-    if (a->connect && strncmp(a->connect, "unix:", 5) != 0 &&
-        strncmp(a->connect, "tcp:", 4) != 0)
+    if (a->connect && !a2__addr_kind(a->connect))
         return usage_error("--connect needs unix:PATH or tcp:HOST:PORT, not "
                            "'%s'",
                            a->connect);
-    if (a->connect && strncmp(a->connect, "tcp:", 4) == 0 && !token_file)
+    if (a2__addr_kind(a->connect) == A2__ADDR_TCP && !token_file)
         return usage_error("--connect tcp: needs --token-file");
     if (token_file) {
         char err[512];

@@ -5,6 +5,7 @@
  */
 #include "a2/worker.h"
 
+#include "../common/clock.h"
 #include "worker_int.h"
 
 #include <errno.h>
@@ -159,12 +160,6 @@ void a2_worker_reply_error(a2_worker_reply *reply, const char *text)
 
 /* ── the renewal thread ───────────────────────────────────────────────── */
 
-static void deadline_ts(int64_t mono_ms, struct timespec *ts)
-{
-    ts->tv_sec = (time_t)(mono_ms / 1000);
-    ts->tv_nsec = (long)(mono_ms % 1000) * 1000000L;
-}
-
 static void *renew_main(void *arg)
 {
     a2_worker_runner *r = arg;
@@ -180,10 +175,9 @@ static void *renew_main(void *arg)
             pthread_cond_wait(&r->cv, &r->mu);
             continue;
         }
-        int64_t now = a2__worker_mono_ms();
+        int64_t now = a2__mono_ms();
         if (now < r->next_renew) {
-            struct timespec ts;
-            deadline_ts(r->next_renew, &ts);
+            struct timespec ts = a2__mono_timespec(r->next_renew);
             pthread_cond_timedwait(&r->cv, &r->mu, &ts);
             continue;
         }
@@ -336,10 +330,9 @@ a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *o,
     if (!o->holder) {
         char name[300];
         a2__worker_default_name(name, sizeof name);
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
         snprintf(holder, sizeof holder, "%s:%lx", name,
-                 (unsigned long)((ts.tv_nsec ^ (long)(uintptr_t)r) & 0xfffff));
+                 (unsigned long)((a2__mono_us() ^ (int64_t)(uintptr_t)r) &
+                                 0xfffff));
     }
     r->db = strdup(o->db ? o->db : "");
     r->holder = strdup(o->holder ? o->holder : holder);
@@ -455,8 +448,7 @@ static void publish(a2_worker_runner *r, const char *session,
     r->refs = refs;
     r->done = done;
     r->nrefs = n;
-    r->next_renew =
-            a2__worker_mono_ms() + (r->ttl_ms / 3 > 0 ? r->ttl_ms / 3 : 1);
+    r->next_renew = a2__mono_ms() + (r->ttl_ms / 3 > 0 ? r->ttl_ms / 3 : 1);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
 }

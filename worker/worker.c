@@ -4,19 +4,20 @@
  */
 #include "a2/worker.h"
 
+#include "../common/addr.h"
+#include "../common/clock.h"
+#include "../common/lsn.h"
 #include "a2/wire.h"
 #include "worker_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #define HANDSHAKE_TIMEOUT_MS 5000
@@ -57,10 +58,7 @@ struct a2_worker {
     int ping_ms;
     a2_worker_log_fn log;
     void *log_ctx;
-    int is_unix;
-    char *host;
-    char *port;
-    char *path;
+    a2__addr addr; /* connect, parsed */
 
     subscription subs[A2_WORKER_MAX_SUBSCRIPTIONS];
     size_t nsubs;
@@ -95,20 +93,6 @@ struct a2_worker {
 };
 
 /* ── helpers ──────────────────────────────────────────────────────────── */
-
-int64_t a2__worker_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t a2__worker_real_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 void a2__worker_logf(void (*log)(void *, const char *), void *ctx,
                      const char *fmt, ...)
@@ -228,44 +212,34 @@ int a2_worker_next(a2_worker *w, a2_worker_event *ev)
 static int parse_connect(a2_worker *w, const char *spec, char *err,
                          size_t errlen)
 {
-    if (strncmp(spec, "unix:", 5) == 0) {
-        const char *p = spec + 5;
-        if (!*p || strlen(p) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
-            snprintf(err, errlen, "bad socket path in '%s'", spec);
-            return -1;
-        }
-        w->is_unix = 1;
-        w->path = strdup(p);
-        return w->path ? 0 : -1;
+    int rc = a2__addr_parse(spec, &w->addr);
+    if (rc == A2__ADDR_OK && w->addr.kind == A2__ADDR_UNIX &&
+        strlen(w->addr.path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+        rc = A2__ADDR_EPATH;
+    if (rc == A2__ADDR_OK && w->addr.kind == A2__ADDR_TCP) {
+        long port = strtol(w->addr.port, NULL, 10);
+        if (port <= 0 || port > 65535)
+            rc = A2__ADDR_EPORT;
     }
-    if (strncmp(spec, "tcp:", 4) == 0) {
-        const char *hp = spec + 4;
-        const char *colon = strrchr(hp, ':');
-        if (!colon || colon == hp || !colon[1]) {
-            snprintf(err, errlen, "bad address '%s' (tcp:HOST:PORT)", spec);
-            return -1;
-        }
-        const char *h = hp;
-        size_t hl = (size_t)(colon - hp);
-        if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
-            h++;
-            hl -= 2;
-        }
-        w->host = strndup(h, hl);
-        w->port = strdup(colon + 1);
-        if (!w->host || !w->port)
-            return -1;
-        char *end = NULL;
-        long port = strtol(w->port, &end, 10);
-        if (*end || port <= 0 || port > 65535) {
-            snprintf(err, errlen, "bad port in '%s'", spec);
-            return -1;
-        }
+    switch (rc) {
+    case A2__ADDR_OK:
         return 0;
+    case A2__ADDR_EPATH:
+        snprintf(err, errlen, "bad socket path in '%s'", spec);
+        return -1;
+    case A2__ADDR_EHOSTPORT:
+        snprintf(err, errlen, "bad address '%s' (tcp:HOST:PORT)", spec);
+        return -1;
+    case A2__ADDR_EPORT:
+        snprintf(err, errlen, "bad port in '%s'", spec);
+        return -1;
+    case A2__ADDR_ESCHEME:
+        snprintf(err, errlen, "bad address '%s' (unix:PATH or tcp:HOST:PORT)",
+                 spec);
+        return -1;
+    default:
+        return -1;
     }
-    snprintf(err, errlen, "bad address '%s' (unix:PATH or tcp:HOST:PORT)",
-             spec);
-    return -1;
 }
 
 a2_worker *a2_worker_new(const a2_worker_options *opts, char *err,
@@ -310,7 +284,7 @@ a2_worker *a2_worker_new(const a2_worker_options *opts, char *err,
             snprintf(err, errlen, "out of memory");
         goto error;
     }
-    if (w->connect && !w->is_unix && !w->token) {
+    if (w->connect && w->addr.kind == A2__ADDR_TCP && !w->token) {
         snprintf(err, errlen, "a tcp: connection needs a token");
         goto error;
     }
@@ -369,9 +343,7 @@ void a2_worker_free(a2_worker *w)
     free(w->token);
     free(w->name);
     free(w->db);
-    free(w->host);
-    free(w->port);
-    free(w->path);
+    a2__addr_clear(&w->addr);
     free(w);
 }
 
@@ -460,7 +432,7 @@ static int went_down(a2_worker *w, const char *why)
     close_conn(w);
     w->state = ST_IDLE;
     set_error(w, "%s", why);
-    int64_t now = a2__worker_mono_ms();
+    int64_t now = a2__mono_ms();
     /* Jitter: up to a quarter of the backoff. */
     int jitter = w->backoff_ms / 4 > 0 ? rand() % (w->backoff_ms / 4 + 1) : 0;
     w->next_connect_at = now + w->backoff_ms + jitter;
@@ -489,8 +461,8 @@ static int went_down(a2_worker *w, const char *why)
 
 static int send_hello(a2_worker *w)
 {
-    int rc = a2_wire_encode_hello(&w->out, w->name,
-                                  w->is_unix ? NULL : w->token);
+    int rc = a2_wire_encode_hello(
+            &w->out, w->name, w->addr.kind == A2__ADDR_UNIX ? NULL : w->token);
     for (size_t i = 0; rc == 0 && i < w->nsubs; i++)
         rc = send_subscription(w, &w->subs[i]);
     for (size_t i = 0; rc == 0 && i < w->npresence; i++) {
@@ -508,51 +480,12 @@ static int start_connect(a2_worker *w)
     w->reader = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
     if (!w->reader)
         return A2_WORKER_ENOMEM;
-    if (w->is_unix) {
-        struct sockaddr_un sa = {0};
-        sa.sun_family = AF_UNIX;
-        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", w->path);
-        w->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (w->fd < 0 ||
-            (connect(w->fd, (struct sockaddr *)&sa, sizeof sa) != 0 &&
-             errno != EINPROGRESS && errno != EAGAIN)) {
-            snprintf(why, sizeof why, "could not connect to %s: %s", w->connect,
-                     strerror(errno));
-            return went_down(w, why);
-        }
-    } else {
-        struct addrinfo hints = {0}, *ai = NULL;
-        hints.ai_socktype = SOCK_STREAM;
-        int gai = getaddrinfo(w->host, w->port, &hints, &ai);
-        if (gai != 0) {
-            snprintf(why, sizeof why, "could not resolve %s: %s", w->host,
-                     gai_strerror(gai));
-            return went_down(w, why);
-        }
-        int saved = 0;
-        for (struct addrinfo *a = ai; a; a = a->ai_next) {
-            w->fd = socket(a->ai_family,
-                           a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-            if (w->fd < 0) {
-                saved = errno;
-                continue;
-            }
-            if (connect(w->fd, a->ai_addr, a->ai_addrlen) == 0 ||
-                errno == EINPROGRESS)
-                break;
-            saved = errno;
-            close(w->fd);
-            w->fd = -1;
-        }
-        freeaddrinfo(ai);
-        if (w->fd < 0) {
-            snprintf(why, sizeof why, "could not connect to %s: %s", w->connect,
-                     strerror(saved));
-            return went_down(w, why);
-        }
-    }
+    w->fd = a2__addr_dial(&w->addr, w->connect, A2__ADDR_NONBLOCK, why,
+                          sizeof why);
+    if (w->fd < 0)
+        return went_down(w, why);
     w->state = ST_CONNECTING;
-    w->handshake_deadline = a2__worker_mono_ms() + HANDSHAKE_TIMEOUT_MS;
+    w->handshake_deadline = a2__mono_ms() + HANDSHAKE_TIMEOUT_MS;
     int rc = send_hello(w);
     if (rc != 0)
         return rc;
@@ -573,10 +506,10 @@ static int on_frame(a2_worker *w, const a2_wire_msg *m)
         w->failing = 0;
         w->backoff_ms = w->reconnect_min_ms;
         w->next_sweep_at = 0;
-        w->next_ping_at = a2__worker_mono_ms() + w->ping_ms;
+        w->next_ping_at = a2__mono_ms() + w->ping_ms;
         w->last_error[0] = '\0';
         WLOG(w, "connected to a2-consumer at %s (lsn %X/%X)", w->connect,
-             (unsigned)(m->lsn >> 32), (unsigned)m->lsn);
+             A2__LSN_ARGS(m->lsn));
         ev.type = A2_WORKER_EV_CONNECTED;
         ev.lsn = m->lsn;
         int rc = enqueue(w, &ev);
@@ -768,7 +701,7 @@ int a2_worker_process(a2_worker *w)
     if (!w)
         return A2_WORKER_EINVAL;
     int rc = 0;
-    int64_t now = a2__worker_mono_ms();
+    int64_t now = a2__mono_ms();
     if (w->state == ST_IDLE && w->connect &&
         (!w->started || now >= w->next_connect_at)) {
         if ((rc = start_connect(w)) != 0)
@@ -809,7 +742,7 @@ int a2_worker_process(a2_worker *w)
                 return rc;
         }
     }
-    now = a2__worker_mono_ms();
+    now = a2__mono_ms();
     if ((w->state == ST_CONNECTING || w->state == ST_HANDSHAKE) &&
         now >= w->handshake_deadline) {
         char why[600];
@@ -888,7 +821,7 @@ int a2_worker_timeout(const a2_worker *w)
         d = min_deadline(d, w->next_sweep_at);
     if (d <= 0)
         return -1;
-    int64_t left = d - a2__worker_mono_ms();
+    int64_t left = d - a2__mono_ms();
     if (left < 0)
         return 0;
     return left > 24 * 3600 * 1000 ? 24 * 3600 * 1000 : (int)left;
@@ -898,7 +831,7 @@ int a2_worker_wait(a2_worker *w, a2_worker_event *ev, int timeout_ms)
 {
     if (!w || !ev)
         return A2_WORKER_EINVAL;
-    int64_t until = timeout_ms >= 0 ? a2__worker_mono_ms() + timeout_ms : 0;
+    int64_t until = timeout_ms >= 0 ? a2__mono_ms() + timeout_ms : 0;
     for (;;) {
         if (a2_worker_next(w, ev) == 1)
             return 1;
@@ -909,7 +842,7 @@ int a2_worker_wait(a2_worker *w, a2_worker_event *ev, int timeout_ms)
             return 1;
         int t = a2_worker_timeout(w);
         if (timeout_ms >= 0) {
-            int64_t left = until - a2__worker_mono_ms();
+            int64_t left = until - a2__mono_ms();
             if (left <= 0)
                 return 0;
             if (t < 0 || t > left)

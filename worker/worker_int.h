@@ -6,10 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Monotonic and real-time clocks in milliseconds. */
-int64_t a2__worker_mono_ms(void);
-int64_t a2__worker_real_ms(void);
-
 /* vsnprintf into buf and, when log is set, hands the line to it. */
 void a2__worker_logf(void (*log)(void *, const char *), void *ctx,
                      const char *fmt, ...)

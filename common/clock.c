@@ -1,0 +1,46 @@
+/*
+ * The clocks of every a2 part.
+ */
+#include "clock.h"
+
+static int64_t ms_of(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t us_of(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t a2__mono_ms(void)
+{
+    return ms_of(CLOCK_MONOTONIC);
+}
+
+int64_t a2__mono_us(void)
+{
+    return us_of(CLOCK_MONOTONIC);
+}
+
+int64_t a2__real_ms(void)
+{
+    return ms_of(CLOCK_REALTIME);
+}
+
+int64_t a2__real_us(void)
+{
+    return us_of(CLOCK_REALTIME);
+}
+
+struct timespec a2__mono_timespec(int64_t mono_ms)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)(mono_ms / 1000);
+    ts.tv_nsec = (long)(mono_ms % 1000) * 1000000L;
+    return ts;
+}

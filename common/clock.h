@@ -1,0 +1,27 @@
+/*
+ * The clocks of every a2 part: CLOCK_MONOTONIC for deadlines and intervals,
+ * CLOCK_REALTIME for timestamps. Internal (liba2common, not installed).
+ */
+#ifndef A2_COMMON_CLOCK_H
+#define A2_COMMON_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t a2__mono_ms(void);
+
+/* CLOCK_MONOTONIC in microseconds. */
+int64_t a2__mono_us(void);
+
+/* CLOCK_REALTIME in milliseconds since the Unix epoch. */
+int64_t a2__real_ms(void);
+
+/* CLOCK_REALTIME in microseconds since the Unix epoch. */
+int64_t a2__real_us(void);
+
+/* mono_ms (an a2__mono_ms value) as a timespec, for pthread_cond_timedwait
+ * on a condition variable whose clock is CLOCK_MONOTONIC. */
+struct timespec a2__mono_timespec(int64_t mono_ms);
+
+#endif
