@@ -1,0 +1,912 @@
+/*
+ * a2-bench-peers: the a2 side of bench/peers (a2 against Graphile Worker and
+ * pg-boss). Four modes, each one process:
+ *
+ *   produce --db C --rate R --seconds S --max N --producers P --sessions K
+ *           --out FILE
+ *       P threads, each with its own store connection, append one event
+ *       ({"seq":N}, consumer "bench", a concurrent cursor) per call to
+ *       session "s<N % K>" at R events/s in all (0: as fast as they can), for
+ *       S seconds or N events. FILE gets "seq ack_ns" per acknowledged
+ *       append (CLOCK_MONOTONIC). Prints
+ *       "produced N errors E elapsed_s T per_s X".
+ *
+ *   bulk --db C --count N --sessions K
+ *       appends N events (seq 0..N-1, session s<seq % K>) with one append
+ *       per session. Prints "bulk N elapsed_s T".
+ *
+ *   delay --db C --count N --sessions K --t0-ms T --spread-ms S --out FILE
+ *       as bulk, each event delayed: seq i has not_before (a2_append_event)
+ *       T + floor(i * S / N), epoch ms (CLOCK_REALTIME: the store compares it
+ *       with its clock). FILE gets "seq due_ms" per acknowledged event.
+ *       Prints "delayed N elapsed_s T late_s L" (L: how far past T the
+ *       last append was acknowledged; negative: before the first was due).
+ *
+ *   work --db C --connect ADDR --slots M --out FILE
+ *        [--expect N | --expect-file F] [--drain S] [--seconds S]
+ *        [--max-seconds S] [--until-ms T] [--clock realtime]
+ *       a worker as a C user writes one: one a2_worker connection to
+ *       a2-consumer, M slot threads with an a2_worker_runner each and a
+ *       no-op handler that records its start time (CLOCK_MONOTONIC) by
+ *       the seq of the payload. Sessions are scheduled as the header
+ *       <a2/worker.h> describes: a wake-up runs the session once with
+ *       a2_worker_runner_run_woken, passing the wake-up's xid so that the
+ *       store waits for its commit; a resync (on connect) or a busy session
+ *       runs with a2_worker_runner_run. It prints "ready" once connected, and
+ *       ends when N handlers started (--expect, or the count written to F
+ *       once the producer is done; "N T" there also sets --until-ms T),
+ *       S seconds after the count is known (--drain; not with --until-ms), at epoch ms T (--until-ms,
+ *       CLOCK_REALTIME), after --seconds (an idle window), or at
+ *       --max-seconds. FILE gets "seq start_ns" per handler run
+ *       (CLOCK_MONOTONIC; CLOCK_REALTIME with --clock realtime). Prints one
+ *       line of counters (a2_worker_run_stats summed), among them
+ *       empty_woken: woken runs that claimed nothing, visibility_waits, and
+ *       timer_runs: runs started by this worker's own retry_at timers (not
+ *       by a wake-up).
+ */
+#include "a2/store.h"
+#include "a2/worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CONSUMER      "bench"
+#define EVENT_TYPE    "bench.job"
+#define MAX_SESSIONS  1024
+#define MAX_SLOTS     64
+#define MAX_PRODUCERS 64
+#define MAX_JOBS      1000000
+#define STORE_RETRY_MS 1000
+
+static struct {
+    const char *db;
+    const char *connect;
+    const char *out;
+    const char *expect_file;
+    double rate;
+    double seconds;
+    double drain;
+    double max_seconds;
+    int64_t t0_ms;
+    int64_t spread_ms;
+    int64_t until_ms;
+    int realtime;
+    long max;
+    long expect;
+    int producers;
+    int sessions;
+    int slots;
+} cfg = {
+        .seconds = 0,
+        .drain = 5,
+        .max_seconds = 120,
+        .max = 10000,
+        .expect = -1,
+        .producers = 1,
+        .sessions = 64,
+        .slots = 4,
+};
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t real_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t mono_ms(void)
+{
+    return mono_ns() / 1000000;
+}
+
+static int64_t real_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ns(int64_t ns)
+{
+    if (ns <= 0)
+        return;
+    struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Writes "seq ns" for every non-zero entry of at[0..n). */
+static int write_times(const char *path, const int64_t *at, long n)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "a2-bench-peers: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    for (long i = 0; i < n; i++)
+        if (at[i])
+            fprintf(f, "%ld %" PRId64 "\n", i, at[i]);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "a2-bench-peers: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void session_name(char *buf, size_t len, long seq)
+{
+    snprintf(buf, len, "s%ld", seq % cfg.sessions);
+}
+
+/* ── produce ──────────────────────────────────────────────────────────── */
+
+static int64_t *acks;
+static atomic_long next_seq, produced, produce_errors;
+static int64_t produce_t0;
+
+static void *producer_main(void *arg)
+{
+    a2_store *st = arg;
+    a2_target target = {.consumer = CONSUMER, .lane = NULL};
+    int64_t end = produce_t0 + (int64_t)(cfg.seconds * 1e9);
+    char session[32], payload[48];
+    for (;;) {
+        long seq = atomic_fetch_add(&next_seq, 1);
+        if (seq >= cfg.max)
+            break;
+        if (cfg.rate > 0)
+            sleep_ns(produce_t0 + (int64_t)((double)seq * 1e9 / cfg.rate) -
+                     mono_ns());
+        if (mono_ns() >= end)
+            break;
+        session_name(session, sizeof session, seq);
+        snprintf(payload, sizeof payload, "{\"seq\":%ld}", seq);
+        a2_append_event ev = {.type = EVENT_TYPE,
+                              .payload = payload,
+                              .targets = &target,
+                              .ntargets = 1};
+        a2_events out = {0};
+        if (a2_store_append(st, session, &ev, 1, NULL, &out) == 0) {
+            acks[seq] = mono_ns();
+            atomic_fetch_add(&produced, 1);
+        } else {
+            if (atomic_fetch_add(&produce_errors, 1) == 0)
+                fprintf(stderr, "a2-bench-peers: append: %s\n",
+                        a2_store_last_error(st)->message);
+        }
+        a2_events_free(&out);
+    }
+    return NULL;
+}
+
+static int run_produce(void)
+{
+    a2_store *stores[MAX_PRODUCERS];
+    pthread_t th[MAX_PRODUCERS];
+    acks = calloc((size_t)cfg.max, sizeof *acks);
+    if (!acks)
+        return 1;
+    for (int i = 0; i < cfg.producers; i++) {
+        a2_store_error err;
+        if (a2_store_open(&stores[i], cfg.db, &err) != 0) {
+            fprintf(stderr, "a2-bench-peers: store: %s\n", err.message);
+            return 1;
+        }
+    }
+    produce_t0 = mono_ns();
+    for (int i = 0; i < cfg.producers; i++)
+        if (pthread_create(&th[i], NULL, producer_main, stores[i]) != 0) {
+            fprintf(stderr, "a2-bench-peers: could not start a producer\n");
+            return 1;
+        }
+    for (int i = 0; i < cfg.producers; i++)
+        pthread_join(th[i], NULL);
+    double elapsed = (double)(mono_ns() - produce_t0) / 1e9;
+    for (int i = 0; i < cfg.producers; i++)
+        a2_store_close(stores[i]);
+    long n = atomic_load(&produced);
+    printf("produced %ld errors %ld elapsed_s %.3f per_s %.1f\n", n,
+           atomic_load(&produce_errors), elapsed,
+           elapsed > 0 ? (double)n / elapsed : 0.0);
+    int rc = cfg.out ? write_times(cfg.out, acks, cfg.max) : 0;
+    free(acks);
+    return rc != 0 || n == 0;
+}
+
+/* ── bulk ─────────────────────────────────────────────────────────────── */
+
+static int run_bulk(void)
+{
+    a2_store *st;
+    a2_store_error err;
+    if (a2_store_open(&st, cfg.db, &err) != 0) {
+        fprintf(stderr, "a2-bench-peers: store: %s\n", err.message);
+        return 1;
+    }
+    long per = cfg.max / cfg.sessions + 1;
+    a2_append_event *ev = calloc((size_t)per, sizeof *ev);
+    char (*payload)[32] = calloc((size_t)per, sizeof *payload);
+    if (!ev || !payload)
+        return 1;
+    a2_target target = {.consumer = CONSUMER, .lane = NULL};
+    int64_t t0 = mono_ns();
+    long total = 0;
+    int rc = 0;
+    for (int s = 0; s < cfg.sessions && rc == 0; s++) {
+        size_t n = 0;
+        for (long seq = s; seq < cfg.max; seq += cfg.sessions) {
+            snprintf(payload[n], sizeof payload[n], "{\"seq\":%ld}", seq);
+            ev[n] = (a2_append_event){.type = EVENT_TYPE,
+                                      .payload = payload[n],
+                                      .targets = &target,
+                                      .ntargets = 1};
+            n++;
+        }
+        if (n == 0)
+            continue;
+        if (n > A2_STORE_MAX_EVENTS) {
+            fprintf(stderr, "a2-bench-peers: too many events per session\n");
+            rc = 1;
+            break;
+        }
+        char session[32];
+        session_name(session, sizeof session, s);
+        a2_events out = {0};
+        if (a2_store_append(st, session, ev, n, NULL, &out) != 0) {
+            fprintf(stderr, "a2-bench-peers: append: %s\n",
+                    a2_store_last_error(st)->message);
+            rc = 1;
+        } else {
+            total += (long)out.count;
+        }
+        a2_events_free(&out);
+    }
+    printf("bulk %ld elapsed_s %.3f\n", total,
+           (double)(mono_ns() - t0) / 1e9);
+    free(ev);
+    free(payload);
+    a2_store_close(st);
+    return rc;
+}
+
+/* ── delay ────────────────────────────────────────────────────────────── */
+
+static int64_t due_ms(long seq)
+{
+    return cfg.t0_ms + (int64_t)((double)seq * (double)cfg.spread_ms /
+                                 (double)cfg.max);
+}
+
+static int run_delay(void)
+{
+    a2_store *st;
+    a2_store_error err;
+    if (a2_store_open(&st, cfg.db, &err) != 0) {
+        fprintf(stderr, "a2-bench-peers: store: %s\n", err.message);
+        return 1;
+    }
+    long per = cfg.max / cfg.sessions + 1;
+    a2_append_event *ev = calloc((size_t)per, sizeof *ev);
+    char (*payload)[32] = calloc((size_t)per, sizeof *payload);
+    int64_t *due = calloc((size_t)cfg.max, sizeof *due);
+    if (!ev || !payload || !due)
+        return 1;
+    a2_target target = {.consumer = CONSUMER, .lane = NULL};
+    int64_t t0 = mono_ns();
+    long total = 0;
+    int rc = 0;
+    for (int s = 0; s < cfg.sessions && rc == 0; s++) {
+        size_t n = 0;
+        for (long seq = s; seq < cfg.max; seq += cfg.sessions) {
+            snprintf(payload[n], sizeof payload[n], "{\"seq\":%ld}", seq);
+            ev[n] = (a2_append_event){.type = EVENT_TYPE,
+                                      .payload = payload[n],
+                                      .targets = &target,
+                                      .ntargets = 1,
+                                      .not_before = due_ms(seq)};
+            n++;
+        }
+        if (n == 0)
+            continue;
+        if (n > A2_STORE_MAX_EVENTS) {
+            fprintf(stderr, "a2-bench-peers: too many events per session\n");
+            rc = 1;
+            break;
+        }
+        char session[32];
+        session_name(session, sizeof session, s);
+        a2_events out = {0};
+        if (a2_store_append(st, session, ev, n, NULL, &out) != 0) {
+            fprintf(stderr, "a2-bench-peers: append: %s\n",
+                    a2_store_last_error(st)->message);
+            rc = 1;
+        } else {
+            total += (long)out.count;
+            for (long seq = s; seq < cfg.max; seq += cfg.sessions)
+                due[seq] = due_ms(seq);
+        }
+        a2_events_free(&out);
+    }
+    printf("delayed %ld elapsed_s %.3f late_s %.3f\n", total,
+           (double)(mono_ns() - t0) / 1e9,
+           (double)(real_ms() - cfg.t0_ms) / 1e3);
+    if (cfg.out && write_times(cfg.out, due, cfg.max) != 0)
+        rc = 1;
+    free(ev);
+    free(payload);
+    free(due);
+    a2_store_close(st);
+    return rc;
+}
+
+/* ── work ─────────────────────────────────────────────────────────────── */
+
+/* A session known to the scheduler. */
+typedef struct job {
+    char session[A2_STORE_MAX_NAME + 1];
+    int used;
+    int queued;   /* in the ready ring */
+    int running;  /* a slot works it */
+    int again;    /* woken while running: run once more */
+    int hinted;   /* a wake-up named work here: runs are woken runs */
+    int timer;    /* queued by its timer (no wake-up since) */
+    uint64_t xid; /* the latest wake-up's commit, for the next run to wait
+                     for (0: none) */
+    int64_t at;   /* timer (monotonic ms), 0: none */
+} job;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job jobs[MAX_SESSIONS];
+    int ring[MAX_SESSIONS];
+    int ring_head, ring_len;
+    int stopping;
+    int pipe_fd[2]; /* a slot wakes the main loop (a new timer) */
+} sc = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static int64_t *starts;
+static atomic_long started, runs, woken_runs, empty_woken, empty_runs,
+        claimed, completed, failed_heads, run_errors, resyncs, wakes,
+        visibility_waits, timer_runs;
+static atomic_llong first_start, last_start;
+
+static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
+{
+    (void)ctx;
+    (void)reply;
+    int64_t t = cfg.realtime ? real_ns() : mono_ns();
+    const char *p = head->event.payload ? strstr(head->event.payload, "seq")
+                                        : NULL;
+    long seq = -1;
+    if (p) {
+        p += 3;
+        while (*p && (*p < '0' || *p > '9'))
+            p++;
+        seq = strtol(p, NULL, 10);
+    }
+    if (seq >= 0 && seq < cfg.max) {
+        if (!starts[seq]) {
+            starts[seq] = t;
+            atomic_fetch_add(&started, 1);
+        }
+    }
+    long long zero = 0;
+    atomic_compare_exchange_strong(&first_start, &zero, (long long)t);
+    atomic_store(&last_start, (long long)t);
+    return 0;
+}
+
+static job *find_job(const char *session)
+{
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        if (sc.jobs[i].used && strcmp(sc.jobs[i].session, session) == 0)
+            return &sc.jobs[i];
+    return NULL;
+}
+
+static job *add_job(const char *session)
+{
+    if (strlen(session) > A2_STORE_MAX_NAME)
+        return NULL;
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        if (!sc.jobs[i].used) {
+            job *j = &sc.jobs[i];
+            memset(j, 0, sizeof *j);
+            j->used = 1;
+            strcpy(j->session, session);
+            return j;
+        }
+    return NULL;
+}
+
+static void push_ready(job *j)
+{
+    sc.ring[(sc.ring_head + sc.ring_len) % MAX_SESSIONS] = (int)(j - sc.jobs);
+    sc.ring_len++;
+    j->queued = 1;
+    pthread_cond_signal(&sc.cv);
+}
+
+static job *pop_ready(void)
+{
+    if (sc.ring_len == 0)
+        return NULL;
+    job *j = &sc.jobs[sc.ring[sc.ring_head]];
+    sc.ring_head = (sc.ring_head + 1) % MAX_SESSIONS;
+    sc.ring_len--;
+    j->queued = 0;
+    return j;
+}
+
+/* Queues session for a run (under mu); hinted: a wake-up named it, xid:
+ * that wake-up's commit (0: none). */
+static void schedule_locked(const char *session, int hinted, uint64_t xid)
+{
+    if (sc.stopping)
+        return;
+    job *j = find_job(session);
+    if (!j && !(j = add_job(session))) {
+        fprintf(stderr, "a2-bench-peers: cannot queue session %s\n", session);
+        return;
+    }
+    if (hinted)
+        j->hinted = 1;
+    if (xid)
+        j->xid = xid;
+    j->at = 0;
+    j->timer = 0;
+    if (j->running)
+        j->again = 1;
+    else if (!j->queued)
+        push_ready(j);
+}
+
+static void schedule(const char *session, int hinted, uint64_t xid)
+{
+    pthread_mutex_lock(&sc.mu);
+    schedule_locked(session, hinted, xid);
+    pthread_mutex_unlock(&sc.mu);
+}
+
+typedef struct slot {
+    int id;
+    a2_worker_runner *runner;
+    pthread_t thread;
+} slot;
+
+static void *slot_main(void *arg)
+{
+    slot *s = arg;
+    char session[A2_STORE_MAX_NAME + 1];
+    pthread_mutex_lock(&sc.mu);
+    for (;;) {
+        if (sc.stopping)
+            break;
+        job *j = pop_ready();
+        if (!j) {
+            pthread_cond_wait(&sc.cv, &sc.mu);
+            continue;
+        }
+        j->running = 1;
+        j->again = 0;
+        int woken = j->hinted;
+        if (j->timer)
+            atomic_fetch_add(&timer_runs, 1);
+        j->timer = 0;
+        uint64_t xid = j->xid;
+        j->xid = 0;
+        strcpy(session, j->session);
+        pthread_mutex_unlock(&sc.mu);
+
+        a2_worker_run_stats st;
+        memset(&st, 0, sizeof st);
+        int rc = woken ? a2_worker_runner_run_woken(s->runner, session, false,
+                                                    xid, &st)
+                       : a2_worker_runner_run(s->runner, session, false, &st);
+        atomic_fetch_add(&runs, 1);
+        if (woken)
+            atomic_fetch_add(&woken_runs, 1);
+        if (st.claimed == 0) {
+            atomic_fetch_add(&empty_runs, 1);
+            if (woken)
+                atomic_fetch_add(&empty_woken, 1);
+        }
+        atomic_fetch_add(&claimed, (long)st.claimed);
+        atomic_fetch_add(&visibility_waits, (long)st.visibility_waits);
+        atomic_fetch_add(&completed, (long)st.completed);
+        atomic_fetch_add(&failed_heads,
+                         (long)(st.failed + st.dead_lettered + st.superseded));
+        int failed = rc != 0 && rc != A2_WORKER_ESTOPPED;
+        if (failed && atomic_fetch_add(&run_errors, 1) == 0)
+            fprintf(stderr, "a2-bench-peers: run %s: %s\n", session,
+                    a2_worker_runner_last_error(s->runner));
+
+        pthread_mutex_lock(&sc.mu);
+        j->running = 0;
+        if (sc.stopping) {
+            j->used = 0;
+        } else if (j->again) {
+            j->again = 0;
+            push_ready(j);
+        } else if (failed) {
+            j->at = mono_ms() + STORE_RETRY_MS;
+        } else if (st.retry_at > 0) {
+            int64_t due = st.retry_at - real_ms();
+            j->at = mono_ms() + (due > 0 ? due : 0) + 5;
+        } else {
+            j->used = 0;
+        }
+        if (j->used && j->at) {
+            char c = 0;
+            ssize_t w = write(sc.pipe_fd[1], &c, 1);
+            (void)w;
+        }
+    }
+    pthread_mutex_unlock(&sc.mu);
+    return NULL;
+}
+
+/* Due timers become queued runs; returns ms to the next timer, or -1. */
+static int fire_timers(void)
+{
+    int64_t now = mono_ms(), next = -1;
+    pthread_mutex_lock(&sc.mu);
+    for (int i = 0; i < MAX_SESSIONS; i++) {
+        job *j = &sc.jobs[i];
+        if (!j->used || !j->at || j->running || j->queued)
+            continue;
+        if (j->at <= now) {
+            j->at = 0;
+            j->timer = 1;
+            push_ready(j);
+        } else if (next < 0 || j->at - now < next) {
+            next = j->at - now;
+        }
+    }
+    pthread_mutex_unlock(&sc.mu);
+    return (int)next;
+}
+
+/* Schedules every session with pending work (a resync of all sessions). */
+static void resync_all(a2_store **store)
+{
+    atomic_fetch_add(&resyncs, 1);
+    if (!*store) {
+        a2_store_error err;
+        if (a2_store_open(store, cfg.db, &err) != 0) {
+            fprintf(stderr, "a2-bench-peers: resync: %s\n", err.message);
+            *store = NULL;
+            return;
+        }
+    }
+    const char *names[1] = {CONSUMER};
+    char *after = NULL;
+    for (;;) {
+        a2_sessions page = {0};
+        if (a2_store_pending_sessions(*store, names, 1, after, 1000, &page) !=
+            0) {
+            fprintf(stderr, "a2-bench-peers: resync: %s\n",
+                    a2_store_last_error(*store)->message);
+            a2_sessions_free(&page);
+            a2_store_close(*store);
+            *store = NULL;
+            break;
+        }
+        pthread_mutex_lock(&sc.mu);
+        for (size_t i = 0; i < page.count; i++)
+            schedule_locked(page.items[i], 0, 0);
+        pthread_mutex_unlock(&sc.mu);
+        free(after);
+        after = page.count == 1000 ? strdup(page.items[999]) : NULL;
+        a2_sessions_free(&page);
+        if (!after)
+            break;
+    }
+    free(after);
+}
+
+/* The count in the expect file, -1 while there is none; a second number
+ * there is an end time as --until-ms gives it. */
+static long read_expect_file(void)
+{
+    FILE *f = fopen(cfg.expect_file, "r");
+    if (!f)
+        return -1;
+    long n = -1;
+    long long until = 0;
+    int got = fscanf(f, "%ld %lld", &n, &until);
+    if (got < 1)
+        n = -1;
+    else if (got == 2 && until > 0)
+        cfg.until_ms = (int64_t)until;
+    fclose(f);
+    return n;
+}
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    got_signal = 1;
+}
+
+static int run_work(void)
+{
+    starts = calloc((size_t)cfg.max, sizeof *starts);
+    slot *slots = calloc((size_t)cfg.slots, sizeof *slots);
+    if (!starts || !slots)
+        return 1;
+    if (pipe(sc.pipe_fd) != 0)
+        return 1;
+    fcntl(sc.pipe_fd[0], F_SETFL, O_NONBLOCK);
+    fcntl(sc.pipe_fd[1], F_SETFL, O_NONBLOCK);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+
+    a2_consumer served = {.name = CONSUMER, .log = NULL};
+    char err[512];
+    for (int i = 0; i < cfg.slots; i++) {
+        char holder[64];
+        snprintf(holder, sizeof holder, "peers-%ld-%d", (long)getpid(), i);
+        a2_worker_runner_options ro = {.db = cfg.db,
+                                       .holder = holder,
+                                       .consumers = &served,
+                                       .nconsumers = 1,
+                                       .handler = handler};
+        slots[i].id = i;
+        slots[i].runner = a2_worker_runner_new(&ro, err, sizeof err);
+        if (!slots[i].runner) {
+            fprintf(stderr, "a2-bench-peers: runner: %s\n", err);
+            return 1;
+        }
+    }
+    a2_worker_options wo = {.connect = cfg.connect, .name = "bench-peers"};
+    a2_worker *w = a2_worker_new(&wo, err, sizeof err);
+    if (!w || a2_worker_subscribe(w, CONSUMER, 0, NULL, 0) != 0) {
+        fprintf(stderr, "a2-bench-peers: worker: %s\n", w ? "subscribe" : err);
+        return 1;
+    }
+    for (int i = 0; i < cfg.slots; i++)
+        if (pthread_create(&slots[i].thread, NULL, slot_main, &slots[i]) !=
+            0) {
+            fprintf(stderr, "a2-bench-peers: could not start a slot\n");
+            return 1;
+        }
+
+    a2_store *resync_store = NULL;
+    int ready = 0;
+    int64_t t0 = mono_ms(), ready_at = 0, expect_at = 0;
+    long expect = cfg.expect;
+    const char *why = "max-seconds";
+    for (;;) {
+        int64_t now = mono_ms();
+        if (got_signal) {
+            why = "signal";
+            break;
+        }
+        if (now - t0 > (int64_t)(cfg.max_seconds * 1000)) {
+            why = "max-seconds";
+            break;
+        }
+        if (ready && cfg.seconds > 0 &&
+            now - ready_at >= (int64_t)(cfg.seconds * 1000)) {
+            why = "seconds";
+            break;
+        }
+        if (expect < 0 && cfg.expect_file) {
+            expect = read_expect_file();
+            if (expect >= 0)
+                expect_at = now;
+        } else if (expect >= 0 && !expect_at) {
+            expect_at = now;
+        }
+        if (expect >= 0 && atomic_load(&started) >= expect) {
+            why = "expected";
+            break;
+        }
+        if (cfg.until_ms > 0 && real_ms() >= cfg.until_ms) {
+            why = "until";
+            break;
+        }
+        if (expect >= 0 && cfg.expect_file && cfg.until_ms <= 0 &&
+            now - expect_at >= (int64_t)(cfg.drain * 1000)) {
+            why = "drain";
+            break;
+        }
+        int timeout = 100;
+        int t = fire_timers();
+        if (t >= 0 && t < timeout)
+            timeout = t;
+        t = a2_worker_timeout(w);
+        if (t >= 0 && t < timeout)
+            timeout = t;
+        struct pollfd pfd[2] = {
+                {.fd = a2_worker_fd(w), .events = a2_worker_poll_events(w)},
+                {.fd = sc.pipe_fd[0], .events = POLLIN},
+        };
+        if (poll(pfd, 2, timeout) < 0 && errno != EINTR) {
+            fprintf(stderr, "a2-bench-peers: poll: %s\n", strerror(errno));
+            break;
+        }
+        char buf[64];
+        while (read(sc.pipe_fd[0], buf, sizeof buf) > 0)
+            ;
+        if (a2_worker_process(w) != 0) {
+            fprintf(stderr, "a2-bench-peers: %s\n", a2_worker_last_error(w));
+            break;
+        }
+        a2_worker_event ev;
+        while (a2_worker_next(w, &ev) == 1) {
+            switch (ev.type) {
+            case A2_WORKER_EV_WAKE:
+                atomic_fetch_add(&wakes, 1);
+                if (ev.session)
+                    schedule(ev.session, 1, ev.xid);
+                break;
+            case A2_WORKER_EV_SWEEP:
+                if (ev.session)
+                    schedule(ev.session, 0, 0);
+                break;
+            case A2_WORKER_EV_RESYNC:
+                if (ev.all_sessions)
+                    resync_all(&resync_store);
+                else
+                    for (size_t i = 0; i < ev.nsessions; i++)
+                        schedule(ev.sessions[i], 0, 0);
+                break;
+            case A2_WORKER_EV_CONNECTED:
+                if (!ready) {
+                    ready = 1;
+                    ready_at = mono_ms();
+                    printf("ready\n");
+                    fflush(stdout);
+                }
+                break;
+            case A2_WORKER_EV_DISCONNECTED:
+                fprintf(stderr, "a2-bench-peers: disconnected: %s\n",
+                        ev.message ? ev.message : "");
+                break;
+            default:
+                break;
+            }
+        }
+    }
+
+    pthread_mutex_lock(&sc.mu);
+    sc.stopping = 1;
+    pthread_cond_broadcast(&sc.cv);
+    pthread_mutex_unlock(&sc.mu);
+    for (int i = 0; i < cfg.slots; i++)
+        a2_worker_runner_stop(slots[i].runner);
+    for (int i = 0; i < cfg.slots; i++)
+        pthread_join(slots[i].thread, NULL);
+
+    long long f = atomic_load(&first_start), l = atomic_load(&last_start);
+    printf("started %ld first_ns %lld last_ns %lld runs %ld woken_runs %ld "
+           "empty_woken %ld empty_runs %ld claimed %ld completed %ld "
+           "failed %ld errors %ld wakes %ld resyncs %ld visibility_waits %ld "
+           "timer_runs %ld end %s\n",
+           atomic_load(&started), f, l, atomic_load(&runs),
+           atomic_load(&woken_runs), atomic_load(&empty_woken),
+           atomic_load(&empty_runs), atomic_load(&claimed),
+           atomic_load(&completed), atomic_load(&failed_heads),
+           atomic_load(&run_errors), atomic_load(&wakes),
+           atomic_load(&resyncs), atomic_load(&visibility_waits),
+           atomic_load(&timer_runs), why);
+    int rc = cfg.out ? write_times(cfg.out, starts, cfg.max) : 0;
+    for (int i = 0; i < cfg.slots; i++)
+        a2_worker_runner_free(slots[i].runner);
+    a2_worker_free(w);
+    a2_store_close(resync_store);
+    free(slots);
+    free(starts);
+    return rc;
+}
+
+/* ── main ─────────────────────────────────────────────────────────────── */
+
+static int usage(void)
+{
+    fprintf(stderr,
+            "usage: a2-bench-peers produce|bulk|delay|work --db CONNINFO "
+            "[options]\n"
+            "  produce: --rate R --seconds S --max N --producers P "
+            "--sessions K --out FILE\n"
+            "  bulk:    --count N --sessions K\n"
+            "  delay:   --count N --sessions K --t0-ms T --spread-ms S "
+            "--out FILE\n"
+            "  work:    --connect ADDR --slots M --out FILE --max N\n"
+            "           [--expect N | --expect-file F] [--drain S] "
+            "[--seconds S] [--max-seconds S]\n"
+            "           [--until-ms T] [--clock monotonic|realtime]\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return usage();
+    const char *mode = argv[1];
+    for (int i = 2; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v)
+            return usage();
+        i++;
+        if (strcmp(k, "--db") == 0)
+            cfg.db = v;
+        else if (strcmp(k, "--connect") == 0)
+            cfg.connect = v;
+        else if (strcmp(k, "--out") == 0)
+            cfg.out = v;
+        else if (strcmp(k, "--expect-file") == 0)
+            cfg.expect_file = v;
+        else if (strcmp(k, "--rate") == 0)
+            cfg.rate = atof(v);
+        else if (strcmp(k, "--seconds") == 0)
+            cfg.seconds = atof(v);
+        else if (strcmp(k, "--drain") == 0)
+            cfg.drain = atof(v);
+        else if (strcmp(k, "--max-seconds") == 0)
+            cfg.max_seconds = atof(v);
+        else if (strcmp(k, "--max") == 0 || strcmp(k, "--count") == 0)
+            cfg.max = atol(v);
+        else if (strcmp(k, "--t0-ms") == 0)
+            cfg.t0_ms = strtoll(v, NULL, 10);
+        else if (strcmp(k, "--spread-ms") == 0)
+            cfg.spread_ms = strtoll(v, NULL, 10);
+        else if (strcmp(k, "--until-ms") == 0)
+            cfg.until_ms = strtoll(v, NULL, 10);
+        else if (strcmp(k, "--clock") == 0) {
+            if (strcmp(v, "realtime") == 0)
+                cfg.realtime = 1;
+            else if (strcmp(v, "monotonic") != 0)
+                return usage();
+        } else if (strcmp(k, "--expect") == 0)
+            cfg.expect = atol(v);
+        else if (strcmp(k, "--producers") == 0)
+            cfg.producers = atoi(v);
+        else if (strcmp(k, "--sessions") == 0)
+            cfg.sessions = atoi(v);
+        else if (strcmp(k, "--slots") == 0)
+            cfg.slots = atoi(v);
+        else
+            return usage();
+    }
+    if (!cfg.db || cfg.max < 1 || cfg.max > MAX_JOBS || cfg.sessions < 1 ||
+        cfg.sessions > MAX_SESSIONS || cfg.producers < 1 ||
+        cfg.producers > MAX_PRODUCERS || cfg.slots < 1 ||
+        cfg.slots > MAX_SLOTS || cfg.rate < 0 || cfg.seconds < 0 ||
+        cfg.seconds > 3600 || cfg.max_seconds <= 0 || cfg.max_seconds > 3600)
+        return usage();
+    if (strcmp(mode, "produce") == 0)
+        return cfg.seconds > 0 ? run_produce() : usage();
+    if (strcmp(mode, "bulk") == 0)
+        return run_bulk();
+    if (strcmp(mode, "delay") == 0)
+        return cfg.t0_ms > 0 && cfg.spread_ms >= 0 ? run_delay() : usage();
+    if (strcmp(mode, "work") == 0)
+        return cfg.connect ? run_work() : usage();
+    return usage();
+}
