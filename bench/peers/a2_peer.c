@@ -230,63 +230,7 @@ static int run_produce(void)
     return rc != 0 || n == 0;
 }
 
-/* ── bulk ─────────────────────────────────────────────────────────────── */
-
-static int run_bulk(void)
-{
-    a2_store *st;
-    a2_store_error err;
-    if (a2_store_open(&st, cfg.db, &err) != 0) {
-        fprintf(stderr, "a2-bench-peers: store: %s\n", err.message);
-        return 1;
-    }
-    long per = cfg.max / cfg.sessions + 1;
-    a2_append_event *ev = calloc((size_t)per, sizeof *ev);
-    char (*payload)[32] = calloc((size_t)per, sizeof *payload);
-    if (!ev || !payload)
-        return 1;
-    a2_target target = {.consumer = CONSUMER, .lane = NULL};
-    int64_t t0 = mono_ns();
-    long total = 0;
-    int rc = 0;
-    for (int s = 0; s < cfg.sessions && rc == 0; s++) {
-        size_t n = 0;
-        for (long seq = s; seq < cfg.max; seq += cfg.sessions) {
-            snprintf(payload[n], sizeof payload[n], "{\"seq\":%ld}", seq);
-            ev[n] = (a2_append_event){.type = EVENT_TYPE,
-                                      .payload = payload[n],
-                                      .targets = &target,
-                                      .ntargets = 1};
-            n++;
-        }
-        if (n == 0)
-            continue;
-        if (n > A2_STORE_MAX_EVENTS) {
-            fprintf(stderr, "a2-bench-peers: too many events per session\n");
-            rc = 1;
-            break;
-        }
-        char session[32];
-        session_name(session, sizeof session, s);
-        a2_events out = {0};
-        if (a2_store_append(st, session, ev, n, NULL, &out) != 0) {
-            fprintf(stderr, "a2-bench-peers: append: %s\n",
-                    a2_store_last_error(st)->message);
-            rc = 1;
-        } else {
-            total += (long)out.count;
-        }
-        a2_events_free(&out);
-    }
-    printf("bulk %ld elapsed_s %.3f\n", total,
-           (double)(mono_ns() - t0) / 1e9);
-    free(ev);
-    free(payload);
-    a2_store_close(st);
-    return rc;
-}
-
-/* ── delay ────────────────────────────────────────────────────────────── */
+/* ── bulk, delay ──────────────────────────────────────────────────────── */
 
 static int64_t due_ms(long seq)
 {
@@ -294,7 +238,10 @@ static int64_t due_ms(long seq)
                                  (double)cfg.max);
 }
 
-static int run_delay(void)
+/* Appends cfg.max events over cfg.sessions, one append per session; with
+ * delayed, event seq is due at due_ms(seq) (not_before) and the due times
+ * go to cfg.out. */
+static int run_bulk(bool delayed)
 {
     a2_store *st;
     a2_store_error err;
@@ -305,8 +252,8 @@ static int run_delay(void)
     long per = cfg.max / cfg.sessions + 1;
     a2_append_event *ev = calloc((size_t)per, sizeof *ev);
     char (*payload)[32] = calloc((size_t)per, sizeof *payload);
-    int64_t *due = calloc((size_t)cfg.max, sizeof *due);
-    if (!ev || !payload || !due)
+    int64_t *due = delayed ? calloc((size_t)cfg.max, sizeof *due) : NULL;
+    if (!ev || !payload || (delayed && !due))
         return 1;
     a2_target target = {.consumer = CONSUMER, .lane = NULL};
     int64_t t0 = mono_ns();
@@ -320,7 +267,7 @@ static int run_delay(void)
                                       .payload = payload[n],
                                       .targets = &target,
                                       .ntargets = 1,
-                                      .not_before = due_ms(seq)};
+                                      .not_before = delayed ? due_ms(seq) : 0};
             n++;
         }
         if (n == 0)
@@ -339,15 +286,19 @@ static int run_delay(void)
             rc = 1;
         } else {
             total += (long)out.count;
-            for (long seq = s; seq < cfg.max; seq += cfg.sessions)
+            for (long seq = s; delayed && seq < cfg.max; seq += cfg.sessions)
                 due[seq] = due_ms(seq);
         }
         a2_events_free(&out);
     }
-    printf("delayed %ld elapsed_s %.3f late_s %.3f\n", total,
-           (double)(mono_ns() - t0) / 1e9,
-           (double)(real_ms() - cfg.t0_ms) / 1e3);
-    if (cfg.out && write_times(cfg.out, due, cfg.max) != 0)
+    if (delayed)
+        printf("delayed %ld elapsed_s %.3f late_s %.3f\n", total,
+               (double)(mono_ns() - t0) / 1e9,
+               (double)(real_ms() - cfg.t0_ms) / 1e3);
+    else
+        printf("bulk %ld elapsed_s %.3f\n", total,
+               (double)(mono_ns() - t0) / 1e9);
+    if (delayed && cfg.out && write_times(cfg.out, due, cfg.max) != 0)
         rc = 1;
     free(ev);
     free(payload);
@@ -903,9 +854,9 @@ int main(int argc, char **argv)
     if (strcmp(mode, "produce") == 0)
         return cfg.seconds > 0 ? run_produce() : usage();
     if (strcmp(mode, "bulk") == 0)
-        return run_bulk();
+        return run_bulk(false);
     if (strcmp(mode, "delay") == 0)
-        return cfg.t0_ms > 0 && cfg.spread_ms >= 0 ? run_delay() : usage();
+        return cfg.t0_ms > 0 && cfg.spread_ms >= 0 ? run_bulk(true) : usage();
     if (strcmp(mode, "work") == 0)
         return cfg.connect ? run_work() : usage();
     return usage();
