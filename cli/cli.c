@@ -21,9 +21,18 @@ static const char usage_text[] =
         "  read SESSION [--after N] [--limit N]\n"
         "                        list a session's events\n"
         "  cursors SESSION       list the session's consumer cursors\n"
-        "  dead-letters SESSION  list dead-lettered heads\n"
+        "  dead-letters [SESSION] [--consumer C] [--type T] [--error TEXT] "
+        "[--since W]\n"
+        "                        list dead-lettered heads, of one session or "
+        "of all\n"
         "  redrive SESSION CONSUMER INDEX (--retry|--skip)\n"
         "                        retry or skip a dead-lettered head\n"
+        "  redrive --all [FILTER] [--max N] [--yes] (--retry|--skip)\n"
+        "                        retry or skip every dead letter a filter "
+        "matches\n"
+        "  cancel SESSION CONSUMER INDEX [--reason TEXT]\n"
+        "                        pass a pending head without running it\n"
+        "  backlog [CONSUMER...] pending heads, running claims, dead letters\n"
         "  clear SESSION         append the session's clear marker\n"
         "  reclaim SESSION       delete what lies below the clear marker\n"
         "  state SESSION REDUCER [--at N]\n"
@@ -109,6 +118,8 @@ static const command commands[] = {
         {"cursors", a2__cli_cmd_cursors},
         {"dead-letters", a2__cli_cmd_dead_letters},
         {"redrive", a2__cli_cmd_redrive},
+        {"cancel", a2__cli_cmd_cancel},
+        {"backlog", a2__cli_cmd_backlog},
         {"clear", a2__cli_cmd_clear},
         {"reclaim", a2__cli_cmd_reclaim},
         {"state", a2__cli_cmd_state},

@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <getopt.h>
 #include <stdio.h>
 
 #define A2__CLI_OK      0
@@ -58,6 +59,27 @@ int a2__cli_next_opt(a2__cli *cli, int argc, char **argv,
                      const struct option *longopts, const char *help_text,
                      int *rc);
 
+/* Shared by the commands (cli/store_cmds.c). */
+struct a2_event;
+struct a2_dispatch;
+/* Epoch ms as the commands print times; "-" for A2_STORE_NONE. */
+void a2__cli_fmt_time(int64_t ms, char *buf, size_t len);
+/* A2_STORE_NONE or NULL as JSON null. */
+json_t *a2__cli_json_i64(int64_t v);
+json_t *a2__cli_json_str(const char *s);
+/* An event, and a dispatch state added to o, as the commands' --json. */
+json_t *a2__cli_event_json(const struct a2_event *e);
+json_t *a2__cli_dispatch_json(json_t *o, const struct a2_dispatch *d);
+/* Checks the positional count; returns 0 or sets the usage error in *rc. */
+int a2__cli_positionals(a2__cli *cli, int argc, char **argv, int min, int max,
+                        const char *what, int *rc);
+/* --help alone. */
+extern const struct option a2__cli_help_only[];
+/* A time: epoch ms or 2026-12-02T09:00:00Z (seconds, fraction optional; Z
+ * or +HH:MM). A duration: a whole number with ms, s, m, h or d. 0 or -1. */
+int a2__cli_parse_at(const char *s, int64_t *ms);
+int a2__cli_parse_in(const char *s, int64_t *ms);
+
 /* Commands. argv[0] is the command's name. */
 int a2__cli_cmd_schema(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_audit(a2__cli *cli, int argc, char **argv);
@@ -67,6 +89,8 @@ int a2__cli_cmd_read(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_dead_letters(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_redrive(a2__cli *cli, int argc, char **argv);
+int a2__cli_cmd_cancel(a2__cli *cli, int argc, char **argv);
+int a2__cli_cmd_backlog(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_clear(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_state(a2__cli *cli, int argc, char **argv);

@@ -48,7 +48,7 @@ static void fmt_i64(int64_t v, char *buf, size_t len)
         snprintf(buf, len, "%lld", (long long)v);
 }
 
-static void fmt_time(int64_t ms, char *buf, size_t len)
+void a2__cli_fmt_time(int64_t ms, char *buf, size_t len)
 {
     if (ms == A2_STORE_NONE)
         snprintf(buf, len, "-");
@@ -56,12 +56,12 @@ static void fmt_time(int64_t ms, char *buf, size_t len)
         a2__cli_fmt_ms(ms, buf, len);
 }
 
-static json_t *json_i64_or_null(int64_t v)
+json_t *a2__cli_json_i64(int64_t v)
 {
     return v == A2_STORE_NONE ? json_null() : json_integer((json_int_t)v);
 }
 
-static json_t *json_str_or_null(const char *s)
+json_t *a2__cli_json_str(const char *s)
 {
     return s ? json_string(s) : json_null();
 }
@@ -75,7 +75,7 @@ static json_t *json_from_text(const char *text)
     return v ? v : json_string(text);
 }
 
-static json_t *event_json(const a2_event *e)
+json_t *a2__cli_event_json(const a2_event *e)
 {
     json_t *o = json_object();
     json_object_set_new(o, "session", json_string(e->session_id));
@@ -86,8 +86,8 @@ static json_t *event_json(const a2_event *e)
     json_object_set_new(o, "payload", json_from_text(e->payload));
     if (e->has_cause) {
         json_t *c = json_object();
-        json_object_set_new(c, "consumer", json_str_or_null(e->cause.consumer));
-        json_object_set_new(c, "lane", json_str_or_null(e->cause.lane));
+        json_object_set_new(c, "consumer", a2__cli_json_str(e->cause.consumer));
+        json_object_set_new(c, "lane", a2__cli_json_str(e->cause.lane));
         json_object_set_new(c, "index", json_integer(e->cause.index));
         json_object_set_new(c, "attempt", json_integer(e->cause.attempt));
         json_object_set_new(o, "cause", c);
@@ -114,7 +114,7 @@ static int print_events(a2__cli *cli, const a2_events *ev, int with_payload)
     if (cli->json) {
         json_t *arr = json_array();
         for (size_t i = 0; i < ev->count; i++)
-            json_array_append_new(arr, event_json(&ev->items[i]));
+            json_array_append_new(arr, a2__cli_event_json(&ev->items[i]));
         return a2__cli_print_json(cli, arr);
     }
     static const char *const titles[] = {"INDEX",   "TYPE",  "ID",
@@ -126,7 +126,7 @@ static int print_events(a2__cli *cli, const a2_events *ev, int with_payload)
         const a2_event *e = &ev->items[i];
         char idx[32], created[40], cause[300], payload[200];
         fmt_i64(e->index, idx, sizeof idx);
-        fmt_time(e->created_at, created, sizeof created);
+        a2__cli_fmt_time(e->created_at, created, sizeof created);
         cause_text(e, cause, sizeof cause);
         const char *p = e->payload ? e->payload : "null";
         if (strlen(p) > 120)
@@ -172,7 +172,7 @@ int a2__cli_next_opt(a2__cli *cli, int argc, char **argv,
 }
 
 /* Checks the positional count; returns 0 or sets the usage error in *rc. */
-static int positionals(a2__cli *cli, int argc, char **argv, int min, int max,
+int a2__cli_positionals(a2__cli *cli, int argc, char **argv, int min, int max,
                        const char *what, int *rc)
 {
     int n = argc - optind;
@@ -188,7 +188,7 @@ static int positionals(a2__cli *cli, int argc, char **argv, int min, int max,
     return 0;
 }
 
-static const struct option help_only[] = {
+const struct option a2__cli_help_only[] = {
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
 };
@@ -234,7 +234,7 @@ static int parse_log_consumer(const char *arg, a2_consumer *c, a2_log_spec *l,
 
 /* --at: epoch milliseconds, or a time like 2026-12-02T09:00:00Z (seconds
  * and a fraction optional; Z or an offset +HH:MM required). 0 or -1. */
-static int parse_at(const char *s, int64_t *ms)
+int a2__cli_parse_at(const char *s, int64_t *ms)
 {
     char *end;
     if (*s >= '0' && *s <= '9' && strspn(s, "0123456789") == strlen(s)) {
@@ -293,7 +293,7 @@ static int parse_at(const char *s, int64_t *ms)
 }
 
 /* --in: a whole number with a unit (ms, s, m, h, d). 0 or -1. */
-static int parse_in(const char *s, int64_t *ms)
+int a2__cli_parse_in(const char *s, int64_t *ms)
 {
     char *end;
     if (*s < '0' || *s > '9')
@@ -385,7 +385,7 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
             }
             when = optarg;
             int64_t v = 0;
-            if (c == 'a' && parse_at(optarg, &v) != 0) {
+            if (c == 'a' && a2__cli_parse_at(optarg, &v) != 0) {
                 rc = a2__cli_usage(cli,
                                    "--at must be epoch milliseconds or a UTC "
                                    "time like 2026-12-02T09:00:00Z, not '%s'",
@@ -393,7 +393,7 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
                 goto done;
             }
             if (c == 'n') {
-                if (parse_in(optarg, &v) != 0) {
+                if (a2__cli_parse_in(optarg, &v) != 0) {
                     rc = a2__cli_usage(cli,
                                        "--in must be a duration like 300ms, "
                                        "90s, 5m, 2h or 1d (at most a century), "
@@ -449,7 +449,7 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
             }
         }
     }
-    if (positionals(cli, argc, argv, 2, 3, "SESSION and TYPE", &rc) != 0)
+    if (a2__cli_positionals(cli, argc, argv, 2, 3, "SESSION and TYPE", &rc) != 0)
         goto done;
     const char *session = argv[optind];
     const char *type = argv[optind + 1];
@@ -489,7 +489,7 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
     if (cli->json) {
         json_t *arr = json_array();
         for (size_t i = 0; i < out.count; i++) {
-            json_t *o = event_json(&out.items[i]);
+            json_t *o = a2__cli_event_json(&out.items[i]);
             json_object_set_new(o, "replayed", json_boolean(out.replayed));
             if (not_before)
                 json_object_set_new(o, "not_before", json_integer(not_before));
@@ -562,7 +562,7 @@ int a2__cli_cmd_read(a2__cli *cli, int argc, char **argv)
             ro.limit = (size_t)v;
         }
     }
-    if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
+    if (a2__cli_positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
         return rc;
     if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
         goto done;
@@ -582,21 +582,21 @@ done:
 
 /* ── cursors ──────────────────────────────────────────────────────────── */
 
-static json_t *dispatch_json(json_t *o, const a2_dispatch *d)
+json_t *a2__cli_dispatch_json(json_t *o, const a2_dispatch *d)
 {
-    json_object_set_new(o, "consumer", json_str_or_null(d->consumer));
-    json_object_set_new(o, "lane", json_str_or_null(d->lane));
-    json_object_set_new(o, "cursor", json_str_or_null(d->cursor_key));
-    json_object_set_new(o, "kind", json_str_or_null(d->kind));
-    json_object_set_new(o, "epoch", json_i64_or_null(d->epoch));
+    json_object_set_new(o, "consumer", a2__cli_json_str(d->consumer));
+    json_object_set_new(o, "lane", a2__cli_json_str(d->lane));
+    json_object_set_new(o, "cursor", a2__cli_json_str(d->cursor_key));
+    json_object_set_new(o, "kind", a2__cli_json_str(d->kind));
+    json_object_set_new(o, "epoch", a2__cli_json_i64(d->epoch));
     json_object_set_new(o, "attempt", json_integer(d->attempt_count));
-    json_object_set_new(o, "holder", json_str_or_null(d->claim_holder));
-    json_object_set_new(o, "expires_at", json_i64_or_null(d->claim_expires_at));
+    json_object_set_new(o, "holder", a2__cli_json_str(d->claim_holder));
+    json_object_set_new(o, "expires_at", a2__cli_json_i64(d->claim_expires_at));
     json_object_set_new(o, "failures", json_integer(d->failure_count));
     json_object_set_new(o, "last_failed_at",
-                        json_i64_or_null(d->last_failed_at));
-    json_object_set_new(o, "error", json_str_or_null(d->last_error));
-    json_object_set_new(o, "failed_at", json_i64_or_null(d->failed_at));
+                        a2__cli_json_i64(d->last_failed_at));
+    json_object_set_new(o, "error", a2__cli_json_str(d->last_error));
+    json_object_set_new(o, "failed_at", a2__cli_json_i64(d->failed_at));
     return o;
 }
 
@@ -627,10 +627,10 @@ int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv)
     a2_cursors out = {0};
     a2__table *t = NULL;
     optind = 0;
-    while ((c = a2__cli_next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
+    while ((c = a2__cli_next_opt(cli, argc, argv, a2__cli_help_only, help, &rc)) != -1)
         if (c == -2)
             return rc;
-    if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
+    if (a2__cli_positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
         return rc;
     if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
         goto done;
@@ -642,9 +642,9 @@ int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv)
         json_t *arr = json_array();
         for (size_t i = 0; i < out.count; i++) {
             const a2_cursor *cur = &out.items[i];
-            json_t *o = dispatch_json(json_object(), &cur->dispatch);
+            json_t *o = a2__cli_dispatch_json(json_object(), &cur->dispatch);
             json_object_set_new(o, "position", json_integer(cur->position));
-            json_object_set_new(o, "head", json_i64_or_null(cur->head));
+            json_object_set_new(o, "head", a2__cli_json_i64(cur->head));
             json_object_set_new(o, "types", json_from_text(cur->types));
             json_array_append_new(arr, o);
         }
@@ -671,7 +671,7 @@ int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv)
         fmt_i64(cur->head, head, sizeof head);
         snprintf(att, sizeof att, "%d", d->attempt_count);
         snprintf(fails, sizeof fails, "%d", d->failure_count);
-        fmt_time(d->claim_expires_at, exp, sizeof exp);
+        a2__cli_fmt_time(d->claim_expires_at, exp, sizeof exp);
         snprintf(err, sizeof err, "%.96s", d->last_error ? d->last_error : "-");
         for (char *p = err; *p; p++)
             if (*p == '\n' || *p == '\t')
@@ -696,148 +696,6 @@ done:
 
 /* ── dead-letters ─────────────────────────────────────────────────────── */
 
-int a2__cli_cmd_dead_letters(a2__cli *cli, int argc, char **argv)
-{
-    static const char help[] =
-            "usage: a2 dead-letters SESSION\n"
-            "  heads that failed too often; redrive them with a2 redrive\n";
-    int rc = A2__CLI_OK, c;
-    a2_store *store = NULL;
-    a2_heads out = {0};
-    a2__table *t = NULL;
-    optind = 0;
-    while ((c = a2__cli_next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
-        if (c == -2)
-            return rc;
-    if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
-        return rc;
-    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
-        goto done;
-    if (a2_store_dead_letters(store, argv[optind], &out) != 0) {
-        rc = a2__cli_store_failed(cli, store, "dead-letters");
-        goto done;
-    }
-    if (cli->json) {
-        json_t *arr = json_array();
-        for (size_t i = 0; i < out.count; i++) {
-            json_t *o = dispatch_json(json_object(), &out.items[i].dispatch);
-            json_object_set_new(o, "event", event_json(&out.items[i].event));
-            json_array_append_new(arr, o);
-        }
-        rc = a2__cli_print_json(cli, arr);
-        goto done;
-    }
-    if (out.count == 0) {
-        fprintf(cli->out, "no dead letters\n");
-        goto done;
-    }
-    static const char *const titles[] = {"CONSUMER",  "LANE",      "INDEX",
-                                         "TYPE",      "ATTEMPTS",  "FAILURES",
-                                         "FAILED AT", "LAST ERROR"};
-    t = a2__table_new(8, titles, "llrlrrll");
-    if (!t) {
-        rc = a2__cli_fail(cli, "out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < out.count; i++) {
-        const a2_head *h = &out.items[i];
-        char idx[32], att[16], fails[16], at[40], err[200];
-        fmt_i64(h->event.index, idx, sizeof idx);
-        snprintf(att, sizeof att, "%d", h->dispatch.attempt_count);
-        snprintf(fails, sizeof fails, "%d", h->dispatch.failure_count);
-        fmt_time(h->dispatch.failed_at, at, sizeof at);
-        snprintf(err, sizeof err, "%.160s",
-                 h->dispatch.last_error ? h->dispatch.last_error : "-");
-        for (char *p = err; *p; p++)
-            if (*p == '\n' || *p == '\t')
-                *p = ' ';
-        const char *cells[] = {h->dispatch.consumer,
-                               h->dispatch.lane,
-                               idx,
-                               h->event.type,
-                               att,
-                               fails,
-                               at,
-                               err};
-        if (a2__table_add(t, cells) != 0) {
-            rc = a2__cli_fail(cli, "out of memory");
-            goto done;
-        }
-    }
-    a2__table_print(t, cli->out);
-done:
-    a2__table_free(t);
-    a2_heads_free(&out);
-    a2_store_close(store);
-    return rc;
-}
-
-/* ── redrive ──────────────────────────────────────────────────────────── */
-
-int a2__cli_cmd_redrive(a2__cli *cli, int argc, char **argv)
-{
-    static const struct option opts[] = {
-            {"retry", no_argument, NULL, 'r'},
-            {"skip", no_argument, NULL, 's'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
-    };
-    static const char help[] =
-            "usage: a2 redrive SESSION CONSUMER INDEX (--retry|--skip)\n"
-            "  --retry runs the dead-lettered head again (failures reset);\n"
-            "  --skip passes it, moving the cursor to its next head\n";
-    int rc = A2__CLI_OK, c, action = 0;
-    a2_store *store = NULL;
-    optind = 0;
-    while ((c = a2__cli_next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
-        if (c == -2)
-            return rc;
-        int a = c == 'r' ? A2_REDRIVE_RETRY : A2_REDRIVE_SKIP;
-        if (action && action != a)
-            return a2__cli_usage(cli, "redrive takes --retry or --skip, "
-                                      "not both");
-        action = a;
-    }
-    if (positionals(cli, argc, argv, 3, 3, "SESSION, CONSUMER and INDEX",
-                    &rc) != 0)
-        return rc;
-    if (!action)
-        return a2__cli_usage(cli, "redrive needs --retry or --skip");
-    int64_t index;
-    if (a2__cli_parse_i64(argv[optind + 2], 1, INT64_MAX, &index) != 0)
-        return a2__cli_usage(cli,
-                             "INDEX must be an event index >= 1, not "
-                             "'%s'",
-                             argv[optind + 2]);
-    const char *session = argv[optind], *consumer = argv[optind + 1];
-    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
-        goto done;
-    a2_redrive_result out = {0};
-    if (a2_store_redrive(store, session, consumer, index, action, NULL, 0,
-                         &out) != 0) {
-        rc = a2__cli_store_failed(cli, store, "redrive");
-        goto done;
-    }
-    const char *verb = action == A2_REDRIVE_RETRY ? "retry" : "skip";
-    if (cli->json) {
-        json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:b,s:b}", "session", session,
-                              "consumer", consumer, "index", (json_int_t)index,
-                              "action", verb, "redriven", out.redriven,
-                              "pending", out.has_pending);
-        rc = a2__cli_print_json(cli, o);
-    } else if (out.redriven) {
-        a2__cli_line(cli->out, "%s %s #%lld: %s\n", session, consumer,
-                     (long long)index,
-                     action == A2_REDRIVE_RETRY ? "will run again" : "skipped");
-    }
-    if (!out.redriven && rc == A2__CLI_OK)
-        rc = a2__cli_fail(cli, "no dead letter of %s at index %lld in %s",
-                          consumer, (long long)index, session);
-done:
-    a2_store_close(store);
-    return rc;
-}
-
 /* ── clear ────────────────────────────────────────────────────────────── */
 
 int a2__cli_cmd_clear(a2__cli *cli, int argc, char **argv)
@@ -850,10 +708,10 @@ int a2__cli_cmd_clear(a2__cli *cli, int argc, char **argv)
     int rc = A2__CLI_OK, c;
     a2_store *store = NULL;
     optind = 0;
-    while ((c = a2__cli_next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
+    while ((c = a2__cli_next_opt(cli, argc, argv, a2__cli_help_only, help, &rc)) != -1)
         if (c == -2)
             return rc;
-    if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
+    if (a2__cli_positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
         return rc;
     const char *session = argv[optind];
     if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
@@ -890,10 +748,10 @@ int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv)
     int rc = A2__CLI_OK, c;
     a2_store *store = NULL;
     optind = 0;
-    while ((c = a2__cli_next_opt(cli, argc, argv, help_only, help, &rc)) != -1)
+    while ((c = a2__cli_next_opt(cli, argc, argv, a2__cli_help_only, help, &rc)) != -1)
         if (c == -2)
             return rc;
-    if (positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
+    if (a2__cli_positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
         return rc;
     const char *session = argv[optind];
     if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)

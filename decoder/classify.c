@@ -46,6 +46,7 @@ static const char *const names[A2_TRANSITION_COUNT] = {
         [A2_TRANSITION_DEAD_LETTERED] = "dead_lettered",
         [A2_TRANSITION_RETRIED] = "retried",
         [A2_TRANSITION_SKIPPED] = "skipped",
+        [A2_TRANSITION_CANCELLED] = "cancelled",
         [A2_TRANSITION_RETYPED] = "retyped",
         [A2_TRANSITION_RELEASED] = "released",
         [A2_TRANSITION_RETIRED] = "retired",
@@ -205,6 +206,16 @@ static a2_transition same_attempt(const a2_cursor_row *b,
                                                 : A2_TRANSITION_OTHER;
         return A2_TRANSITION_FAILED;
     }
+
+    /* cancel: a pending head marked dead by an operator, its claim (a lapsed
+     * one, or a hold) released, no failure counted; the skip that passes it
+     * follows in the same transaction. */
+    if (is_null(b->failed_at) && !is_null(a->failed_at) &&
+        a->failure_count == b->failure_count && !a->claim_holder.ptr &&
+        is_null(a->claim_expires_at) && a->last_error.ptr &&
+        int_eq(b->last_failed_at, a->last_failed_at) &&
+        int_eq(b->last_failed_attempt, a->last_failed_attempt) && same_types)
+        return A2_TRANSITION_CANCELLED;
 
     if (!same_failure_record(b, a))
         return A2_TRANSITION_OTHER;

@@ -1353,3 +1353,263 @@ done:
     json_decref(rows);
     return rc;
 }
+
+/* ── operators: across sessions ──────────────────────────────────────── */
+
+#define SQL_FIND_DEAD_LETTERS                                                  \
+    "select * from a2_find_dead_letters(consumer_name => $1, event_type => " \
+    "$2, error_text => $3, failed_after => $4::bigint, failed_before => "    \
+    "$5::bigint, after => $6::jsonb, max_rows => $7::integer)"
+#define SQL_REDRIVE_MATCHING                                                   \
+    "select a2_redrive_matching(action => $1, consumer_name => $2, "         \
+    "event_type => $3, error_text => $4, failed_after => $5::bigint, "       \
+    "failed_before => $6::bigint, max_rows => $7::integer)"
+#define SQL_CANCEL                                                             \
+    "select a2_cancel(session => $1, consumer => $2, index => $3::bigint, "  \
+    "reason => $4, consumers => $5::jsonb)"
+#define SQL_BACKLOG "select * from a2_backlog(consumers => $1::jsonb)"
+#define SQL_COUNT_DEAD_LETTERS                                                 \
+    "select a2_count_dead_letters(consumer_name => $1, event_type => $2, "   \
+    "error_text => $3, failed_after => $4::bigint, failed_before => "        \
+    "$5::bigint)"
+
+static int check_filter(a2_store *s, const a2_dead_letter_filter *f)
+{
+    if (!f)
+        return 0;
+    int rc = check_opt_name(s, "consumer", f->consumer);
+    if (rc == 0 && f->type && (!f->type[0] || strlen(f->type) > 1024))
+        rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                            "type must be a name of 1 to 1024 bytes");
+    if (rc == 0 && f->error && (strlen(f->error) > 1024 || !utf8_valid(f->error)))
+        rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                            "error filter must be UTF-8 of at most 1024 bytes");
+    if (rc == 0 && f->type && !utf8_valid(f->type))
+        rc = a2__store_fail(s, A2_EINVALID_ARGUMENT, "type must be UTF-8");
+    return rc;
+}
+
+/* The filter's five parameters, in the order of the calls above. */
+static void p_filter(params *p, const a2_dead_letter_filter *f)
+{
+    p_text(p, f ? f->consumer : NULL);
+    p_text(p, f ? f->type : NULL);
+    p_text(p, f ? f->error : NULL);
+    p_int(p, f ? f->failed_after : A2_STORE_NONE);
+    p_int(p, f ? f->failed_before : A2_STORE_NONE);
+}
+
+int a2_store_find_dead_letters(a2_store *s, const a2_dead_letter_filter *filter,
+                               const a2_dead_letter_key *after, size_t limit,
+                               a2_heads *out)
+{
+    if (!s || !out)
+        return A2_EINVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    int rc = check_filter(s, filter);
+    if (rc == 0 && (limit < 1 || limit > 1000))
+        rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                            "limit must be between 1 and 1000");
+    if (rc == 0 && after) {
+        rc = check_name(s, "after's session", after->session_id);
+        if (rc == 0)
+            rc = check_name(s, "after's consumer", after->consumer);
+        if (rc == 0)
+            rc = check_name(s, "after's cursor key", after->cursor_key);
+    }
+    if (rc)
+        return rc;
+    params p = {0};
+    p_filter(&p, filter);
+    p_json(&p, after ? json_pack("{s:I, s:s, s:s, s:s, s:I}", "failed_at",
+                                 (json_int_t)after->failed_at, "session",
+                                 after->session_id, "consumer", after->consumer,
+                                 "cursor_key", after->cursor_key, "epoch",
+                                 (json_int_t)after->epoch)
+                     : json_null());
+    p_int(&p, (int64_t)limit);
+    json_t *rows = NULL;
+    rc = call(s, SQL_FIND_DEAD_LETTERS, &p, true, &rows);
+    if (rc == 0) {
+        size_t n = json_array_size(rows);
+        rc = heads_init(s, out, n);
+        for (size_t i = 0; rc == 0 && i < n; i++) {
+            const json_t *row = json_array_get(rows, i);
+            decode_head(out->arena_, row, row_text(row, "session_id"),
+                        &out->items[i]);
+        }
+        out->count = rc == 0 ? n : 0;
+        if (rc == 0 && a2__arena_failed(out->arena_))
+            rc = nomem(s);
+    }
+    if (rc)
+        a2_heads_free(out);
+    json_decref(rows);
+    return rc;
+}
+
+int a2_store_count_dead_letters(a2_store *s,
+                                const a2_dead_letter_filter *filter,
+                                int64_t *out)
+{
+    if (!s || !out)
+        return A2_EINVALID_ARGUMENT;
+    *out = 0;
+    int rc = check_filter(s, filter);
+    if (rc)
+        return rc;
+    params p = {0};
+    p_filter(&p, filter);
+    json_t *res = NULL;
+    rc = call(s, SQL_COUNT_DEAD_LETTERS, &p, false, &res);
+    if (rc == 0) {
+        if (json_is_integer(res))
+            *out = (int64_t)json_integer_value(res);
+        else
+            rc = a2__store_fail(s, A2_ESTORE_FAILED,
+                                "count of dead letters is not a number");
+    }
+    json_decref(res);
+    return rc;
+}
+
+int a2_store_redrive_matching(a2_store *s, const a2_dead_letter_filter *filter,
+                              int action, size_t limit, a2_bulk_result *out)
+{
+    if (!s || !out)
+        return A2_EINVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    int rc = check_filter(s, filter);
+    if (rc == 0 && action != A2_REDRIVE_RETRY && action != A2_REDRIVE_SKIP)
+        rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                            "action must be retry or skip");
+    if (rc == 0 && (limit < 1 || limit > 10000))
+        rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                            "limit must be between 1 and 10000");
+    if (rc)
+        return rc;
+    params p = {0};
+    p_text(&p, action == A2_REDRIVE_SKIP ? "skip" : "retry");
+    p_filter(&p, filter);
+    p_int(&p, (int64_t)limit);
+    json_t *res = NULL;
+    rc = call(s, SQL_REDRIVE_MATCHING, &p, false, &res);
+    if (rc == 0) {
+        out->count = a2__row_int(res, "count");
+        out->more = a2__row_bool(res, "more");
+    }
+    json_decref(res);
+    return rc;
+}
+
+void a2_cancel_result_free(a2_cancel_result *r)
+{
+    if (!r)
+        return;
+    a2__arena_free(r->arena_);
+    memset(r, 0, sizeof *r);
+}
+
+int a2_store_cancel(a2_store *s, const char *session, const char *consumer,
+                    int64_t index, const char *reason,
+                    const a2_consumer *consumers, size_t nconsumers,
+                    a2_cancel_result *out)
+{
+    if (!s || !out)
+        return A2_EINVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    int rc = check_name(s, "session", session);
+    if (rc == 0)
+        rc = check_name(s, "consumer", consumer);
+    if (rc == 0 && index < 1)
+        rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                            "index must be at least 1");
+    if (rc == 0 && reason && (strlen(reason) > 65536 || !utf8_valid(reason)))
+        rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                            "reason must be UTF-8 of at most 64 KiB");
+    if (rc == 0)
+        rc = check_consumers(s, consumers, nconsumers);
+    if (rc)
+        return rc;
+    params p = {0};
+    p_text(&p, session);
+    p_text(&p, consumer);
+    p_int(&p, index);
+    p_text(&p, reason);
+    p_json(&p, consumers_json(consumers, nconsumers));
+    json_t *res = NULL;
+    rc = call(s, SQL_CANCEL, &p, false, &res);
+    if (rc == 0) {
+        const char *o = row_text(res, "outcome");
+        out->outcome = !o                             ? 0
+                       : strcmp(o, "cancelled") == 0 ? A2_CANCEL_CANCELLED
+                       : strcmp(o, "running") == 0   ? A2_CANCEL_RUNNING
+                                                     : A2_CANCEL_NOT_PENDING;
+        out->has_pending = a2__row_bool(res, "has_pending");
+        out->expires_at = a2__row_int(res, "expires_at");
+        out->arena_ = a2__arena_new();
+        if (!out->arena_) {
+            rc = nomem(s);
+        } else {
+            out->holder = a2__row_str(out->arena_, res, "holder");
+            if (a2__arena_failed(out->arena_))
+                rc = nomem(s);
+        }
+        if (rc == 0 && !out->outcome)
+            rc = a2__store_fail(s, A2_ESTORE_FAILED,
+                                "cancel returned no outcome");
+    }
+    if (rc)
+        a2_cancel_result_free(out);
+    json_decref(res);
+    return rc;
+}
+
+void a2_backlog_free(a2_backlog *r)
+{
+    if (!r)
+        return;
+    a2__arena_free(r->arena_);
+    memset(r, 0, sizeof *r);
+}
+
+int a2_store_backlog(a2_store *s, const char *const *consumers,
+                     size_t nconsumers, a2_backlog *out)
+{
+    if (!s || !out)
+        return A2_EINVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && consumers && i < nconsumers; i++)
+        rc = check_name(s, "consumer", consumers[i]);
+    if (rc)
+        return rc;
+    params p = {0};
+    p_json(&p, consumers ? strings_json(consumers, nconsumers) : json_null());
+    json_t *rows = NULL;
+    rc = call(s, SQL_BACKLOG, &p, true, &rows);
+    if (rc == 0) {
+        size_t n = json_array_size(rows);
+        void *items = NULL;
+        rc = result_init(s, &out->arena_, &items, n, sizeof(a2_backlog_row));
+        out->items = items;
+        for (size_t i = 0; rc == 0 && i < n; i++) {
+            const json_t *row = json_array_get(rows, i);
+            a2_backlog_row *b = &out->items[i];
+            b->consumer = a2__row_str(out->arena_, row, "consumer");
+            b->pending = a2__row_int(row, "pending");
+            b->running = a2__row_int(row, "running");
+            b->dead_letters = a2__row_int(row, "dead_letters");
+            b->oldest_pending_at = a2__row_int(row, "oldest_pending_at");
+        }
+        if (rc == 0) {
+            out->count = n;
+            if (a2__arena_failed(out->arena_))
+                rc = nomem(s);
+        }
+    }
+    if (rc)
+        a2_backlog_free(out);
+    json_decref(rows);
+    return rc;
+}

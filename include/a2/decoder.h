@@ -378,6 +378,7 @@ typedef enum a2_transition {
     A2_TRANSITION_RELEASED,      /* head dropped by a clear */
     A2_TRANSITION_RETIRED,       /* delete of an idle or superseded run */
     A2_TRANSITION_DELETED,       /* any other delete */
+    A2_TRANSITION_CANCELLED,     /* a pending head cancelled (then skipped) */
     A2_TRANSITION_OTHER          /* a change no rule explains */
 } a2_transition;
 

@@ -564,4 +564,112 @@ a2_store_pending_sessions(a2_store *store, const char *const *consumers,
                           size_t nconsumers, const char *after, size_t limit,
                           a2_sessions *out);
 
+/* ── operators: across sessions ───────────────────────────────────────── */
+
+/* Which dead letters an operator means. Every field is optional (NULL or
+ * A2_STORE_NONE: any). error matches a substring of the last error,
+ * ignoring case; failed_after and failed_before bound failed_at (epoch ms,
+ * inclusive after, exclusive before). */
+typedef struct a2_dead_letter_filter {
+    const char *consumer;
+    const char *type; /* the event's type, exactly */
+    const char *error;
+    int64_t failed_after;
+    int64_t failed_before;
+} a2_dead_letter_filter;
+
+/* A dead letter's place in the order of a2_store_find_dead_letters (newest
+ * failure first): the key of the last row of a page. */
+typedef struct a2_dead_letter_key {
+    int64_t failed_at;
+    const char *session_id;
+    const char *consumer;
+    const char *cursor_key;
+    int64_t epoch;
+} a2_dead_letter_key;
+
+/*
+ * Dead letters across sessions matching filter (NULL: all), newest failure
+ * first, after key (NULL: from the newest), at most limit (1..1000). Each
+ * head's event carries its session_id. Page by passing the last row's key
+ * (failed_at, session_id, dispatch.consumer, dispatch.cursor_key,
+ * dispatch.epoch). Served by the a2_cursors_dead indexes.
+ */
+A2_STORE_MUST_CHECK int
+a2_store_find_dead_letters(a2_store *store, const a2_dead_letter_filter *filter,
+                           const a2_dead_letter_key *after, size_t limit,
+                           a2_heads *out);
+
+/* How many dead letters match filter (NULL: all): what a bulk redrive of
+ * it takes, call after call. */
+A2_STORE_MUST_CHECK int
+a2_store_count_dead_letters(a2_store *store, const a2_dead_letter_filter *filter,
+                            int64_t *out);
+
+typedef struct a2_bulk_result {
+    int64_t count; /* dead letters redriven by this call */
+    bool more;     /* the filter matched more than limit: call again */
+} a2_bulk_result;
+
+/*
+ * Retries or skips (a2_redrive_action) up to limit (1..10000) dead letters
+ * matching filter (NULL: all), oldest failure first, each as
+ * a2_store_redrive would, in one transaction. Call again while more.
+ */
+A2_STORE_MUST_CHECK int
+a2_store_redrive_matching(a2_store *store, const a2_dead_letter_filter *filter,
+                          int action, size_t limit, a2_bulk_result *out);
+
+typedef enum a2_cancel_outcome {
+    A2_CANCEL_CANCELLED = 1, /* the cursor passed the head */
+    A2_CANCEL_RUNNING = 2,   /* refused: a live claim holds it */
+    A2_CANCEL_NOT_PENDING = 3, /* no pending head of consumer at index (done,
+                                  dead-lettered, cleared or never targeted) */
+} a2_cancel_outcome;
+
+typedef struct a2_cancel_result {
+    int outcome;             /* a2_cancel_outcome */
+    const char *holder;      /* RUNNING: the claim's holder */
+    int64_t expires_at;      /* RUNNING: its lease end */
+    bool has_pending;        /* a served consumer has work in the session */
+    a2_store_arena *arena_;
+} a2_cancel_result;
+void a2_cancel_result_free(a2_cancel_result *r);
+
+/*
+ * Cancels consumer's pending head at index (waiting, delayed, held for a
+ * retry, or with a lapsed claim): the cursor passes it without running it.
+ * The audit shows it as "cancelled" (the reason as its error), then
+ * "skipped". A head a live claim holds is refused (A2_CANCEL_RUNNING).
+ * reason: NULL or text up to 64 KiB. consumers: served (NULL: every one),
+ * for has_pending. Takes the cursor row, then the session's advisory lock.
+ */
+A2_STORE_MUST_CHECK int
+a2_store_cancel(a2_store *store, const char *session, const char *consumer,
+                int64_t index, const char *reason, const a2_consumer *consumers,
+                size_t nconsumers, a2_cancel_result *out);
+
+/* A consumer's backlog. Heads at or below a clear marker are not counted. */
+typedef struct a2_backlog_row {
+    const char *consumer;
+    int64_t pending;           /* heads not dead-lettered (running included) */
+    int64_t running;           /* of those, held by a claim (live or lapsed) */
+    int64_t dead_letters;
+    int64_t oldest_pending_at; /* created_at of the oldest pending head's
+                                  event; A2_STORE_NONE when none */
+} a2_backlog_row;
+
+typedef struct a2_backlog {
+    a2_backlog_row *items;
+    size_t count;
+    a2_store_arena *arena_;
+} a2_backlog;
+void a2_backlog_free(a2_backlog *r);
+
+/* Backlog of the named consumers (NULL, 0: every consumer with a head or a
+ * dead letter), by consumer name. */
+A2_STORE_MUST_CHECK int a2_store_backlog(a2_store *store,
+                                         const char *const *consumers,
+                                         size_t nconsumers, a2_backlog *out);
+
 #endif

@@ -59,6 +59,14 @@ create index if not exists a2_cursors_pending on a2_cursors (consumer, session_i
 -- Live claims and retry holds, read once by a2-consumer on start.
 create index if not exists a2_cursors_holds on a2_cursors (claim_expires_at)
     where claim_expires_at is not null;
+-- Dead letters across sessions, newest failure first (a2_find_dead_letters,
+-- a2_redrive_matching, a2_backlog): all of them, and one consumer's.
+create index if not exists a2_cursors_dead
+    on a2_cursors (failed_at, session_id, consumer, cursor_key, epoch)
+    where failed_at is not null;
+create index if not exists a2_cursors_dead_consumer
+    on a2_cursors (consumer, failed_at, session_id, cursor_key, epoch)
+    where failed_at is not null;
 -- Updates and deletes carry the whole old row into the WAL.
 alter table a2_cursors replica identity full;
 

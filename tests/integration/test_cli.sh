@@ -38,7 +38,8 @@ expect 2 "$A2" reclaim s t
 # --- help: exit 0 on every command ---
 expect 0 "$A2" --help; contains "usage: a2"
 ver=$(sed -n 's/^#define A2_VERSION "\(.*\)"$/\1/p' "$A2_TOP/include/a2/version.h")
-expect 0 "$A2" --version; contains "a2 $ver (schema 3, wire protocol 1)"
+schema_ver=$(sed -n 's/^#define A2_SCHEMA_VERSION "\(.*\)"$/\1/p' "$A2_TOP/include/a2/schema.h")
+expect 0 "$A2" --version; contains "a2 $ver (schema $schema_ver, wire protocol 1)"
 checks=$((checks + 1)); [ -n "$ver" ] && [ -z "$err" ] || fail "--version: no version in version.h, or stderr: $err"
 for c in append read cursors dead-letters redrive clear reclaim schema audit status; do
     expect 0 "$A2" "$c" --help && contains "usage: a2"

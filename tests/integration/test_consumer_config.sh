@@ -58,8 +58,9 @@ else
 fi
 # --version: the version of include/a2/version.h, on stdout
 ver=$(sed -n 's/^#define A2_VERSION "\(.*\)"$/\1/p' "${A2_TOP:-.}/include/a2/version.h")
+schema_ver=$(sed -n 's/^#define A2_SCHEMA_VERSION "\(.*\)"$/\1/p' "${A2_TOP:-.}/include/a2/schema.h")
 if [ -n "$ver" ] && timeout 10 "$bin" --version >"$tmp/out" 2>"$tmp/err" &&
-    [ "$(cat "$tmp/out")" = "a2-consumer $ver (schema 3, wire protocol 1)" ] && [ ! -s "$tmp/err" ]; then
+    [ "$(cat "$tmp/out")" = "a2-consumer $ver (schema $schema_ver, wire protocol 1)" ] && [ ! -s "$tmp/err" ]; then
     echo "ok: --version"
 else
     fail "--version: $(cat "$tmp/out" "$tmp/err")"

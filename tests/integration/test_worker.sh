@@ -40,7 +40,8 @@ expect 2 "$W" --consumer c --exec true stray
 expect 2 "$W" --consumer c --exec true --bogus
 expect 0 "$W" --help; contains "usage: a2-worker"; contains "A2_STORE_TIMEOUT_MS"
 ver=$(sed -n 's/^#define A2_VERSION "\(.*\)"$/\1/p' "$A2_TOP/include/a2/version.h")
-expect 0 "$W" --version; contains "a2-worker $ver (schema 3, wire protocol 1)"
+schema_ver=$(sed -n 's/^#define A2_SCHEMA_VERSION "\(.*\)"$/\1/p' "$A2_TOP/include/a2/schema.h")
+expect 0 "$W" --version; contains "a2-worker $ver (schema $schema_ver, wire protocol 1)"
 expect 2 env A2_STORE_TIMEOUT_MS=soon "$W" --consumer c --exec true; contains 'A2_STORE_TIMEOUT_MS must be a whole number of milliseconds from 0 to 86400000, not "soon"' err
 expect 1 "$W" --consumer c --exec true --connect tcp:127.0.0.1:1 --token-file "$TMP/none"
 contains "could not open token file" err

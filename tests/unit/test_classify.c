@@ -246,6 +246,53 @@ static void e_retry_keeps_count(a2_cursor_row *b, a2_cursor_row *a)
     a->failed_at = NUL_I;
 }
 
+/* cancel: failed_at set, the claim or hold released, no failure counted. */
+static void cancel(a2_cursor_row *b, a2_cursor_row *a)
+{
+    *a = *b;
+    a->failed_at = I(9000);
+    a->last_error = T("cancelled: not wanted");
+    a->claim_holder = (a2_change_text){NULL, 0};
+    a->claim_expires_at = NUL_I;
+}
+
+static void e_cancel_waiting(a2_cursor_row *b, a2_cursor_row *a)
+{
+    cancel(b, a);
+}
+
+static void e_cancel_delayed(a2_cursor_row *b, a2_cursor_row *a)
+{
+    b->claim_expires_at = I(50000);
+    cancel(b, a);
+}
+
+static void e_cancel_lapsed(a2_cursor_row *b, a2_cursor_row *a)
+{
+    claim(b, "w1", 1000);
+    cancel(b, a);
+}
+
+static void e_cancel_keeps_hold(a2_cursor_row *b, a2_cursor_row *a)
+{
+    b->claim_expires_at = I(50000);
+    cancel(b, a);
+    a->claim_expires_at = I(50000);
+}
+
+static void e_cancel_counts_failure(a2_cursor_row *b, a2_cursor_row *a)
+{
+    cancel(b, a);
+    a->failure_count = b->failure_count + 1;
+}
+
+static void e_cancel_moves_failure_record(a2_cursor_row *b,
+                                          a2_cursor_row *a)
+{
+    cancel(b, a);
+    a->last_failed_at = I(9000);
+}
+
 static void e_skip(a2_cursor_row *b, a2_cursor_row *a)
 {
     dead(b);
@@ -474,6 +521,18 @@ static const tcase cases[] = {
          0},
         {"skip that writes a receipt", "event", e_skip_with_receipt,
          A2_TRANSITION_OTHER, 0},
+        {"cancel of a waiting head", "event", e_cancel_waiting,
+         A2_TRANSITION_CANCELLED, 0},
+        {"cancel of a delayed head", "lane", e_cancel_delayed,
+         A2_TRANSITION_CANCELLED, 0},
+        {"cancel of a lapsed claim", "log", e_cancel_lapsed,
+         A2_TRANSITION_CANCELLED, 0},
+        {"cancel that keeps the hold", "lane", e_cancel_keeps_hold,
+         A2_TRANSITION_OTHER, 0},
+        {"cancel that counts a failure", "event", e_cancel_counts_failure,
+         A2_TRANSITION_OTHER, 0},
+        {"cancel that moves the failure record", "event",
+         e_cancel_moves_failure_record, A2_TRANSITION_OTHER, 0},
         {"complete a lane head", "lane", e_complete_lane,
          A2_TRANSITION_COMPLETED, 0},
         {"lane completion with a cursor receipt", "lane",
@@ -538,7 +597,8 @@ static void test_names(void **state)
     static const char *const want[A2_TRANSITION_COUNT] = {
             "started",   "claimed",  "renewed",       "taken_over", "completed",
             "went_idle", "failed",   "dead_lettered", "retried",    "skipped",
-            "retyped",   "released", "retired",       "deleted",    "other"};
+            "retyped",   "released", "retired",       "deleted",    "cancelled",
+            "other"};
     for (int t = 0; t < A2_TRANSITION_COUNT; t++)
         assert_string_equal(a2_transition_name((a2_transition)t), want[t]);
     assert_string_equal(a2_transition_name((a2_transition)-1), "other");
