@@ -63,6 +63,9 @@ struct a2c_apply {
     size_t nacts, capacts;
     int overflow;
 
+    int64_t commit_us; /* the open transaction's commit time, 0: unknown */
+    a2c_backlog *backlog;
+
     char tick_secret[A2C_TICK_SECRET_LEN + 1]; /* "": none */
 
     /* session -> clear marker (tsearch tree of clear_entry) */
@@ -128,17 +131,44 @@ static void remember_clear(a2c_apply *ap, const char *session, size_t len,
  * unknown. */
 static int64_t clear_index_of(a2c_apply *ap, a2_change_text session)
 {
-    if (!session.ptr)
+    if (!session.ptr || !ap->clears)
         return -1;
-    clear_entry *key = malloc(sizeof *key + session.len + 1);
-    if (!key)
+    /* the key on the stack when it fits (the common case: per change) */
+    union {
+        clear_entry e;
+        char bytes[sizeof(clear_entry) + 256];
+    } local;
+    clear_entry *key = &local.e;
+    if (session.len >= 256 && !(key = malloc(sizeof *key + session.len + 1)))
         return -1;
     memcpy(key->session, session.ptr, session.len);
     key->session[session.len] = '\0';
     clear_entry **found = tfind(key, &ap->clears, clear_cmp);
     int64_t idx = found ? (*found)->clear_index : -1;
-    free(key);
+    if (key != &local.e)
+        free(key);
     return idx;
+}
+
+void a2c_apply_remember_clear(a2c_apply *ap, const char *session,
+                              int64_t clear_index)
+{
+    if (ap && session)
+        remember_clear(ap, session, strlen(session), clear_index);
+}
+
+void a2c_apply_set_backlog(a2c_apply *ap, a2c_backlog *bl)
+{
+    ap->backlog = bl;
+}
+
+/* The clear marker that classifies row r for the backlog (0: none known). */
+static int64_t backlog_clear(a2c_apply *ap, const a2_cursor_row *r)
+{
+    if (!r || r->head.null)
+        return 0; /* counts nowhere whatever the marker */
+    int64_t idx = clear_index_of(ap, r->session_id);
+    return idx < 0 ? 0 : idx;
 }
 
 static char *tdup(a2_change_text t)
@@ -655,8 +685,10 @@ static void begin(a2c_apply *ap, const a2_change *c)
         ap->xid[k] = '\0';
     }
     ap->at[0] = '\0';
+    ap->commit_us = c->has_time ? c->time_us : 0;
     if (c->has_time)
         a2c_format_time_ms(c->time_us, ap->at, sizeof ap->at);
+    a2c_backlog_abort(ap->backlog);
     char lsn[32];
     a2c_lsn_format(ap->end, lsn, sizeof lsn);
     /* {"lsn":"X/Y","xid":N,"at":"T" (or null), built without printf: it is
@@ -702,6 +734,7 @@ void a2c_apply_abort_txn(a2c_apply *ap)
     free_actions(ap);
     ap->overflow = 0;
     ap->expire_tick = 0;
+    a2c_backlog_abort(ap->backlog);
 }
 
 /* Sends the presence patches of the transaction, one per (ns, participant). */
@@ -749,6 +782,7 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
             ap->stats.expire_ticks++;
         ap->expire_tick = 0;
         free_actions(ap);
+        a2c_backlog_abort(ap->backlog);
         if (end > ap->applied)
             ap->applied = end;
         return 0;
@@ -773,7 +807,7 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
         case ACT_WAKE:
             if (ap->sink.wake)
                 ap->sink.wake(ap->sink.ctx, a->s2, a->s1, a->s3, a->n1, end,
-                              ap->xid_n);
+                              ap->xid_n, ap->commit_us);
             ap->stats.wakes++;
             break;
         case ACT_TIMER_SET:
@@ -826,6 +860,7 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
         ap->stats.expire_ticks++;
     }
     free_actions(ap);
+    a2c_backlog_commit(ap->backlog, ap->xid_n, end);
     ap->applied = end;
     ap->stats.transactions++;
     return 0;
@@ -900,6 +935,8 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
     }
     ap->stats.changes++;
     if (c->action == A2_ACTION_TRUNCATE) {
+        if (c->table == A2_TABLE_CURSORS || c->table == A2_TABLE_CLEARS)
+            a2c_backlog_taint(ap->backlog);
         if (c->table == A2_TABLE_CURSORS) {
             if (!ap->skip_all) {
                 json_t *o = line_head(ap, "truncate", "truncated");
@@ -917,6 +954,12 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
         if (audit_cursor(ap, c, err, errlen) != 0)
             return -1;
         cursor_actions(ap, c);
+        if (ap->backlog && !ap->skip_all) {
+            const a2_cursor_row *o = c->old_row ? &c->old_row->cursor : NULL;
+            const a2_cursor_row *n = c->new_row ? &c->new_row->cursor : NULL;
+            a2c_backlog_change(ap->backlog, o, backlog_clear(ap, o), n,
+                               backlog_clear(ap, n));
+        }
         break;
     case A2_TABLE_EVENTS:
         if (c->action == A2_ACTION_INSERT && c->new_row && !ap->overflow) {
@@ -930,6 +973,13 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
         }
         break;
     case A2_TABLE_CLEARS:
+        /* A marker that moves (up, or away) changes which heads count: the
+         * same marker written again (a2__announce_clear) does not. */
+        if (ap->backlog && !ap->skip_all &&
+            (c->action != A2_ACTION_UPDATE || !c->new_row ||
+             c->new_row->clear.clear_index >
+                     clear_index_of(ap, c->new_row->clear.session_id)))
+            a2c_backlog_taint(ap->backlog);
         if (c->new_row && c->new_row->clear.session_id.ptr)
             remember_clear(ap, c->new_row->clear.session_id.ptr,
                            c->new_row->clear.session_id.len,
@@ -997,7 +1047,7 @@ size_t a2c_apply_fire_timers(a2c_apply *ap, int64_t now_ms)
     while (a2c_timers_pop(ap->timers, now_ms, &t)) {
         if (ap->sink.wake)
             ap->sink.wake(ap->sink.ctx, t.consumer, t.session, t.cursor_key,
-                          t.head, ap->applied, 0);
+                          t.head, ap->applied, 0, 0);
         ap->stats.timer_wakes++;
         n++;
     }

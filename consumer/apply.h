@@ -20,6 +20,7 @@
 
 #include "a2/decoder.h"
 #include "audit.h"
+#include "backlog.h"
 #include "timers.h"
 
 #define A2C_APPLY_MAX_ACTIONS      100000
@@ -27,12 +28,14 @@
 
 /* Where the applier pushes; every callback may be NULL. Strings are borrowed
  * for the call. lsn is the commit's end LSN, xid its transaction's id (0
- * when unknown, and for a timer's wake-up). */
+ * when unknown, and for a timer's wake-up), commit_us the commit's time
+ * from the stream (µs since the Unix epoch; 0 when unknown, and for a
+ * timer's wake-up). */
 typedef struct {
     void *ctx;
     void (*wake)(void *ctx, const char *consumer, const char *session,
                  const char *cursor_key, int64_t head, uint64_t lsn,
-                 uint64_t xid);
+                 uint64_t xid, int64_t commit_us);
     /* An event inserted (not a clear marker): once per event; the sink
      * routes it to the log consumers that follow its type. */
     void (*log)(void *ctx, const char *session, int64_t idx, const char *type,
@@ -152,6 +155,19 @@ void a2c_apply_get_stats(const a2c_apply *ap, a2c_apply_stats *out);
 int a2c_apply_track_presence(a2c_apply *ap, const char *ns,
                              const char *participant, const char *field,
                              int64_t expires_at);
+
+/* Moves the backlog gauges (borrowed; NULL: none) with every a2_cursors
+ * change of the transactions applied (backlog.h): each change's deltas,
+ * classified with the sessions' clear markers as the applier knows them,
+ * are committed with the transaction; a transaction already applied
+ * (skipped) or cut short gives none, and one that moves a clear marker or
+ * truncates a2_cursors or a2_clears is tainted. */
+void a2c_apply_set_backlog(a2c_apply *ap, a2c_backlog *bl);
+
+/* Remembers session's clear marker as read from the table (markers only
+ * grow: a lower one than the stream showed is ignored). */
+void a2c_apply_remember_clear(a2c_apply *ap, const char *session,
+                              int64_t clear_index);
 
 /* Forgets every kept expiry (before the table is read again). */
 void a2c_apply_forget_presence(a2c_apply *ap);

@@ -4,8 +4,9 @@
  * wake-ups to the workers and keeps the lease and retry timers.
  *
  * One thread, one poll() loop over: the replication socket, the worker
- * server, the metrics listener, a signalfd, and the nearest deadline (timer,
- * status update, group fsync, heartbeat, stream timeout, reconnect).
+ * server, the metrics listener, a signalfd, the tick and backlog-read
+ * connections, and the nearest deadline (timer, status update, group fsync,
+ * heartbeat, stream timeout, reconnect, backlog read).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -32,6 +33,7 @@
 #include "a2/wire.h"
 #include "apply.h"
 #include "audit.h"
+#include "backlog.h"
 #include "metrics.h"
 #include "repl.h"
 #include "server.h"
@@ -51,6 +53,11 @@
 #define EXPIRE_SPACING_MS     50
 /* A resync whose table reads failed reads them again after this. */
 #define REBUILD_RETRY_MS      1000
+/* Backlog reads go at most once in this long, and at most once in ten
+ * times what the last one took; the clear markers a read returns are at
+ * most half of what the applier keeps. */
+#define BACKLOG_INTERVAL_MS   1000
+#define BACKLOG_MAX_MARKERS   (A2C_APPLY_MAX_CLEARS / 2)
 
 typedef struct {
     /* options */
@@ -109,6 +116,14 @@ typedef struct {
     uint64_t expire_sent_seen; /* ticks applied when it was sent */
     double lag_seconds;
     int64_t last_lag_log_ms;
+
+    a2c_backlog *backlog;
+    PGconn *backlog_db;      /* the backlog reads: nonblocking, their own
+                                connection */
+    int backlog_busy;        /* a read was sent and has not answered yet */
+    PGresult *backlog_res;   /* its rows, as they arrive */
+    int64_t backlog_sent_ms; /* when (mono) */
+    int64_t backlog_next_ms; /* the earliest the next may go (mono) */
 
     size_t max_connections; /* worker connections at once */
 
@@ -260,10 +275,11 @@ static void server_log(void *arg, const char *line)
 
 static void sink_wake(void *ctx, const char *consumer, const char *session,
                       const char *cursor_key, int64_t head, uint64_t lsn,
-                      uint64_t xid)
+                      uint64_t xid, int64_t commit_us)
 {
     daemon_t *d = ctx;
-    a2c_server_wake(d->srv, consumer, session, cursor_key, head, lsn, xid);
+    a2c_server_wake_at(d->srv, consumer, session, cursor_key, head, lsn, xid,
+                       commit_us);
 }
 
 static void sink_log(void *ctx, const char *session, int64_t idx,
@@ -482,6 +498,132 @@ static void expire_presence(daemon_t *d)
     tick_send(d, TICK_EXPIRE);
 }
 
+/* ---- backlog reads ---- */
+
+static void drop_backlog_db(daemon_t *d)
+{
+    PQclear(d->backlog_res);
+    d->backlog_res = NULL;
+    PQfinish(d->backlog_db);
+    d->backlog_db = NULL;
+    d->backlog_busy = 0;
+}
+
+/* A read that failed: asked for again after REBUILD_RETRY_MS. */
+static void backlog_failed(daemon_t *d, const char *err)
+{
+    logline("%s; reading the backlog again in %d ms", err, REBUILD_RETRY_MS);
+    drop_backlog_db(d);
+    a2c_backlog_want(d->backlog);
+    d->backlog_next_ms = a2__mono_ms() + REBUILD_RETRY_MS;
+}
+
+/* Sends the backlog read when one is wanted and may go; its answer is read
+ * by backlog_answer, the loop goes on meanwhile. */
+static void backlog_send(daemon_t *d)
+{
+    char err[512];
+    int64_t now = a2__mono_ms();
+    if (!d->streaming || d->backlog_busy ||
+        !a2c_backlog_wants_read(d->backlog) || now < d->backlog_next_ms)
+        return;
+    if (d->backlog_db && PQstatus(d->backlog_db) != CONNECTION_OK)
+        drop_backlog_db(d);
+    if (!d->backlog_db) {
+        d->backlog_db = a2c_db_connect(d->conninfo, err, sizeof err);
+        if (!d->backlog_db) {
+            backlog_failed(d, err);
+            return;
+        }
+    }
+    if (a2c_db_backlog_send(d->backlog_db, BACKLOG_MAX_MARKERS, err,
+                            sizeof err) != 0) {
+        backlog_failed(d, err);
+        return;
+    }
+    a2c_backlog_read_sent(d->backlog);
+    d->backlog_busy = 1;
+    d->backlog_sent_ms = a2__mono_ms();
+}
+
+/* Applies the rows of a backlog read (backlog.sql). */
+static void backlog_load(daemon_t *d, PGresult *res)
+{
+    int n = PQntuples(res);
+    a2c_backlog_row *rows = calloc((size_t)n + 1, sizeof *rows);
+    if (!rows) {
+        backlog_failed(d, "could not read the backlog: out of memory");
+        return;
+    }
+    size_t nrows = 0;
+    const char *snapshot = NULL;
+    uint64_t lsn = 0;
+    for (int i = 0; i < n; i++) {
+        const char *kind = PQgetvalue(res, i, 0);
+        const char *name = PQgetvalue(res, i, 1);
+        if (kind[0] == 's') {
+            snapshot = name;
+            if (a2c_lsn_parse(PQgetvalue(res, i, 5), &lsn) != 0)
+                lsn = 0;
+        } else if (kind[0] == 'c') {
+            rows[nrows++] = (a2c_backlog_row){
+                    name, strtoll(PQgetvalue(res, i, 2), NULL, 10),
+                    strtoll(PQgetvalue(res, i, 3), NULL, 10),
+                    strtoll(PQgetvalue(res, i, 4), NULL, 10)};
+        } else if (kind[0] == 'm') {
+            a2c_apply_remember_clear(d->apply, name,
+                                     strtoll(PQgetvalue(res, i, 2), NULL, 10));
+        }
+    }
+    int rc = snapshot ? a2c_backlog_load(d->backlog, snapshot, lsn, rows, nrows)
+                      : -1;
+    free(rows);
+    int64_t now = a2__mono_ms(), took = now - d->backlog_sent_ms;
+    int64_t wait =
+            took * 10 > BACKLOG_INTERVAL_MS ? took * 10 : BACKLOG_INTERVAL_MS;
+    d->backlog_next_ms = d->backlog_sent_ms + wait;
+    if (rc < 0)
+        backlog_failed(d, "could not read the backlog: no snapshot in the "
+                          "answer");
+}
+
+/* Reads what arrived for the backlog read in flight. */
+static void backlog_answer(daemon_t *d)
+{
+    char err[512];
+    int rc = a2c_db_result_poll(d->backlog_db, "read the backlog",
+                                &d->backlog_res, err, sizeof err);
+    if (rc > 0)
+        return;
+    if (rc < 0) {
+        backlog_failed(d, err);
+        return;
+    }
+    d->backlog_busy = 0;
+    PGresult *res = d->backlog_res;
+    d->backlog_res = NULL;
+    if (res)
+        backlog_load(d, res);
+    else
+        backlog_failed(d, "could not read the backlog: no rows");
+    PQclear(res);
+}
+
+/* A read unanswered for the stream timeout is given up with its
+ * connection, and sent again later on a new one. */
+static void backlog_overdue(daemon_t *d)
+{
+    if (!d->backlog_busy || d->stream_timeout_ms <= 0 ||
+        a2__mono_ms() - d->backlog_sent_ms < d->stream_timeout_ms)
+        return;
+    char err[160];
+    snprintf(err, sizeof err,
+             "the backlog read got no answer from the server in %.1f s "
+             "(--stream-timeout)",
+             (double)d->stream_timeout_ms / 1000.0);
+    backlog_failed(d, err);
+}
+
 /* ---- replication ---- */
 
 static void stream_down(daemon_t *d, const char *reason)
@@ -499,6 +641,8 @@ static void stream_down(daemon_t *d, const char *reason)
     }
     if (d->tick_db)
         drop_tick_db(d);
+    if (d->backlog_db)
+        drop_backlog_db(d);
     a2c_apply_abort_txn(d->apply);
     d->streaming = 0;
     snprintf(d->down_reason, sizeof d->down_reason, "%s", reason);
@@ -602,6 +746,8 @@ static int stream_up(daemon_t *d, int startup, char *err, size_t errlen)
     }
 started:
     d->streaming = 1;
+    /* what the stream missed while down, and the start: read it whole */
+    a2c_backlog_want(d->backlog);
     d->backoff_ms = BACKOFF_MIN_MS;
     d->down_reason[0] = '\0';
     d->last_activity_ms = a2__mono_ms();
@@ -661,6 +807,9 @@ static int handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
         logline("could not decode the change at %X/%X: %s (byte %zu)",
                 A2__LSN_ARGS(m->data_start), e->message, e->offset);
         d->need_resync = 1;
+        /* its backlog change is lost: a read must see its transaction */
+        if (a2c_apply_in_txn(d->apply))
+            a2c_backlog_taint(d->backlog);
         return 0;
     }
     int rc = a2c_apply_change(d->apply, c, m->data_start, err, errlen);
@@ -723,34 +872,6 @@ static void check_silence(daemon_t *d, int64_t now)
 
 /* ---- metrics ---- */
 
-static void appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
-
-static void appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-{
-    va_list ap;
-    for (;;) {
-        va_start(ap, fmt);
-        int n = vsnprintf(*buf ? *buf + *len : NULL, *buf ? *cap - *len : 0,
-                          fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return;
-        if (*buf && *len + (size_t)n < *cap) {
-            *len += (size_t)n;
-            return;
-        }
-        size_t ncap = *cap ? *cap * 2 : 4096;
-        while (ncap < *len + (size_t)n + 1)
-            ncap *= 2;
-        char *nb = realloc(*buf, ncap);
-        if (!nb)
-            return;
-        *buf = nb;
-        *cap = ncap;
-    }
-}
-
 static char *render_metrics(void *ctx, int health, int *healthy)
 {
     daemon_t *d = ctx;
@@ -759,10 +880,11 @@ static char *render_metrics(void *ctx, int health, int *healthy)
     *healthy = d->streaming;
     if (health) {
         if (d->streaming)
-            appendf(&buf, &len, &cap, "ok\n");
+            a2c_metrics_appendf(&buf, &len, &cap, "ok\n");
         else
-            appendf(&buf, &len, &cap, "replication down: %s\n",
-                    d->down_reason[0] ? d->down_reason : "starting");
+            a2c_metrics_appendf(&buf, &len, &cap, "replication down: %s\n",
+                                d->down_reason[0] ? d->down_reason
+                                                  : "starting");
         return buf;
     }
     a2c_apply_stats as;
@@ -774,11 +896,12 @@ static char *render_metrics(void *ctx, int health, int *healthy)
     uint64_t flush = d->flush_sent;
     uint64_t lag = current > flush ? current - flush : 0;
 #define G(name, help, type, fmt, val)                                          \
-    appendf(&buf, &len, &cap,                                                  \
-            "# HELP " name " " help "\n# TYPE " name " " type "\n" name        \
-            " " fmt "\n",                                                      \
-            val)
-    appendf(&buf, &len, &cap,
+    a2c_metrics_appendf(&buf, &len, &cap,                                      \
+                        "# HELP " name " " help "\n# TYPE " name " " type      \
+                        "\n" name " " fmt "\n",                                \
+                        val)
+    a2c_metrics_appendf(
+            &buf, &len, &cap,
             "# HELP a2_consumer_build_info the release and the schema and "
             "wire protocol versions it speaks\n"
             "# TYPE a2_consumer_build_info gauge\n"
@@ -809,7 +932,8 @@ static char *render_metrics(void *ctx, int health, int *healthy)
     G("a2_consumer_forged_ticks_total",
       "expiry tick messages without this consumer's secret, ignored",
       "counter", "%" PRIu64, as.forged_ticks);
-    appendf(&buf, &len, &cap,
+    a2c_metrics_appendf(
+            &buf, &len, &cap,
             "# HELP a2_consumer_wakeups_sent_total wake-ups sent to workers\n"
             "# TYPE a2_consumer_wakeups_sent_total counter\n"
             "a2_consumer_wakeups_sent_total{type=\"wake\"} %" PRIu64 "\n"
@@ -850,6 +974,11 @@ static char *render_metrics(void *ctx, int health, int *healthy)
     G("a2_consumer_gaps_total", "slots recreated with a data gap", "counter",
       "%" PRIu64, d->gaps);
 #undef G
+    a2c_hist_render(&ss.wake_latency, "a2_consumer_commit_to_wake_seconds",
+                    "time from a commit (its timestamp in the stream) to its "
+                    "wake-up frame handed to a worker's socket",
+                    &buf, &len, &cap);
+    a2c_backlog_render(d->backlog, &buf, &len, &cap);
     return buf;
 }
 
@@ -947,6 +1076,17 @@ static int run(daemon_t *d)
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }
+        if (d->streaming && !d->backlog_busy &&
+            a2c_backlog_wants_read(d->backlog)) {
+            int64_t t = d->backlog_next_ms - now;
+            if (t < timeout)
+                timeout = t < 0 ? 0 : t;
+        }
+        if (d->backlog_busy && d->stream_timeout_ms > 0) {
+            int64_t t = d->backlog_sent_ms + d->stream_timeout_ms - now;
+            if (t < timeout)
+                timeout = t < 0 ? 0 : t;
+        }
         if (d->audit && a2c_audit_dirty(d->audit) &&
             !a2c_audit_busy(d->audit)) {
             int64_t t = a2c_audit_dirty_since(d->audit) + FSYNC_GROUP_MS - now;
@@ -954,8 +1094,8 @@ static int run(daemon_t *d)
                 timeout = t < 0 ? 0 : t;
         }
 
-        struct pollfd pfd[6];
-        int n = 0, irepl = -1, isrv, imet = -1, isig, itick = -1;
+        struct pollfd pfd[7];
+        int n = 0, irepl = -1, isrv, imet = -1, isig, itick = -1, iback = -1;
         if (d->audit && a2c_audit_event_fd(d->audit) >= 0)
             pfd[n++] = (struct pollfd){a2c_audit_event_fd(d->audit), POLLIN, 0};
         isig = n;
@@ -976,6 +1116,13 @@ static int run(daemon_t *d)
             if (PQflush(d->tick_db) == 1)
                 ev |= POLLOUT;
             pfd[n++] = (struct pollfd){PQsocket(d->tick_db), ev, 0};
+        }
+        if (d->backlog_busy) {
+            iback = n;
+            short ev = POLLIN;
+            if (PQflush(d->backlog_db) == 1)
+                ev |= POLLOUT;
+            pfd[n++] = (struct pollfd){PQsocket(d->backlog_db), ev, 0};
         }
         if (more)
             timeout =
@@ -1002,6 +1149,9 @@ static int run(daemon_t *d)
         if (itick >= 0 && pr > 0 && pfd[itick].revents)
             tick_answer(d);
         tick_overdue(d);
+        if (iback >= 0 && pr > 0 && pfd[iback].revents)
+            backlog_answer(d);
+        backlog_overdue(d);
 
         /* reconnect */
         if (!d->streaming && a2__mono_ms() >= d->reconnect_at_ms) {
@@ -1040,6 +1190,7 @@ static int run(daemon_t *d)
         if (resync) {
             d->need_resync = 0;
             d->rebuild_at_ms = a2__mono_ms();
+            a2c_backlog_want(d->backlog);
         }
         if (d->rebuild_at_ms && a2__mono_ms() >= d->rebuild_at_ms) {
             if (rebuild_timers(d, err, sizeof err) == 0) {
@@ -1052,6 +1203,7 @@ static int run(daemon_t *d)
         }
         if (resync)
             a2c_server_resync_all(d->srv);
+        backlog_send(d);
 
         a2c_apply_fire_timers(d->apply, a2__real_ms());
         expire_presence(d);
@@ -1114,6 +1266,10 @@ static void cleanup(daemon_t *d)
         PQfinish(d->db);
     if (d->tick_db)
         PQfinish(d->tick_db);
+    PQclear(d->backlog_res);
+    if (d->backlog_db)
+        PQfinish(d->backlog_db);
+    a2c_backlog_free(d->backlog);
     if (d->sigfd >= 0)
         close(d->sigfd);
     free(d->tcp_host);
@@ -1336,6 +1492,8 @@ int main(int argc, char **argv)
     }
     d.timers = a2c_timers_new();
     d.dec = a2_decoder_new();
+    /* the backlog gauges are only for /metrics: without it, no reads */
+    d.backlog = d.metrics_host ? a2c_backlog_new() : NULL;
     a2c_sink sink = {
             &d,          sink_wake,       sink_log, sink_cleared, sink_presence,
             sink_resync};
@@ -1353,7 +1511,9 @@ int main(int argc, char **argv)
             snprintf(d.tick_secret + 2 * i, 3, "%02x", raw[i]);
         a2c_apply_set_tick_secret(d.apply, d.tick_secret);
     }
-    if (!d.timers || !d.dec || !d.apply) {
+    if (d.apply)
+        a2c_apply_set_backlog(d.apply, d.backlog);
+    if (!d.timers || !d.dec || !d.apply || (d.metrics_host && !d.backlog)) {
         logline("out of memory");
         goto done;
     }

@@ -9,6 +9,7 @@
 #define A2_CONSUMER_METRICS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct a2c_metrics a2c_metrics;
 
@@ -37,5 +38,42 @@ int a2c_metrics_port(const a2c_metrics *m);
 
 /* Publishes a fresh snapshot when a request asked for one (never waits). */
 void a2c_metrics_handle(a2c_metrics *m);
+
+/* ---- building the Prometheus text (pure helpers) ---- */
+
+/* Appends printf output to the growing string *buf (length *len, capacity
+ * *cap; all zero to start). Out of memory leaves it as it was. */
+void a2c_metrics_appendf(char **buf, size_t *len, size_t *cap, const char *fmt,
+                         ...) __attribute__((format(printf, 4, 5)));
+
+/* Appends the label value v escaped as the text format wants it: backslash,
+ * double quote and line feed as \\, \" and \n; every other byte as it is
+ * (names come from the database: valid UTF-8 without NUL). */
+void a2c_metrics_append_label(char **buf, size_t *len, size_t *cap,
+                              const char *v);
+
+/* A latency histogram with fixed buckets (upper bounds in microseconds,
+ * A2C_HIST_BOUNDS_US; one more bucket, +Inf, past the last). */
+#define A2C_HIST_NBOUNDS 14
+#define A2C_HIST_BOUNDS_US                                                     \
+    {                                                                          \
+        500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,    \
+                1000000, 2500000, 5000000, 10000000                            \
+    }
+
+typedef struct a2c_hist {
+    uint64_t bucket[A2C_HIST_NBOUNDS + 1]; /* not cumulative */
+    uint64_t count;
+    uint64_t sum_us;
+} a2c_hist;
+
+/* Counts one observation of us microseconds (below 0 counts as 0). */
+void a2c_hist_observe(a2c_hist *h, int64_t us);
+
+/* Appends the histogram as the text format's name_bucket{le=...} (cumulative,
+ * in seconds), name_sum (seconds) and name_count, after its HELP and TYPE
+ * lines. */
+void a2c_hist_render(const a2c_hist *h, const char *name, const char *help,
+                     char **buf, size_t *len, size_t *cap);
 
 #endif

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/clock.h"
+#include "metrics.h"
 #include "queue.h"
 #include "route.h"
 
@@ -15,6 +17,7 @@ typedef struct entry {
     int64_t head;
     uint64_t lsn;
     uint64_t xid;
+    int64_t commit_us; /* the earliest commit it stands for; 0: none */
     size_t klen;
     /* other types: the encoded frame */
     size_t len;
@@ -28,6 +31,7 @@ struct a2c_queue {
     size_t limit;
     int overflowed;
     a2c_map *wakes; /* key -> queued wake entry */
+    a2c_hist *latency;
 };
 
 a2c_queue *a2c_queue_new(size_t limit)
@@ -111,9 +115,24 @@ static int admit(a2c_queue *q)
     return A2C_QUEUE_QUEUED;
 }
 
+void a2c_queue_set_latency(a2c_queue *q, struct a2c_hist *h)
+{
+    if (q)
+        q->latency = h;
+}
+
 int a2c_queue_push_wake(a2c_queue *q, const char *consumer, const char *session,
                         const char *cursor, int64_t head, uint64_t lsn,
                         uint64_t xid)
+{
+    return a2c_queue_push_wake_at(q, consumer, session, cursor, head, lsn, xid,
+                                  0);
+}
+
+int a2c_queue_push_wake_at(a2c_queue *q, const char *consumer,
+                           const char *session, const char *cursor,
+                           int64_t head, uint64_t lsn, uint64_t xid,
+                           int64_t commit_us)
 {
     size_t lc, ls, lk, klen;
     entry *e;
@@ -143,6 +162,8 @@ int a2c_queue_push_wake(a2c_queue *q, const char *consumer, const char *session,
              * another under its lock. A timer's wake-up has none. */
             if (xid)
                 e->xid = xid;
+            if (commit_us > 0 && (!e->commit_us || commit_us < e->commit_us))
+                e->commit_us = commit_us;
             return A2C_QUEUE_COALESCED;
         }
         if ((rc = admit(q)) != A2C_QUEUE_QUEUED)
@@ -155,6 +176,7 @@ int a2c_queue_push_wake(a2c_queue *q, const char *consumer, const char *session,
         e->head = head;
         e->lsn = lsn;
         e->xid = xid;
+        e->commit_us = commit_us > 0 ? commit_us : 0;
         e->klen = klen;
         memcpy(e->data, key, klen + 1);
         if (a2c_map_put(q->wakes, e->data, klen, e, NULL) != 0) {
@@ -206,6 +228,7 @@ int a2c_queue_drain(a2c_queue *q, a2_wire_buf *out, size_t max_bytes,
                     uint64_t *sent)
 {
     int moved = 0;
+    int64_t now_us = 0;
 
     if (!q || !out)
         return A2C_QUEUE_EINVAL;
@@ -227,6 +250,11 @@ int a2c_queue_drain(a2c_queue *q, a2_wire_buf *out, size_t max_bytes,
                 return moved ? moved : A2C_QUEUE_ENOMEM;
             a2c_map_del(q->wakes, e->data, e->klen);
             /* other encode errors cannot happen (lengths were checked) */
+            if (q->latency && e->commit_us > 0) {
+                if (!now_us)
+                    now_us = a2__real_us();
+                a2c_hist_observe(q->latency, now_us - e->commit_us);
+            }
         } else {
             size_t before = out->len;
             a2_wire_buf one = {e->data, e->len, e->len};

@@ -42,6 +42,18 @@ void a2c_queue_free(a2c_queue *q); /* NULL-safe */
 int a2c_queue_push_wake(a2c_queue *q, const char *consumer, const char *session,
                         const char *cursor, int64_t head, uint64_t lsn,
                         uint64_t xid);
+/* The same for a wake-up of the commit made at commit_us (µs since the Unix
+ * epoch; 0: none, a timer's): a coalesced wake keeps the earliest commit
+ * time it stands for. */
+int a2c_queue_push_wake_at(a2c_queue *q, const char *consumer,
+                           const char *session, const char *cursor,
+                           int64_t head, uint64_t lsn, uint64_t xid,
+                           int64_t commit_us);
+
+/* Where a2c_queue_drain counts, for each wake frame it moves that carries a
+ * commit time, the time from that commit to the move (NULL: nowhere). */
+struct a2c_hist;
+void a2c_queue_set_latency(a2c_queue *q, struct a2c_hist *h);
 /* Any other message, encoded now. */
 int a2c_queue_push(a2c_queue *q, const a2_wire_msg *m);
 

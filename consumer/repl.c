@@ -8,6 +8,7 @@
 #include "../store/conn.h"
 #include "apply.h"
 #include "audit.h"
+#include "backlog.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -331,6 +332,46 @@ int a2c_db_wal_position_send(PGconn *db, char *err, size_t errlen)
 {
     return send_message(db, "select pg_current_wal_lsn()::text", NULL,
                         "read the server's WAL position", err, errlen);
+}
+
+int a2c_db_backlog_send(PGconn *db, long max_markers, char *err, size_t errlen)
+{
+    char cap[24];
+    snprintf(cap, sizeof cap, "%ld", max_markers);
+    return send_message(db, a2c_backlog_sql, cap, "read the backlog", err,
+                        errlen);
+}
+
+int a2c_db_result_poll(PGconn *db, const char *what, PGresult **out, char *err,
+                       size_t errlen)
+{
+    const char *why = NULL;
+    PGresult *res = NULL;
+    if (PQflush(db) < 0 || !PQconsumeInput(db)) {
+        why = PQerrorMessage(db);
+    } else {
+        while (!PQisBusy(db)) {
+            res = PQgetResult(db);
+            if (!res)
+                return 0;
+            if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+                why = PQresultErrorMessage(res);
+                break;
+            }
+            PQclear(*out);
+            *out = res;
+            res = NULL;
+        }
+        if (!why)
+            return 1;
+    }
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "could not %s: ", what);
+    one_line(err, errlen, prefix, why);
+    PQclear(res);
+    PQclear(*out);
+    *out = NULL;
+    return -1;
 }
 
 int a2c_db_message_poll(PGconn *db, const char *what, char *value,

@@ -1,9 +1,10 @@
 /*
  * The database side of a2-consumer: the startup checks, the normal
  * connection (the timer rebuild query, the /metrics WAL position), the
- * connection of the heartbeats and presence expiry ticks, and the logical
- * replication connection (slot, START_REPLICATION, CopyBoth messages,
- * standby status updates). Follows pg_recvlogical's protocol handling.
+ * connection of the heartbeats and presence expiry ticks, the backlog
+ * reads' connection, and the logical replication connection (slot,
+ * START_REPLICATION, CopyBoth messages, standby status updates). Follows
+ * pg_recvlogical's protocol handling.
  *
  * Errors come back as one line in err, PostgreSQL style; *sqlstate (when
  * asked for) gets the server's SQLSTATE ("" when none).
@@ -78,6 +79,17 @@ int a2c_db_expire_tick_send(PGconn *db, const char *secret, int64_t now_ms,
 /* pg_current_wal_lsn(), for the lag metric: its value comes back through
  * a2c_db_message_poll's value. */
 int a2c_db_wal_position_send(PGconn *db, char *err, size_t errlen);
+
+/* The backlog read (consumer/backlog.sql, at most max_markers clear
+ * markers), sent the same way; its rows come back through
+ * a2c_db_result_poll. */
+int a2c_db_backlog_send(PGconn *db, long max_markers, char *err, size_t errlen);
+
+/* Reads what arrived for a sent query: 1 while its result is still to come,
+ * 0 once it is done (*out: its last result with rows, for the caller to
+ * PQclear; NULL when none), -1 when it failed (as a2c_db_message_poll). */
+int a2c_db_result_poll(PGconn *db, const char *what, PGresult **out, char *err,
+                       size_t errlen);
 
 /* Reads what arrived for a sent message: 1 while its result is still to
  * come, 0 once it is done (the first value of its first row in value, when

@@ -27,6 +27,7 @@
 
 #include "../common/clock.h"
 #include "a2/wire.h"
+#include "metrics.h"
 #include "queue.h"
 #include "route.h"
 #include "server.h"
@@ -144,6 +145,7 @@ struct a2c_server {
     uint64_t overflows;
     uint64_t protocol_errors;
     uint64_t sent[32]; /* frames written to sockets' buffers, by a2_wire_type */
+    a2c_hist wake_latency; /* commit -> wake frame moved to a socket */
     /* scratch for routing */
     a2c_route_cand *cands;
     worker **cw;
@@ -915,6 +917,7 @@ static void on_accept(a2c_server *srv, handle *l)
         srv->connections++;
         w->rd = a2_wire_reader_new(A2_WIRE_FROM_WORKER);
         w->q = a2c_queue_new(srv->queue_limit);
+        a2c_queue_set_latency(w->q, &srv->wake_latency);
         w->routed = a2c_map_new();
         ev.events = EPOLLIN;
         ev.data.ptr = &w->h;
@@ -1321,27 +1324,46 @@ void a2c_server_set_lsn(a2c_server *srv, uint64_t lsn)
 
 /* ---- what the daemon sends ---- */
 
-/* To one candidate by rendezvous (remembering the session), or to all. */
-static void route_msg(a2c_server *srv, const char *consumer,
-                      const char *session, const char *type,
-                      const a2_wire_msg *m)
+/* Queues the wake m of the commit made at commit_us for w. */
+static void push_wake(a2c_server *srv, worker *w, const a2_wire_msg *m,
+                      int64_t commit_us)
 {
-    size_t n = candidates(srv, consumer, type);
+    int rc = a2c_queue_push_wake_at(w->q, m->consumer, m->session, m->cursor,
+                                    m->head, m->lsn, m->xid, commit_us);
+    if (rc == A2C_QUEUE_OVERFLOW)
+        srv->overflows++;
+    if (rc >= 0 && !w->epout)
+        dirty_add(srv, w);
+}
+
+/* A wake to one candidate by rendezvous (remembering the session), or to
+ * all. */
+static void route_wake(a2c_server *srv, const a2_wire_msg *m, int64_t commit_us)
+{
+    size_t n = candidates(srv, m->consumer, NULL);
     if (n == 0)
         return;
     if (srv->route == A2C_ROUTE_BROADCAST) {
         for (size_t k = 0; k < n; k++)
-            (void)push(srv, srv->cw[k], m);
+            push_wake(srv, srv->cw[k], m, commit_us);
         return;
     }
-    size_t k = a2c_route_pick(srv->cands, n, session);
-    note_routed(srv->cw[k], consumer, session);
-    (void)push(srv, srv->cw[k], m);
+    size_t k = a2c_route_pick(srv->cands, n, m->session);
+    note_routed(srv->cw[k], m->consumer, m->session);
+    push_wake(srv, srv->cw[k], m, commit_us);
 }
 
 void a2c_server_wake(a2c_server *srv, const char *consumer, const char *session,
                      const char *cursor_key, int64_t head, uint64_t lsn,
                      uint64_t xid)
+{
+    a2c_server_wake_at(srv, consumer, session, cursor_key, head, lsn, xid, 0);
+}
+
+void a2c_server_wake_at(a2c_server *srv, const char *consumer,
+                        const char *session, const char *cursor_key,
+                        int64_t head, uint64_t lsn, uint64_t xid,
+                        int64_t commit_us)
 {
     a2_wire_msg m = {.type = A2_WIRE_WAKE,
                      .consumer = consumer,
@@ -1352,7 +1374,7 @@ void a2c_server_wake(a2c_server *srv, const char *consumer, const char *session,
                      .xid = xid};
     if (!srv || !consumer || !session || !cursor_key)
         return;
-    route_msg(srv, consumer, session, NULL, &m);
+    route_wake(srv, &m, commit_us);
 }
 
 /* ---- the log index ---- */
@@ -1599,6 +1621,7 @@ void a2c_server_get_stats(const a2c_server *srv, a2c_server_stats *out)
     out->connections = srv->connections;
     out->refused = srv->refused;
     out->auth_failures = srv->auth_failures;
+    out->wake_latency = srv->wake_latency;
     if (srv->log_built && srv->log_gen == srv->gen) {
         out->log_consumers = a2c_map_count(srv->log_groups);
     } else {

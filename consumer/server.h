@@ -47,6 +47,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "metrics.h"
+
 typedef struct a2c_server a2c_server;
 
 typedef enum {
@@ -104,6 +106,10 @@ typedef struct {
     uint64_t auth_failures; /* hellos with a wrong or missing token */
     uint64_t log_consumers; /* log consumers with a live subscriber */
     uint64_t log_checks;    /* subscriptions looked at to route `log`s */
+    /* From a wake-up's commit (its time in the stream) to its frame moved
+     * to the worker's socket, when wakes_sent counts it; wake-ups of
+     * timers carry no commit and are not in it. */
+    a2c_hist wake_latency;
 } a2c_server_stats;
 
 /*
@@ -144,6 +150,15 @@ void a2c_server_set_lsn(a2c_server *srv, uint64_t lsn);
 void a2c_server_wake(a2c_server *srv, const char *consumer, const char *session,
                      const char *cursor_key, int64_t head, uint64_t lsn,
                      uint64_t xid);
+
+/* a2c_server_wake for a commit made at commit_us (µs since the Unix epoch,
+ * from the stream; 0: none), whose time to the socket stats.wake_latency
+ * counts. A wake coalesced in a worker's queue counts once, from the
+ * earliest commit it stands for. */
+void a2c_server_wake_at(a2c_server *srv, const char *consumer,
+                        const char *session, const char *cursor_key,
+                        int64_t head, uint64_t lsn, uint64_t xid,
+                        int64_t commit_us);
 
 /* `log`, for an event of type: to every log consumer that a live worker
  * follows type for (nil log_types = every type; a subscriber without

@@ -5,8 +5,25 @@
 #                           rate from a 20000-transaction backlog against
 #                           pg_recvlogical (tests/integration/
 #                           test_consumer_latency.c prints the tables)
+#
+# The consumer's SQL lives in consumer/*.sql; each file NAME.sql is embedded
+# (deploy/embed-sql) as `const char a2c_NAME_sql[]` in the consumer's
+# archive.
 
 .PHONY: consumer-latency
+
+CONSUMER_SQL_OBJS := $(patsubst consumer/%.sql,$(B)/obj/gen/consumer_%_sql.o,\
+                       $(wildcard consumer/*.sql))
+
+build/gen/consumer_%_sql.c: consumer/%.sql deploy/embed-sql
+	@mkdir -p $(dir $@)
+	deploy/embed-sql a2c_$*_sql $< > $@.tmp && mv $@.tmp $@
+
+$(B)/obj/gen/consumer_%_sql.o: build/gen/consumer_%_sql.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(B)/lib/liba2consumer_int.a: $(CONSUMER_SQL_OBJS)
 
 consumer-latency:
 	$(MAKE) VARIANT=release all build/release/tests/integration/test_consumer_latency
