@@ -31,6 +31,18 @@
  *  runner renews the lease of every unfinished head of the claim at a third
  *  of the ttl, on its own connection, so a long handler is never taken over.
  *
+ * And a scheduler built on the runner:
+ *
+ *  a2_worker_pool — N slots, each a thread with its own runner, fed by a
+ *  table of sessions: the caller hands it what its a2_worker reports
+ *  (a2_worker_pool_event), and the pool runs each named session on a free
+ *  slot, one slot per session at a time, in the order they were named. A
+ *  session named again while it waits is run once; named while it runs, it
+ *  runs once more afterwards. A busy session is run again when its retry
+ *  hold ends, a failed run a second later, and a wake-up without a
+ *  transaction id that found nothing is looked at again after 20, 40 and
+ *  80 ms (a wake-up with one makes the store wait for its commit instead).
+ *
  * Errors: functions return 0 (or a count) or a negative A2_WORKER_E* code,
  * with a one-line reason from the object's last_error or the caller's err
  * buffer. Nothing here prints, exits or aborts; diagnostics go to the
@@ -38,7 +50,10 @@
  *
  * Threading: an a2_worker is used from one thread. A runner is used from one
  * thread at a time (its renewal thread is internal); a2_worker_runner_stop is
- * the exception and may be called from any thread or a signal handler.
+ * the exception and may be called from any thread or a signal handler. A
+ * pool owns its threads (one per slot, and one for its timers); it is fed
+ * from one thread (typically the one that drives the a2_worker), and its
+ * handler is called on the slot threads.
  */
 #ifndef A2_WORKER_H
 #define A2_WORKER_H
@@ -71,6 +86,7 @@
 /* Limits. */
 #define A2_WORKER_MAX_SUBSCRIPTIONS 64
 #define A2_WORKER_MAX_ERROR_TEXT    4096 /* bytes of a failure text kept */
+#define A2_WORKER_MAX_SLOTS         256  /* slots of a pool */
 
 /* A diagnostic line (no newline), for the caller to print or drop. */
 typedef void (*a2_worker_log_fn)(void *ctx, const char *line);
@@ -332,5 +348,129 @@ const char *a2_worker_runner_last_error(const a2_worker_runner *r);
 A2_WORKER_MUST_CHECK int
 a2_worker_runner_pending(a2_worker_runner *r,
                          void (*fn)(void *ctx, const char *session), void *ctx);
+
+/* ── the pool: sessions scheduled over N runners ───────────────────────── */
+
+typedef struct a2_worker_pool a2_worker_pool;
+
+/*
+ * A pool's handler: as a2_worker_handler, called on the thread of slot
+ * (1..slots, as in the slot's holder "<name>/<slot>"). A slot runs one
+ * handler at a time, so per-slot state indexed by slot needs no lock.
+ */
+typedef int (*a2_worker_pool_handler)(void *ctx, int slot, const a2_head *head,
+                                      a2_worker_reply *reply);
+
+typedef struct a2_worker_pool_options {
+    const char *db;   /* conninfo ("" or NULL: PG* variables) */
+    const char *name; /* slot N's holder: "<name>/<N>"; NULL: "<host>:<pid>" */
+    const a2_consumer *consumers; /* served consumers (copied); required */
+    size_t nconsumers;
+    int slots; /* 1..A2_WORKER_MAX_SLOTS; 0: 1 */
+    /* As a2_worker_runner_options, for every slot's runner. */
+    int64_t ttl_ms;
+    int max_failures;
+    int64_t retry_after_ms;
+    a2_worker_pool_handler handler; /* required */
+    void *ctx;
+    /* The pool's problems: a run that failed (the runner's last_error), a
+     * resync that failed, no memory to queue a session. NULL: none. Called
+     * on the slot threads and the feeding thread. */
+    a2_worker_log_fn log;
+    void *log_ctx;
+    /* Every runner's diagnostics (a2_worker_runner_options.log): completed,
+     * failed, dead-lettered, lease renewals that failed. NULL: none. */
+    a2_worker_log_fn runner_log;
+    void *runner_log_ctx;
+} a2_worker_pool_options;
+
+/*
+ * A pool: a runner per slot (two store connections each, see
+ * a2_worker_runner_new) and its thread, and the timer thread. NULL with the
+ * reason in err (bad options, a runner that could not connect, a thread
+ * that could not start). Options are copied.
+ */
+a2_worker_pool *a2_worker_pool_new(const a2_worker_pool_options *opts,
+                                   char *err, size_t errlen);
+
+/* a2_worker_pool_stop, then frees everything. NULL-safe. */
+void a2_worker_pool_free(a2_worker_pool *p);
+
+/*
+ * What an a2_worker reported, for the pool: WAKE and LOG run the session
+ * (a2_worker_pool_wake, LOG with wake_log), SWEEP runs it
+ * (a2_worker_pool_queue), RESYNC runs the sessions it names, or, with
+ * all_sessions, those the store reports pending (a2_worker_pool_resync).
+ * SWEEP and a RESYNC's sessions start the log cursors' runs when
+ * ev->consumer is a log consumer. Events of a consumer the pool does not
+ * serve, and the other types, are ignored. Returns 0 or a negative code as
+ * the call it makes.
+ */
+int a2_worker_pool_event(a2_worker_pool *p, const a2_worker_event *ev);
+
+/*
+ * Runs session because a2-consumer named it: with a2_worker_runner_run_woken
+ * (one claim round), xid its wake-up's commit (a2_worker_event.xid, 0:
+ * none), wake_log to bring the log cursors up to date first. A session
+ * already queued is run once, with the latest xid and either wake_log; one
+ * running is run once more when its run ends. Returns 0,
+ * A2_WORKER_ESTOPPED, A2_WORKER_ENOMEM or A2_WORKER_EINVAL. Any thread.
+ */
+int a2_worker_pool_wake(a2_worker_pool *p, const char *session, bool wake_log,
+                        uint64_t xid);
+
+/*
+ * Runs session to its end with a2_worker_runner_run: for a session found by
+ * a sweep or a resync, which no wake-up announced. Merged as
+ * a2_worker_pool_wake; a session a wake-up named stays woken until its runs
+ * end. Same returns. Any thread.
+ */
+int a2_worker_pool_queue(a2_worker_pool *p, const char *session, bool wake_log);
+
+/*
+ * Queues every session where consumer (one the pool serves; NULL: every
+ * served consumer) has pending work, paging a2_store_pending_sessions on a
+ * connection of the pool's own (opened on first use, on the caller's
+ * thread). *sessions (may be NULL): how many were found, also when a page
+ * failed. Returns 0, A2_WORKER_ESTORE (logged as "could not resync: ..."),
+ * A2_WORKER_EINVAL (a consumer not served) or A2_WORKER_ESTOPPED.
+ */
+int a2_worker_pool_resync(a2_worker_pool *p, const char *consumer,
+                          size_t *sessions);
+
+/*
+ * Stops: no run starts any more, every run in progress ends after the heads
+ * it has claimed (a2_worker_runner_stop), and waits for them; what was
+ * queued or on a timer is dropped, and the runners' connections closed.
+ * Later calls to wake, queue and resync return A2_WORKER_ESTOPPED. Not from
+ * a handler. NULL-safe; a second call does nothing.
+ */
+void a2_worker_pool_stop(a2_worker_pool *p);
+
+/* Counters and the table's state now. */
+typedef struct a2_worker_pool_stats {
+    size_t sessions;      /* known: queued, running or on a timer */
+    size_t queued;        /* waiting for a free slot */
+    size_t running;       /* being run by a slot */
+    size_t timers;        /* waiting for a timer (retry hold, recheck, error) */
+    uint64_t runs;        /* runs ended */
+    uint64_t woken_runs;  /* of which one claim round (a wake-up) */
+    uint64_t failed_runs; /* ended with an error, run again after 1 s */
+    uint64_t merged;      /* wakes and queues merged into a session already
+                             queued or running */
+    uint64_t timer_runs;  /* runs queued by a timer */
+    uint64_t rechecks;    /* looks again at a wake-up that found nothing */
+    /* a2_worker_run_stats summed over the runs */
+    uint64_t claimed;
+    uint64_t completed;
+    uint64_t failed;
+    uint64_t dead_lettered;
+    uint64_t superseded;
+    uint64_t renewals;
+    uint64_t visibility_waits;
+} a2_worker_pool_stats;
+
+/* Fills *out (zeros for a NULL pool). Any thread. */
+void a2_worker_pool_get_stats(a2_worker_pool *p, a2_worker_pool_stats *out);
 
 #endif

@@ -1,9 +1,12 @@
 /*
- * a2-worker's decision after a run (worker/sched.h): rechecks after a
- * wake-up that found nothing, retries, and keeping a log wake-up until a
- * run ends with nothing left to do.
+ * The pool's table of sessions (worker/sched.h, internal to liba2worker):
+ * the decision after a run (rechecks after a wake-up that found nothing,
+ * retries, and keeping a log wake-up until a run ends with nothing left to
+ * do), and the ready queue and timers that apply it.
  */
 #include "../../worker/sched.h"
+
+#include <stdio.h>
 
 /* clang-format off */
 #include <stdarg.h>
@@ -13,30 +16,30 @@
 /* clang-format on */
 
 /* A log wake-up without an xid whose run claimed nothing (its commit maybe
- * not yet visible to the worker's snapshot) is looked at again after 20, 40 and 80 ms, each
- * time with the log cursors' runs started again: the run that took the
- * wake-up may have started none. */
+ * not yet visible to the worker's snapshot) is looked at again after 20, 40 and
+ * 80 ms, each time with the log cursors' runs started again: the run that took
+ * the wake-up may have started none. */
 static void test_recheck_keeps_log_wake(void **state)
 {
     (void)state;
-    a2w_ran r = {.hinted = 1, .claimed = 0, .wake_log = 1};
+    a2w__ran r = {.hinted = 1, .claimed = 0, .wake_log = 1};
     const int64_t delays[] = {20, 40, 80};
     for (int i = 0; i < 3; i++) {
         r.rechecks = i;
-        a2w_next n = a2w_after_run(&r);
+        a2w__next n = a2w__after_run(&r);
         assert_int_equal(n.kind, A2W_TIMER);
         assert_int_equal(n.delay_ms, delays[i]);
         assert_int_equal(n.recheck, 1);
         assert_int_equal(n.wake_log, 1);
     }
     r.rechecks = 3;
-    a2w_next n = a2w_after_run(&r);
+    a2w__next n = a2w__after_run(&r);
     assert_int_equal(n.kind, A2W_DONE);
     assert_int_equal(n.wake_log, 0);
     /* a plain wake-up is rechecked without the log step */
     r.rechecks = 0;
     r.wake_log = 0;
-    n = a2w_after_run(&r);
+    n = a2w__after_run(&r);
     assert_int_equal(n.kind, A2W_TIMER);
     assert_int_equal(n.wake_log, 0);
 }
@@ -46,25 +49,25 @@ static void test_recheck_keeps_log_wake(void **state)
 static void test_reschedules_keep_log_wake(void **state)
 {
     (void)state;
-    a2w_ran again = {.again = 1, .hinted = 1, .claimed = 2, .wake_log = 1};
-    a2w_next n = a2w_after_run(&again);
+    a2w__ran again = {.again = 1, .hinted = 1, .claimed = 2, .wake_log = 1};
+    a2w__next n = a2w__after_run(&again);
     assert_int_equal(n.kind, A2W_RUN_AGAIN);
     assert_int_equal(n.wake_log, 1);
 
-    a2w_ran failed = {.failed = 1, .hinted = 1, .wake_log = 1};
-    n = a2w_after_run(&failed);
+    a2w__ran failed = {.failed = 1, .hinted = 1, .wake_log = 1};
+    n = a2w__after_run(&failed);
     assert_int_equal(n.kind, A2W_TIMER);
     assert_int_equal(n.delay_ms, A2W_STORE_RETRY_MS);
     assert_int_equal(n.recheck, 0);
     assert_int_equal(n.wake_log, 1);
 
-    a2w_ran retry = {.retry_at = 10250, .now = 10000, .wake_log = 1};
-    n = a2w_after_run(&retry);
+    a2w__ran retry = {.retry_at = 10250, .now = 10000, .wake_log = 1};
+    n = a2w__after_run(&retry);
     assert_int_equal(n.kind, A2W_TIMER);
     assert_int_equal(n.delay_ms, 255);
     assert_int_equal(n.wake_log, 1);
     retry.now = 10260; /* already due */
-    n = a2w_after_run(&retry);
+    n = a2w__after_run(&retry);
     assert_int_equal(n.delay_ms, 5);
 }
 
@@ -72,20 +75,241 @@ static void test_reschedules_keep_log_wake(void **state)
 static void test_settled(void **state)
 {
     (void)state;
-    a2w_ran claimed = {.hinted = 1, .claimed = 1, .wake_log = 1};
-    a2w_next n = a2w_after_run(&claimed);
+    a2w__ran claimed = {.hinted = 1, .claimed = 1, .wake_log = 1};
+    a2w__next n = a2w__after_run(&claimed);
     assert_int_equal(n.kind, A2W_DONE);
     assert_int_equal(n.wake_log, 0);
-    a2w_ran swept = {.hinted = 0, .claimed = 0};
-    n = a2w_after_run(&swept);
+    a2w__ran swept = {.hinted = 0, .claimed = 0};
+    n = a2w__after_run(&swept);
     assert_int_equal(n.kind, A2W_DONE);
     /* a run that waited for its wake-up's commit saw it: nothing to look
      * at again */
-    a2w_ran waited = {.hinted = 1, .claimed = 0, .waited = 1, .wake_log = 1};
-    n = a2w_after_run(&waited);
+    a2w__ran waited = {.hinted = 1, .claimed = 0, .waited = 1, .wake_log = 1};
+    n = a2w__after_run(&waited);
     assert_int_equal(n.kind, A2W_DONE);
     assert_int_equal(n.recheck, 0);
     assert_int_equal(n.wake_log, 0);
+}
+
+/* ── the table: the ready queue, merging, timers ──────────────────────── */
+
+static a2w__job *take(a2w__sched *s, const char *session, a2w__run *run)
+{
+    a2w__job *j = a2w__sched_take(s, run);
+    assert_non_null(j);
+    assert_string_equal(run->session, session);
+    return j;
+}
+
+static a2w__next done(a2w__sched *s, a2w__job *j, int claimed, int failed,
+                      int64_t retry_at, int64_t now)
+{
+    a2w__run_end end = {
+            .failed = failed, .retry_at = retry_at, .claimed = claimed};
+    return a2w__sched_done(s, j, &end, 100000 + now, now);
+}
+
+/* Sessions run in the order they were named, each once however often it
+ * was named while it waited; the latest xid and any wake_log are kept. */
+static void test_fifo_and_merging(void **state)
+{
+    (void)state;
+    a2w__sched *s = a2w__sched_new();
+    assert_non_null(s);
+    assert_int_equal(a2w__sched_add(s, "a", 0, 1, 5), 1);
+    assert_int_equal(a2w__sched_add(s, "b", 0, 0, 0), 1);
+    assert_int_equal(a2w__sched_add(s, "c", 0, 1, 0), 1);
+    assert_int_equal(a2w__sched_add(s, "a", 1, 1, 7), 0); /* merged */
+    assert_int_equal(a2w__sched_add(s, "a", 0, 1, 0), 0); /* xid kept */
+    a2_worker_pool_stats st = {0};
+    a2w__sched_counts(s, &st);
+    assert_int_equal(st.sessions, 3);
+    assert_int_equal(st.queued, 3);
+    assert_int_equal(st.merged, 2);
+
+    a2w__run run;
+    a2w__job *a = take(s, "a", &run);
+    assert_int_equal(run.woken, 1);
+    assert_int_equal(run.wake_log, 1);
+    assert_int_equal(run.xid, 7);
+    a2w__job *b = take(s, "b", &run);
+    assert_int_equal(run.woken, 0); /* a sweep or resync: a full run */
+    assert_int_equal(run.xid, 0);
+    a2w__job *c = take(s, "c", &run);
+    assert_null(a2w__sched_take(s, &run));
+    a2w__sched_counts(s, &st);
+    assert_int_equal(st.running, 3);
+    assert_int_equal(st.queued, 0);
+
+    /* Each ends with its work done: forgotten. */
+    assert_int_equal(done(s, a, 1, 0, 0, 0).kind, A2W_DONE);
+    assert_int_equal(done(s, b, 0, 0, 0, 0).kind, A2W_DONE);
+    assert_int_equal(done(s, c, 1, 0, 0, 0).kind, A2W_DONE);
+    a2w__sched_counts(s, &st);
+    assert_int_equal(st.sessions, 0);
+    assert_int_equal(st.running, 0);
+    a2w__sched_free(s);
+}
+
+/* A session named while it runs is not run twice at once: it runs once
+ * more when its run ends, behind what was queued meanwhile. */
+static void test_named_while_running(void **state)
+{
+    (void)state;
+    a2w__sched *s = a2w__sched_new();
+    assert_int_equal(a2w__sched_add(s, "a", 0, 1, 0), 1);
+    a2w__run run;
+    a2w__job *a = take(s, "a", &run);
+    assert_int_equal(a2w__sched_add(s, "a", 1, 1, 9), 0);
+    assert_int_equal(a2w__sched_add(s, "a", 0, 1, 0), 0);
+    assert_int_equal(a2w__sched_add(s, "b", 0, 1, 0), 1);
+    a2w__next n = done(s, a, 1, 0, 0, 0);
+    assert_int_equal(n.kind, A2W_RUN_AGAIN);
+    a2w__job *b = take(s, "b", &run);
+    a = take(s, "a", &run);
+    assert_int_equal(run.wake_log, 1);
+    assert_int_equal(run.xid, 9);
+    assert_int_equal(done(s, b, 1, 0, 0, 0).kind, A2W_DONE);
+    assert_int_equal(done(s, a, 1, 0, 0, 0).kind, A2W_DONE);
+    a2w__sched_free(s);
+}
+
+/* Timers: a wake-up without an xid that found nothing is looked at again
+ * after 20, 40 and 80 ms, then forgotten; one with an xid is not (the
+ * store waited for its commit). Due timers join the queue in one go. */
+static void test_recheck_timers(void **state)
+{
+    (void)state;
+    a2w__sched *s = a2w__sched_new();
+    a2w__run run;
+    int64_t now = 1000, next = 0;
+    assert_int_equal(a2w__sched_add(s, "a", 1, 1, 0), 1);
+    const int64_t delays[] = {20, 40, 80};
+    for (int i = 0; i < 3; i++) {
+        a2w__job *a = take(s, "a", &run);
+        assert_int_equal(run.wake_log, 1); /* kept for each recheck */
+        a2w__next n = done(s, a, 0, 0, 0, now);
+        assert_int_equal(n.kind, A2W_TIMER);
+        assert_int_equal(n.delay_ms, delays[i]);
+        assert_int_equal(a2w__sched_fire(s, now + delays[i] - 1, &next), 0);
+        assert_int_equal(next, now + delays[i]);
+        assert_null(a2w__sched_take(s, &run));
+        now += delays[i];
+        assert_int_equal(a2w__sched_fire(s, now, &next), 1);
+        assert_int_equal(next, -1);
+    }
+    a2w__job *a = take(s, "a", &run);
+    assert_int_equal(done(s, a, 0, 0, 0, now).kind, A2W_DONE);
+
+    /* With the wake-up's xid: nothing to look at again. */
+    assert_int_equal(a2w__sched_add(s, "x", 0, 1, 42), 1);
+    a2w__job *x = take(s, "x", &run);
+    assert_int_equal(run.xid, 42);
+    assert_int_equal(done(s, x, 0, 0, 0, now).kind, A2W_DONE);
+    /* A run nobody woke that found nothing: forgotten. */
+    assert_int_equal(a2w__sched_add(s, "y", 0, 0, 0), 1);
+    a2w__job *y = take(s, "y", &run);
+    assert_int_equal(done(s, y, 0, 0, 0, now).kind, A2W_DONE);
+
+    a2_worker_pool_stats st = {0};
+    a2w__sched_counts(s, &st);
+    assert_int_equal(st.rechecks, 3);
+    assert_int_equal(st.timer_runs, 3);
+    assert_int_equal(st.sessions, 0);
+    a2w__sched_free(s);
+}
+
+/* A busy session runs again at its retry_at (+5 ms), a failed run after
+ * A2W_STORE_RETRY_MS; a wake-up meanwhile runs it at once and cancels the
+ * timer. */
+static void test_retry_and_failure_timers(void **state)
+{
+    (void)state;
+    a2w__sched *s = a2w__sched_new();
+    a2w__run run;
+    int64_t next = 0;
+    assert_int_equal(a2w__sched_add(s, "busy", 0, 1, 0), 1);
+    assert_int_equal(a2w__sched_add(s, "down", 0, 1, 0), 1);
+    a2w__job *busy = take(s, "busy", &run);
+    a2w__job *down = take(s, "down", &run);
+    /* now_real is 100000 + now_mono (done above): due in 250 ms */
+    a2w__next n = done(s, busy, 1, 0, 100000 + 250, 0);
+    assert_int_equal(n.kind, A2W_TIMER);
+    assert_int_equal(n.delay_ms, 255);
+    n = done(s, down, 0, 1, 0, 0);
+    assert_int_equal(n.kind, A2W_TIMER);
+    assert_int_equal(n.delay_ms, A2W_STORE_RETRY_MS);
+    a2_worker_pool_stats st = {0};
+    a2w__sched_counts(s, &st);
+    assert_int_equal(st.timers, 2);
+    assert_int_equal(st.sessions, 2);
+
+    assert_int_equal(a2w__sched_fire(s, 254, &next), 0);
+    assert_int_equal(next, 255);
+    assert_int_equal(a2w__sched_fire(s, 255, &next), 1);
+    assert_int_equal(next, A2W_STORE_RETRY_MS);
+    busy = take(s, "busy", &run);
+    assert_int_equal(run.woken, 1); /* still the wake-up's session */
+    assert_int_equal(done(s, busy, 1, 0, 0, 300).kind, A2W_DONE);
+
+    /* A wake-up for "down" before its timer: queued now, timer dropped. */
+    assert_int_equal(a2w__sched_add(s, "down", 0, 1, 0), 1);
+    a2w__sched_counts(s, &st);
+    assert_int_equal(st.timers, 0);
+    down = take(s, "down", &run);
+    assert_int_equal(done(s, down, 1, 0, 0, 400).kind, A2W_DONE);
+    assert_int_equal(a2w__sched_fire(s, 5000, &next), 0);
+    assert_int_equal(next, -1);
+    assert_null(a2w__sched_take(s, &run));
+    a2w__sched_free(s);
+}
+
+/* Stopped: nothing is added or taken, and a run that ends is forgotten. */
+static void test_stop(void **state)
+{
+    (void)state;
+    a2w__sched *s = a2w__sched_new();
+    a2w__run run;
+    assert_int_equal(a2w__sched_add(s, "a", 0, 1, 0), 1);
+    assert_int_equal(a2w__sched_add(s, "b", 0, 1, 0), 1);
+    a2w__job *a = take(s, "a", &run);
+    assert_int_equal(a2w__sched_add(s, "a", 0, 1, 0), 0);
+    a2w__sched_stop(s);
+    assert_int_equal(a2w__sched_add(s, "c", 0, 1, 0), A2_WORKER_ESTOPPED);
+    assert_null(a2w__sched_take(s, &run));
+    assert_int_equal(done(s, a, 0, 1, 0, 0).kind, A2W_DONE);
+    a2_worker_pool_stats st = {0};
+    a2w__sched_counts(s, &st);
+    assert_int_equal(st.sessions, 1); /* b, freed with the table */
+    assert_int_equal(st.running, 0);
+    a2w__sched_free(s);
+    a2w__sched_free(NULL);
+}
+
+/* Many sessions: the table grows and keeps every one once, in order. */
+static void test_many_sessions(void **state)
+{
+    (void)state;
+    a2w__sched *s = a2w__sched_new();
+    char name[32];
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < 2000; i++) {
+            snprintf(name, sizeof name, "s-%d", i);
+            assert_int_equal(a2w__sched_add(s, name, 0, 1, 0),
+                             round == 0 ? 1 : 0);
+        }
+    a2w__run run;
+    for (int i = 0; i < 2000; i++) {
+        snprintf(name, sizeof name, "s-%d", i);
+        a2w__job *j = take(s, name, &run);
+        assert_int_equal(done(s, j, 1, 0, 0, 0).kind, A2W_DONE);
+    }
+    assert_null(a2w__sched_take(s, &run));
+    a2_worker_pool_stats st = {0};
+    a2w__sched_counts(s, &st);
+    assert_int_equal(st.sessions, 0);
+    assert_int_equal(st.merged, 2000);
+    a2w__sched_free(s);
 }
 
 int main(void)
@@ -94,6 +318,12 @@ int main(void)
             cmocka_unit_test(test_recheck_keeps_log_wake),
             cmocka_unit_test(test_reschedules_keep_log_wake),
             cmocka_unit_test(test_settled),
+            cmocka_unit_test(test_fifo_and_merging),
+            cmocka_unit_test(test_named_while_running),
+            cmocka_unit_test(test_recheck_timers),
+            cmocka_unit_test(test_retry_and_failure_timers),
+            cmocka_unit_test(test_stop),
+            cmocka_unit_test(test_many_sessions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,170 @@
+/*
+ * a2_worker_pool against a real store: a resync queues every pending
+ * session, at most `slots` handlers run at once (each on its slot's
+ * number), a failed run is retried on the pool's timer, a wake-up without
+ * an xid that finds nothing is looked at again three times, events of other
+ * consumers are ignored, sweeps and resyncs run, and a stopped pool refuses
+ * calls.
+ */
+#include "a2/worker.h"
+#include "a2test.h"
+/* clang-format off */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+/* clang-format on */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int slot_seen[8];
+static int calls;
+static int f_calls;
+static int running_now, max_running;
+
+static void append_for(const char *session, const char *consumer)
+{
+    a2_store *s = NULL;
+    a2_store_error err = {0};
+    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
+    a2_target t = {.consumer = consumer};
+    a2_append_event e = {
+            .type = "job", .payload = "{}", .targets = &t, .ntargets = 1};
+    a2_events out = {0};
+    assert_int_equal(a2_store_append(s, session, &e, 1, NULL, &out), 0);
+    a2_events_free(&out);
+    a2_store_close(s);
+}
+
+static int handler(void *ctx, int slot, const a2_head *h,
+                   a2_worker_reply *reply)
+{
+    (void)ctx;
+    pthread_mutex_lock(&mu);
+    assert_true(slot >= 1 && slot <= 3);
+    slot_seen[slot]++;
+    calls++;
+    running_now++;
+    if (running_now > max_running)
+        max_running = running_now;
+    int fail = strcmp(h->event.session_id, "f") == 0 && f_calls++ == 0;
+    pthread_mutex_unlock(&mu);
+    usleep(50000);
+    pthread_mutex_lock(&mu);
+    running_now--;
+    pthread_mutex_unlock(&mu);
+    if (fail) {
+        a2_worker_reply_error(reply, "first time fails");
+        return 1;
+    }
+    return 0;
+}
+
+static void logit(void *ctx, const char *line)
+{
+    (void)ctx;
+    fprintf(stderr, "log: %s\n", line);
+}
+
+static void wait_stats(a2_worker_pool *p, a2_worker_pool_stats *st,
+                       uint64_t completed, int ms)
+{
+    int64_t end = a2_test_now_ms() + ms;
+    for (;;) {
+        a2_worker_pool_get_stats(p, st);
+        if (st->completed >= completed && st->running == 0 && st->queued == 0)
+            return;
+        if (a2_test_now_ms() > end)
+            fail_msg("completed %llu of %llu",
+                     (unsigned long long)st->completed,
+                     (unsigned long long)completed);
+        usleep(10000);
+    }
+}
+
+static void test_pool(void **state)
+{
+    (void)state;
+    a2_consumer c = {.name = "pool"};
+    a2_worker_pool_options o = {.db = a2_test_db(),
+                                .name = "t",
+                                .consumers = &c,
+                                .nconsumers = 1,
+                                .slots = 3,
+                                .retry_after_ms = 200,
+                                .handler = handler,
+                                .log = logit};
+    char err[256];
+    a2_worker_pool *p = a2_worker_pool_new(&o, err, sizeof err);
+    assert_non_null(p);
+    for (int i = 0; i < 5; i++) {
+        char s[16];
+        snprintf(s, sizeof s, "s%d", i);
+        append_for(s, "pool");
+    }
+    append_for("f", "pool");
+    append_for("other", "nobody");
+    size_t n = 0;
+    assert_int_equal(a2_worker_pool_resync(p, NULL, &n), 0);
+    assert_int_equal(n, 6);
+    assert_int_equal(a2_worker_pool_resync(p, "nobody", &n), A2_WORKER_EINVAL);
+    a2_worker_pool_stats st;
+    wait_stats(p, &st, 6, 30000);
+    assert_int_equal(st.failed, 1);
+    assert_true(st.timer_runs >= 1);
+    assert_int_equal(st.sessions, 0);
+    assert_true(max_running >= 1 && max_running <= 3);
+    printf("slots %d %d %d, max_running %d, runs %llu timer_runs %llu\n",
+           slot_seen[1], slot_seen[2], slot_seen[3], max_running,
+           (unsigned long long)st.runs, (unsigned long long)st.timer_runs);
+
+    /* A wake-up with nothing there and no xid: rechecked 3 times. */
+    assert_int_equal(a2_worker_pool_wake(p, "empty", false, 0), 0);
+    int64_t end = a2_test_now_ms() + 20000;
+    do {
+        usleep(10000);
+        a2_worker_pool_get_stats(p, &st);
+    } while ((st.rechecks < 3 || st.sessions > 0) && a2_test_now_ms() < end);
+    assert_int_equal(st.rechecks, 3);
+    assert_int_equal(st.sessions, 0);
+
+    /* Events: another consumer's ignored, a sweep runs. */
+    append_for("sw", "pool");
+    a2_worker_event ev = {.type = A2_WORKER_EV_WAKE,
+                          .consumer = "nobody",
+                          .session = "other"};
+    assert_int_equal(a2_worker_pool_event(p, &ev), 0);
+    ev = (a2_worker_event){
+            .type = A2_WORKER_EV_SWEEP, .consumer = "pool", .session = "sw"};
+    assert_int_equal(a2_worker_pool_event(p, &ev), 0);
+    wait_stats(p, &st, 7, 30000);
+    const char *list[] = {"s1"};
+    append_for("s1", "pool");
+    ev = (a2_worker_event){.type = A2_WORKER_EV_RESYNC,
+                           .consumer = "pool",
+                           .sessions = list,
+                           .nsessions = 1};
+    assert_int_equal(a2_worker_pool_event(p, &ev), 0);
+    wait_stats(p, &st, 8, 30000);
+    append_for("s2", "pool");
+    ev = (a2_worker_event){.type = A2_WORKER_EV_RESYNC,
+                           .consumer = "pool",
+                           .all_sessions = true};
+    assert_int_equal(a2_worker_pool_event(p, &ev), 0);
+    wait_stats(p, &st, 9, 30000);
+    a2_worker_pool_stop(p);
+    assert_int_equal(a2_worker_pool_wake(p, "x", false, 0), A2_WORKER_ESTOPPED);
+    assert_int_equal(a2_worker_pool_resync(p, NULL, NULL), A2_WORKER_ESTOPPED);
+    a2_worker_pool_stop(p);
+    a2_worker_pool_free(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_pool)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,322 @@
+/*
+ * The pool's table of sessions: a hash table of jobs, the FIFO ready queue,
+ * the list of timers, and the decision after each run (sched.h).
+ */
+#include "sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct a2w__job {
+    char *session;
+    int wake_log;     /* run a2_store_wake_log first */
+    int queued;       /* in the ready queue */
+    int running;      /* a slot works it */
+    int again;        /* woken while running: run once more */
+    int64_t at;       /* timer (monotonic ms), 0: none */
+    int timed;        /* in the timer list (at may have been cancelled) */
+    int hinted;       /* a wake-up named work here */
+    int rechecks;     /* runs that found nothing after a wake-up */
+    uint64_t xid;     /* the latest wake-up's commit, which the next run
+                         waits for (0: none) */
+    int run_wake_log; /* the run in progress: its wake_log */
+    uint64_t run_xid; /* ... and its xid */
+    a2w__job *hnext;  /* hash chain */
+    a2w__job *rnext;  /* ready queue */
+    a2w__job *tnext;  /* timer list */
+};
+
+struct a2w__sched {
+    a2w__job **buckets; /* sessions by name */
+    size_t nbuckets;
+    size_t njobs;
+    a2w__job *ready_head; /* FIFO of sessions to run */
+    a2w__job *ready_tail;
+    size_t nqueued;
+    a2w__job *timed; /* sessions with a timer */
+    size_t nrunning;
+    int stopping;
+    uint64_t merged;
+    uint64_t timer_runs;
+    uint64_t rechecks;
+};
+
+a2w__next a2w__after_run(const a2w__ran *r)
+{
+    a2w__next n = {A2W_DONE, 0, 0, r->wake_log};
+    if (r->again) {
+        n.kind = A2W_RUN_AGAIN;
+    } else if (r->failed) {
+        n.kind = A2W_TIMER;
+        n.delay_ms = A2W_STORE_RETRY_MS;
+    } else if (r->retry_at > 0) {
+        int64_t due = r->retry_at - r->now;
+        n.kind = A2W_TIMER;
+        n.delay_ms = (due > 0 ? due : 0) + 5;
+    } else if (r->hinted && r->claimed == 0 && !r->waited &&
+               r->rechecks < A2W_WAKE_RECHECKS) {
+        n.kind = A2W_TIMER;
+        n.delay_ms = (int64_t)A2W_WAKE_RECHECK_MS << r->rechecks;
+        n.recheck = 1;
+    } else {
+        n.wake_log = 0;
+    }
+    return n;
+}
+
+/* ── the hash table ───────────────────────────────────────────────────── */
+
+static size_t hash_of(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return (size_t)h;
+}
+
+static a2w__job *find_job(const a2w__sched *s, const char *session)
+{
+    if (!s->nbuckets)
+        return NULL;
+    for (a2w__job *j = s->buckets[hash_of(session) & (s->nbuckets - 1)]; j;
+         j = j->hnext)
+        if (strcmp(j->session, session) == 0)
+            return j;
+    return NULL;
+}
+
+/* Adds a job for session to the table; NULL when out of memory. */
+static a2w__job *add_job(a2w__sched *s, const char *session)
+{
+    if (s->njobs >= s->nbuckets) {
+        size_t n = s->nbuckets ? s->nbuckets * 2 : 256;
+        a2w__job **nb = calloc(n, sizeof *nb);
+        if (!nb)
+            return NULL;
+        for (size_t i = 0; i < s->nbuckets; i++)
+            for (a2w__job *k = s->buckets[i], *next; k; k = next) {
+                next = k->hnext;
+                size_t b = hash_of(k->session) & (n - 1);
+                k->hnext = nb[b];
+                nb[b] = k;
+            }
+        free(s->buckets);
+        s->buckets = nb;
+        s->nbuckets = n;
+    }
+    a2w__job *j = calloc(1, sizeof *j);
+    if (!j || !(j->session = strdup(session))) {
+        free(j);
+        return NULL;
+    }
+    size_t b = hash_of(session) & (s->nbuckets - 1);
+    j->hnext = s->buckets[b];
+    s->buckets[b] = j;
+    s->njobs++;
+    return j;
+}
+
+/* Removes and frees a job that is not in the ready queue. */
+static void remove_job(a2w__sched *s, a2w__job *dead)
+{
+    for (a2w__job **p = &s->buckets[hash_of(dead->session) & (s->nbuckets - 1)];
+         *p; p = &(*p)->hnext)
+        if (*p == dead) {
+            *p = dead->hnext;
+            break;
+        }
+    if (dead->timed)
+        for (a2w__job **p = &s->timed; *p; p = &(*p)->tnext)
+            if (*p == dead) {
+                *p = dead->tnext;
+                break;
+            }
+    s->njobs--;
+    free(dead->session);
+    free(dead);
+}
+
+a2w__sched *a2w__sched_new(void)
+{
+    return calloc(1, sizeof(a2w__sched));
+}
+
+void a2w__sched_free(a2w__sched *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->nbuckets; i++)
+        for (a2w__job *k = s->buckets[i], *next; k; k = next) {
+            next = k->hnext;
+            free(k->session);
+            free(k);
+        }
+    free(s->buckets);
+    free(s);
+}
+
+/* ── the ready queue and the timers ───────────────────────────────────── */
+
+static void push_ready(a2w__sched *s, a2w__job *j)
+{
+    j->queued = 1;
+    j->rnext = NULL;
+    if (s->ready_tail)
+        s->ready_tail->rnext = j;
+    else
+        s->ready_head = j;
+    s->ready_tail = j;
+    s->nqueued++;
+}
+
+static a2w__job *pop_ready(a2w__sched *s)
+{
+    a2w__job *j = s->ready_head;
+    if (!j)
+        return NULL;
+    s->ready_head = j->rnext;
+    if (!s->ready_head)
+        s->ready_tail = NULL;
+    j->rnext = NULL;
+    j->queued = 0;
+    s->nqueued--;
+    return j;
+}
+
+static void set_timer(a2w__sched *s, a2w__job *j, int64_t at)
+{
+    j->at = at;
+    if (!j->timed) {
+        j->timed = 1;
+        j->tnext = s->timed;
+        s->timed = j;
+    }
+}
+
+int a2w__sched_add(a2w__sched *s, const char *session, int wake_log, int hinted,
+                   uint64_t xid)
+{
+    if (s->stopping)
+        return A2_WORKER_ESTOPPED;
+    a2w__job *j = find_job(s, session);
+    if (!j && !(j = add_job(s, session)))
+        return A2_WORKER_ENOMEM;
+    j->wake_log |= wake_log;
+    if (xid)
+        j->xid = xid;
+    if (hinted && !j->hinted) {
+        j->hinted = 1;
+        j->rechecks = 0;
+    }
+    j->at = 0; /* cancels a timer (dropped from the list when it is seen) */
+    if (j->running) {
+        j->again = 1;
+        s->merged++;
+        return 0;
+    }
+    if (j->queued) {
+        s->merged++;
+        return 0;
+    }
+    push_ready(s, j);
+    return 1;
+}
+
+a2w__job *a2w__sched_take(a2w__sched *s, a2w__run *run)
+{
+    a2w__job *j = s->stopping ? NULL : pop_ready(s);
+    if (!j)
+        return NULL;
+    j->running = 1;
+    j->again = 0;
+    j->run_wake_log = j->wake_log;
+    j->wake_log = 0;
+    j->run_xid = j->xid;
+    j->xid = 0;
+    s->nrunning++;
+    run->session = j->session;
+    run->wake_log = j->run_wake_log;
+    run->xid = j->run_xid;
+    /* Woken by a2-consumer, which announces every head that becomes
+     * claimable: one claim round is enough. */
+    run->woken = j->hinted;
+    return j;
+}
+
+a2w__next a2w__sched_done(a2w__sched *s, a2w__job *j, const a2w__run_end *end,
+                          int64_t now_real, int64_t now_mono)
+{
+    s->nrunning--;
+    j->running = 0;
+    a2w__ran ran = {
+            .again = j->again,
+            .failed = end->failed,
+            .retry_at = end->retry_at,
+            .now = now_real,
+            .hinted = j->hinted,
+            .claimed = end->claimed,
+            .rechecks = j->rechecks,
+            .waited = j->run_xid != 0,
+            .wake_log = j->run_wake_log,
+    };
+    a2w__next next = a2w__after_run(&ran);
+    if (s->stopping || next.kind == A2W_DONE) {
+        remove_job(s, j);
+        next.kind = A2W_DONE;
+        return next;
+    }
+    j->wake_log |= next.wake_log;
+    if (next.kind == A2W_RUN_AGAIN) {
+        j->again = 0;
+        push_ready(s, j);
+    } else {
+        set_timer(s, j, now_mono + next.delay_ms);
+        j->rechecks += next.recheck;
+        s->rechecks += (uint64_t)next.recheck;
+    }
+    return next;
+}
+
+int a2w__sched_fire(a2w__sched *s, int64_t now_mono, int64_t *next)
+{
+    int fired = 0;
+    *next = -1;
+    for (a2w__job **p = &s->timed; *p;) {
+        a2w__job *j = *p;
+        if (!j->at || j->running || j->queued || j->at <= now_mono) {
+            *p = j->tnext;
+            j->timed = 0;
+            j->tnext = NULL;
+            if (j->at && !j->running && !j->queued) {
+                j->at = 0;
+                push_ready(s, j);
+                s->timer_runs++;
+                fired++;
+            }
+            continue;
+        }
+        if (*next < 0 || j->at < *next)
+            *next = j->at;
+        p = &j->tnext;
+    }
+    return fired;
+}
+
+void a2w__sched_stop(a2w__sched *s)
+{
+    s->stopping = 1;
+}
+
+void a2w__sched_counts(const a2w__sched *s, a2_worker_pool_stats *out)
+{
+    out->sessions = s->njobs;
+    out->queued = s->nqueued;
+    out->running = s->nrunning;
+    out->timers = 0;
+    for (const a2w__job *j = s->timed; j; j = j->tnext)
+        if (j->at && !j->running && !j->queued)
+            out->timers++;
+    out->merged = s->merged;
+    out->timer_runs = s->timer_runs;
+    out->rechecks = s->rechecks;
+}
