@@ -46,6 +46,8 @@ static const char usage_text[] =
         "                        show a2-consumer's audit trail\n"
         "  status [--slot NAME] [--metrics HOST:PORT]\n"
         "                        replication slot lag, retained WAL, workers\n"
+        "  console [--listen tcp:HOST:PORT] [--audit FILE] ...\n"
+        "                        the operator console in a browser\n"
         "\n"
         "Options:\n"
         "  --db CONNINFO  libpq connection string (default: $A2_DB, else PG*)\n"
@@ -127,6 +129,7 @@ static const command commands[] = {
         {"schema", a2__cli_cmd_schema},
         {"audit", a2__cli_cmd_audit},
         {"status", a2__cli_cmd_status},
+        {"console", a2__cli_cmd_console},
 };
 
 int a2__cli_main(int argc, char **argv)

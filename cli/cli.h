@@ -84,6 +84,7 @@ int a2__cli_parse_in(const char *s, int64_t *ms);
 int a2__cli_cmd_schema(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_audit(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv);
+int a2__cli_cmd_console(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_read(a2__cli *cli, int argc, char **argv);
 int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv);
