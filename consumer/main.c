@@ -31,6 +31,7 @@
 #include "a2/schema.h"
 #include "a2/version.h"
 #include "a2/wire.h"
+#include "active.h"
 #include "apply.h"
 #include "audit.h"
 #include "backlog.h"
@@ -53,6 +54,7 @@
 #define EXPIRE_SPACING_MS     50
 /* A resync whose table reads failed reads them again after this. */
 #define REBUILD_RETRY_MS      1000
+#define STANDBY_POLL_MS       200 /* a standby looks at the file lock */
 /* Backlog reads go at most once in this long, and at most once in ten
  * times what the last one took; the clear markers a read returns are at
  * most half of what the applier keeps. */
@@ -126,6 +128,12 @@ typedef struct {
     int64_t backlog_next_ms; /* the earliest the next may go (mono) */
 
     size_t max_connections; /* worker connections at once */
+
+    /* active and standby (active.h) */
+    a2c_active *active;
+    int standby;           /* waiting for the active lock */
+    char standby_msg[512]; /* who holds it */
+    int lock_lost;         /* the lock's connection broke: retake it first */
 
     uint64_t reconnects;
     uint64_t decode_errors;
@@ -700,7 +708,7 @@ static int stream_up(daemon_t *d, int startup, char *err, size_t errlen)
                      d->slot, info.active_pid);
         if (!startup)
             return -1;
-        if (!strstr(err, "is active for PID") || tries >= 10)
+        if (!strstr(err, "is active for PID") || tries >= 25)
             return -2;
         struct timespec ts = {0, 200 * 1000000L};
         nanosleep(&ts, NULL);
@@ -730,6 +738,20 @@ static int stream_up(daemon_t *d, int startup, char *err, size_t errlen)
     } else if (info.lost) {
         if (recreate_slot(d, "invalidated", err, errlen) != 0)
             goto fail;
+    } else if (d->audit && info.confirmed > a2c_apply_applied(d->apply)) {
+        /* The slot confirmed what this audit file does not hold (a file
+         * lost, replaced or truncated, or another host's): the stream
+         * resumes at the slot, so say what the trail misses. */
+        uint64_t from = a2c_apply_applied(d->apply);
+        logline("audit file \"%s\" ends at %X/%X but slot \"%s\" confirmed "
+                "%X/%X: the transitions between are not in the file",
+                d->audit_path, A2__LSN_ARGS(from), d->slot,
+                A2__LSN_ARGS(info.confirmed));
+        if (a2c_apply_gap(d->apply, from, info.confirmed, "audit behind slot",
+                          err, errlen) != 0)
+            goto fail;
+        d->gaps++;
+        d->need_resync = 1;
     }
     uint64_t start = a2c_apply_applied(d->apply);
     if (a2c_repl_start(d->repl, d->slot, d->plugin, start, err, errlen, st) !=
@@ -878,6 +900,37 @@ static char *render_metrics(void *ctx, int health, int *healthy)
     char *buf = NULL;
     size_t len = 0, cap = 0;
     *healthy = d->streaming;
+    if (d->standby || !d->apply) {
+        /* a standby, or starting (before the locks): no stream to report */
+        *healthy = 0;
+        if (health) {
+            if (d->standby)
+                a2c_metrics_appendf(&buf, &len, &cap, "standby: %s\n",
+                                    d->standby_msg);
+            else
+                a2c_metrics_appendf(&buf, &len, &cap, "starting\n");
+        } else {
+            a2c_server_stats ss;
+            a2c_server_get_stats(d->srv, &ss);
+            a2c_metrics_appendf(
+                    &buf, &len, &cap,
+                    "# HELP a2_consumer_active 1 when this consumer streams "
+                    "the slot, 0 while it is a standby\n"
+                    "# TYPE a2_consumer_active gauge\na2_consumer_active 0\n"
+                    "# HELP a2_consumer_standby_refusals_total worker hellos "
+                    "refused as a standby\n"
+                    "# TYPE a2_consumer_standby_refusals_total counter\n"
+                    "a2_consumer_standby_refusals_total %" PRIu64 "\n"
+                    "# HELP a2_consumer_build_info the release and the "
+                    "schema and wire protocol versions it speaks\n"
+                    "# TYPE a2_consumer_build_info gauge\n"
+                    "a2_consumer_build_info{version=\"%s\",schema=\"%s\","
+                    "wire=\"%d\"} 1\n",
+                    ss.standby_refusals, A2_VERSION, A2_SCHEMA_VERSION,
+                    A2_WIRE_VERSION);
+        }
+        return buf;
+    }
     if (health) {
         if (d->streaming)
             a2c_metrics_appendf(&buf, &len, &cap, "ok\n");
@@ -910,6 +963,12 @@ static char *render_metrics(void *ctx, int health, int *healthy)
             A2_VERSION, A2_SCHEMA_VERSION, A2_WIRE_VERSION);
     G("a2_consumer_up", "1 while streaming from the slot", "gauge", "%d",
       d->streaming);
+    G("a2_consumer_active",
+      "1 when this consumer streams the slot, 0 while it is a standby",
+      "gauge", "%d", 1);
+    G("a2_consumer_standby_refusals_total",
+      "worker hellos refused as a standby", "counter", "%" PRIu64,
+      ss.standby_refusals);
     G("a2_consumer_lag_bytes",
       "WAL bytes between the server and the confirmed "
       "flush position",
@@ -1024,6 +1083,84 @@ static int handle_signals(daemon_t *d)
     return 0;
 }
 
+/*
+ * Becomes the active consumer of the slot (active.h), a standby until then:
+ * the worker listener answers every hello with a "standby" error, /healthz
+ * says "standby". 0 active; 1 a signal stopped it first; -1 an error at the
+ * first step (the database unreachable at start: fatal, as for the stream).
+ */
+static int wait_active(daemon_t *d)
+{
+    char msg[512], err[512];
+    int64_t next_ms = 0, last_error_ms = 0;
+    for (;;) {
+        int64_t now = a2__mono_ms();
+        if (now >= next_ms) {
+            int r = a2c_active_step(d->active, msg, sizeof msg, err,
+                                    sizeof err);
+            next_ms = now + STANDBY_POLL_MS;
+            if (r == 1) {
+                if (d->standby) {
+                    logline("taking over slot \"%s\": this consumer is "
+                            "active now",
+                            d->slot);
+                    d->standby = 0;
+                    if (a2c_server_set_standby(d->srv, NULL) != 0)
+                        return -1;
+                }
+                return 0;
+            }
+            if (r < 0 && !d->standby) {
+                logline("%s", err);
+                return -1;
+            }
+            if (r < 0 && now - last_error_ms >= 10000) {
+                last_error_ms = now;
+                logline("standby: %s; trying again", err);
+            }
+            if (r < 0)
+                next_ms = now + 1000;
+            if (r == 0 && strcmp(msg, d->standby_msg) != 0) {
+                snprintf(d->standby_msg, sizeof d->standby_msg, "%s", msg);
+                logline("standby: %s; taking over when it ends", msg);
+                if (a2c_server_set_standby(d->srv, msg) != 0)
+                    return -1;
+            }
+            d->standby = 1;
+        }
+        struct pollfd pfd[4];
+        int n = 0, imet = -1, ilock = -1;
+        pfd[n++] = (struct pollfd){d->sigfd, POLLIN, 0};
+        pfd[n++] = (struct pollfd){a2c_server_fd(d->srv), POLLIN, 0};
+        if (d->met) {
+            imet = n;
+            pfd[n++] = (struct pollfd){a2c_metrics_fd(d->met), POLLIN, 0};
+        }
+        if (a2c_active_fd(d->active) >= 0) {
+            ilock = n;
+            pfd[n++] = (struct pollfd){a2c_active_fd(d->active), POLLIN, 0};
+        }
+        int64_t timeout = next_ms - a2__mono_ms();
+        int pr = poll(pfd, (nfds_t)n, timeout < 0 ? 0 : (int)timeout);
+        if (pr < 0 && errno != EINTR) {
+            logline("could not poll: %s", strerror(errno));
+            return -1;
+        }
+        if (pr > 0 && (pfd[0].revents & POLLIN))
+            handle_signals(d);
+        if (d->stop)
+            return 1;
+        if (pr > 0 && pfd[1].revents && a2c_server_run(d->srv) != 0) {
+            logline("the worker server failed");
+            return -1;
+        }
+        if (imet >= 0 && pr > 0 && (pfd[imet].revents & POLLIN))
+            a2c_metrics_handle(d->met);
+        if (ilock >= 0 && pr > 0 && pfd[ilock].revents)
+            next_ms = 0; /* the lock's answer: look at once */
+    }
+}
+
 static int run(daemon_t *d)
 {
     char err[1024];
@@ -1094,8 +1231,13 @@ static int run(daemon_t *d)
                 timeout = t < 0 ? 0 : t;
         }
 
-        struct pollfd pfd[7];
-        int n = 0, irepl = -1, isrv, imet = -1, isig, itick = -1, iback = -1;
+        struct pollfd pfd[8];
+        int n = 0, irepl = -1, isrv, imet = -1, isig, itick = -1, iback = -1,
+            ilock = -1;
+        if (!d->lock_lost && a2c_active_fd(d->active) >= 0) {
+            ilock = n;
+            pfd[n++] = (struct pollfd){a2c_active_fd(d->active), POLLIN, 0};
+        }
         if (d->audit && a2c_audit_event_fd(d->audit) >= 0)
             pfd[n++] = (struct pollfd){a2c_audit_event_fd(d->audit), POLLIN, 0};
         isig = n;
@@ -1138,6 +1280,16 @@ static int run(daemon_t *d)
             a2c_repl_readable(d->repl);
         if (d->stop)
             break;
+        if (ilock >= 0 && pr > 0 && pfd[ilock].revents &&
+            a2c_active_check(d->active, err, sizeof err) != 0) {
+            /* Without its lock a consumer must not stream: a standby may
+             * be taking over. Stream again only once the lock is back. */
+            d->lock_lost = 1;
+            if (d->streaming)
+                stream_down(d, err);
+            else
+                logline("%s", err);
+        }
         if (pr > 0 && pfd[isrv].revents) {
             if (a2c_server_run(d->srv) != 0) {
                 logline("the worker server failed");
@@ -1156,7 +1308,18 @@ static int run(daemon_t *d)
         /* reconnect */
         if (!d->streaming && a2__mono_ms() >= d->reconnect_at_ms) {
             d->reconnects++;
-            if (stream_up(d, 0, err, sizeof err) != 0)
+            int lock = d->lock_lost ? a2c_active_retake(d->active, err,
+                                                        sizeof err)
+                                    : 1;
+            if (lock == 0) {
+                logline("another a2-consumer took the active lock of slot "
+                        "\"%s\" while this one had lost it: stopping",
+                        d->slot);
+                return 1;
+            }
+            if (lock == 1)
+                d->lock_lost = 0;
+            if (lock < 0 || stream_up(d, 0, err, sizeof err) != 0)
                 stream_down(d, err);
         }
 
@@ -1277,6 +1440,7 @@ static void cleanup(daemon_t *d)
     free(d->metrics_host);
     free(d->metrics_port);
     free(d->token);
+    a2c_active_free(d->active); /* last: a standby takes over after this */
 }
 
 int main(int argc, char **argv)
@@ -1480,6 +1644,47 @@ int main(int argc, char **argv)
         goto done;
     }
 
+    /* What is local first (the listeners, the metrics port): a start that
+     * fails on them must not have created the slot. Workers that connect
+     * before the stream is up wait in the backlog; a standby refuses them. */
+    a2c_server_options so = {
+            .unix_path = d.unix_path,
+            .tcp_host = d.tcp_host,
+            .tcp_port = d.tcp_port,
+            .token = d.token,
+            .route = d.route,
+            .log = server_log,
+            .max_connections = fit_connections(
+                    d.max_connections ? d.max_connections
+                                      : A2C_DEFAULT_MAX_CONNECTIONS),
+    };
+    d.srv = a2c_server_new(&so, err, sizeof err);
+    if (!d.srv) {
+        logline("%s", err);
+        goto done;
+    }
+    if (d.metrics_host) {
+        d.met = a2c_metrics_new(d.metrics_host, d.metrics_port, render_metrics,
+                                &d, err, sizeof err);
+        if (!d.met) {
+            logline("%s", err);
+            goto done;
+        }
+    }
+    /* Active or standby: the audit file is opened (and repaired) only by
+     * the consumer that holds the locks. */
+    d.active = a2c_active_new(d.conninfo, d.slot, d.audit_path, err,
+                              sizeof err);
+    if (!d.active) {
+        logline("%s", err);
+        goto done;
+    }
+    int w = wait_active(&d);
+    if (w != 0) {
+        rc = w > 0 ? 0 : 1;
+        goto done;
+    }
+
     if (d.audit_path) {
         d.audit = a2c_audit_open(d.audit_path, &d.resume, err, sizeof err);
         if (!d.audit) {
@@ -1518,33 +1723,6 @@ int main(int argc, char **argv)
         goto done;
     }
 
-    /* What is local first (the listeners, the metrics port): a start that
-     * fails on them must not have created the slot. Workers that connect
-     * before the stream is up wait in the backlog. */
-    a2c_server_options so = {
-            .unix_path = d.unix_path,
-            .tcp_host = d.tcp_host,
-            .tcp_port = d.tcp_port,
-            .token = d.token,
-            .route = d.route,
-            .log = server_log,
-            .max_connections = fit_connections(
-                    d.max_connections ? d.max_connections
-                                      : A2C_DEFAULT_MAX_CONNECTIONS),
-    };
-    d.srv = a2c_server_new(&so, err, sizeof err);
-    if (!d.srv) {
-        logline("%s", err);
-        goto done;
-    }
-    if (d.metrics_host) {
-        d.met = a2c_metrics_new(d.metrics_host, d.metrics_port, render_metrics,
-                                &d, err, sizeof err);
-        if (!d.met) {
-            logline("%s", err);
-            goto done;
-        }
-    }
     int up = stream_up(&d, 1, err, sizeof err);
     if (up != 0) {
         logline("%s", err);

@@ -112,6 +112,8 @@ typedef struct worker {
 
 struct a2c_server {
     int epfd;
+    char *standby; /* set: a standby, answering every hello with this */
+    uint64_t standby_refusals;
     handle lunix;
     handle ltcp;
     handle timer;
@@ -560,7 +562,8 @@ static void proto_error(a2c_server *srv, worker *w, const char *code,
     if (w->state == W_CLOSING || w->state == W_DEAD)
         return;
     srv->gen++;
-    srv->protocol_errors++;
+    if (strcmp(code, A2_WIRE_CODE_STANDBY) != 0)
+        srv->protocol_errors++; /* a standby's refusal is no one's mistake */
     if (w->state == W_LIVE) {
         w->state = W_CLOSING;
         depart(srv, w);
@@ -712,6 +715,11 @@ static void on_message(a2c_server *srv, worker *w, const a2_wire_msg *m)
         if (w->tcp && (!m->token || !token_eq(m->token, srv->token))) {
             deny(srv, w, m->name,
                  m->token ? "wrong token" : "token required over TCP");
+            return;
+        }
+        if (srv->standby) {
+            srv->standby_refusals++;
+            proto_error(srv, w, A2_WIRE_CODE_STANDBY, srv->standby);
             return;
         }
         if (!(w->name = dupstr(m->name))) {
@@ -1275,6 +1283,16 @@ error:
     return NULL;
 }
 
+int a2c_server_set_standby(a2c_server *srv, const char *message)
+{
+    char *copy = NULL;
+    if (message && !(copy = dupstr(message)))
+        return -1;
+    free(srv->standby);
+    srv->standby = copy;
+    return 0;
+}
+
 void a2c_server_free(a2c_server *srv)
 {
     if (!srv)
@@ -1297,6 +1315,7 @@ void a2c_server_free(a2c_server *srv)
     if (srv->reserve_fd >= 0)
         close(srv->reserve_fd);
     free(srv->unix_path);
+    free(srv->standby);
     free(srv->token);
     free(srv->cands);
     free(srv->cw);
@@ -1617,6 +1636,7 @@ void a2c_server_get_stats(const a2c_server *srv, a2c_server_stats *out)
     out->presence_sent = srv->sent[A2_WIRE_PRESENCE];
     out->overflows = srv->overflows;
     out->protocol_errors = srv->protocol_errors;
+    out->standby_refusals = srv->standby_refusals;
     out->log_checks = srv->log_checks;
     out->connections = srv->connections;
     out->refused = srv->refused;

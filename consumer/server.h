@@ -101,6 +101,7 @@ typedef struct {
     uint64_t presence_sent;
     uint64_t overflows;
     uint64_t protocol_errors;
+    uint64_t standby_refusals; /* hellos a standby refused */
     uint64_t connections;   /* open now, with or without a hello */
     uint64_t refused;       /* connections refused: the cap, or no descriptor */
     uint64_t auth_failures; /* hellos with a wrong or missing token */
@@ -141,6 +142,14 @@ int a2c_server_run(a2c_server *srv);
  * worker. A worker whose socket is full is written when it drains.
  */
 void a2c_server_flush(a2c_server *srv);
+
+/*
+ * A standby (message set) answers every hello, once its token is checked,
+ * with an `error` frame of code "standby" and that message, and closes;
+ * NULL makes it active. Connections already live are not touched. 0, or -1
+ * when out of memory.
+ */
+int a2c_server_set_standby(a2c_server *srv, const char *message);
 
 /* The current LSN the daemon has applied, sent in `welcome`. */
 void a2c_server_set_lsn(a2c_server *srv, uint64_t lsn);

@@ -64,7 +64,11 @@ static const char usage_text[] =
         "  --exec CMD             the handler command, run once per event\n"
         "  --serve CMD            the handler command, kept running (one of\n"
         "                         --exec and --serve is required)\n"
-        "  --connect ADDR         a2-consumer at unix:PATH or tcp:HOST:PORT\n"
+        "  --connect ADDR         a2-consumer at unix:PATH or tcp:HOST:PORT;\n"
+        "                         repeat for a standby consumer (the "
+        "addresses\n"
+        "                         are tried in turn, the active one is "
+        "kept)\n"
         "                         (default: none, degraded sweep only)\n"
         "  --token-file F         token for a tcp: connection\n"
         "  --db CONNINFO          database (default: $A2_DB, else PG* "
@@ -101,7 +105,8 @@ typedef struct {
     /* options */
     const char *consumer;
     int serve_mode; /* --serve: the command is kept running, one per slot */
-    const char *connect;
+    const char **connects; /* every --connect, in order */
+    size_t nconnects;
     const char *db;
     char *token;
     const char *name;
@@ -278,6 +283,10 @@ static int parse_args(app *a, int argc, char **argv)
     int lane_only = 0;
     long long v;
     int c;
+    /* Room for every --connect: there are fewer than argc. */
+    a->connects = calloc((size_t)argc, sizeof *a->connects);
+    if (!a->connects)
+        return 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
         switch (c) {
@@ -291,7 +300,7 @@ static int parse_args(app *a, int argc, char **argv)
             serve_cmd = optarg;
             break;
         case 'C':
-            a->connect = optarg;
+            a->connects[a->nconnects++] = optarg;
             break;
         case 'T':
             token_file = optarg;
@@ -374,12 +383,14 @@ static int parse_args(app *a, int argc, char **argv)
                                            "--serve CMD)");
     if (lane_only && log_arg)
         return usage_error("--lane-only and --log exclude each other");
-    if (a->connect && !a2__addr_kind(a->connect))
-        return usage_error("--connect needs unix:PATH or tcp:HOST:PORT, not "
-                           "'%s'",
-                           a->connect);
-    if (a2__addr_kind(a->connect) == A2__ADDR_TCP && !token_file)
-        return usage_error("--connect tcp: needs --token-file");
+    for (size_t i = 0; i < a->nconnects; i++) {
+        if (!a2__addr_kind(a->connects[i]))
+            return usage_error("--connect needs unix:PATH or tcp:HOST:PORT, "
+                               "not '%s'",
+                               a->connects[i]);
+        if (a2__addr_kind(a->connects[i]) == A2__ADDR_TCP && !token_file)
+            return usage_error("--connect tcp: needs --token-file");
+    }
     if (token_file) {
         char err[512];
         a->token = a2_wire_read_token(token_file, err, sizeof err);
@@ -435,6 +446,7 @@ int main(int argc, char **argv)
             free(a.log_types[i]);
         free(a.log_types);
         free(a.token);
+        free(a.connects);
         return rc < 0 ? 0 : rc;
     }
     a2_worker *w = NULL;
@@ -503,7 +515,8 @@ int main(int argc, char **argv)
     }
 
     a2_worker_options wo = {
-            .connect = a.connect,
+            .connects = a.connects,
+            .nconnects = a.nconnects,
             .token = a.token,
             .name = a.name,
             .db = a.db,
@@ -524,13 +537,22 @@ int main(int argc, char **argv)
         rc = 1;
         goto done;
     }
-    if (!quiet)
+    if (!quiet) {
+        char where[2048] = "";
+        size_t off = 0;
+        for (size_t i = 0; i < a.nconnects && off < sizeof where; i++) {
+            int n = snprintf(where + off, sizeof where - off, "%s%s",
+                             i ? ", " : "", a.connects[i]);
+            if (n < 0)
+                break;
+            off += (size_t)n;
+        }
         a2w__say("a2-worker: serving %s%s with %d %shandler%s, ttl %lld ms, %s",
                  a.consumer, a.cons.log ? " (log consumer)" : "", a.concurrency,
                  a.serve_mode ? "long-lived " : "",
                  a.concurrency == 1 ? "" : "s", (long long)ttl,
-                 a.connect ? a.connect
-                           : "no a2-consumer (degraded sweep only)");
+                 a.nconnects ? where : "no a2-consumer (degraded sweep only)");
+    }
 
     while (!got_signal) {
         int prc = a2_worker_process(w);
@@ -589,5 +611,6 @@ done:
         free(a.log_types[i]);
     free(a.log_types);
     free(a.token);
+    free(a.connects);
     return rc;
 }

@@ -1,6 +1,7 @@
 /*
- * a2_worker: the connection to a2-consumer (wire protocol v1), reconnects
- * with backoff, the degraded sweep, and the event queue.
+ * a2_worker: the connection to a2-consumer (wire protocol v1) at one of its
+ * addresses, tried in turn, reconnects with backoff, the degraded sweep, and
+ * the event queue.
  */
 #include "a2/worker.h"
 
@@ -23,6 +24,11 @@
 #define HANDSHAKE_TIMEOUT_MS 5000
 #define READ_CHUNK           65536
 #define SWEEP_PAGE           1000
+
+/* The error code of a standby a2-consumer. */
+#ifndef A2_WIRE_CODE_STANDBY
+#define A2_WIRE_CODE_STANDBY "standby"
+#endif
 
 typedef enum {
     ST_IDLE = 0,   /* not connected; next_connect_at says when to try */
@@ -48,7 +54,9 @@ typedef struct qevent {
 
 struct a2_worker {
     /* options */
-    char *connect;
+    char **connects; /* the addresses, in the order they are tried */
+    a2__addr *addrs; /* connects, parsed */
+    size_t naddrs;   /* 0: the worker never connects */
     char *token;
     char *name;
     char *db;
@@ -58,7 +66,6 @@ struct a2_worker {
     int ping_ms;
     a2_worker_log_fn log;
     void *log_ctx;
-    a2__addr addr; /* connect, parsed */
 
     subscription subs[A2_WORKER_MAX_SUBSCRIPTIONS];
     size_t nsubs;
@@ -76,8 +83,11 @@ struct a2_worker {
     int64_t next_ping_at;
     int64_t pong_deadline; /* 0: no ping outstanding */
     uint64_t ping_id;
-    int failing; /* connect failures since the last welcome */
-    int started; /* the first connect was attempted */
+    int failing;           /* connect failures since the last welcome */
+    int started;           /* the first connect was attempted */
+    size_t cur;            /* the address connected to, or tried next */
+    size_t round_failures; /* failures since the last welcome or backoff */
+    int standby_reported;  /* a standby's refusal was reported this outage */
 
     /* degraded sweep */
     a2_store *store;
@@ -209,15 +219,15 @@ int a2_worker_next(a2_worker *w, a2_worker_event *ev)
 
 /* ── construction ─────────────────────────────────────────────────────── */
 
-static int parse_connect(a2_worker *w, const char *spec, char *err,
+static int parse_connect(a2__addr *addr, const char *spec, char *err,
                          size_t errlen)
 {
-    int rc = a2__addr_parse(spec, &w->addr);
-    if (rc == A2__ADDR_OK && w->addr.kind == A2__ADDR_UNIX &&
-        strlen(w->addr.path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+    int rc = a2__addr_parse(spec, addr);
+    if (rc == A2__ADDR_OK && addr->kind == A2__ADDR_UNIX &&
+        strlen(addr->path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
         rc = A2__ADDR_EPATH;
-    if (rc == A2__ADDR_OK && w->addr.kind == A2__ADDR_TCP) {
-        long port = strtol(w->addr.port, NULL, 10);
+    if (rc == A2__ADDR_OK && addr->kind == A2__ADDR_TCP) {
+        long port = strtol(addr->port, NULL, 10);
         if (port <= 0 || port > 65535)
             rc = A2__ADDR_EPORT;
     }
@@ -242,6 +252,52 @@ static int parse_connect(a2_worker *w, const char *spec, char *err,
     }
 }
 
+/* The address connected to, or tried next. */
+static const char *cur_spec(const a2_worker *w)
+{
+    return w->naddrs ? w->connects[w->cur] : "";
+}
+
+static const a2__addr *cur_addr(const a2_worker *w)
+{
+    return &w->addrs[w->cur];
+}
+
+/* Copies and parses the addresses of opts into w. 0, or -1 with err set
+ * (an empty err: no memory). */
+static int take_addresses(a2_worker *w, const a2_worker_options *opts,
+                          char *err, size_t errlen)
+{
+    const char *const *specs =
+            opts->nconnects > 0 ? opts->connects : &opts->connect;
+    size_t n = opts->nconnects > 0 ? opts->nconnects : (opts->connect ? 1 : 0);
+    if (n == 0)
+        return 0;
+    w->connects = calloc(n, sizeof *w->connects);
+    w->addrs = calloc(n, sizeof *w->addrs);
+    if (!w->connects || !w->addrs)
+        return -1;
+    w->naddrs = n;
+    int tcp = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!specs[i] || !*specs[i]) {
+            snprintf(err, errlen, "connects[%zu] is %s", i,
+                     specs[i] ? "empty" : "NULL");
+            return -1;
+        }
+        if (!(w->connects[i] = strdup(specs[i])))
+            return -1;
+        if (parse_connect(&w->addrs[i], specs[i], err, errlen) != 0)
+            return -1;
+        tcp |= w->addrs[i].kind == A2__ADDR_TCP;
+    }
+    if (tcp && !opts->token) {
+        snprintf(err, errlen, "a tcp: connection needs a token");
+        return -1;
+    }
+    return 0;
+}
+
 a2_worker *a2_worker_new(const a2_worker_options *opts, char *err,
                          size_t errlen)
 {
@@ -260,6 +316,17 @@ a2_worker *a2_worker_new(const a2_worker_options *opts, char *err,
         snprintf(err, errlen, "negative interval in options");
         return NULL;
     }
+    if (opts->nconnects > 0 && opts->connect) {
+        snprintf(err, errlen,
+                 "connect and connects exclude each other (set connect to "
+                 "NULL to give several addresses)");
+        return NULL;
+    }
+    if (opts->nconnects > 0 && !opts->connects) {
+        snprintf(err, errlen, "connects is NULL with nconnects %zu",
+                 opts->nconnects);
+        return NULL;
+    }
     a2_worker *w = calloc(1, sizeof *w);
     if (!w) {
         snprintf(err, errlen, "out of memory");
@@ -270,22 +337,16 @@ a2_worker *a2_worker_new(const a2_worker_options *opts, char *err,
     char name[300];
     if (!opts->name)
         a2__worker_default_name(name, sizeof name);
-    w->connect = dup_or_null(opts->connect);
     w->token = dup_or_null(opts->token);
     w->name = strdup(opts->name ? opts->name : name);
     w->db = dup_or_null(opts->db);
-    if ((opts->connect && !w->connect) || (opts->token && !w->token) ||
-        !w->name || (opts->db && !w->db)) {
+    if ((opts->token && !w->token) || !w->name || (opts->db && !w->db)) {
         snprintf(err, errlen, "out of memory");
         goto error;
     }
-    if (w->connect && parse_connect(w, w->connect, err, errlen) != 0) {
+    if (take_addresses(w, opts, err, errlen) != 0) {
         if (!err[0])
             snprintf(err, errlen, "out of memory");
-        goto error;
-    }
-    if (w->connect && w->addr.kind == A2__ADDR_TCP && !w->token) {
-        snprintf(err, errlen, "a tcp: connection needs a token");
         goto error;
     }
     w->sweep_ms = opts->degraded_sweep_ms ? opts->degraded_sweep_ms
@@ -339,11 +400,17 @@ void a2_worker_free(a2_worker *w)
         w->head = q->next;
         qevent_free(q);
     }
-    free(w->connect);
+    for (size_t i = 0; i < w->naddrs; i++) {
+        if (w->connects)
+            free(w->connects[i]);
+        if (w->addrs)
+            a2__addr_clear(&w->addrs[i]);
+    }
+    free(w->connects);
+    free(w->addrs);
     free(w->token);
     free(w->name);
     free(w->db);
-    a2__addr_clear(&w->addr);
     free(w);
 }
 
@@ -423,9 +490,14 @@ int a2_worker_watch_presence(a2_worker *w, const char *ns)
 
 /* ── connection life ──────────────────────────────────────────────────── */
 
-/* The connection is down: report it (once per outage), schedule a reconnect
- * with backoff, arm the degraded sweep. */
-static int went_down(a2_worker *w, const char *why)
+/*
+ * The connection is down (standby: a standby a2-consumer refused it): report
+ * it (once per outage; a standby's refusal once per outage too), move to the
+ * next address, at once until every address failed in this round, then
+ * after the backoff; arm the degraded sweep. A connection lost after its
+ * welcome is the first failure of a new round.
+ */
+static int went_down_as(a2_worker *w, const char *why, int standby)
 {
     int was_up = w->state == ST_READY || w->state == ST_HANDSHAKE;
     int was_ready = w->state == ST_READY;
@@ -433,19 +505,42 @@ static int went_down(a2_worker *w, const char *why)
     w->state = ST_IDLE;
     set_error(w, "%s", why);
     int64_t now = a2__mono_ms();
-    /* Jitter: up to a quarter of the backoff. */
-    int jitter = w->backoff_ms / 4 > 0 ? rand() % (w->backoff_ms / 4 + 1) : 0;
-    w->next_connect_at = now + w->backoff_ms + jitter;
-    int delay = w->backoff_ms + jitter;
-    w->backoff_ms = w->backoff_ms * 2 > w->reconnect_max_ms
-                            ? w->reconnect_max_ms
-                            : w->backoff_ms * 2;
+    w->cur = w->naddrs ? (w->cur + 1) % w->naddrs : 0;
+    w->round_failures++;
+    char next[600];
+    if (w->round_failures < w->naddrs) {
+        /* The next address at once. */
+        w->next_connect_at = now;
+        snprintf(next, sizeof next, "trying %s next", cur_spec(w));
+    } else {
+        /* Jitter: up to a quarter of the backoff. */
+        int jitter =
+                w->backoff_ms / 4 > 0 ? rand() % (w->backoff_ms / 4 + 1) : 0;
+        int delay = w->backoff_ms + jitter;
+        w->next_connect_at = now + delay;
+        w->backoff_ms = w->backoff_ms * 2 > w->reconnect_max_ms
+                                ? w->reconnect_max_ms
+                                : w->backoff_ms * 2;
+        w->round_failures = 0;
+        if (w->naddrs > 1)
+            snprintf(next, sizeof next,
+                     "all %zu addresses tried, trying %s again in %d ms",
+                     w->naddrs, cur_spec(w), delay);
+        else
+            snprintf(next, sizeof next, "reconnecting in %d ms", delay);
+    }
     int first = w->failing == 0;
     w->failing++;
     if (was_ready)
         w->stats.disconnects++;
-    if (first || was_up) {
-        WLOG(w, "%s; reconnecting in %d ms", why, delay);
+    int report = first || (was_up && !standby);
+    if (standby) {
+        w->stats.standby_refusals++;
+        report = report || !w->standby_reported;
+        w->standby_reported = 1;
+    }
+    if (report) {
+        WLOG(w, "%s; %s", why, next);
         a2_worker_event ev = {.type = A2_WORKER_EV_DISCONNECTED,
                               .message = why};
         if (enqueue(w, &ev) != 0)
@@ -459,10 +554,17 @@ static int went_down(a2_worker *w, const char *why)
     return 0;
 }
 
+static int went_down(a2_worker *w, const char *why)
+{
+    return went_down_as(w, why, 0);
+}
+
 static int send_hello(a2_worker *w)
 {
+    /* The token goes to tcp: addresses only. */
     int rc = a2_wire_encode_hello(
-            &w->out, w->name, w->addr.kind == A2__ADDR_UNIX ? NULL : w->token);
+            &w->out, w->name,
+            cur_addr(w)->kind == A2__ADDR_UNIX ? NULL : w->token);
     for (size_t i = 0; rc == 0 && i < w->nsubs; i++)
         rc = send_subscription(w, &w->subs[i]);
     for (size_t i = 0; rc == 0 && i < w->npresence; i++) {
@@ -480,7 +582,7 @@ static int start_connect(a2_worker *w)
     w->reader = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
     if (!w->reader)
         return A2_WORKER_ENOMEM;
-    w->fd = a2__addr_dial(&w->addr, w->connect, A2__ADDR_NONBLOCK, why,
+    w->fd = a2__addr_dial(cur_addr(w), cur_spec(w), A2__ADDR_NONBLOCK, why,
                           sizeof why);
     if (w->fd < 0)
         return went_down(w, why);
@@ -504,11 +606,13 @@ static int on_frame(a2_worker *w, const a2_wire_msg *m)
         w->state = ST_READY;
         w->stats.connects++;
         w->failing = 0;
+        w->round_failures = 0;
+        w->standby_reported = 0;
         w->backoff_ms = w->reconnect_min_ms;
         w->next_sweep_at = 0;
         w->next_ping_at = a2__mono_ms() + w->ping_ms;
         w->last_error[0] = '\0';
-        WLOG(w, "connected to a2-consumer at %s (lsn %X/%X)", w->connect,
+        WLOG(w, "connected to a2-consumer at %s (lsn %X/%X)", cur_spec(w),
              A2__LSN_ARGS(m->lsn));
         ev.type = A2_WORKER_EV_CONNECTED;
         ev.lsn = m->lsn;
@@ -566,6 +670,13 @@ static int on_frame(a2_worker *w, const a2_wire_msg *m)
         return 0;
     case A2_WIRE_ERROR: {
         char why[600];
+        if (m->code && strcmp(m->code, A2_WIRE_CODE_STANDBY) == 0) {
+            snprintf(why, sizeof why,
+                     "a2-consumer at %s is a standby, another one is active "
+                     "(%s)",
+                     cur_spec(w), m->message ? m->message : "no message");
+            return went_down_as(w, why, 1);
+        }
         snprintf(why, sizeof why, "a2-consumer refused the worker: %s (%s)",
                  m->message ? m->message : "no message",
                  m->code ? m->code : "?");
@@ -589,11 +700,12 @@ static int do_read(a2_worker *w)
             char why[300];
             if (n == 0)
                 snprintf(why, sizeof why,
-                         "a2-consumer at %s closed the connection", w->connect);
+                         "a2-consumer at %s closed the connection",
+                         cur_spec(w));
             else
                 snprintf(why, sizeof why,
                          "could not read from a2-consumer at %s: %s",
-                         w->connect, strerror(errno));
+                         cur_spec(w), strerror(errno));
             return went_down(w, why);
         }
         int rc = a2_wire_reader_feed(w->reader, buf, (size_t)n);
@@ -628,7 +740,7 @@ static int do_write(a2_worker *w)
         if (n < 0) {
             char why[300];
             snprintf(why, sizeof why,
-                     "could not write to a2-consumer at %s: %s", w->connect,
+                     "could not write to a2-consumer at %s: %s", cur_spec(w),
                      strerror(errno));
             return went_down(w, why);
         }
@@ -702,11 +814,11 @@ int a2_worker_process(a2_worker *w)
         return A2_WORKER_EINVAL;
     int rc = 0;
     int64_t now = a2__mono_ms();
-    if (w->state == ST_IDLE && w->connect &&
+    if (w->state == ST_IDLE && w->naddrs &&
         (!w->started || now >= w->next_connect_at)) {
         if ((rc = start_connect(w)) != 0)
             return rc;
-    } else if (!w->connect && !w->started) {
+    } else if (!w->naddrs && !w->started) {
         w->started = 1;
         if (w->db)
             w->next_sweep_at = now;
@@ -728,7 +840,7 @@ int a2_worker_process(a2_worker *w)
                 if (soerr != 0) {
                     char why[600];
                     snprintf(why, sizeof why, "could not connect to %s: %s",
-                             w->connect, strerror(soerr));
+                             cur_spec(w), strerror(soerr));
                     return went_down(w, why);
                 }
                 w->state = ST_HANDSHAKE;
@@ -747,7 +859,7 @@ int a2_worker_process(a2_worker *w)
         now >= w->handshake_deadline) {
         char why[600];
         snprintf(why, sizeof why, "a2-consumer at %s sent no welcome in %d ms",
-                 w->connect, HANDSHAKE_TIMEOUT_MS);
+                 cur_spec(w), HANDSHAKE_TIMEOUT_MS);
         return went_down(w, why);
     }
     if (w->state == ST_READY) {
@@ -755,7 +867,7 @@ int a2_worker_process(a2_worker *w)
             char why[600];
             snprintf(why, sizeof why,
                      "a2-consumer at %s did not answer a ping in %d ms",
-                     w->connect, w->ping_ms);
+                     cur_spec(w), w->ping_ms);
             return went_down(w, why);
         }
         if (!w->pong_deadline && now >= w->next_ping_at) {
@@ -810,7 +922,7 @@ int a2_worker_timeout(const a2_worker *w)
     if (!w->started)
         return 0;
     int64_t d = 0;
-    if (w->state == ST_IDLE && w->connect)
+    if (w->state == ST_IDLE && w->naddrs)
         d = min_deadline(d, w->next_connect_at);
     if (w->state == ST_CONNECTING || w->state == ST_HANDSHAKE)
         d = min_deadline(d, w->handshake_deadline);

@@ -98,6 +98,8 @@
 #define A2_WIRE_CODE_VERSION  "version"
 #define A2_WIRE_CODE_AUTH     "auth"
 #define A2_WIRE_CODE_TIMEOUT  "timeout"
+/* The consumer is a standby: another a2-consumer is active for the slot. */
+#define A2_WIRE_CODE_STANDBY  "standby"
 
 /* The two directions; a reader accepts only the messages of its peer. */
 typedef enum {

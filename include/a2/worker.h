@@ -8,7 +8,9 @@
  *  wire.h) over a Unix socket or TCP with a token. It subscribes to the
  *  consumers (and log types, presence namespaces) the caller serves, and turns
  *  what arrives into a2_worker_event values: wake, log, cleared, resync,
- *  presence. It reconnects by itself with exponential backoff and, once back,
+ *  presence. Given several addresses (an active a2-consumer and its
+ *  standbys), it tries them in turn and stays with the one that welcomes it.
+ *  It reconnects by itself with exponential backoff and, once back,
  *  reports a resync of every subscribed consumer (wake-ups may have been
  *  missed). While a2-consumer cannot be reached and a database is configured,
  *  it runs a slow sweep of the store's pending sessions (every
@@ -96,10 +98,26 @@ typedef void (*a2_worker_log_fn)(void *ctx, const char *line);
 typedef struct a2_worker a2_worker;
 
 typedef struct a2_worker_options {
-    /* "unix:PATH" or "tcp:HOST:PORT" (IPv6 as tcp:[::1]:PORT). NULL: the
-     * worker never connects and relies on the degraded sweep alone. */
+    /* "unix:PATH" or "tcp:HOST:PORT" (IPv6 as tcp:[::1]:PORT). NULL (and
+     * nconnects 0): the worker never connects and relies on the degraded
+     * sweep alone. */
     const char *connect;
-    const char *token; /* required with tcp:, sent in hello */
+    /*
+     * Several addresses instead of connect (which must then be NULL), used
+     * when nconnects > 0: a2-consumers for one slot, the active one and its
+     * standbys, in any order (copied). The worker tries them in turn: a
+     * connect that fails, no welcome within 5 s, a close before the
+     * welcome, or a standby's refusal (error code "standby") moves to the
+     * next address at once; once every address failed in a row, the next
+     * round waits the backoff. A connection lost after its welcome moves to
+     * the next address too, as the first failure of a new round (a standby
+     * may have taken over elsewhere). A welcome ends the round and resets
+     * the backoff. One connect is in progress at a time.
+     */
+    const char *const *connects;
+    size_t nconnects;
+    const char *token; /* required with any tcp: address, sent in hello to
+                          tcp: addresses only */
     const char *name;  /* hello name; NULL: "<hostname>:<pid>" */
     /* Conninfo for the degraded sweep; NULL: no sweep while disconnected
      * ("" uses the PG* variables). */
@@ -122,7 +140,12 @@ typedef enum a2_worker_event_type {
     A2_WORKER_EV_PRESENCE,     /* ns, participant, fields_json, lsn (the
                                   change's commit end; a2/state.h) */
     A2_WORKER_EV_CONNECTED,    /* welcome received; lsn */
-    A2_WORKER_EV_DISCONNECTED, /* message: why; the worker reconnects */
+    A2_WORKER_EV_DISCONNECTED, /* message: why, naming the address (or
+                                  saying it is a standby); the worker
+                                  reconnects. Reported when an outage
+                                  begins, and for each connection that
+                                  failed in its handshake, but a standby's
+                                  refusal once per outage */
     A2_WORKER_EV_SWEEP,        /* degraded: consumer has work in session */
 } a2_worker_event_type;
 
@@ -151,8 +174,9 @@ typedef struct a2_worker_event {
 
 /*
  * A new worker (nothing connects until the first a2_worker_process or
- * a2_worker_wait). NULL on bad options or no memory, with the reason in err.
- * Options are copied.
+ * a2_worker_wait). NULL on bad options (connect and connects both given, an
+ * address that does not parse, a tcp: address without a token...) or no
+ * memory, with the reason in err. Options are copied.
  */
 a2_worker *a2_worker_new(const a2_worker_options *opts, char *err,
                          size_t errlen);
@@ -220,6 +244,8 @@ typedef struct a2_worker_stats {
     uint64_t disconnects;
     uint64_t frames; /* frames read */
     uint64_t sweeps; /* degraded sweeps run */
+    /* hellos a standby a2-consumer refused (error code "standby") */
+    uint64_t standby_refusals;
 } a2_worker_stats;
 void a2_worker_get_stats(const a2_worker *w, a2_worker_stats *out);
 

@@ -201,17 +201,40 @@ expect 1 'replication slot "tc_otherdb" belongs to database "postgres"' \
     --db "$db" --slot tc_otherdb --listen "$sock"
 psql "$admin" -qAtc "select pg_drop_replication_slot('tc_otherdb')" >/dev/null
 
-# slot active elsewhere: a first consumer streams from it
+# slot active elsewhere, for a client that is no a2-consumer: refused
+psql "$db" -qAtc "select pg_create_logical_replication_slot('tc_busy', 'wal2json')" >/dev/null
+recv=/usr/lib/postgresql/15/bin/pg_recvlogical
+"$recv" -d "$db" -S tc_busy --start -f /dev/null 2>"$tmp/recv.log" &
+rpid=$!
+for _ in $(seq 1 200); do
+    [ "$(psql "$db" -qAtc "select active from pg_replication_slots where slot_name = 'tc_busy'")" = t ] && break
+    sleep 0.05
+done
+expect 1 'replication slot "tc_busy" is active for PID [0-9]+' --db "$db" --slot tc_busy --listen "$sock"
+kill "$rpid"
+wait "$rpid" 2>/dev/null
+
+# a second a2-consumer of a slot is a standby; it takes over when the first stops
 "$bin" --db "$db" --slot tc_busy --listen "unix:$tmp/busy.sock" --audit "$tmp/busy.audit" 2>"$tmp/busy.log" &
 bg=$!
 for _ in $(seq 1 200); do grep -q "ready:" "$tmp/busy.log" && break; sleep 0.05; done
-expect 1 'replication slot "tc_busy" is active for PID [0-9]+' --db "$db" --slot tc_busy --listen "$sock"
+"$bin" --db "$db" --slot tc_busy --listen "unix:$tmp/busy2.sock" --audit "$tmp/busy.audit" 2>"$tmp/busy2.log" &
+bg2=$!
+for _ in $(seq 1 200); do grep -q "standby:" "$tmp/busy2.log" && break; sleep 0.05; done
+grep -q 'standby: another a2-consumer (.*) holds the audit file.s lock' "$tmp/busy2.log" ||
+    fail "the second consumer is a standby: $(cat "$tmp/busy2.log")"
 kill "$bg"
 wait "$bg"
 rc=$?
 bg=""
 [ "$rc" -eq 0 ] || fail "SIGTERM → exit $rc, wanted 0"
 grep -q "stopped at" "$tmp/busy.log" || fail "no clean stop logged: $(cat "$tmp/busy.log")"
+for _ in $(seq 1 400); do grep -q "ready:" "$tmp/busy2.log" && break; sleep 0.05; done
+grep -q 'taking over slot "tc_busy"' "$tmp/busy2.log" && grep -q "ready:" "$tmp/busy2.log" ||
+    fail "the standby took over: $(cat "$tmp/busy2.log")"
+kill "$bg2"
+wait "$bg2" 2>/dev/null
+echo "ok: a second consumer waited as a standby and took over"
 
 # A start that fails on something local creates no slot: the listeners and
 # the metrics port come before CREATE_REPLICATION_SLOT.

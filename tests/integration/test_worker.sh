@@ -36,9 +36,15 @@ expect 2 "$W" --consumer c --exec true --retry-after -5
 expect 2 "$W" --consumer c --exec true --lane-only --log a,b; contains "exclude each other" err
 expect 2 "$W" --consumer c --exec true --connect http://x; contains "unix:PATH or tcp:HOST:PORT" err
 expect 2 "$W" --consumer c --exec true --connect tcp:127.0.0.1:1; contains "--token-file" err
+# --connect repeated (a standby consumer): every address is checked.
+expect 2 "$W" --consumer c --exec true --connect unix:/tmp/a.sock --connect http://x
+contains "unix:PATH or tcp:HOST:PORT, not 'http://x'" err
+expect 2 "$W" --consumer c --exec true --connect unix:/tmp/a.sock --connect tcp:127.0.0.1:1
+contains "--token-file" err
 expect 2 "$W" --consumer c --exec true stray
 expect 2 "$W" --consumer c --exec true --bogus
 expect 0 "$W" --help; contains "usage: a2-worker"; contains "A2_STORE_TIMEOUT_MS"
+contains "repeat for a standby consumer"
 ver=$(sed -n 's/^#define A2_VERSION "\(.*\)"$/\1/p' "$A2_TOP/include/a2/version.h")
 schema_ver=$(sed -n 's/^#define A2_SCHEMA_VERSION "\(.*\)"$/\1/p' "$A2_TOP/include/a2/schema.h")
 expect 0 "$W" --version; contains "a2-worker $ver (schema $schema_ver, wire protocol 1)"
@@ -58,6 +64,15 @@ start_worker() { # log-file args...
     pids+=($!)
     last_pid=$!
 }
+
+# --- two --connect: both taken, tried in turn (no a2-consumer at either) ---
+start_worker "$TMP/two.log" --consumer nobody --exec true \
+    --connect "unix:$TMP/a.sock" --connect "unix:$TMP/b.sock"
+tp=$last_pid
+wait_out "$TMP/two.log" "serving nobody .*unix:$TMP/a.sock, unix:$TMP/b.sock" 10
+wait_out "$TMP/two.log" "could not connect to unix:$TMP/a.sock: .*; trying unix:$TMP/b.sock next" 10
+kill -TERM "$tp"; wait "$tp"; trc=$?
+checks=$((checks + 1)); [ "$trc" = 0 ] || fail "a2-worker with two --connect exited $trc: $(tail -3 "$TMP/two.log")"
 
 # --- success, returned events with their cause, failures, dead letter ---
 cat >"$TMP/handler.sh" <<'H'

@@ -28,6 +28,18 @@ w1=$!
 pids+=($w1)
 wait_log 10 "$TMP/w1.log" "connected to a2-consumer"
 
+# Two --connect, no a2-consumer at the first: the worker goes on to the
+# second at once and connects there.
+"$W" --consumer multi --connect "unix:$TMP/none.sock" --connect "unix:$sock" --exec true \
+    --degraded-sweep 60000 --name multi >/dev/null 2>"$TMP/multi.log" &
+mp=$!
+pids+=($mp)
+wait_log 10 "$TMP/multi.log" "connected to a2-consumer at unix:$sock"
+checks=$((checks + 1))
+grep -q "could not connect to unix:$TMP/none.sock: .*; trying unix:$sock next" "$TMP/multi.log" ||
+    fail "the first address was not tried first: $(cat "$TMP/multi.log")"
+kill -TERM "$mp"; wait "$mp"
+
 # Wake-ups: each append runs promptly, driven by a wake (not a sweep).
 lat=()
 for i in 1 2 3 4 5; do

@@ -3,7 +3,9 @@
  * from the test) and a real database: handshake and subscriptions, every
  * event type, reconnect with backoff and resync, the degraded sweep running
  * only while disconnected, refused and broken connections, ping timeouts;
- * the runner's claim -> handle -> complete/fail with lease renewal.
+ * several addresses, a standby's refusal and the real a2-consumer taking
+ * the worker at another address; the runner's claim -> handle ->
+ * complete/fail with lease renewal.
  */
 #include "a2/store.h"
 #include "a2/wire.h"
@@ -17,10 +19,14 @@
 #include <cmocka.h>
 // clang-format on
 
+#include "test_consumer_util.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +65,21 @@ static void fake_listen(fake *f)
     assert_true(f->lfd >= 0);
     assert_int_equal(bind(f->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
     assert_int_equal(listen(f->lfd, 8), 0);
+}
+
+/* Listens on 127.0.0.1 (a free port) instead: f->spec is tcp:. */
+static void fake_listen_tcp(fake *f)
+{
+    f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    assert_true(f->lfd >= 0);
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sa;
+    assert_int_equal(bind(f->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(f->lfd, 8), 0);
+    assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&sa, &sl), 0);
+    snprintf(f->spec, sizeof f->spec, "tcp:127.0.0.1:%d", ntohs(sa.sin_port));
 }
 
 static void fake_drop(fake *f)
@@ -206,6 +227,44 @@ static void test_options(void **state)
                      A2_WORKER_EINVAL);
     assert_int_equal(a2_worker_watch_presence(w, ""), A2_WORKER_EINVAL);
     assert_false(a2_worker_connected(w));
+    a2_worker_free(w);
+
+    /* Several addresses: not with connect, each one checked. */
+    const char *two[] = {"unix:/tmp/a.sock", "unix:/tmp/b.sock"};
+    a2_worker_options both = {
+            .connect = "unix:/tmp/a.sock", .connects = two, .nconnects = 2};
+    err[0] = '\0';
+    assert_null(a2_worker_new(&both, err, sizeof err));
+    assert_non_null(strstr(err, "connect and connects exclude each other"));
+    const char *badlist[] = {"unix:/tmp/a.sock", "http://x"};
+    a2_worker_options bl = {.connects = badlist, .nconnects = 2};
+    assert_null(a2_worker_new(&bl, err, sizeof err));
+    assert_non_null(strstr(err, "bad address 'http://x'"));
+    const char *badport[] = {"unix:/tmp/a.sock", "tcp:127.0.0.1:0"};
+    a2_worker_options bp = {.connects = badport, .nconnects = 2, .token = "t"};
+    assert_null(a2_worker_new(&bp, err, sizeof err));
+    assert_non_null(strstr(err, "bad port in 'tcp:127.0.0.1:0'"));
+    /* A tcp: address anywhere in the list needs the token. */
+    const char *mixed[] = {"unix:/tmp/a.sock", "tcp:127.0.0.1:5000"};
+    a2_worker_options mx = {.connects = mixed, .nconnects = 2};
+    assert_null(a2_worker_new(&mx, err, sizeof err));
+    assert_non_null(strstr(err, "token"));
+    const char *holes[] = {"unix:/tmp/a.sock", NULL};
+    a2_worker_options ho = {.connects = holes, .nconnects = 2};
+    assert_null(a2_worker_new(&ho, err, sizeof err));
+    assert_non_null(strstr(err, "connects[1] is NULL"));
+    a2_worker_options nolist = {.nconnects = 1};
+    assert_null(a2_worker_new(&nolist, err, sizeof err));
+    assert_non_null(strstr(err, "connects is NULL"));
+    mx.token = "t";
+    w = a2_worker_new(&mx, err, sizeof err);
+    assert_non_null(w);
+    a2_worker_free(w);
+    /* nconnects 0: connects is not looked at, connect is used. */
+    a2_worker_options one = {.connect = "unix:/tmp/a.sock",
+                             .connects = badlist};
+    w = a2_worker_new(&one, err, sizeof err);
+    assert_non_null(w);
     a2_worker_free(w);
 
     a2_worker_runner_options ro = {0};
@@ -540,6 +599,330 @@ static void test_ping_timeout(void **state)
     fake_free(&f);
 }
 
+/* ── several addresses: standbys ──────────────────────────────────────── */
+
+/*
+ * A standby a2-consumer, scripted: on a thread of its own, it accepts every
+ * connection, reads its hello, answers an error frame of code "standby" and
+ * closes, as a standby a2-consumer does.
+ */
+typedef struct {
+    fake f;
+    int stop[2];
+    pthread_t th;
+    int running;
+    atomic_int hellos;
+    atomic_int tokens; /* hellos that carried a token */
+} standby;
+
+static void *standby_main(void *arg)
+{
+    standby *s = arg;
+    for (;;) {
+        struct pollfd p[2] = {{s->f.lfd, POLLIN, 0}, {s->stop[0], POLLIN, 0}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (p[1].revents)
+            break;
+        int fd = accept4(s->f.lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        a2_wire_reader *r = a2_wire_reader_new(A2_WIRE_FROM_WORKER);
+        int64_t end = a2_test_now_ms() + 2000;
+        int hello = 0;
+        while (r && !hello && a2_test_now_ms() < end) {
+            a2_wire_msg m;
+            int rc = a2_wire_reader_next(r, &m);
+            if (rc < 0)
+                break;
+            if (rc == 1) {
+                if (m.type == A2_WIRE_HELLO) {
+                    hello = 1;
+                    if (m.token)
+                        atomic_fetch_add(&s->tokens, 1);
+                }
+                continue;
+            }
+            struct pollfd q = {fd, POLLIN, 0};
+            if (poll(&q, 1, 50) <= 0)
+                continue;
+            char buf[4096];
+            ssize_t n = read(fd, buf, sizeof buf);
+            if (n <= 0 || a2_wire_reader_feed(r, buf, (size_t)n) != 0)
+                break;
+        }
+        if (hello) {
+            atomic_fetch_add(&s->hellos, 1);
+            a2_wire_buf b = {0};
+            if (a2_wire_encode_error(&b, "standby",
+                                     "standby: another a2-consumer is active "
+                                     "for slot \"a2\"") == 0 &&
+                send(fd, b.data, b.len, MSG_NOSIGNAL) != (ssize_t)b.len)
+                fprintf(stderr, "the standby could not answer\n");
+            a2_wire_buf_free(&b);
+        }
+        a2_wire_reader_free(r);
+        close(fd);
+    }
+    return NULL;
+}
+
+static void standby_start(standby *s)
+{
+    memset(s, 0, sizeof *s);
+    fake_init(&s->f);
+    fake_listen(&s->f);
+    assert_int_equal(pipe2(s->stop, O_CLOEXEC), 0);
+    assert_int_equal(pthread_create(&s->th, NULL, standby_main, s), 0);
+    s->running = 1;
+}
+
+/* Stops answering: the thread ends, the socket file goes. */
+static void standby_stop(standby *s)
+{
+    if (s->running) {
+        char c = 1;
+        assert_int_equal(write(s->stop[1], &c, 1), 1);
+        pthread_join(s->th, NULL);
+        close(s->stop[0]);
+        close(s->stop[1]);
+        s->running = 0;
+    }
+    if (s->f.lfd >= 0)
+        close(s->f.lfd);
+    s->f.lfd = -1;
+    unlink(s->f.path);
+}
+
+static void standby_free(standby *s)
+{
+    standby_stop(s);
+    fake_free(&s->f);
+}
+
+/*
+ * Two addresses, a standby first: the standby's refusal is reported and the
+ * worker goes on to the second address at once (the backoff is 1 s); the
+ * token goes to the tcp: address only. When the active one closes the
+ * connection, the worker tries the standby at once and, that round failed,
+ * waits the backoff before the active one again. An outage reports the
+ * standby once.
+ */
+static void test_connects_standby(void **state)
+{
+    (void)state;
+    standby sb;
+    standby_start(&sb);
+    fake f;
+    fake_init(&f);
+    fake_listen_tcp(&f);
+    logbuf lb = {0};
+    const char *addrs[] = {sb.f.spec, f.spec};
+    char err[256];
+    a2_worker_options o = {.connects = addrs,
+                           .nconnects = 2,
+                           .token = "tok",
+                           .name = "t-standby",
+                           .reconnect_min_ms = 3000,
+                           .reconnect_max_ms = 3000,
+                           .log = capture,
+                           .log_ctx = &lb};
+    a2_worker *w = a2_worker_new(&o, err, sizeof err);
+    assert_non_null(w);
+    assert_int_equal(a2_worker_subscribe(w, "c", 0, NULL, 0), 0);
+
+    int64_t t0 = a2_test_now_ms();
+    a2_worker_event ev;
+    expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 2000);
+    assert_non_null(strstr(ev.message, "is a standby"));
+    assert_non_null(strstr(ev.message, sb.f.spec));
+    assert_non_null(strstr(ev.message, "another a2-consumer is active"));
+    fake_accept(&f, w, 2000);
+    int64_t accepted = a2_test_now_ms() - t0;
+    if (accepted >= 2000) /* well below the 3 s backoff */
+        fail_msg("the second address was tried after %" PRId64 " ms, not at "
+                 "once",
+                 accepted);
+    a2_wire_msg m;
+    fake_read(&f, w, &m, 2000);
+    assert_int_equal(m.type, A2_WIRE_HELLO);
+    assert_non_null(m.token);
+    assert_string_equal(m.token, "tok");
+    fake_read(&f, w, &m, 2000);
+    assert_int_equal(m.type, A2_WIRE_SUBSCRIBE);
+    a2_wire_buf b = {0};
+    assert_int_equal(a2_wire_encode_welcome(&b, 7), 0);
+    fake_send(&f, &b);
+    expect_event(w, &ev, A2_WORKER_EV_CONNECTED, 2000);
+    expect_event(w, &ev, A2_WORKER_EV_RESYNC, 2000);
+    assert_true(a2_worker_connected(w));
+    char want[200];
+    snprintf(want, sizeof want, "connected to a2-consumer at %s", f.spec);
+    assert_true(logged(&lb, want));
+    assert_true(logged(&lb, "trying tcp:127.0.0.1:"));
+    assert_int_equal(atomic_load(&sb.hellos), 1);
+    assert_int_equal(atomic_load(&sb.tokens), 0); /* unix: never a token */
+    a2_worker_stats st;
+    a2_worker_get_stats(w, &st);
+    assert_int_equal(st.connects, 1);
+    assert_int_equal(st.standby_refusals, 1);
+
+    /* The active one closes: closed (reported), the standby at once (a new
+     * outage: reported again), then the backoff before the active one. */
+    fake_drop(&f);
+    int64_t t1 = a2_test_now_ms();
+    expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 2000);
+    assert_non_null(strstr(ev.message, "closed the connection"));
+    assert_non_null(strstr(ev.message, f.spec));
+    expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 2000);
+    assert_non_null(strstr(ev.message, "is a standby"));
+    if (a2_test_now_ms() - t1 >= 2000)
+        fail_msg("the standby was not tried at once");
+    assert_true(logged(&lb, "all 2 addresses tried, trying tcp:127.0.0.1:"));
+    fake_accept(&f, w, 10000);
+    int64_t again = a2_test_now_ms() - t1;
+    if (again < 2900)
+        fail_msg("the round was tried again after %" PRId64 " ms, before "
+                 "the 3000 ms backoff",
+                 again);
+    handshake(&f, w, 1);
+    expect_event(w, &ev, A2_WORKER_EV_CONNECTED, 2000);
+    expect_event(w, &ev, A2_WORKER_EV_RESYNC, 2000);
+    assert_int_equal(atomic_load(&sb.hellos), 2);
+    assert_int_equal(logged_count(&lb, "is a standby"), 2);
+
+    /* The active one goes away for good: the rounds go on, the standby
+     * refusing each, reported once. */
+    fake_drop(&f);
+    close(f.lfd);
+    f.lfd = -1;
+    expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 2000);
+    assert_non_null(strstr(ev.message, "closed the connection"));
+    expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 2000);
+    assert_non_null(strstr(ev.message, "is a standby"));
+    int64_t end = a2_test_now_ms() + 30000;
+    while (atomic_load(&sb.hellos) < 4 && a2_test_now_ms() < end) {
+        int rc = a2_worker_wait(w, &ev, 100);
+        assert_true(rc >= 0);
+        if (rc == 1)
+            fail_msg("unexpected event %d (%s)", ev.type,
+                     ev.message ? ev.message : "");
+    }
+    assert_true(atomic_load(&sb.hellos) >= 4);
+    assert_int_equal(logged_count(&lb, "is a standby"), 3);
+    a2_worker_get_stats(w, &st);
+    assert_true(st.standby_refusals >= 4);
+    assert_int_equal(st.connects, 2);
+    assert_int_equal(st.disconnects, 2);
+    assert_false(a2_worker_connected(w));
+    a2_wire_buf_free(&b);
+    a2_worker_free(w);
+    fake_free(&f);
+    standby_free(&sb);
+}
+
+static int teardown_daemons(void **state)
+{
+    (void)state;
+    tc_kill_leftovers();
+    return 0;
+}
+
+/* The next event of type want within ms, skipping others. */
+static void expect_event_skip(a2_worker *w, a2_worker_event *ev, int want,
+                              int ms)
+{
+    int64_t end = a2_test_now_ms() + ms;
+    for (;;) {
+        int64_t left = end - a2_test_now_ms();
+        int rc = left > 0 ? a2_worker_wait(w, ev, (int)left) : 0;
+        if (rc != 1)
+            fail_msg("wanted event %d within %d ms, got rc %d (last error: "
+                     "%s)",
+                     want, ms, rc, a2_worker_last_error(w));
+        if (ev->type == want)
+            return;
+    }
+}
+
+/*
+ * A scripted standby at the first address and the real a2-consumer at the
+ * second: the worker reports the standby and ends up connected to the real
+ * one, woken by it. Then that one goes (its socket with it) and a new real
+ * a2-consumer comes up at the first address: the worker reconnects to it.
+ */
+static void test_connects_real_consumer(void **state)
+{
+    (void)state;
+    tc_daemon d;
+    tc_init(&d, "wl_standby");
+    tc_start(&d);
+    standby sb;
+    standby_start(&sb);
+    char real[160];
+    snprintf(real, sizeof real, "unix:%s", d.sock);
+    const char *addrs[] = {sb.f.spec, real};
+    logbuf lb = {0};
+    char err[256];
+    a2_worker_options o = {.connects = addrs,
+                           .nconnects = 2,
+                           .name = "t-real",
+                           .reconnect_min_ms = 50,
+                           .reconnect_max_ms = 200,
+                           .log = capture,
+                           .log_ctx = &lb};
+    a2_worker *w = a2_worker_new(&o, err, sizeof err);
+    assert_non_null(w);
+    assert_int_equal(a2_worker_subscribe(w, "sb-consumer", 0, NULL, 0), 0);
+
+    a2_worker_event ev;
+    expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 5000);
+    assert_non_null(strstr(ev.message, "is a standby"));
+    assert_non_null(strstr(ev.message, sb.f.spec));
+    expect_event(w, &ev, A2_WORKER_EV_CONNECTED, 5000);
+    expect_event(w, &ev, A2_WORKER_EV_RESYNC, 5000);
+    assert_string_equal(ev.consumer, "sb-consumer");
+    char want[200];
+    snprintf(want, sizeof want, "connected to a2-consumer at %s", real);
+    assert_true(logged(&lb, want));
+    a2_worker_stats st;
+    a2_worker_get_stats(w, &st);
+    assert_int_equal(st.standby_refusals, 1);
+    assert_int_equal(atomic_load(&sb.hellos), 1);
+    /* Woken by the real one. */
+    append_for("sb-1", "sb-consumer", NULL);
+    expect_event_skip(w, &ev, A2_WORKER_EV_WAKE, 10000);
+    assert_string_equal(ev.session, "sb-1");
+
+    /* The standby goes, then the active one with its socket; a new one
+     * comes up at the first address. */
+    standby_stop(&sb);
+    assert_int_equal(tc_stop(&d), 0);
+    unlink(d.sock);
+    expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 5000);
+    assert_non_null(strstr(ev.message, "closed the connection"));
+    snprintf(d.sock, sizeof d.sock, "%s", sb.f.path);
+    tc_start(&d);
+    expect_event_skip(w, &ev, A2_WORKER_EV_CONNECTED, 20000);
+    assert_true(a2_worker_connected(w));
+    snprintf(want, sizeof want, "connected to a2-consumer at %s", sb.f.spec);
+    assert_true(logged(&lb, want));
+    expect_event(w, &ev, A2_WORKER_EV_RESYNC, 5000);
+    append_for("sb-2", "sb-consumer", NULL);
+    expect_event_skip(w, &ev, A2_WORKER_EV_WAKE, 10000);
+    assert_string_equal(ev.session, "sb-2");
+    a2_worker_get_stats(w, &st);
+    assert_int_equal(st.connects, 2);
+    assert_int_equal(st.disconnects, 1);
+    assert_int_equal(st.standby_refusals, 1);
+    a2_worker_free(w);
+    tc_cleanup(&d);
+    standby_free(&sb);
+}
+
 /* ── the runner ───────────────────────────────────────────────────────── */
 
 typedef struct {
@@ -789,6 +1172,9 @@ int main(void)
             cmocka_unit_test(test_events),
             cmocka_unit_test(test_reconnect_and_sweep),
             cmocka_unit_test(test_ping_timeout),
+            cmocka_unit_test(test_connects_standby),
+            cmocka_unit_test_teardown(test_connects_real_consumer,
+                                      teardown_daemons),
             cmocka_unit_test(test_runner),
             cmocka_unit_test(test_runner_woken),
             cmocka_unit_test(test_runner_pending),

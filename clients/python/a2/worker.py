@@ -312,8 +312,10 @@ class Worker:
     called once per claimed event with an :class:`Event` and returns the
     events to append with the completion (a list of dicts, or None); an
     exception fails the attempt with its text. ``connect`` is a2-consumer's
-    address, ``unix:PATH`` or ``tcp:HOST:PORT`` (with ``token``); without it
-    the worker relies on the degraded sweep alone.
+    address, ``unix:PATH`` or ``tcp:HOST:PORT`` (with ``token``), or a list
+    of them: the active consumer and its standbys, tried in turn (a standby
+    refuses with a ``standby`` error); without it the worker relies on the
+    degraded sweep alone.
 
     ``run()`` blocks until ``stop()`` (callable from any thread or a signal
     handler); ``start()`` runs it in a thread of its own, ``join()`` waits for
@@ -328,7 +330,7 @@ class Worker:
     """
 
     def __init__(self, db: str, consumers: Union[store.Consumer, Sequence[store.Consumer]],
-                 handler: Handler, *, connect: Optional[str] = None,
+                 handler: Handler, *, connect: Union[str, Sequence[str], None] = None,
                  token: Optional[str] = None, name: Optional[str] = None,
                  concurrency: int = 1, ttl_ms: int = 30000, max_failures: int = 5,
                  retry_after_ms: int = 1000, degraded_sweep_ms: int = 30000,
@@ -366,18 +368,27 @@ class Worker:
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
                 raise ValueError(f"{what} must be an integer in {lo}..{hi}, not {v!r}")
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self._address = wire.parse_address(connect) if connect else None
-        if self._address is not None and not self._address.is_unix and not token:
+        specs = [connect] if isinstance(connect, str) else list(connect or [])
+        self._addresses = [wire.parse_address(a) for a in specs if a]
+        if any(not a.is_unix for a in self._addresses) and not token:
             raise ValueError("a tcp: connection needs a token")
-        greeting = wire.encode_hello(self.name, None if self._address is None
-                                     or self._address.is_unix else token)
+        # The address connected to (or tried next): the first, then on each
+        # failure or standby's refusal the next; a full round that found no
+        # active a2-consumer backs off.
+        self._addr_i = 0
+        self._round_failures = 0
+        self._address = self._addresses[0] if self._addresses else None
+        # hello (a token on tcp: only), then the subscriptions
+        self._hello_unix = wire.encode_hello(self.name, None)
+        self._hello_tcp = wire.encode_hello(self.name, token) if token else self._hello_unix
+        subscriptions = b""
         for c in self.consumers:
             if isinstance(c, LogConsumer):
                 types = None if c.types is None else list(c.types)
-                greeting += wire.encode_subscribe(c.name, types)
+                subscriptions += wire.encode_subscribe(c.name, types)
             else:
-                greeting += wire.encode_subscribe(c)
-        self._greeting = greeting
+                subscriptions += wire.encode_subscribe(c)
+        self._subscriptions = subscriptions
         self._db = db
         self.handler = handler
         self.concurrency = concurrency
@@ -898,10 +909,18 @@ class Worker:
         self._connected.clear()
         self._last_error = why
         now = _mono_ms()
-        jitter = random.randint(0, self._backoff_ms // 4) if self._backoff_ms >= 4 else 0
-        delay = self._backoff_ms + jitter
+        self._round_failures += 1
+        if len(self._addresses) > 1:
+            self._addr_i = (self._addr_i + 1) % len(self._addresses)
+            self._address = self._addresses[self._addr_i]
+        if self._round_failures < len(self._addresses):
+            delay = 0  # the next address at once
+        else:
+            self._round_failures = 0
+            jitter = random.randint(0, self._backoff_ms // 4) if self._backoff_ms >= 4 else 0
+            delay = self._backoff_ms + jitter
+            self._backoff_ms = min(self._backoff_ms * 2, self.reconnect_max_ms)
         self._next_connect_at = now + delay
-        self._backoff_ms = min(self._backoff_ms * 2, self.reconnect_max_ms)
         first = self._failing == 0
         self._failing += 1
         if was_ready:
@@ -951,7 +970,8 @@ class Worker:
         self._sock = sock
         self._state = _CONNECTING
         self._reader = wire.FrameReader()
-        self._out = bytearray(self._greeting)
+        self._out = bytearray((self._hello_unix if addr.is_unix else self._hello_tcp)
+                              + self._subscriptions)
         self._handshake_deadline = _mono_ms() + HANDSHAKE_TIMEOUT_MS
 
     def _do_write(self) -> None:
@@ -1009,6 +1029,7 @@ class Worker:
             self._state = _READY
             self._count(connects=1)
             self._failing = 0
+            self._round_failures = 0
             self._backoff_ms = self.reconnect_min_ms
             self._next_sweep_at = 0
             self._next_ping_at = now + self.ping_ms
@@ -1048,7 +1069,10 @@ class Worker:
             if msg["id"] == self._ping_id:
                 self._pong_deadline = 0
         elif t == "error":
-            self._went_down(f"a2-consumer refused the worker: {msg['message']} ({msg['code']})")
+            if msg["code"] == "standby":
+                self._went_down(f"a2-consumer at {self._address} is a standby: {msg['message']}")
+            else:
+                self._went_down(f"a2-consumer refused the worker: {msg['message']} ({msg['code']})")
 
     def _timers_step(self, now: int) -> None:
         """Connects, times out, pings and sweeps when due."""

@@ -4,7 +4,9 @@ an a2-consumer of its own (its own slot), started and stopped here."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
 import time
 import unittest
 from typing import Optional
@@ -95,6 +97,46 @@ class Away(unittest.TestCase):
         support.wait_until(lambda: self.msgs.wakes("dg-4") and self.ran("dg-4"), "dg-4's wake")
         self.assertEqual(sorted(self.runs.snapshot()),
                          [("dg-1", 1), ("dg-2", 1), ("dg-3", 1), ("dg-4", 1)])
+
+    def test_active_and_standby(self) -> None:
+        # Two a2-consumers of one slot: the second is a standby, refusing
+        # workers with a "standby" error. A worker given both addresses,
+        # the standby's first, serves through the active one, and follows
+        # the standby when it takes over from the killed active one.
+        a_sock = os.path.join(support.TMP, "sb-a.sock")
+        b_sock = os.path.join(support.TMP, "sb-b.sock")
+        active = self.consumer("sb", "unix:" + a_sock)
+        active.start()
+        standby = support.Consumer("sb", ["unix:" + b_sock])
+        standby.name = "consumer-sb-b"
+        standby.log_path = os.path.join(support.TMP, "consumer-sb-b.log")
+        with open(standby.log_path, "ab") as log:
+            standby.proc = subprocess.Popen(standby.args, stdout=log, stderr=subprocess.STDOUT)
+        self.addCleanup(standby.stop)
+
+        def logged(what: bytes) -> bool:
+            with open(standby.log_path, "rb") as f:
+                return what in f.read()
+
+        support.wait_until(lambda: logged(b"standby: "), "the second consumer to be a standby")
+        w = self.start(a2.Worker(support.DB, ["pysb"], self.handler,
+                                 connect=["unix:" + b_sock, "unix:" + a_sock], name="pysb-1",
+                                 reconnect_max_ms=500, on_message=self.msgs))
+        self.assertTrue(w.wait_connected(support.WAIT_S), w.last_error)
+        a2.append(self.conn, "sb-1", [lane_event("pysb")])
+        support.wait_until(lambda: self.ran("sb-1"), "sb-1's run")
+        self.assertTrue(self.msgs.wakes("sb-1"))
+
+        assert active.proc is not None
+        active.proc.send_signal(signal.SIGKILL)
+        active.proc.wait()
+        active.proc = None
+        support.wait_until(lambda: logged(b"ready"), "the standby to take over")
+        support.wait_until(lambda: w.stats.connects >= 2, "the worker to follow it")
+        a2.append(self.conn, "sb-2", [lane_event("pysb")])
+        support.wait_until(lambda: self.ran("sb-2") and self.msgs.wakes("sb-2"),
+                           "sb-2's wake from the new active consumer")
+        self.assertEqual(sorted(self.runs.snapshot()), [("sb-1", 1), ("sb-2", 1)])
 
     def test_sweep_only(self) -> None:
         # No a2-consumer at all: the store's pending sessions, swept.

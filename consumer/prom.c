@@ -1,0 +1,107 @@
+/*
+ * The Prometheus text format's pieces (metrics.h): growing strings, label
+ * escaping, latency histograms. Pure: the worker server counts into a
+ * histogram without the HTTP endpoint.
+ */
+#include "metrics.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the Prometheus text ---- */
+
+void a2c_metrics_appendf(char **buf, size_t *len, size_t *cap, const char *fmt,
+                         ...)
+{
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(*buf ? *buf + *len : NULL, *buf ? *cap - *len : 0,
+                          fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if (*buf && *len + (size_t)n < *cap) {
+            *len += (size_t)n;
+            return;
+        }
+        size_t ncap = *cap ? *cap * 2 : 4096;
+        while (ncap < *len + (size_t)n + 1)
+            ncap *= 2;
+        char *nb = realloc(*buf, ncap);
+        if (!nb)
+            return;
+        *buf = nb;
+        *cap = ncap;
+    }
+}
+
+void a2c_metrics_append_label(char **buf, size_t *len, size_t *cap,
+                              const char *v)
+{
+    size_t n = strlen(v), extra = 0;
+    for (size_t i = 0; i < n; i++)
+        extra += v[i] == '\\' || v[i] == '"' || v[i] == '\n';
+    if (!*buf || *len + n + extra + 1 > *cap) {
+        size_t ncap = *cap ? *cap : 4096;
+        while (ncap < *len + n + extra + 1)
+            ncap *= 2;
+        char *nb = realloc(*buf, ncap);
+        if (!nb)
+            return;
+        *buf = nb;
+        *cap = ncap;
+    }
+    char *o = *buf + *len;
+    for (size_t i = 0; i < n; i++) {
+        char ch = v[i];
+        if (ch == '\\' || ch == '"') {
+            *o++ = '\\';
+            *o++ = ch;
+        } else if (ch == '\n') {
+            *o++ = '\\';
+            *o++ = 'n';
+        } else {
+            *o++ = ch;
+        }
+    }
+    *o = '\0';
+    *len = (size_t)(o - *buf);
+}
+
+static const int64_t hist_bounds_us[A2C_HIST_NBOUNDS] = A2C_HIST_BOUNDS_US;
+
+void a2c_hist_observe(a2c_hist *h, int64_t us)
+{
+    if (us < 0)
+        us = 0;
+    size_t i = 0;
+    while (i < A2C_HIST_NBOUNDS && us > hist_bounds_us[i])
+        i++;
+    h->bucket[i]++;
+    h->count++;
+    h->sum_us += (uint64_t)us;
+}
+
+void a2c_hist_render(const a2c_hist *h, const char *name, const char *help,
+                     char **buf, size_t *len, size_t *cap)
+{
+    a2c_metrics_appendf(buf, len, cap, "# HELP %s %s\n# TYPE %s histogram\n",
+                        name, help, name);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < A2C_HIST_NBOUNDS; i++) {
+        cum += h->bucket[i];
+        a2c_metrics_appendf(buf, len, cap, "%s_bucket{le=\"%g\"} %" PRIu64 "\n",
+                            name, (double)hist_bounds_us[i] / 1e6, cum);
+    }
+    cum += h->bucket[A2C_HIST_NBOUNDS];
+    a2c_metrics_appendf(buf, len, cap,
+                        "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n"
+                        "%s_sum %.6f\n%s_count %" PRIu64 "\n",
+                        name, cum, name, (double)h->sum_us / 1e6, name,
+                        h->count);
+}
