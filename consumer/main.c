@@ -663,6 +663,15 @@ static void stream_down(daemon_t *d, const char *reason)
         d->backoff_ms = BACKOFF_MAX_MS;
 }
 
+/* The last commit whose lines the audit file holds: what was applied, or
+ * the transaction whose lines end the file on open (a2c_audit_resume: it
+ * may look partial, but a slot that confirmed it saw all of it durable). */
+static uint64_t audit_holds(const daemon_t *d)
+{
+    uint64_t have = a2c_apply_applied(d->apply);
+    return d->resume.partial_lsn > have ? d->resume.partial_lsn : have;
+}
+
 /* Drops and recreates an invalidated slot, records the gap. */
 static int recreate_slot(daemon_t *d, const char *why, char *err, size_t errlen)
 {
@@ -738,11 +747,11 @@ static int stream_up(daemon_t *d, int startup, char *err, size_t errlen)
     } else if (info.lost) {
         if (recreate_slot(d, "invalidated", err, errlen) != 0)
             goto fail;
-    } else if (d->audit && info.confirmed > a2c_apply_applied(d->apply)) {
+    } else if (d->audit && info.confirmed > audit_holds(d)) {
         /* The slot confirmed what this audit file does not hold (a file
          * lost, replaced or truncated, or another host's): the stream
          * resumes at the slot, so say what the trail misses. */
-        uint64_t from = a2c_apply_applied(d->apply);
+        uint64_t from = audit_holds(d);
         logline("audit file \"%s\" ends at %X/%X but slot \"%s\" confirmed "
                 "%X/%X: the transitions between are not in the file",
                 d->audit_path, A2__LSN_ARGS(from), d->slot,

@@ -178,6 +178,12 @@ join lateral (select (j->'before'->>'attempt')::int as attempt from chaos_audit
 where l.consumer = 'chaos_lane'
   and exists (select 1 from a2_lane_events p where p.session_id = l.session_id
                 and p.consumer = l.consumer and p.lane = l.lane and p.idx < l.idx)
+  -- a predecessor that completed (not one dead-lettered and skipped)
+  and exists (select 1 from chaos_audit a
+               where a.j->>'session' = l.session_id and a.j->>'consumer' = 'chaos_lane'
+                 and a.j->>'cursor' = 'lane:' || l.lane
+                 and a.j->>'transition' in ('completed', 'went_idle')
+                 and (a.j->'before'->>'head')::bigint < l.idx)
 limit 1;
 \o /dev/null
 \i tests/chaos/check.sql

@@ -144,6 +144,21 @@ head -1 "$TMP/c.jsonl" | grep -q '"reason":"audit behind slot"' ||
     fail "a lost file is refilled from a gap record: $(head -1 "$TMP/c.jsonl")"
 checks=$((checks + 1))
 
-# Refusals: nothing else changed.
-kill -TERM "$wpid" "$pid_d" 2>/dev/null
+# ── a file whose last transaction the slot confirmed: no gap ───────────
+# Without its state file the last transaction of the file may look partial
+# (its lines are only known to be complete because the slot confirmed it).
+"$A2" append "five-1" job '{}' --target sb >/dev/null
+wait_until 30 "d audits five-1" 'grep -q "\"session\":\"five-1\"" "$TMP/c.jsonl"'
+kill -TERM "$pid_d"
+wait "$pid_d" 2>/dev/null
+gaps_before=$(grep -c '"op":"gap"' "$TMP/c.jsonl")
+rm -f "$TMP/c.jsonl.lsn"
+pe=$(free_port)
+start e "$TMP/c.jsonl" "$pe"
+wait_until 30 "e is ready" 'grep -q ready "$TMP/e.log"'
+[ "$(grep -c '"op":"gap"' "$TMP/c.jsonl")" = "$gaps_before" ] ||
+    fail "no gap when the slot confirmed only what the file holds: $(grep gap "$TMP/c.jsonl" | tail -1)"
+checks=$((checks + 1))
+
+kill -TERM "$wpid" "$pid_e" 2>/dev/null
 finish
