@@ -59,8 +59,6 @@ typedef struct a2__console {
 json_t *a2__con_jstr(const char *s);
 /* The same, for the first n bytes of s. */
 json_t *a2__con_jstrn(const char *s, size_t n);
-/* An integer, or null for A2_STORE_NONE. */
-json_t *a2__con_ji64(int64_t v);
 
 /* What an API handler answers: status and a JSON document (owned). */
 typedef struct a2__con_reply {

@@ -38,38 +38,6 @@
 
 /* ── JSON values ─────────────────────────────────────────────────────── */
 
-/* Length of the well-formed UTF-8 sequence at s (at most n bytes), or 0. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t len;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        if (c == 0xF4)
-            hi = 0x8F;
-    } else
-        return 0;
-    if (n < len || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF)
-            return 0;
-    return len;
-}
-
 json_t *a2__con_jstrn(const char *s, size_t n)
 {
     if (!s)
@@ -83,7 +51,7 @@ json_t *a2__con_jstrn(const char *s, size_t n)
     size_t o = 0;
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq(u + i, n - i);
+        size_t k = a2_wire_utf8_seq(u + i, n - i);
         if (k == 0) {
             memcpy(buf + o, "\xEF\xBF\xBD", 3);
             o += 3;
@@ -102,11 +70,6 @@ json_t *a2__con_jstrn(const char *s, size_t n)
 json_t *a2__con_jstr(const char *s)
 {
     return s ? a2__con_jstrn(s, strlen(s)) : json_null();
-}
-
-json_t *a2__con_ji64(int64_t v)
-{
-    return v == A2_STORE_NONE ? json_null() : json_integer((json_int_t)v);
 }
 
 a2__con_reply a2__con_error(unsigned status, const char *fmt, ...)
@@ -154,7 +117,7 @@ static json_t *event_json(const a2_event *e, size_t payload_max)
     json_object_set_new(o, "index", json_integer(e->index));
     json_object_set_new(o, "type", a2__con_jstr(e->type));
     json_object_set_new(o, "id", a2__con_jstr(e->id));
-    json_object_set_new(o, "created_at", a2__con_ji64(e->created_at));
+    json_object_set_new(o, "created_at", a2__cli_json_i64(e->created_at));
     set_payload(o, e->payload, payload_max);
     if (e->has_cause) {
         json_t *c = json_object();
@@ -169,25 +132,17 @@ static json_t *event_json(const a2_event *e, size_t payload_max)
     return o;
 }
 
+/* The CLI's dispatch state, with the claim and failure times the pages
+ * show. */
 static json_t *dispatch_json(json_t *o, const a2_dispatch *d)
 {
-    json_object_set_new(o, "consumer", a2__con_jstr(d->consumer));
-    json_object_set_new(o, "lane", a2__con_jstr(d->lane));
-    json_object_set_new(o, "cursor", a2__con_jstr(d->cursor_key));
-    json_object_set_new(o, "kind", a2__con_jstr(d->kind));
-    json_object_set_new(o, "epoch", a2__con_ji64(d->epoch));
-    json_object_set_new(o, "attempt", json_integer(d->attempt_count));
+    a2__cli_dispatch_json(o, d);
     json_object_set_new(o, "first_claimed_at",
-                        a2__con_ji64(d->first_claimed_at));
-    json_object_set_new(o, "last_claimed_at", a2__con_ji64(d->last_claimed_at));
-    json_object_set_new(o, "holder", a2__con_jstr(d->claim_holder));
-    json_object_set_new(o, "expires_at", a2__con_ji64(d->claim_expires_at));
-    json_object_set_new(o, "failures", json_integer(d->failure_count));
-    json_object_set_new(o, "last_failed_at", a2__con_ji64(d->last_failed_at));
+                        a2__cli_json_i64(d->first_claimed_at));
+    json_object_set_new(o, "last_claimed_at",
+                        a2__cli_json_i64(d->last_claimed_at));
     json_object_set_new(o, "last_failed_attempt",
-                        a2__con_ji64(d->last_failed_attempt));
-    json_object_set_new(o, "error", a2__con_jstr(d->last_error));
-    json_object_set_new(o, "failed_at", a2__con_ji64(d->failed_at));
+                        a2__cli_json_i64(d->last_failed_attempt));
     return o;
 }
 
@@ -204,7 +159,7 @@ static json_t *cursor_json(const a2_cursor *c)
 {
     json_t *o = dispatch_json(json_object(), &c->dispatch);
     json_object_set_new(o, "position", json_integer(c->position));
-    json_object_set_new(o, "head", a2__con_ji64(c->head));
+    json_object_set_new(o, "head", a2__cli_json_i64(c->head));
     json_object_set_new(o, "types", a2__con_jstr(c->types));
     return o;
 }
@@ -356,8 +311,8 @@ static json_t *filter_json(const a2_dead_letter_filter *f)
     json_object_set_new(o, "consumer", a2__con_jstr(f->consumer));
     json_object_set_new(o, "type", a2__con_jstr(f->type));
     json_object_set_new(o, "error", a2__con_jstr(f->error));
-    json_object_set_new(o, "failed_after", a2__con_ji64(f->failed_after));
-    json_object_set_new(o, "failed_before", a2__con_ji64(f->failed_before));
+    json_object_set_new(o, "failed_after", a2__cli_json_i64(f->failed_after));
+    json_object_set_new(o, "failed_before", a2__cli_json_i64(f->failed_before));
     return o;
 }
 
@@ -433,7 +388,7 @@ static a2__con_reply get_overview(a2__console *con)
         json_object_set_new(o, "running", json_integer(b->running));
         json_object_set_new(o, "dead_letters", json_integer(b->dead_letters));
         json_object_set_new(o, "oldest_pending_at",
-                            a2__con_ji64(b->oldest_pending_at));
+                            a2__cli_json_i64(b->oldest_pending_at));
         json_object_set_new(o, "oldest_pending_age_ms",
                             b->oldest_pending_at == A2_STORE_NONE
                                     ? json_null()
@@ -896,7 +851,7 @@ static a2__con_reply post_cancel(a2__console *con, const a2__con_request *req)
                           out.holder ? out.holder : "?", until);
         json_object_set_new(r.doc, "outcome", json_string("running"));
         json_object_set_new(r.doc, "holder", a2__con_jstr(out.holder));
-        json_object_set_new(r.doc, "expires_at", a2__con_ji64(out.expires_at));
+        json_object_set_new(r.doc, "expires_at", a2__cli_json_i64(out.expires_at));
     } else {
         r = a2__con_error(409,
                           "no pending head of %s at index %lld in %s (done, "
