@@ -115,7 +115,9 @@ static int ensure_db(a2c_active *a, char *err, size_t errlen)
     if (a->db && PQstatus(a->db) == CONNECTION_OK)
         return 0;
     drop_db(a);
-    a->db = a2c_db_connect(a->conninfo, err, errlen);
+    /* its own name: an operator (or a test) that ends the consumer's
+     * connections by name does not end its lock by accident */
+    a->db = a2c_db_connect_as(a->conninfo, "a2-consumer lock", err, errlen);
     if (!a->db)
         return -1;
     if (PQsetnonblocking(a->db, 1) != 0) {

@@ -39,13 +39,13 @@ static void one_line(char *dst, size_t len, const char *prefix, const char *msg)
         *nl = '\0';
 }
 
-static PGconn *connect_with(const char *conninfo, int replication, char *err,
-                            size_t errlen)
+static PGconn *connect_with(const char *conninfo, int replication,
+                            const char *name, char *err, size_t errlen)
 {
     /* After the conninfo, so they win over it. */
     const char *keys[] = {"options", "application_name",
                           replication ? "replication" : NULL, NULL};
-    const char *vals[] = {"-c TimeZone=UTC", "a2-consumer", "database", NULL};
+    const char *vals[] = {"-c TimeZone=UTC", name, "database", NULL};
     PGconn *c = a2__connect_with(conninfo, keys, vals);
     if (!c) {
         snprintf(err, errlen,
@@ -81,7 +81,13 @@ static void not_allowed(char *prefix, size_t size, const char *plugin)
 
 PGconn *a2c_db_connect(const char *conninfo, char *err, size_t errlen)
 {
-    return connect_with(conninfo, 0, err, errlen);
+    return connect_with(conninfo, 0, "a2-consumer", err, errlen);
+}
+
+PGconn *a2c_db_connect_as(const char *conninfo, const char *name, char *err,
+                          size_t errlen)
+{
+    return connect_with(conninfo, 0, name, err, errlen);
 }
 
 static int query_timeout_ms;
@@ -424,7 +430,7 @@ int a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen)
 
 a2c_repl *a2c_repl_connect(const char *conninfo, char *err, size_t errlen)
 {
-    PGconn *c = connect_with(conninfo, 1, err, errlen);
+    PGconn *c = connect_with(conninfo, 1, "a2-consumer", err, errlen);
     if (!c)
         return NULL;
     a2c_repl *r = calloc(1, sizeof *r);

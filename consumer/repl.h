@@ -30,6 +30,9 @@
 /* Connects with conninfo (NULL or "" = PG* variables) plus TimeZone=UTC
  * and a default connect_timeout. Returns NULL with the reason in err. */
 PGconn *a2c_db_connect(const char *conninfo, char *err, size_t errlen);
+/* The same, named `name` in pg_stat_activity (application_name). */
+PGconn *a2c_db_connect_as(const char *conninfo, const char *name, char *err,
+                          size_t errlen);
 
 /* What a2c_db_check found about the slot. */
 typedef struct {
