@@ -742,7 +742,7 @@ static void test_connects_standby(void **state)
     assert_non_null(strstr(ev.message, "another a2-consumer is active"));
     fake_accept(&f, w, 2000);
     int64_t accepted = a2_test_now_ms() - t0;
-    if (accepted >= 2000) /* well below the 3 s backoff */
+    if (accepted >= 2900) /* not held for the 3 s backoff */
         fail_msg("the second address was tried after %" PRId64 " ms, not at "
                  "once",
                  accepted);
@@ -779,7 +779,7 @@ static void test_connects_standby(void **state)
     assert_non_null(strstr(ev.message, f.spec));
     expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 2000);
     assert_non_null(strstr(ev.message, "is a standby"));
-    if (a2_test_now_ms() - t1 >= 2000)
+    if (a2_test_now_ms() - t1 >= 2900)
         fail_msg("the standby was not tried at once");
     assert_true(logged(&lb, "all 2 addresses tried, trying tcp:127.0.0.1:"));
     fake_accept(&f, w, 10000);
