@@ -6,13 +6,13 @@
 #                             and capture the real wal2json output into
 #                             tests/fixtures/store.jsonl and store_ops.jsonl
 #   make fuzz                 (fuzz-decoder) build build/fuzz/fuzz_decoder and
-#                             fuzz for FUZZ_DECODER_TIME seconds (default 60)
+#                             fuzz for FUZZ_DECODER_TIME seconds (default 30)
 #                             from tests/fuzz/decoder/corpus
 #   make fuzz-decoder-corpus  reseed the corpus from the fixtures
 #   bench/decode/run          (make bench) decoder throughput against
 #                             pg_recvlogical, see bench/decode/run
 
-FUZZ_DECODER_TIME ?= 60
+FUZZ_DECODER_TIME ?= 30
 FUZZ_DECODER_BIN := build/fuzz/fuzz_decoder
 FUZZ_DECODER_SRCS := $(wildcard decoder/*.c)
 FUZZ_DECODER_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Wall -Wextra -Werror
