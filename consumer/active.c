@@ -17,7 +17,7 @@
 #define TRY_LOCK_SQL                                                           \
     "select pg_try_advisory_lock(hashtext('a2-consumer'), hashtext($1))"
 
-struct a2c_active {
+struct a2__active {
     char *conninfo;
     char *slot;
     char *lock_path; /* NULL without an audit file */
@@ -33,10 +33,10 @@ static char *dup_or_null(const char *s)
     return s ? strdup(s) : NULL;
 }
 
-a2c_active *a2c_active_new(const char *conninfo, const char *slot,
+a2__active *a2__active_new(const char *conninfo, const char *slot,
                            const char *audit_path, char *err, size_t errlen)
 {
-    a2c_active *a = calloc(1, sizeof *a);
+    a2__active *a = calloc(1, sizeof *a);
     if (!a) {
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -48,7 +48,7 @@ a2c_active *a2c_active_new(const char *conninfo, const char *slot,
         a->lock_path = NULL;
     if (!a->conninfo || !a->slot || (audit_path && !a->lock_path)) {
         snprintf(err, errlen, "out of memory");
-        a2c_active_free(a);
+        a2__active_free(a);
         return NULL;
     }
     if (a->lock_path) {
@@ -57,14 +57,14 @@ a2c_active *a2c_active_new(const char *conninfo, const char *slot,
             /* beside the audit file: the same folder, the same cause */
             snprintf(err, errlen, "could not open audit file \"%s\": %s",
                      audit_path, strerror(errno));
-            a2c_active_free(a);
+            a2__active_free(a);
             return NULL;
         }
     }
     return a;
 }
 
-void a2c_active_free(a2c_active *a)
+void a2__active_free(a2__active *a)
 {
     if (!a)
         return;
@@ -79,7 +79,7 @@ void a2c_active_free(a2c_active *a)
 }
 
 /* The holder a lock file names ("PID@HOST"), into buf. */
-static void file_holder(const a2c_active *a, char *buf, size_t len)
+static void file_holder(const a2__active *a, char *buf, size_t len)
 {
     ssize_t n = pread(a->fd, buf, len - 1, 0);
     buf[n > 0 ? n : 0] = '\0';
@@ -89,7 +89,7 @@ static void file_holder(const a2c_active *a, char *buf, size_t len)
             *p = '?';
 }
 
-static void write_holder(const a2c_active *a)
+static void write_holder(const a2__active *a)
 {
     char host[256] = "", line[300];
     if (gethostname(host, sizeof host) != 0)
@@ -101,7 +101,7 @@ static void write_holder(const a2c_active *a)
         (void)fdatasync(a->fd);
 }
 
-static void drop_db(a2c_active *a)
+static void drop_db(a2__active *a)
 {
     if (a->db)
         PQfinish(a->db);
@@ -110,14 +110,14 @@ static void drop_db(a2c_active *a)
     a->held = 0;
 }
 
-static int ensure_db(a2c_active *a, char *err, size_t errlen)
+static int ensure_db(a2__active *a, char *err, size_t errlen)
 {
     if (a->db && PQstatus(a->db) == CONNECTION_OK)
         return 0;
     drop_db(a);
     /* its own name: an operator (or a test) that ends the consumer's
      * connections by name does not end its lock by accident */
-    a->db = a2c_db_connect_as(a->conninfo, "a2-consumer lock", err, errlen);
+    a->db = a2__db_connect_as(a->conninfo, "a2-consumer lock", err, errlen);
     if (!a->db)
         return -1;
     if (PQsetnonblocking(a->db, 1) != 0) {
@@ -139,7 +139,7 @@ static void one_line_error(const char *prefix, PGconn *db, char *err,
 /* pg_try_advisory_lock on the (connected) lock connection, waiting for
  * the answer: 1 taken, 0 held elsewhere, -1 an error (the connection is
  * dropped). */
-static int try_lock(a2c_active *a, char *err, size_t errlen)
+static int try_lock(a2__active *a, char *err, size_t errlen)
 {
     if (PQsetnonblocking(a->db, 0) != 0) {
         snprintf(err, errlen, "could not use the lock connection");
@@ -162,7 +162,7 @@ static int try_lock(a2c_active *a, char *err, size_t errlen)
     return got;
 }
 
-int a2c_active_step(a2c_active *a, char *msg, size_t msglen, char *err,
+int a2__active_step(a2__active *a, char *msg, size_t msglen, char *err,
                     size_t errlen)
 {
     msg[0] = err[0] = '\0';
@@ -234,12 +234,12 @@ int a2c_active_step(a2c_active *a, char *msg, size_t msglen, char *err,
     return 1;
 }
 
-int a2c_active_fd(const a2c_active *a)
+int a2__active_fd(const a2__active *a)
 {
     return a->db ? PQsocket(a->db) : -1;
 }
 
-int a2c_active_check(a2c_active *a, char *err, size_t errlen)
+int a2__active_check(a2__active *a, char *err, size_t errlen)
 {
     if (!a->held)
         return -1;
@@ -255,7 +255,7 @@ int a2c_active_check(a2c_active *a, char *err, size_t errlen)
     return 0;
 }
 
-int a2c_active_retake(a2c_active *a, char *err, size_t errlen)
+int a2__active_retake(a2__active *a, char *err, size_t errlen)
 {
     if (a->held)
         return 1;

@@ -24,40 +24,40 @@
 
 #include <stddef.h>
 
-typedef struct a2c_active a2c_active;
+typedef struct a2__active a2__active;
 
 /* audit_path: NULL without an audit file. NULL with err set when out of
  * memory or the lock file cannot be opened. */
-a2c_active *a2c_active_new(const char *conninfo, const char *slot,
+a2__active *a2__active_new(const char *conninfo, const char *slot,
                            const char *audit_path, char *err, size_t errlen);
 
 /* Closes the lock file and the connection: the locks are released. */
-void a2c_active_free(a2c_active *a);
+void a2__active_free(a2__active *a);
 
 /*
  * One step towards the locks, without blocking (but for connecting):
  * 1 both are held; 0 another consumer holds one (who, in msg); -1 an error
  * (err: the database is unreachable, a query failed), to be retried.
  */
-int a2c_active_step(a2c_active *a, char *msg, size_t msglen, char *err,
+int a2__active_step(a2__active *a, char *msg, size_t msglen, char *err,
                     size_t errlen);
 
 /* The descriptor to poll while waiting for the advisory lock, or while
  * holding it (its connection), or -1. */
-int a2c_active_fd(const a2c_active *a);
+int a2__active_fd(const a2__active *a);
 
 /*
  * While active: reads what the lock connection has (call when its
  * descriptor is readable). 0 while the lock is held; -1 when its
  * connection is gone, and the lock with it (err says why).
  */
-int a2c_active_check(a2c_active *a, char *err, size_t errlen);
+int a2__active_check(a2__active *a, char *err, size_t errlen);
 
 /*
- * After a2c_active_check failed: connects again and takes the advisory lock
+ * After a2__active_check failed: connects again and takes the advisory lock
  * if it is free (pg_try_advisory_lock). 1 held again; 0 another consumer
  * took it meanwhile; -1 the database is still unreachable (err).
  */
-int a2c_active_retake(a2c_active *a, char *err, size_t errlen);
+int a2__active_retake(a2__active *a, char *err, size_t errlen);
 
 #endif

@@ -35,10 +35,10 @@ typedef struct {
  * its new expiry counts. */
 #define PRESENCE_KEPT 1
 
-struct a2c_apply {
-    a2c_audit *audit;
-    a2c_timers *timers;
-    a2c_sink sink;
+struct a2__apply {
+    a2__audit *audit;
+    a2__timers *timers;
+    a2__sink sink;
 
     uint64_t done;        /* transactions ending at or before: applied */
     uint64_t partial_lsn; /* transaction whose first lines are written */
@@ -64,7 +64,7 @@ struct a2c_apply {
     int overflow;
 
     int64_t commit_us; /* the open transaction's commit time, 0: unknown */
-    a2c_backlog *backlog;
+    a2__backlog *backlog;
 
     char tick_secret[A2C_TICK_SECRET_LEN + 1]; /* "": none */
 
@@ -79,7 +79,7 @@ struct a2c_apply {
     int64_t expire_tick; /* > 0: the open transaction carries an expiry tick
                             of that time */
 
-    a2c_apply_stats stats;
+    a2__apply_stats stats;
 };
 
 typedef struct {
@@ -93,7 +93,7 @@ static int clear_cmp(const void *a, const void *b)
                   ((const clear_entry *)b)->session);
 }
 
-static void forget_clears(a2c_apply *ap)
+static void forget_clears(a2__apply *ap)
 {
     tdestroy(ap->clears, free);
     ap->clears = NULL;
@@ -101,7 +101,7 @@ static void forget_clears(a2c_apply *ap)
 }
 
 /* Remembers session's clear marker (markers only grow). */
-static void remember_clear(a2c_apply *ap, const char *session, size_t len,
+static void remember_clear(a2__apply *ap, const char *session, size_t len,
                            int64_t clear_index)
 {
     clear_entry *e = malloc(sizeof *e + len + 1);
@@ -129,7 +129,7 @@ static void remember_clear(a2c_apply *ap, const char *session, size_t len,
 /* The session's clear marker, as the stream showed it (the store writes it
  * again ahead of the deletes it makes: a2__announce_clear); -1 when
  * unknown. */
-static int64_t clear_index_of(a2c_apply *ap, a2_change_text session)
+static int64_t clear_index_of(a2__apply *ap, a2_change_text session)
 {
     if (!session.ptr || !ap->clears)
         return -1;
@@ -150,20 +150,20 @@ static int64_t clear_index_of(a2c_apply *ap, a2_change_text session)
     return idx;
 }
 
-void a2c_apply_remember_clear(a2c_apply *ap, const char *session,
+void a2__apply_remember_clear(a2__apply *ap, const char *session,
                               int64_t clear_index)
 {
     if (ap && session)
         remember_clear(ap, session, strlen(session), clear_index);
 }
 
-void a2c_apply_set_backlog(a2c_apply *ap, a2c_backlog *bl)
+void a2__apply_set_backlog(a2__apply *ap, a2__backlog *bl)
 {
     ap->backlog = bl;
 }
 
 /* The clear marker that classifies row r for the backlog (0: none known). */
-static int64_t backlog_clear(a2c_apply *ap, const a2_cursor_row *r)
+static int64_t backlog_clear(a2__apply *ap, const a2_cursor_row *r)
 {
     if (!r || r->head.null)
         return 0; /* counts nowhere whatever the marker */
@@ -188,7 +188,7 @@ static int teq(a2_change_text t, const char *s)
     return t.ptr && strlen(s) == t.len && memcmp(t.ptr, s, t.len) == 0;
 }
 
-char *a2c_format_time_ms(int64_t us, char *buf, size_t len)
+char *a2__format_time_ms(int64_t us, char *buf, size_t len)
 {
     /* The date and time of the last second formatted: transactions come many
      * to a second, and gmtime_r and strftime cost more than the rest. */
@@ -211,15 +211,15 @@ char *a2c_format_time_ms(int64_t us, char *buf, size_t len)
     memcpy(t, cached, cached_len);
     size_t n = cached_len;
     t[n++] = '.';
-    n += a2c_put_uint(t + n, (uint64_t)ms, 10, 3);
+    n += a2__put_uint(t + n, (uint64_t)ms, 10, 3);
     t[n++] = 'Z';
-    return a2c_put_text(buf, len, t, n);
+    return a2__put_text(buf, len, t, n);
 }
 
-a2c_apply *a2c_apply_new(a2c_audit *audit, a2c_timers *timers,
-                         const a2c_sink *sink, const a2c_audit_resume *resume)
+a2__apply *a2__apply_new(a2__audit *audit, a2__timers *timers,
+                         const a2__sink *sink, const a2__audit_resume *resume)
 {
-    a2c_apply *ap = calloc(1, sizeof *ap);
+    a2__apply *ap = calloc(1, sizeof *ap);
     if (!ap)
         return NULL;
     ap->audit = audit;
@@ -241,7 +241,7 @@ a2c_apply *a2c_apply_new(a2c_audit *audit, a2c_timers *timers,
     return ap;
 }
 
-static void free_actions(a2c_apply *ap)
+static void free_actions(a2__apply *ap)
 {
     for (size_t i = 0; i < ap->nacts; i++) {
         free(ap->acts[i].s1);
@@ -252,7 +252,7 @@ static void free_actions(a2c_apply *ap)
     ap->nacts = 0;
 }
 
-void a2c_apply_free(a2c_apply *ap)
+void a2__apply_free(a2__apply *ap)
 {
     if (!ap)
         return;
@@ -264,7 +264,7 @@ void a2c_apply_free(a2c_apply *ap)
     free(ap);
 }
 
-int a2c_apply_track_presence(a2c_apply *ap, const char *ns,
+int a2__apply_track_presence(a2__apply *ap, const char *ns,
                              const char *participant, const char *field,
                              int64_t expires_at)
 {
@@ -303,14 +303,14 @@ int a2c_apply_track_presence(a2c_apply *ap, const char *ns,
     return 0;
 }
 
-void a2c_apply_forget_presence(a2c_apply *ap)
+void a2__apply_forget_presence(a2__apply *ap)
 {
     json_object_clear(ap->expiries);
     ap->nexpiries = 0;
     ap->expiry_due = INT64_MAX;
 }
 
-int64_t a2c_apply_expiry_due(const a2c_apply *ap)
+int64_t a2__apply_expiry_due(const a2__apply *ap)
 {
     return ap->expiry_due;
 }
@@ -318,7 +318,7 @@ int64_t a2c_apply_expiry_due(const a2c_apply *ap)
 /* The expiry tick of time now_ms: a `presence` patch (nil values) for each
  * participant with fields expired by then, at the tick's commit end; the
  * fields are forgotten. */
-static void push_expired(a2c_apply *ap, int64_t now_ms)
+static void push_expired(a2__apply *ap, int64_t now_ms)
 {
     int64_t due = INT64_MAX;
     const char *ns, *pa, *field;
@@ -364,7 +364,7 @@ static void push_expired(a2c_apply *ap, int64_t now_ms)
 
 /* Adds an action; on overflow or out of memory, drops every action and asks
  * for a resync at commit. Takes ownership of the strings. */
-static void add_action(a2c_apply *ap, act_kind kind, char *s1, char *s2,
+static void add_action(a2__apply *ap, act_kind kind, char *s1, char *s2,
                        char *s3, char *s4, int64_t n1, int64_t n2, int64_t n3)
 {
     if (ap->overflow)
@@ -391,7 +391,7 @@ drop:
     free(s4);
 }
 
-static int buf_append(a2c_apply *ap, const char *s, size_t n)
+static int buf_append(a2__apply *ap, const char *s, size_t n)
 {
     if (ap->len + n + 1 > ap->cap) {
         size_t ncap = ap->cap ? ap->cap : 4096;
@@ -409,7 +409,7 @@ static int buf_append(a2c_apply *ap, const char *s, size_t n)
 }
 
 /* Appends one JSON line (takes obj). */
-static int append_line(a2c_apply *ap, json_t *obj, char *err, size_t errlen)
+static int append_line(a2__apply *ap, json_t *obj, char *err, size_t errlen)
 {
     char *text = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(obj);
@@ -424,11 +424,11 @@ static int append_line(a2c_apply *ap, json_t *obj, char *err, size_t errlen)
     return 0;
 }
 
-static int flush_buffer(a2c_apply *ap, char *err, size_t errlen)
+static int flush_buffer(a2__apply *ap, char *err, size_t errlen)
 {
     if (ap->len == 0)
         return 0;
-    if (ap->audit && a2c_audit_write(ap->audit, ap->buf, ap->len, ap->buf_lines,
+    if (ap->audit && a2__audit_write(ap->audit, ap->buf, ap->len, ap->buf_lines,
                                      err, errlen) != 0)
         return -1;
     ap->stats.audit_lines += ap->buf_lines;
@@ -440,10 +440,10 @@ static int flush_buffer(a2c_apply *ap, char *err, size_t errlen)
 
 static void lsn_text(uint64_t lsn, char *buf, size_t len)
 {
-    a2c_lsn_format(lsn, buf, len);
+    a2__lsn_format(lsn, buf, len);
 }
 
-static json_t *line_head(a2c_apply *ap, const char *op, const char *transition)
+static json_t *line_head(a2__apply *ap, const char *op, const char *transition)
 {
     char l[32];
     lsn_text(ap->end, l, sizeof l);
@@ -460,14 +460,14 @@ static json_t *line_head(a2c_apply *ap, const char *op, const char *transition)
 
 /* ---- audit lines written directly (the per-change hot path) ---- */
 
-static int buf_lit(a2c_apply *ap, const char *s)
+static int buf_lit(a2__apply *ap, const char *s)
 {
     return buf_append(ap, s, strlen(s));
 }
 
 /* A JSON string: the decoder hands out valid UTF-8 without NUL, so only
  * quotes, backslashes and control characters need escapes. */
-static int buf_jstr(a2c_apply *ap, const char *p, size_t n)
+static int buf_jstr(a2__apply *ap, const char *p, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
     if (buf_append(ap, "\"", 1) != 0)
@@ -520,12 +520,12 @@ static int buf_jstr(a2c_apply *ap, const char *p, size_t n)
     return buf_append(ap, "\"", 1);
 }
 
-static int buf_text(a2c_apply *ap, a2_change_text t)
+static int buf_text(a2__apply *ap, a2_change_text t)
 {
     return t.ptr ? buf_jstr(ap, t.ptr, t.len) : buf_lit(ap, "null");
 }
 
-static int buf_i64(a2c_apply *ap, int64_t v)
+static int buf_i64(a2__apply *ap, int64_t v)
 {
     char tmp[24];
     char *e = tmp + sizeof tmp, *q = e;
@@ -539,12 +539,12 @@ static int buf_i64(a2c_apply *ap, int64_t v)
     return buf_append(ap, q, (size_t)(e - q));
 }
 
-static int buf_nint(a2c_apply *ap, a2_change_int v)
+static int buf_nint(a2__apply *ap, a2_change_int v)
 {
     return v.null ? buf_lit(ap, "null") : buf_i64(ap, v.value);
 }
 
-static int buf_row(a2c_apply *ap, const a2_cursor_row *r)
+static int buf_row(a2__apply *ap, const a2_cursor_row *r)
 {
     if (!r)
         return buf_lit(ap, "null");
@@ -569,7 +569,7 @@ static int buf_row(a2c_apply *ap, const a2_cursor_row *r)
     return rc ? -1 : 0;
 }
 
-static int audit_cursor(a2c_apply *ap, const a2_change *c, char *err,
+static int audit_cursor(a2__apply *ap, const a2_change *c, char *err,
                         size_t errlen)
 {
     if (ap->skip_all)
@@ -626,7 +626,7 @@ static int audit_cursor(a2c_apply *ap, const a2_change *c, char *err,
 }
 
 /* Wake-up and timer actions of one a2_cursors change (DESIGN's table). */
-static void cursor_actions(a2c_apply *ap, const a2_change *c)
+static void cursor_actions(a2__apply *ap, const a2_change *c)
 {
     const a2_cursor_row *o = c->old_row ? &c->old_row->cursor : NULL;
     const a2_cursor_row *n = c->new_row ? &c->new_row->cursor : NULL;
@@ -668,7 +668,7 @@ static void cursor_actions(a2c_apply *ap, const a2_change *c)
                    tdup(o->cursor_key), NULL, 0, o->epoch, 0);
 }
 
-static void begin(a2c_apply *ap, const a2_change *c)
+static void begin(a2__apply *ap, const a2_change *c)
 {
     ap->in_txn = 1;
     ap->end = c->has_nextlsn ? c->nextlsn : 0;
@@ -678,7 +678,7 @@ static void begin(a2c_apply *ap, const a2_change *c)
         size_t k = 0;
         if (c->xid.value < 0)
             ap->xid[k++] = '-';
-        k += a2c_put_uint(ap->xid + k,
+        k += a2__put_uint(ap->xid + k,
                           c->xid.value < 0 ? 0 - (uint64_t)c->xid.value
                                            : (uint64_t)c->xid.value,
                           10, 1);
@@ -687,10 +687,10 @@ static void begin(a2c_apply *ap, const a2_change *c)
     ap->at[0] = '\0';
     ap->commit_us = c->has_time ? c->time_us : 0;
     if (c->has_time)
-        a2c_format_time_ms(c->time_us, ap->at, sizeof ap->at);
-    a2c_backlog_abort(ap->backlog);
+        a2__format_time_ms(c->time_us, ap->at, sizeof ap->at);
+    a2__backlog_abort(ap->backlog);
     char lsn[32];
-    a2c_lsn_format(ap->end, lsn, sizeof lsn);
+    a2__lsn_format(ap->end, lsn, sizeof lsn);
     /* {"lsn":"X/Y","xid":N,"at":"T" (or null), built without printf: it is
      * made for every transaction. */
     const char *parts[] = {"{\"lsn\":\"",
@@ -719,7 +719,7 @@ static void begin(a2c_apply *ap, const a2_change *c)
     ap->overflow = 0;
 }
 
-void a2c_apply_abort_txn(a2c_apply *ap)
+void a2__apply_abort_txn(a2__apply *ap)
 {
     if (!ap->in_txn)
         return;
@@ -734,11 +734,11 @@ void a2c_apply_abort_txn(a2c_apply *ap)
     free_actions(ap);
     ap->overflow = 0;
     ap->expire_tick = 0;
-    a2c_backlog_abort(ap->backlog);
+    a2__backlog_abort(ap->backlog);
 }
 
 /* Sends the presence patches of the transaction, one per (ns, participant). */
-static void push_presence(a2c_apply *ap)
+static void push_presence(a2__apply *ap)
 {
     for (size_t i = 0; i < ap->nacts; i++) {
         action *a = &ap->acts[i];
@@ -768,7 +768,7 @@ static void push_presence(a2c_apply *ap)
     }
 }
 
-static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
+static int commit(a2__apply *ap, const a2_change *c, uint64_t data_start,
                   char *err, size_t errlen)
 {
     uint64_t end = ap->end ? ap->end : data_start;
@@ -782,7 +782,7 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
             ap->stats.expire_ticks++;
         ap->expire_tick = 0;
         free_actions(ap);
-        a2c_backlog_abort(ap->backlog);
+        a2__backlog_abort(ap->backlog);
         if (end > ap->applied)
             ap->applied = end;
         return 0;
@@ -790,7 +790,7 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
     if (flush_buffer(ap, err, errlen) != 0)
         return -1;
     if (ap->audit)
-        a2c_audit_mark(ap->audit, end);
+        a2__audit_mark(ap->audit, end);
     if (end >= ap->partial_lsn) {
         ap->partial_lsn = 0;
         ap->partial_lines = 0;
@@ -811,14 +811,14 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
             ap->stats.wakes++;
             break;
         case ACT_TIMER_SET:
-            if (a2c_timers_set(ap->timers, a->s1, a->s2, a->s3, a->n2, a->n1,
+            if (a2__timers_set(ap->timers, a->s1, a->s2, a->s3, a->n2, a->n1,
                                a->n3) != 0) {
                 snprintf(err, errlen, "out of memory");
                 return -1;
             }
             break;
         case ACT_TIMER_CANCEL:
-            a2c_timers_cancel(ap->timers, a->s1, a->s2, a->s3, a->n2);
+            a2__timers_cancel(ap->timers, a->s1, a->s2, a->s3, a->n2);
             break;
         case ACT_LOG:
             if (ap->sink.log)
@@ -840,14 +840,14 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
             break;
         }
         case ACT_TRUNCATE:
-            a2c_timers_clear(ap->timers);
+            a2__timers_clear(ap->timers);
             if (ap->sink.resync)
                 ap->sink.resync(ap->sink.ctx);
             break;
         case ACT_PRESENCE:
             /* a tombstone or a delete ends the field's life */
             if (a->s1 && a->s2 && a->s3)
-                (void)a2c_apply_track_presence(
+                (void)a2__apply_track_presence(
                         ap, a->s1, a->s2, a->s3,
                         a->s4 || a->n2 == PRESENCE_KEPT ? a->n1 : 0);
             break;
@@ -860,13 +860,13 @@ static int commit(a2c_apply *ap, const a2_change *c, uint64_t data_start,
         ap->stats.expire_ticks++;
     }
     free_actions(ap);
-    a2c_backlog_commit(ap->backlog, ap->xid_n, end);
+    a2__backlog_commit(ap->backlog, ap->xid_n, end);
     ap->applied = end;
     ap->stats.transactions++;
     return 0;
 }
 
-void a2c_apply_set_tick_secret(a2c_apply *ap, const char *secret)
+void a2__apply_set_tick_secret(a2__apply *ap, const char *secret)
 {
     if (ap && secret && strlen(secret) == A2C_TICK_SECRET_LEN)
         memcpy(ap->tick_secret, secret, A2C_TICK_SECRET_LEN + 1);
@@ -875,7 +875,7 @@ void a2c_apply_set_tick_secret(a2c_apply *ap, const char *secret)
 /* The time of one of this daemon's expiry ticks (A2C_EXPIRE_TICK
  * "<secret> <ms>"), or 0; a tick message without the secret is counted as
  * forged. */
-static int64_t tick_time(a2c_apply *ap, const a2_change *c)
+static int64_t tick_time(a2__apply *ap, const a2_change *c)
 {
     const size_t k = sizeof A2C_EXPIRE_TICK - 1;
     if (!teq(c->prefix, A2C_TICK_PREFIX) || !c->content.ptr ||
@@ -900,13 +900,13 @@ static int64_t tick_time(a2c_apply *ap, const a2_change *c)
     return *end == '\0' && v > 0 ? v : 0;
 }
 
-int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
+int a2__apply_change(a2__apply *ap, const a2_change *c, uint64_t data_start,
                      char *err, size_t errlen)
 {
     switch (c->action) {
     case A2_ACTION_BEGIN:
         if (ap->in_txn)
-            a2c_apply_abort_txn(ap);
+            a2__apply_abort_txn(ap);
         begin(ap, c);
         return 0;
     case A2_ACTION_COMMIT:
@@ -918,7 +918,7 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
         return commit(ap, c, data_start, err, errlen);
     case A2_ACTION_MESSAGE:
         if (!c->transactional && !ap->in_txn)
-            a2c_apply_note_position(ap, data_start);
+            a2__apply_note_position(ap, data_start);
         if (c->transactional && ap->in_txn) {
             int64_t t = tick_time(ap, c);
             if (t > 0)
@@ -936,7 +936,7 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
     ap->stats.changes++;
     if (c->action == A2_ACTION_TRUNCATE) {
         if (c->table == A2_TABLE_CURSORS || c->table == A2_TABLE_CLEARS)
-            a2c_backlog_taint(ap->backlog);
+            a2__backlog_taint(ap->backlog);
         if (c->table == A2_TABLE_CURSORS) {
             if (!ap->skip_all) {
                 json_t *o = line_head(ap, "truncate", "truncated");
@@ -946,7 +946,7 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
             add_action(ap, ACT_TRUNCATE, NULL, NULL, NULL, NULL, 0, 0, 0);
         }
         if (c->table == A2_TABLE_PRESENCE)
-            a2c_apply_forget_presence(ap);
+            a2__apply_forget_presence(ap);
         return 0;
     }
     switch (c->table) {
@@ -957,7 +957,7 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
         if (ap->backlog && !ap->skip_all) {
             const a2_cursor_row *o = c->old_row ? &c->old_row->cursor : NULL;
             const a2_cursor_row *n = c->new_row ? &c->new_row->cursor : NULL;
-            a2c_backlog_change(ap->backlog, o, backlog_clear(ap, o), n,
+            a2__backlog_change(ap->backlog, o, backlog_clear(ap, o), n,
                                backlog_clear(ap, n));
         }
         break;
@@ -979,7 +979,7 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
             (c->action != A2_ACTION_UPDATE || !c->new_row ||
              c->new_row->clear.clear_index >
                      clear_index_of(ap, c->new_row->clear.session_id)))
-            a2c_backlog_taint(ap->backlog);
+            a2__backlog_taint(ap->backlog);
         if (c->new_row && c->new_row->clear.session_id.ptr)
             remember_clear(ap, c->new_row->clear.session_id.ptr,
                            c->new_row->clear.session_id.len,
@@ -1020,31 +1020,31 @@ int a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
     return 0;
 }
 
-int a2c_apply_in_txn(const a2c_apply *ap)
+int a2__apply_in_txn(const a2__apply *ap)
 {
     return ap->in_txn;
 }
 
-uint64_t a2c_apply_applied(const a2c_apply *ap)
+uint64_t a2__apply_applied(const a2__apply *ap)
 {
     return ap->applied;
 }
 
-void a2c_apply_note_position(a2c_apply *ap, uint64_t lsn)
+void a2__apply_note_position(a2__apply *ap, uint64_t lsn)
 {
     if (ap->in_txn)
         return;
     if (lsn > ap->applied)
         ap->applied = lsn;
     if (ap->audit)
-        a2c_audit_mark(ap->audit, ap->applied);
+        a2__audit_mark(ap->audit, ap->applied);
 }
 
-size_t a2c_apply_fire_timers(a2c_apply *ap, int64_t now_ms)
+size_t a2__apply_fire_timers(a2__apply *ap, int64_t now_ms)
 {
     size_t n = 0;
-    a2c_timer t;
-    while (a2c_timers_pop(ap->timers, now_ms, &t)) {
+    a2__timer t;
+    while (a2__timers_pop(ap->timers, now_ms, &t)) {
         if (ap->sink.wake)
             ap->sink.wake(ap->sink.ctx, t.consumer, t.session, t.cursor_key,
                           t.head, ap->applied, 0, 0);
@@ -1054,7 +1054,7 @@ size_t a2c_apply_fire_timers(a2c_apply *ap, int64_t now_ms)
     return n;
 }
 
-int a2c_apply_gap(a2c_apply *ap, uint64_t from, uint64_t to, const char *reason,
+int a2__apply_gap(a2__apply *ap, uint64_t from, uint64_t to, const char *reason,
                   char *err, size_t errlen)
 {
     char f[32], t[32];
@@ -1067,12 +1067,12 @@ int a2c_apply_gap(a2c_apply *ap, uint64_t from, uint64_t to, const char *reason,
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     char at[40];
-    a2c_format_time_ms((int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000, at,
+    a2__format_time_ms((int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000, at,
                        sizeof at);
     json_object_set_new(o, "at", json_string(at));
     json_object_set_new(o, "from",
-                        json_string(a2c_lsn_format(from, f, sizeof f)));
-    json_object_set_new(o, "to", json_string(a2c_lsn_format(to, t, sizeof t)));
+                        json_string(a2__lsn_format(from, f, sizeof f)));
+    json_object_set_new(o, "to", json_string(a2__lsn_format(to, t, sizeof t)));
     json_object_set_new(o, "reason", json_string(reason ? reason : ""));
     size_t saved_len = ap->len, saved_lines = ap->buf_lines;
     ap->len = 0;
@@ -1087,13 +1087,13 @@ int a2c_apply_gap(a2c_apply *ap, uint64_t from, uint64_t to, const char *reason,
     size_t n = strlen(text);
     text[n] = '\n';
     if (ap->audit &&
-        a2c_audit_write(ap->audit, text, n + 1, 1, err, errlen) != 0)
+        a2__audit_write(ap->audit, text, n + 1, 1, err, errlen) != 0)
         goto done;
     ap->stats.audit_lines++;
     if (to > ap->applied)
         ap->applied = to;
     if (ap->audit)
-        a2c_audit_mark(ap->audit, ap->applied);
+        a2__audit_mark(ap->audit, ap->applied);
     rc = 0;
 done:
     free(text);
@@ -1102,7 +1102,7 @@ done:
     return rc;
 }
 
-void a2c_apply_get_stats(const a2c_apply *ap, a2c_apply_stats *out)
+void a2__apply_get_stats(const a2__apply *ap, a2__apply_stats *out)
 {
     *out = ap->stats;
 }

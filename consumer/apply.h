@@ -48,7 +48,7 @@ typedef struct {
     /* Wake-ups were dropped (overflow, truncate): resync every worker and
      * rebuild the timers from the database. */
     void (*resync)(void *ctx);
-} a2c_sink;
+} a2__sink;
 
 /* Sessions whose clear marker the applier remembers; past it the memory of
  * markers starts over (each is asked again when needed). */
@@ -63,7 +63,7 @@ typedef struct {
  * (store clock, ms). When the earliest is due, the daemon commits a
  * transactional logical message with prefix A2C_TICK_PREFIX and content
  * A2C_EXPIRE_TICK "<secret> <now ms>", where the secret is the daemon's,
- * chosen at its start (a2c_apply_set_tick_secret): any role may emit a
+ * chosen at its start (a2__apply_set_tick_secret): any role may emit a
  * logical message, and a tick without the secret is not acted on (counted
  * in forged_ticks). When that transaction comes back through the
  * stream, the fields expired by then go out as `presence` patches with nil
@@ -75,7 +75,7 @@ typedef struct {
 #define A2C_TICK_PREFIX "a2-hb"
 #define A2C_EXPIRE_TICK "expire "
 
-typedef struct a2c_apply a2c_apply;
+typedef struct a2__apply a2__apply;
 
 typedef struct {
     uint64_t transactions; /* committed transactions applied */
@@ -91,18 +91,18 @@ typedef struct {
     uint64_t expire_ticks;     /* expiry ticks applied */
     uint64_t forged_ticks;     /* tick messages without the secret, ignored */
     uint64_t overflows;        /* transactions whose wake-ups were dropped */
-} a2c_apply_stats;
+} a2__apply_stats;
 
 /*
  * A new applier writing to audit (NULL: no audit) and timers (borrowed; both
  * must outlive it). resume says which transactions are already in the audit
  * (zeroed: none). NULL when out of memory.
  */
-a2c_apply *a2c_apply_new(a2c_audit *audit, a2c_timers *timers,
-                         const a2c_sink *sink, const a2c_audit_resume *resume);
+a2__apply *a2__apply_new(a2__audit *audit, a2__timers *timers,
+                         const a2__sink *sink, const a2__audit_resume *resume);
 
 /* NULL-safe. */
-void a2c_apply_free(a2c_apply *ap);
+void a2__apply_free(a2__apply *ap);
 
 /*
  * Feeds one decoded change, with the dataStart LSN of its XLogData message.
@@ -111,48 +111,48 @@ void a2c_apply_free(a2c_apply *ap);
  * caller, the change is ignored when the return is 1).
  */
 __attribute__((warn_unused_result)) int
-a2c_apply_change(a2c_apply *ap, const a2_change *c, uint64_t data_start,
+a2__apply_change(a2__apply *ap, const a2_change *c, uint64_t data_start,
                  char *err, size_t errlen);
 
 /* 1 while a transaction is open (B seen, C not yet). */
-int a2c_apply_in_txn(const a2c_apply *ap);
+int a2__apply_in_txn(const a2__apply *ap);
 
 /*
  * Forgets an open transaction (the connection was lost mid-way; the server
  * resends it whole). Audit lines already written for it are remembered, so
  * that the resent transaction skips them.
  */
-void a2c_apply_abort_txn(a2c_apply *ap);
+void a2__apply_abort_txn(a2__apply *ap);
 
 /* End LSN of the last commit applied (or skipped), or of a position known
- * to be complete (a2c_apply_note_position). */
-uint64_t a2c_apply_applied(const a2c_apply *ap);
+ * to be complete (a2__apply_note_position). */
+uint64_t a2__apply_applied(const a2__apply *ap);
 
 /* The secret the daemon's expiry ticks carry (A2C_TICK_SECRET_LEN hex
  * digits; copied). Until it is set no tick is acted on. */
 #define A2C_TICK_SECRET_LEN 32
-void a2c_apply_set_tick_secret(a2c_apply *ap, const char *secret);
+void a2__apply_set_tick_secret(a2__apply *ap, const char *secret);
 
 /* Records a position with nothing open before it (keepalive walEnd, a
  * non-transactional message): applied moves up to it. Ignored while a
  * transaction is open. */
-void a2c_apply_note_position(a2c_apply *ap, uint64_t lsn);
+void a2__apply_note_position(a2__apply *ap, uint64_t lsn);
 
 /* Pushes the wake-ups of every timer due at now_ms; returns how many. */
-size_t a2c_apply_fire_timers(a2c_apply *ap, int64_t now_ms);
+size_t a2__apply_fire_timers(a2__apply *ap, int64_t now_ms);
 
 /* Writes one explicit gap record (slot recreated: changes between from and
  * to were lost) and marks to as applied. */
 __attribute__((warn_unused_result)) int
-a2c_apply_gap(a2c_apply *ap, uint64_t from, uint64_t to, const char *reason,
+a2__apply_gap(a2__apply *ap, uint64_t from, uint64_t to, const char *reason,
               char *err, size_t errlen);
 
-void a2c_apply_get_stats(const a2c_apply *ap, a2c_apply_stats *out);
+void a2__apply_get_stats(const a2__apply *ap, a2__apply_stats *out);
 
 /* Keeps (expires_at > 0) or forgets (0) the expiry of a live presence field:
  * the stream does this itself; the daemon adds the table's rows on start.
  * -1 when out of memory or past A2C_APPLY_MAX_PRESENCE fields. */
-int a2c_apply_track_presence(a2c_apply *ap, const char *ns,
+int a2__apply_track_presence(a2__apply *ap, const char *ns,
                              const char *participant, const char *field,
                              int64_t expires_at);
 
@@ -162,21 +162,21 @@ int a2c_apply_track_presence(a2c_apply *ap, const char *ns,
  * are committed with the transaction; a transaction already applied
  * (skipped) or cut short gives none, and one that moves a clear marker or
  * truncates a2_cursors or a2_clears is tainted. */
-void a2c_apply_set_backlog(a2c_apply *ap, a2c_backlog *bl);
+void a2__apply_set_backlog(a2__apply *ap, a2__backlog *bl);
 
 /* Remembers session's clear marker as read from the table (markers only
  * grow: a lower one than the stream showed is ignored). */
-void a2c_apply_remember_clear(a2c_apply *ap, const char *session,
+void a2__apply_remember_clear(a2__apply *ap, const char *session,
                               int64_t clear_index);
 
 /* Forgets every kept expiry (before the table is read again). */
-void a2c_apply_forget_presence(a2c_apply *ap);
+void a2__apply_forget_presence(a2__apply *ap);
 
 /* No kept field expires before this (ms; INT64_MAX: none kept). */
-int64_t a2c_apply_expiry_due(const a2c_apply *ap);
+int64_t a2__apply_expiry_due(const a2__apply *ap);
 
 /* Formats microseconds since the Unix epoch as RFC 3339 UTC with ms
  * ("2026-11-29T06:40:48.313Z") into buf (at least 32 bytes). */
-char *a2c_format_time_ms(int64_t us, char *buf, size_t len);
+char *a2__format_time_ms(int64_t us, char *buf, size_t len);
 
 #endif

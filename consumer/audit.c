@@ -44,7 +44,7 @@ typedef struct {
     char state_err[512]; /* or why it could not */
 } syncer;
 
-struct a2c_audit {
+struct a2__audit {
     char *path;
     char *state_path;
     int fd;
@@ -59,14 +59,14 @@ struct a2c_audit {
     int outstanding; /* a background fsync was requested, not yet finished */
     int failed; /* a write or fsync failed: what is marked is not all there */
     syncer sy;
-    char *wbuf; /* WBUF_MAX bytes: lines a2c_audit_flush has yet to write */
+    char *wbuf; /* WBUF_MAX bytes: lines a2__audit_flush has yet to write */
     size_t wlen;
 };
 
 /* Lines are gathered up to this many bytes between flushes. */
 #define WBUF_MAX (256 * 1024)
 
-static int write_all(a2c_audit *a, const char *buf, size_t len, char *err,
+static int write_all(a2__audit *a, const char *buf, size_t len, char *err,
                      size_t errlen)
 {
     size_t off = 0;
@@ -85,7 +85,7 @@ static int write_all(a2c_audit *a, const char *buf, size_t len, char *err,
     return 0;
 }
 
-int a2c_audit_flush(a2c_audit *a, char *err, size_t errlen)
+int a2__audit_flush(a2__audit *a, char *err, size_t errlen)
 {
     if (!a || a->wlen == 0)
         return 0;
@@ -132,7 +132,7 @@ static void *sync_main(void *arg)
     return NULL;
 }
 
-static int sync_start_thread(a2c_audit *a)
+static int sync_start_thread(a2__audit *a)
 {
     syncer *sy = &a->sy;
     if (sy->started)
@@ -155,7 +155,7 @@ static int sync_start_thread(a2c_audit *a)
 }
 
 /* Waits until the helper is idle (no request pending or running). */
-static void sync_drain(a2c_audit *a)
+static void sync_drain(a2__audit *a)
 {
     syncer *sy = &a->sy;
     if (!sy->started || !a->outstanding)
@@ -171,7 +171,7 @@ static void sync_drain(a2c_audit *a)
     }
 }
 
-static void sync_stop_thread(a2c_audit *a)
+static void sync_stop_thread(a2__audit *a)
 {
     syncer *sy = &a->sy;
     if (!sy->started)
@@ -187,7 +187,7 @@ static void sync_stop_thread(a2c_audit *a)
     sy->started = 0;
 }
 
-int a2c_lsn_parse(const char *s, uint64_t *lsn)
+int a2__lsn_parse(const char *s, uint64_t *lsn)
 {
     unsigned int hi, lo;
     int n = 0;
@@ -197,7 +197,7 @@ int a2c_lsn_parse(const char *s, uint64_t *lsn)
     return 0;
 }
 
-size_t a2c_put_uint(char *out, uint64_t v, unsigned base, int width)
+size_t a2__put_uint(char *out, uint64_t v, unsigned base, int width)
 {
     static const char digits[] = "0123456789ABCDEF";
     char tmp[64];
@@ -213,7 +213,7 @@ size_t a2c_put_uint(char *out, uint64_t v, unsigned base, int width)
     return n;
 }
 
-char *a2c_put_text(char *buf, size_t len, const char *text, size_t n)
+char *a2__put_text(char *buf, size_t len, const char *text, size_t n)
 {
     if (len == 0)
         return buf;
@@ -224,13 +224,13 @@ char *a2c_put_text(char *buf, size_t len, const char *text, size_t n)
     return buf;
 }
 
-char *a2c_lsn_format(uint64_t lsn, char *buf, size_t len)
+char *a2__lsn_format(uint64_t lsn, char *buf, size_t len)
 {
     char t[20];
-    size_t n = a2c_put_uint(t, lsn >> 32, 16, 1);
+    size_t n = a2__put_uint(t, lsn >> 32, 16, 1);
     t[n++] = '/';
-    n += a2c_put_uint(t + n, (uint32_t)lsn, 16, 1);
-    return a2c_put_text(buf, len, t, n);
+    n += a2__put_uint(t + n, (uint32_t)lsn, 16, 1);
+    return a2__put_text(buf, len, t, n);
 }
 
 static char *state_path_of(const char *path)
@@ -264,7 +264,7 @@ static int read_state(const char *spath, uint64_t *lsn, char *err,
         buf[--n] = '\0';
     if (n == 0)
         return 0;
-    if (a2c_lsn_parse(buf, lsn) != 0) {
+    if (a2__lsn_parse(buf, lsn) != 0) {
         snprintf(err, errlen, "invalid audit state file \"%s\": \"%s\"", spath,
                  buf);
         return -1;
@@ -278,7 +278,7 @@ static int write_state(const char *spath, uint64_t lsn, char *err,
     char tmp[4096], text[32];
     int fd = -1;
     snprintf(tmp, sizeof tmp, "%s.tmp", spath);
-    a2c_lsn_format(lsn, text, sizeof text);
+    a2__lsn_format(lsn, text, sizeof text);
     size_t n = strlen(text);
     text[n++] = '\n';
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
@@ -381,12 +381,12 @@ static int line_lsn(const char *line, uint64_t *lsn)
     json_t *j = json_loads(line, 0, NULL);
     if (!j)
         return -1;
-    int rc = a2c_lsn_parse(json_string_value(json_object_get(j, "lsn")), lsn);
+    int rc = a2__lsn_parse(json_string_value(json_object_get(j, "lsn")), lsn);
     json_decref(j);
     return rc;
 }
 
-int a2c_audit_scan(const char *path, a2c_audit_resume *resume, int repair,
+int a2__audit_scan(const char *path, a2__audit_resume *resume, int repair,
                    char *err, size_t errlen)
 {
     int rc = -1, fd = -1;
@@ -515,7 +515,7 @@ done:
     return rc;
 }
 
-static int open_append(a2c_audit *a, char *err, size_t errlen)
+static int open_append(a2__audit *a, char *err, size_t errlen)
 {
     int fd = open(a->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
     if (fd < 0) {
@@ -527,10 +527,10 @@ static int open_append(a2c_audit *a, char *err, size_t errlen)
     return 0;
 }
 
-a2c_audit *a2c_audit_open(const char *path, a2c_audit_resume *resume, char *err,
+a2__audit *a2__audit_open(const char *path, a2__audit_resume *resume, char *err,
                           size_t errlen)
 {
-    a2c_audit *a = calloc(1, sizeof *a);
+    a2__audit *a = calloc(1, sizeof *a);
     if (!a) {
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -545,7 +545,7 @@ a2c_audit *a2c_audit_open(const char *path, a2c_audit_resume *resume, char *err,
     /* Create first so that an unwritable path fails with its own reason. */
     if (open_append(a, err, errlen) != 0)
         goto error;
-    if (a2c_audit_scan(path, resume, 1, err, errlen) != 0)
+    if (a2__audit_scan(path, resume, 1, err, errlen) != 0)
         goto error;
     /* A partial transaction is marked once its remaining lines are written. */
     a->marked = a->durable = a->state_written = resume->done;
@@ -556,16 +556,16 @@ a2c_audit *a2c_audit_open(const char *path, a2c_audit_resume *resume, char *err,
     a->state_at = a2__mono_ms();
     return a;
 error:
-    a2c_audit_close(a);
+    a2__audit_close(a);
     return NULL;
 }
 
-int a2c_audit_write(a2c_audit *a, const char *buf, size_t len, size_t lines,
+int a2__audit_write(a2__audit *a, const char *buf, size_t len, size_t lines,
                     char *err, size_t errlen)
 {
     if (!a->wbuf)
         a->wbuf = malloc(WBUF_MAX); /* without it, lines are written at once */
-    if (a->wlen + len > WBUF_MAX && a2c_audit_flush(a, err, errlen) != 0)
+    if (a->wlen + len > WBUF_MAX && a2__audit_flush(a, err, errlen) != 0)
         return -1;
     if (a->wbuf && len < WBUF_MAX) {
         memcpy(a->wbuf + a->wlen, buf, len);
@@ -583,7 +583,7 @@ int a2c_audit_write(a2c_audit *a, const char *buf, size_t len, size_t lines,
     return 0;
 }
 
-void a2c_audit_mark(a2c_audit *a, uint64_t lsn)
+void a2__audit_mark(a2__audit *a, uint64_t lsn)
 {
     if (lsn > a->marked)
         a->marked = lsn;
@@ -591,22 +591,22 @@ void a2c_audit_mark(a2c_audit *a, uint64_t lsn)
         a->durable = a->marked;
 }
 
-int a2c_audit_dirty(const a2c_audit *a)
+int a2__audit_dirty(const a2__audit *a)
 {
     return a->dirty;
 }
 
-int64_t a2c_audit_dirty_since(const a2c_audit *a)
+int64_t a2__audit_dirty_since(const a2__audit *a)
 {
     return a->dirty ? a->dirty_since : 0;
 }
 
-size_t a2c_audit_pending_lines(const a2c_audit *a)
+size_t a2__audit_pending_lines(const a2__audit *a)
 {
     return a->pending_lines;
 }
 
-static int write_state_if_due(a2c_audit *a, int state_interval_ms, char *err,
+static int write_state_if_due(a2__audit *a, int state_interval_ms, char *err,
                               size_t errlen)
 {
     int64_t now = a2__mono_ms();
@@ -620,20 +620,20 @@ static int write_state_if_due(a2c_audit *a, int state_interval_ms, char *err,
     return 0;
 }
 
-int a2c_audit_event_fd(a2c_audit *a)
+int a2__audit_event_fd(a2__audit *a)
 {
     return a->sy.started ? a->sy.efd : -1;
 }
 
-int a2c_audit_sync_start(a2c_audit *a, int state_interval_ms, char *err,
+int a2__audit_sync_start(a2__audit *a, int state_interval_ms, char *err,
                          size_t errlen)
 {
     if (!a->dirty || a->outstanding)
         return 0;
-    if (a2c_audit_flush(a, err, errlen) != 0)
+    if (a2__audit_flush(a, err, errlen) != 0)
         return -1;
     if (sync_start_thread(a) != 0) /* no thread: fsync here instead */
-        return a2c_audit_sync(a, 1000, err, errlen);
+        return a2__audit_sync(a, 1000, err, errlen);
     syncer *sy = &a->sy;
     pthread_mutex_lock(&sy->mu);
     sy->fd = a->fd;
@@ -650,7 +650,7 @@ int a2c_audit_sync_start(a2c_audit *a, int state_interval_ms, char *err,
     return 0;
 }
 
-int a2c_audit_sync_finish(a2c_audit *a, char *err, size_t errlen)
+int a2__audit_sync_finish(a2__audit *a, char *err, size_t errlen)
 {
     syncer *sy = &a->sy;
     if (!sy->started || !a->outstanding)
@@ -694,21 +694,21 @@ int a2c_audit_sync_finish(a2c_audit *a, char *err, size_t errlen)
     return 0;
 }
 
-int a2c_audit_busy(const a2c_audit *a)
+int a2__audit_busy(const a2__audit *a)
 {
     return a->outstanding;
 }
 
-int a2c_audit_sync(a2c_audit *a, int state_interval_ms, char *err,
+int a2__audit_sync(a2__audit *a, int state_interval_ms, char *err,
                    size_t errlen)
 {
     if (a->outstanding) {
         sync_drain(a);
-        if (a2c_audit_sync_finish(a, err, errlen) != 0)
+        if (a2__audit_sync_finish(a, err, errlen) != 0)
             return -1;
     }
     if (a->dirty) {
-        if (a2c_audit_flush(a, err, errlen) != 0)
+        if (a2__audit_flush(a, err, errlen) != 0)
             return -1;
         if (fdatasync(a->fd) != 0) {
             a->failed = 1;
@@ -723,19 +723,19 @@ int a2c_audit_sync(a2c_audit *a, int state_interval_ms, char *err,
     return write_state_if_due(a, state_interval_ms, err, errlen);
 }
 
-uint64_t a2c_audit_durable(const a2c_audit *a)
+uint64_t a2__audit_durable(const a2__audit *a)
 {
     return a->durable;
 }
 
-uint64_t a2c_audit_lines(const a2c_audit *a)
+uint64_t a2__audit_lines(const a2__audit *a)
 {
     return a->lines;
 }
 
-int a2c_audit_reopen(a2c_audit *a, char *err, size_t errlen)
+int a2__audit_reopen(a2__audit *a, char *err, size_t errlen)
 {
-    if (a2c_audit_sync(a, 0, err, errlen) != 0)
+    if (a2__audit_sync(a, 0, err, errlen) != 0)
         return -1;
     int old = a->fd;
     if (open_append(a, err, errlen) != 0) {
@@ -746,7 +746,7 @@ int a2c_audit_reopen(a2c_audit *a, char *err, size_t errlen)
     return 0;
 }
 
-void a2c_audit_close(a2c_audit *a)
+void a2__audit_close(a2__audit *a)
 {
     if (!a)
         return;
@@ -759,7 +759,7 @@ void a2c_audit_close(a2c_audit *a)
          * marked (a torn line, lines never written), and the next start
          * writes the rest. */
         char err[256];
-        if (!a->failed && a2c_audit_flush(a, err, sizeof err) != 0)
+        if (!a->failed && a2__audit_flush(a, err, sizeof err) != 0)
             fprintf(stderr, "a2-consumer: %s\n", err);
         if (!a->failed && fdatasync(a->fd) != 0)
             a->failed = 1;

@@ -41,8 +41,8 @@ typedef struct {
     size_t nxip;
 } snap;
 
-struct a2c_backlog {
-    a2c_map *byname; /* name -> entry */
+struct a2__backlog {
+    a2__map *byname; /* name -> entry */
 
     /* the open transaction */
     delta *txn;
@@ -62,10 +62,10 @@ struct a2c_backlog {
     int loaded;
     int want;
 
-    a2c_backlog_stats st;
+    a2__backlog_stats st;
 };
 
-unsigned a2c_backlog_classify(const a2_cursor_row *r, int64_t clear_index)
+unsigned a2__backlog_classify(const a2_cursor_row *r, int64_t clear_index)
 {
     if (!r || r->head.null || r->head.value <= clear_index)
         return 0;
@@ -75,12 +75,12 @@ unsigned a2c_backlog_classify(const a2_cursor_row *r, int64_t clear_index)
            (r->claim_holder.ptr ? A2C_BACKLOG_RUNNING : 0);
 }
 
-a2c_backlog *a2c_backlog_new(void)
+a2__backlog *a2__backlog_new(void)
 {
-    a2c_backlog *bl = calloc(1, sizeof *bl);
+    a2__backlog *bl = calloc(1, sizeof *bl);
     if (!bl)
         return NULL;
-    bl->byname = a2c_map_new();
+    bl->byname = a2__map_new();
     if (!bl->byname) {
         free(bl);
         return NULL;
@@ -89,7 +89,7 @@ a2c_backlog *a2c_backlog_new(void)
     return bl;
 }
 
-static void journal_drop_head(a2c_backlog *bl)
+static void journal_drop_head(a2__backlog *bl)
 {
     jtxn *t = bl->jhead;
     for (size_t i = 0; i < t->n; i++)
@@ -102,13 +102,13 @@ static void journal_drop_head(a2c_backlog *bl)
     free(t);
 }
 
-void a2c_backlog_free(a2c_backlog *bl)
+void a2__backlog_free(a2__backlog *bl)
 {
     if (!bl)
         return;
     while (bl->jhead)
         journal_drop_head(bl);
-    a2c_map_free(bl->byname, free);
+    a2__map_free(bl->byname, free);
     free(bl->txn);
     free(bl->base.xip);
     free(bl);
@@ -116,19 +116,19 @@ void a2c_backlog_free(a2c_backlog *bl)
 
 /* The consumer's entry, made when missing (NULL past the cap or when out of
  * memory: counted as dropped). */
-static entry *entry_for(a2c_backlog *bl, const char *name, size_t len)
+static entry *entry_for(a2__backlog *bl, const char *name, size_t len)
 {
-    entry *e = a2c_map_get(bl->byname, name, len);
+    entry *e = a2__map_get(bl->byname, name, len);
     if (e)
         return e;
-    if (a2c_map_count(bl->byname) >= A2C_BACKLOG_MAX_CONSUMERS)
+    if (a2__map_count(bl->byname) >= A2C_BACKLOG_MAX_CONSUMERS)
         goto drop;
     e = calloc(1, sizeof *e + len + 1);
     if (!e)
         goto drop;
     memcpy(e->name, name, len);
     e->len = len;
-    if (a2c_map_put(bl->byname, e->name, len, e, NULL) != 0) {
+    if (a2__map_put(bl->byname, e->name, len, e, NULL) != 0) {
         free(e);
         goto drop;
     }
@@ -139,7 +139,7 @@ drop:
 }
 
 /* Adds d to the consumer's counts, never below zero. */
-static void add_counts(a2c_backlog *bl, entry *e, const int64_t d[3])
+static void add_counts(a2__backlog *bl, entry *e, const int64_t d[3])
 {
     for (int k = 0; k < 3; k++) {
         int64_t v = e->n[k] + d[k];
@@ -153,7 +153,7 @@ static void add_counts(a2c_backlog *bl, entry *e, const int64_t d[3])
 }
 
 /* Adds bits' counts times sign to the open transaction's delta of name. */
-static void txn_add(a2c_backlog *bl, a2_change_text name, unsigned bits,
+static void txn_add(a2__backlog *bl, a2_change_text name, unsigned bits,
                     int sign)
 {
     int64_t d[3] = {(bits & A2C_BACKLOG_PENDING) ? sign : 0,
@@ -187,14 +187,14 @@ static void txn_add(a2c_backlog *bl, a2_change_text name, unsigned bits,
         x->d[k] += d[k];
 }
 
-void a2c_backlog_change(a2c_backlog *bl, const a2_cursor_row *old_row,
+void a2__backlog_change(a2__backlog *bl, const a2_cursor_row *old_row,
                         int64_t old_clear, const a2_cursor_row *new_row,
                         int64_t new_clear)
 {
     if (!bl)
         return;
-    unsigned o = a2c_backlog_classify(old_row, old_clear);
-    unsigned n = a2c_backlog_classify(new_row, new_clear);
+    unsigned o = a2__backlog_classify(old_row, old_clear);
+    unsigned n = a2__backlog_classify(new_row, new_clear);
     if (o == n && (!o || (old_row->consumer.len == new_row->consumer.len &&
                           old_row->consumer.ptr && new_row->consumer.ptr &&
                           memcmp(old_row->consumer.ptr, new_row->consumer.ptr,
@@ -206,13 +206,13 @@ void a2c_backlog_change(a2c_backlog *bl, const a2_cursor_row *old_row,
         txn_add(bl, new_row->consumer, n, +1);
 }
 
-void a2c_backlog_taint(a2c_backlog *bl)
+void a2__backlog_taint(a2__backlog *bl)
 {
     if (bl)
         bl->tainted = 1;
 }
 
-void a2c_backlog_abort(a2c_backlog *bl)
+void a2__backlog_abort(a2__backlog *bl)
 {
     if (!bl)
         return;
@@ -256,7 +256,7 @@ static int sees(const snap *s, uint64_t xid, uint64_t end)
 /* Makes room for a transaction of n deltas: evicts the oldest. While no
  * read is in flight only the last A2C_BACKLOG_JOURNAL_IDLE are kept (a
  * commit the stream showed is visible to new snapshots a moment later). */
-static void journal_room(a2c_backlog *bl, size_t n)
+static void journal_room(a2__backlog *bl, size_t n)
 {
     size_t max =
             bl->read_sent ? A2C_BACKLOG_JOURNAL_MAX : A2C_BACKLOG_JOURNAL_IDLE;
@@ -267,12 +267,12 @@ static void journal_room(a2c_backlog *bl, size_t n)
     }
 }
 
-void a2c_backlog_commit(a2c_backlog *bl, uint64_t xid, uint64_t end)
+void a2__backlog_commit(a2__backlog *bl, uint64_t xid, uint64_t end)
 {
     if (!bl)
         return;
     if (bl->base.valid && sees(&bl->base, xid, end)) {
-        a2c_backlog_abort(bl); /* the counts read have it */
+        a2__backlog_abort(bl); /* the counts read have it */
         return;
     }
     for (size_t i = 0; i < bl->ntxn; i++)
@@ -308,21 +308,21 @@ void a2c_backlog_commit(a2c_backlog *bl, uint64_t xid, uint64_t end)
     }
     if (bl->tainted)
         bl->want = 1;
-    a2c_backlog_abort(bl);
+    a2__backlog_abort(bl);
 }
 
-int a2c_backlog_wants_read(const a2c_backlog *bl)
+int a2__backlog_wants_read(const a2__backlog *bl)
 {
     return bl && bl->want;
 }
 
-void a2c_backlog_want(a2c_backlog *bl)
+void a2__backlog_want(a2__backlog *bl)
 {
     if (bl)
         bl->want = 1;
 }
 
-void a2c_backlog_read_sent(a2c_backlog *bl)
+void a2__backlog_read_sent(a2__backlog *bl)
 {
     if (!bl)
         return;
@@ -390,14 +390,14 @@ bad:
 }
 
 /* Frees the entries that count nothing and that nothing names. */
-static void forget_empty(a2c_backlog *bl)
+static void forget_empty(a2__backlog *bl)
 {
     size_t it = 0, n = 0, cap = 0;
     void *node = NULL, *val;
     const char *key;
     size_t klen;
     entry **gone = NULL;
-    while (a2c_map_next(bl->byname, &it, &node, &key, &klen, &val)) {
+    while (a2__map_next(bl->byname, &it, &node, &key, &klen, &val)) {
         entry *e = val;
         if (e->n[0] || e->n[1] || e->n[2] || e->refs || e->txn_pos)
             continue;
@@ -411,14 +411,14 @@ static void forget_empty(a2c_backlog *bl)
         gone[n++] = e;
     }
     for (size_t i = 0; i < n; i++) {
-        a2c_map_del(bl->byname, gone[i]->name, gone[i]->len);
+        a2__map_del(bl->byname, gone[i]->name, gone[i]->len);
         free(gone[i]);
     }
     free(gone);
 }
 
-int a2c_backlog_load(a2c_backlog *bl, const char *snapshot, uint64_t insert_lsn,
-                     const a2c_backlog_row *rows, size_t n)
+int a2__backlog_load(a2__backlog *bl, const char *snapshot, uint64_t insert_lsn,
+                     const a2__backlog_row *rows, size_t n)
 {
     snap s;
     if (parse_snapshot(snapshot, &s) != 0)
@@ -439,7 +439,7 @@ int a2c_backlog_load(a2c_backlog *bl, const char *snapshot, uint64_t insert_lsn,
     void *node = NULL, *val;
     const char *key;
     size_t klen;
-    while (a2c_map_next(bl->byname, &it, &node, &key, &klen, &val))
+    while (a2__map_next(bl->byname, &it, &node, &key, &klen, &val))
         memset(((entry *)val)->n, 0, sizeof((entry *)val)->n);
     for (size_t i = 0; i < n; i++) {
         if (!rows[i].consumer)
@@ -477,17 +477,17 @@ int a2c_backlog_load(a2c_backlog *bl, const char *snapshot, uint64_t insert_lsn,
     return 0;
 }
 
-int a2c_backlog_loaded(const a2c_backlog *bl)
+int a2__backlog_loaded(const a2__backlog *bl)
 {
     return bl && bl->loaded;
 }
 
-int a2c_backlog_get(const a2c_backlog *bl, const char *consumer,
-                    a2c_backlog_row *out)
+int a2__backlog_get(const a2__backlog *bl, const char *consumer,
+                    a2__backlog_row *out)
 {
     memset(out, 0, sizeof *out);
     out->consumer = consumer;
-    entry *e = bl ? a2c_map_get(bl->byname, consumer, strlen(consumer)) : NULL;
+    entry *e = bl ? a2__map_get(bl->byname, consumer, strlen(consumer)) : NULL;
     if (!e)
         return 0;
     out->pending = e->n[0];
@@ -496,13 +496,13 @@ int a2c_backlog_get(const a2c_backlog *bl, const char *consumer,
     return 1;
 }
 
-void a2c_backlog_get_stats(const a2c_backlog *bl, a2c_backlog_stats *out)
+void a2__backlog_get_stats(const a2__backlog *bl, a2__backlog_stats *out)
 {
     memset(out, 0, sizeof *out);
     if (!bl)
         return;
     *out = bl->st;
-    out->consumers = a2c_map_count(bl->byname);
+    out->consumers = a2__map_count(bl->byname);
     out->journal = bl->jdeltas;
 }
 
@@ -512,7 +512,7 @@ static int cmp_entry(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-void a2c_backlog_render(const a2c_backlog *bl, char **buf, size_t *len,
+void a2__backlog_render(const a2__backlog *bl, char **buf, size_t *len,
                         size_t *cap)
 {
     static const struct {
@@ -528,32 +528,32 @@ void a2c_backlog_render(const a2c_backlog *bl, char **buf, size_t *len,
     };
     size_t n = 0;
     entry **v = NULL;
-    if (bl && bl->loaded && a2c_map_count(bl->byname) > 0) {
-        v = malloc(a2c_map_count(bl->byname) * sizeof *v);
+    if (bl && bl->loaded && a2__map_count(bl->byname) > 0) {
+        v = malloc(a2__map_count(bl->byname) * sizeof *v);
         size_t it = 0;
         void *node = NULL, *val;
         const char *key;
         size_t klen;
-        while (v && a2c_map_next(bl->byname, &it, &node, &key, &klen, &val))
+        while (v && a2__map_next(bl->byname, &it, &node, &key, &klen, &val))
             v[n++] = val;
         if (n > 1)
             qsort(v, n, sizeof *v, cmp_entry);
     }
     for (int f = 0; f < 3; f++) {
-        a2c_metrics_appendf(buf, len, cap, "# HELP %s %s\n# TYPE %s gauge\n",
+        a2__metrics_appendf(buf, len, cap, "# HELP %s %s\n# TYPE %s gauge\n",
                             families[f].name, families[f].help,
                             families[f].name);
         for (size_t i = 0; i < n; i++) {
-            a2c_metrics_appendf(buf, len, cap, "%s{consumer=\"",
+            a2__metrics_appendf(buf, len, cap, "%s{consumer=\"",
                                 families[f].name);
-            a2c_metrics_append_label(buf, len, cap, v[i]->name);
-            a2c_metrics_appendf(buf, len, cap, "\"} %" PRId64 "\n", v[i]->n[f]);
+            a2__metrics_append_label(buf, len, cap, v[i]->name);
+            a2__metrics_appendf(buf, len, cap, "\"} %" PRId64 "\n", v[i]->n[f]);
         }
     }
     free(v);
-    a2c_backlog_stats st;
-    a2c_backlog_get_stats(bl, &st);
-    a2c_metrics_appendf(
+    a2__backlog_stats st;
+    a2__backlog_get_stats(bl, &st);
+    a2__metrics_appendf(
             buf, len, cap,
             "# HELP a2_consumer_backlog_reads_total backlog reads applied "
             "(at start, on reconnect and resync, after a clear)\n"

@@ -4,7 +4,7 @@
  * (consumer/backlog.sql, the definitions of a2_backlog()) and then moved by
  * every decoded a2_cursors change. Knows nothing of sockets or libpq.
  *
- * A row's contribution (a2c_backlog_classify): a head above its session's
+ * A row's contribution (a2__backlog_classify): a head above its session's
  * clear marker that is not dead-lettered is pending, and running too when
  * a claim holds it (live or lapsed); a dead-lettered head above the marker
  * is a dead letter; anything else counts nowhere. Each change adds the new
@@ -28,7 +28,7 @@
  * Clear markers: a head at or below its session's marker does not count,
  * so raising a marker takes heads out of the counts that no cursor change
  * names. The transaction that raises it is tainted: it asks for a read
- * (a2c_backlog_wants_read), and until that read arrives the gauges still
+ * (a2__backlog_wants_read), and until that read arrives the gauges still
  * count the heads the clear passed. The markers that classify the rows of
  * later changes are the ones the applier learnt from the stream and from
  * the reads.
@@ -53,7 +53,7 @@
 
 /* consumer/backlog.sql (embedded by the build): the read, with $1 the most
  * clear markers it returns. */
-extern const char a2c_backlog_sql[];
+extern const char a2__backlog_sql[];
 
 #define A2C_BACKLOG_MAX_CONSUMERS 10000
 #define A2C_BACKLOG_JOURNAL_MAX   65536
@@ -66,9 +66,9 @@ extern const char a2c_backlog_sql[];
 
 /* The contribution of row r (NULL: none) in a session whose clear marker is
  * clear_index (0 or below: none). */
-unsigned a2c_backlog_classify(const a2_cursor_row *r, int64_t clear_index);
+unsigned a2__backlog_classify(const a2_cursor_row *r, int64_t clear_index);
 
-typedef struct a2c_backlog a2c_backlog;
+typedef struct a2__backlog a2__backlog;
 
 typedef struct {
     uint64_t reads;        /* reads applied */
@@ -77,53 +77,53 @@ typedef struct {
     uint64_t dropped;      /* deltas and rows of consumers past the cap */
     uint64_t consumers;    /* consumer names kept now */
     uint64_t journal;      /* journal deltas kept now */
-} a2c_backlog_stats;
+} a2__backlog_stats;
 
 /* NULL when out of memory. */
-a2c_backlog *a2c_backlog_new(void);
-void a2c_backlog_free(a2c_backlog *bl); /* NULL-safe */
+a2__backlog *a2__backlog_new(void);
+void a2__backlog_free(a2__backlog *bl); /* NULL-safe */
 
 /* ---- the stream (called by the applier) ---- */
 
 /* One a2_cursors change: old (NULL for an insert) and new (NULL for a
  * delete) rows, each with its session's clear marker (-1: unknown, taken
  * as none). */
-void a2c_backlog_change(a2c_backlog *bl, const a2_cursor_row *old_row,
+void a2__backlog_change(a2__backlog *bl, const a2_cursor_row *old_row,
                         int64_t old_clear, const a2_cursor_row *new_row,
                         int64_t new_clear);
 
 /* The open transaction did what deltas cannot express (a clear marker
  * moved, a truncate, a change that did not decode): once it commits, a read
  * is wanted, and a read whose snapshot misses it is not used. */
-void a2c_backlog_taint(a2c_backlog *bl);
+void a2__backlog_taint(a2__backlog *bl);
 
 /* The open transaction committed: xid (0: unknown, then end LSN decides
  * against the read's WAL position) and end, its commit's end LSN. */
-void a2c_backlog_commit(a2c_backlog *bl, uint64_t xid, uint64_t end);
+void a2__backlog_commit(a2__backlog *bl, uint64_t xid, uint64_t end);
 
 /* The open transaction is forgotten (skipped as already applied, or cut by
  * a lost connection: the server sends it again). */
-void a2c_backlog_abort(a2c_backlog *bl);
+void a2__backlog_abort(a2__backlog *bl);
 
 /* ---- reads ---- */
 
-/* 1 when a read is wanted (a tainted commit, a clamp, a2c_backlog_want). */
-int a2c_backlog_wants_read(const a2c_backlog *bl);
+/* 1 when a read is wanted (a tainted commit, a clamp, a2__backlog_want). */
+int a2__backlog_wants_read(const a2__backlog *bl);
 
 /* Asks for a read (start, reconnect, resync). */
-void a2c_backlog_want(a2c_backlog *bl);
+void a2__backlog_want(a2__backlog *bl);
 
 /* A read was sent: what is applied from now on is kept for its answer. */
-void a2c_backlog_read_sent(a2c_backlog *bl);
+void a2__backlog_read_sent(a2__backlog *bl);
 
 /* One consumer's counts in a read. */
 typedef struct {
     const char *consumer;
     int64_t pending, running, dead;
-} a2c_backlog_row;
+} a2__backlog_row;
 
 /*
- * The answer to the read last sent (a2c_backlog_read_sent; an answer with
+ * The answer to the read last sent (a2__backlog_read_sent; an answer with
  * none sent is not used): snapshot is pg_current_snapshot()'s text
  * ("xmin:xmax:xip,..."), insert_lsn the server's WAL insert position read
  * in the same statement. Returns 0 when the counts were replaced by the
@@ -131,25 +131,25 @@ typedef struct {
  * answer cannot be used (read again; a read is wanted again), -1 when the
  * snapshot text does not parse.
  */
-int a2c_backlog_load(a2c_backlog *bl, const char *snapshot, uint64_t insert_lsn,
-                     const a2c_backlog_row *rows, size_t n);
+int a2__backlog_load(a2__backlog *bl, const char *snapshot, uint64_t insert_lsn,
+                     const a2__backlog_row *rows, size_t n);
 
 /* 1 once a read has been applied. */
-int a2c_backlog_loaded(const a2c_backlog *bl);
+int a2__backlog_loaded(const a2__backlog *bl);
 
 /* ---- what the gauges say ---- */
 
 /* The consumer's counts (0 and return 0 when it is not kept). */
-int a2c_backlog_get(const a2c_backlog *bl, const char *consumer,
-                    a2c_backlog_row *out);
+int a2__backlog_get(const a2__backlog *bl, const char *consumer,
+                    a2__backlog_row *out);
 
-void a2c_backlog_get_stats(const a2c_backlog *bl, a2c_backlog_stats *out);
+void a2__backlog_get_stats(const a2__backlog *bl, a2__backlog_stats *out);
 
 /* Appends the gauges a2_consumer_backlog_pending, _running and
  * _dead_letters (one sample per consumer kept, by name, label values
  * escaped; none before the first read) and the read, clamp and cap
  * counters, in Prometheus text (consumer/metrics.h's buffer). */
-void a2c_backlog_render(const a2c_backlog *bl, char **buf, size_t *len,
+void a2__backlog_render(const a2__backlog *bl, char **buf, size_t *len,
                         size_t *cap);
 
 #endif

@@ -71,21 +71,21 @@ typedef struct {
     char *tcp_host, *tcp_port;
     char *metrics_host, *metrics_port;
     char *token;
-    a2c_route route;
+    a2__route route;
     int status_interval_ms;
     int heartbeat_ms;
     int stream_timeout_ms; /* 0: never give up on a silent stream */
 
     /* state */
     PGconn *db;
-    a2c_repl *repl;
-    a2c_audit *audit;
-    a2c_audit_resume resume;
-    a2c_timers *timers;
-    a2c_apply *apply;
+    a2__repl *repl;
+    a2__audit *audit;
+    a2__audit_resume resume;
+    a2__timers *timers;
+    a2__apply *apply;
     a2_decoder *dec;
-    a2c_server *srv;
-    a2c_metrics *met;
+    a2__server *srv;
+    a2__metrics *met;
     int sigfd;
     int stop;
 
@@ -119,7 +119,7 @@ typedef struct {
     double lag_seconds;
     int64_t last_lag_log_ms;
 
-    a2c_backlog *backlog;
+    a2__backlog *backlog;
     PGconn *backlog_db;      /* the backlog reads: nonblocking, their own
                                 connection */
     int backlog_busy;        /* a read was sent and has not answered yet */
@@ -130,7 +130,7 @@ typedef struct {
     size_t max_connections; /* worker connections at once */
 
     /* active and standby (active.h) */
-    a2c_active *active;
+    a2__active *active;
     int standby;           /* waiting for the active lock */
     char standby_msg[512]; /* who holds it */
     int lock_lost;         /* the lock's connection broke: retake it first */
@@ -138,7 +138,7 @@ typedef struct {
     uint64_t reconnects;
     uint64_t decode_errors;
     uint64_t gaps;
-} daemon_t;
+} a2__daemon;
 
 __attribute__((format(printf, 1, 2))) static void logline(const char *fmt, ...)
 {
@@ -285,35 +285,35 @@ static void sink_wake(void *ctx, const char *consumer, const char *session,
                       const char *cursor_key, int64_t head, uint64_t lsn,
                       uint64_t xid, int64_t commit_us)
 {
-    daemon_t *d = ctx;
-    a2c_server_wake_at(d->srv, consumer, session, cursor_key, head, lsn, xid,
+    a2__daemon *d = ctx;
+    a2__server_wake_at(d->srv, consumer, session, cursor_key, head, lsn, xid,
                        commit_us);
 }
 
 static void sink_log(void *ctx, const char *session, int64_t idx,
                      const char *type, uint64_t lsn, uint64_t xid)
 {
-    daemon_t *d = ctx;
-    a2c_server_log(d->srv, session, idx, type, lsn, xid);
+    a2__daemon *d = ctx;
+    a2__server_log(d->srv, session, idx, type, lsn, xid);
 }
 
 static void sink_cleared(void *ctx, const char *session, int64_t clear_index,
                          uint64_t lsn)
 {
-    daemon_t *d = ctx;
-    a2c_server_cleared(d->srv, session, clear_index, lsn);
+    a2__daemon *d = ctx;
+    a2__server_cleared(d->srv, session, clear_index, lsn);
 }
 
 static void sink_presence(void *ctx, const char *ns, const char *participant,
                           const char *fields_json, uint64_t lsn)
 {
-    daemon_t *d = ctx;
-    a2c_server_presence(d->srv, ns, participant, fields_json, lsn);
+    a2__daemon *d = ctx;
+    a2__server_presence(d->srv, ns, participant, fields_json, lsn);
 }
 
 static void sink_resync(void *ctx)
 {
-    daemon_t *d = ctx;
+    a2__daemon *d = ctx;
     d->need_resync = 1;
 }
 
@@ -321,7 +321,7 @@ static void sink_resync(void *ctx)
  * cannot be read now (the audit then names the delete without it). */
 /* ---- database ---- */
 
-static int ensure_db(daemon_t *d, char *err, size_t errlen)
+static int ensure_db(a2__daemon *d, char *err, size_t errlen)
 {
     if (d->db && PQstatus(d->db) == CONNECTION_OK)
         return 0;
@@ -332,17 +332,17 @@ static int ensure_db(daemon_t *d, char *err, size_t errlen)
         PQfinish(d->db);
         d->db = NULL;
     }
-    d->db = a2c_db_connect(d->conninfo, err, errlen);
+    d->db = a2__db_connect(d->conninfo, err, errlen);
     return d->db ? 0 : -1;
 }
 
 /* Reads the live claims and retry holds and the live presence fields. 0, or -1
  * with the reason in err: the caller reads them all again later. */
-static int rebuild_timers(daemon_t *d, char *err, size_t errlen)
+static int rebuild_timers(a2__daemon *d, char *err, size_t errlen)
 {
     if (ensure_db(d, err, errlen) != 0)
         return -1;
-    PGresult *res = a2c_db_query(
+    PGresult *res = a2__db_query(
             d->db,
             "select session_id, consumer, cursor_key, epoch, head, "
             "claim_expires_at from a2_cursors where claim_expires_at is not "
@@ -350,9 +350,9 @@ static int rebuild_timers(daemon_t *d, char *err, size_t errlen)
             0, NULL, "read the live claims", err, errlen);
     if (!res)
         return -1;
-    a2c_timers_clear(d->timers);
+    a2__timers_clear(d->timers);
     for (int i = 0; i < PQntuples(res); i++) {
-        if (a2c_timers_set(d->timers, PQgetvalue(res, i, 0),
+        if (a2__timers_set(d->timers, PQgetvalue(res, i, 0),
                            PQgetvalue(res, i, 1), PQgetvalue(res, i, 2),
                            strtoll(PQgetvalue(res, i, 3), NULL, 10),
                            strtoll(PQgetvalue(res, i, 4), NULL, 10),
@@ -365,16 +365,16 @@ static int rebuild_timers(daemon_t *d, char *err, size_t errlen)
     PQclear(res);
     /* live presence fields, whose expiry the stream alone would only show
      * for the ones written from now on */
-    res = a2c_db_query(d->db,
+    res = a2__db_query(d->db,
                        "select ns, participant, field, expires_at from "
                        "a2_presence where value <> 'null'::jsonb",
                        0, NULL, "read the presence fields", err, errlen);
     if (!res)
         return -1;
-    a2c_apply_forget_presence(d->apply);
+    a2__apply_forget_presence(d->apply);
     int kept = 0;
     for (int i = 0; i < PQntuples(res); i++)
-        if (a2c_apply_track_presence(
+        if (a2__apply_track_presence(
                     d->apply, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
                     PQgetvalue(res, i, 2),
                     strtoll(PQgetvalue(res, i, 3), NULL, 10)) == 0)
@@ -389,12 +389,12 @@ static int rebuild_timers(daemon_t *d, char *err, size_t errlen)
 
 /* When the next presence expiry tick may be sent (mono ms): the last one
  * came back through the stream, or was sent EXPIRE_RETRY_MS ago. */
-static int64_t expire_next_ms(const daemon_t *d)
+static int64_t expire_next_ms(const a2__daemon *d)
 {
     if (!d->expire_sent_ms)
         return 0;
-    a2c_apply_stats as;
-    a2c_apply_get_stats(d->apply, &as);
+    a2__apply_stats as;
+    a2__apply_get_stats(d->apply, &as);
     return d->expire_sent_ms + (as.expire_ticks > d->expire_sent_seen
                                         ? EXPIRE_SPACING_MS
                                         : EXPIRE_RETRY_MS);
@@ -418,7 +418,7 @@ static const struct {
                       "the next goes out on a new connection"},
 };
 
-static void drop_tick_db(daemon_t *d)
+static void drop_tick_db(a2__daemon *d)
 {
     PQfinish(d->tick_db);
     d->tick_db = NULL;
@@ -426,15 +426,15 @@ static void drop_tick_db(daemon_t *d)
 }
 
 /* Reads the answer to the message in flight. */
-static void tick_answer(daemon_t *d)
+static void tick_answer(a2__daemon *d)
 {
     char err[512], value[64] = "";
-    int rc = a2c_db_message_poll(d->tick_db, tick_kinds[d->tick_kind].what,
+    int rc = a2__db_message_poll(d->tick_db, tick_kinds[d->tick_kind].what,
                                  value, sizeof value, err, sizeof err);
     if (rc == 0) {
         d->tick_busy = 0;
         uint64_t lsn;
-        if (d->tick_kind == TICK_WAL && a2c_lsn_parse(value, &lsn) == 0)
+        if (d->tick_kind == TICK_WAL && a2__lsn_parse(value, &lsn) == 0)
             d->server_wal_lsn = lsn;
     } else if (rc < 0) {
         logline("%s", err);
@@ -444,7 +444,7 @@ static void tick_answer(daemon_t *d)
 
 /* A message unanswered for the stream timeout is given up with its
  * connection; the next one goes out on a new connection. */
-static void tick_overdue(daemon_t *d)
+static void tick_overdue(a2__daemon *d)
 {
     if (!d->tick_busy || d->stream_timeout_ms <= 0 ||
         a2__mono_ms() - d->tick_sent_ms < d->stream_timeout_ms)
@@ -459,23 +459,23 @@ static void tick_overdue(daemon_t *d)
 
 /* Sends a heartbeat or an expiry tick on the tick connection (opened when
  * needed) without waiting for it; tick_answer reads the answer. */
-static void tick_send(daemon_t *d, int kind)
+static void tick_send(a2__daemon *d, int kind)
 {
     char err[512];
     if (d->tick_db && PQstatus(d->tick_db) != CONNECTION_OK)
         drop_tick_db(d);
     if (!d->tick_db) {
-        d->tick_db = a2c_db_connect(d->conninfo, err, sizeof err);
+        d->tick_db = a2__db_connect(d->conninfo, err, sizeof err);
         if (!d->tick_db) {
             logline("%s", err);
             return;
         }
     }
     int rc = kind == TICK_HEARTBEAT
-                     ? a2c_db_heartbeat_send(d->tick_db, err, sizeof err)
+                     ? a2__db_heartbeat_send(d->tick_db, err, sizeof err)
              : kind == TICK_WAL
-                     ? a2c_db_wal_position_send(d->tick_db, err, sizeof err)
-                     : a2c_db_expire_tick_send(d->tick_db, d->tick_secret,
+                     ? a2__db_wal_position_send(d->tick_db, err, sizeof err)
+                     : a2__db_expire_tick_send(d->tick_db, d->tick_secret,
                                                a2__real_ms(), err,
                                                sizeof err);
     if (rc != 0) {
@@ -490,17 +490,17 @@ static void tick_send(daemon_t *d, int kind)
 
 /* Sends a presence expiry tick when the earliest kept field is due; its
  * commit (a WAL flush) is not waited for. */
-static void expire_presence(daemon_t *d)
+static void expire_presence(a2__daemon *d)
 {
     if (!d->streaming || d->tick_busy ||
-        a2c_apply_expiry_due(d->apply) == INT64_MAX)
+        a2__apply_expiry_due(d->apply) == INT64_MAX)
         return;
     int64_t now = a2__mono_ms();
-    if (a2c_apply_expiry_due(d->apply) > a2__real_ms() ||
+    if (a2__apply_expiry_due(d->apply) > a2__real_ms() ||
         now < expire_next_ms(d))
         return;
-    a2c_apply_stats as;
-    a2c_apply_get_stats(d->apply, &as);
+    a2__apply_stats as;
+    a2__apply_get_stats(d->apply, &as);
     d->expire_sent_ms = now;
     d->expire_sent_seen = as.expire_ticks;
     tick_send(d, TICK_EXPIRE);
@@ -508,7 +508,7 @@ static void expire_presence(daemon_t *d)
 
 /* ---- backlog reads ---- */
 
-static void drop_backlog_db(daemon_t *d)
+static void drop_backlog_db(a2__daemon *d)
 {
     PQclear(d->backlog_res);
     d->backlog_res = NULL;
@@ -518,47 +518,47 @@ static void drop_backlog_db(daemon_t *d)
 }
 
 /* A read that failed: asked for again after REBUILD_RETRY_MS. */
-static void backlog_failed(daemon_t *d, const char *err)
+static void backlog_failed(a2__daemon *d, const char *err)
 {
     logline("%s; reading the backlog again in %d ms", err, REBUILD_RETRY_MS);
     drop_backlog_db(d);
-    a2c_backlog_want(d->backlog);
+    a2__backlog_want(d->backlog);
     d->backlog_next_ms = a2__mono_ms() + REBUILD_RETRY_MS;
 }
 
 /* Sends the backlog read when one is wanted and may go; its answer is read
  * by backlog_answer, the loop goes on meanwhile. */
-static void backlog_send(daemon_t *d)
+static void backlog_send(a2__daemon *d)
 {
     char err[512];
     int64_t now = a2__mono_ms();
     if (!d->streaming || d->backlog_busy ||
-        !a2c_backlog_wants_read(d->backlog) || now < d->backlog_next_ms)
+        !a2__backlog_wants_read(d->backlog) || now < d->backlog_next_ms)
         return;
     if (d->backlog_db && PQstatus(d->backlog_db) != CONNECTION_OK)
         drop_backlog_db(d);
     if (!d->backlog_db) {
-        d->backlog_db = a2c_db_connect(d->conninfo, err, sizeof err);
+        d->backlog_db = a2__db_connect(d->conninfo, err, sizeof err);
         if (!d->backlog_db) {
             backlog_failed(d, err);
             return;
         }
     }
-    if (a2c_db_backlog_send(d->backlog_db, BACKLOG_MAX_MARKERS, err,
+    if (a2__db_backlog_send(d->backlog_db, BACKLOG_MAX_MARKERS, err,
                             sizeof err) != 0) {
         backlog_failed(d, err);
         return;
     }
-    a2c_backlog_read_sent(d->backlog);
+    a2__backlog_read_sent(d->backlog);
     d->backlog_busy = 1;
     d->backlog_sent_ms = a2__mono_ms();
 }
 
 /* Applies the rows of a backlog read (backlog.sql). */
-static void backlog_load(daemon_t *d, PGresult *res)
+static void backlog_load(a2__daemon *d, PGresult *res)
 {
     int n = PQntuples(res);
-    a2c_backlog_row *rows = calloc((size_t)n + 1, sizeof *rows);
+    a2__backlog_row *rows = calloc((size_t)n + 1, sizeof *rows);
     if (!rows) {
         backlog_failed(d, "could not read the backlog: out of memory");
         return;
@@ -571,19 +571,19 @@ static void backlog_load(daemon_t *d, PGresult *res)
         const char *name = PQgetvalue(res, i, 1);
         if (kind[0] == 's') {
             snapshot = name;
-            if (a2c_lsn_parse(PQgetvalue(res, i, 5), &lsn) != 0)
+            if (a2__lsn_parse(PQgetvalue(res, i, 5), &lsn) != 0)
                 lsn = 0;
         } else if (kind[0] == 'c') {
-            rows[nrows++] = (a2c_backlog_row){
+            rows[nrows++] = (a2__backlog_row){
                     name, strtoll(PQgetvalue(res, i, 2), NULL, 10),
                     strtoll(PQgetvalue(res, i, 3), NULL, 10),
                     strtoll(PQgetvalue(res, i, 4), NULL, 10)};
         } else if (kind[0] == 'm') {
-            a2c_apply_remember_clear(d->apply, name,
+            a2__apply_remember_clear(d->apply, name,
                                      strtoll(PQgetvalue(res, i, 2), NULL, 10));
         }
     }
-    int rc = snapshot ? a2c_backlog_load(d->backlog, snapshot, lsn, rows, nrows)
+    int rc = snapshot ? a2__backlog_load(d->backlog, snapshot, lsn, rows, nrows)
                       : -1;
     free(rows);
     int64_t now = a2__mono_ms(), took = now - d->backlog_sent_ms;
@@ -596,10 +596,10 @@ static void backlog_load(daemon_t *d, PGresult *res)
 }
 
 /* Reads what arrived for the backlog read in flight. */
-static void backlog_answer(daemon_t *d)
+static void backlog_answer(a2__daemon *d)
 {
     char err[512];
-    int rc = a2c_db_result_poll(d->backlog_db, "read the backlog",
+    int rc = a2__db_result_poll(d->backlog_db, "read the backlog",
                                 &d->backlog_res, err, sizeof err);
     if (rc > 0)
         return;
@@ -619,7 +619,7 @@ static void backlog_answer(daemon_t *d)
 
 /* A read unanswered for the stream timeout is given up with its
  * connection, and sent again later on a new one. */
-static void backlog_overdue(daemon_t *d)
+static void backlog_overdue(a2__daemon *d)
 {
     if (!d->backlog_busy || d->stream_timeout_ms <= 0 ||
         a2__mono_ms() - d->backlog_sent_ms < d->stream_timeout_ms)
@@ -634,11 +634,11 @@ static void backlog_overdue(daemon_t *d)
 
 /* ---- replication ---- */
 
-static void stream_down(daemon_t *d, const char *reason)
+static void stream_down(a2__daemon *d, const char *reason)
 {
     if (d->repl) {
-        d->walsender_pid = a2c_repl_backend_pid(d->repl);
-        a2c_repl_close(d->repl);
+        d->walsender_pid = a2__repl_backend_pid(d->repl);
+        a2__repl_close(d->repl);
         d->repl = NULL;
     }
     /* The server may have restarted: the other connections are then gone
@@ -651,7 +651,7 @@ static void stream_down(daemon_t *d, const char *reason)
         drop_tick_db(d);
     if (d->backlog_db)
         drop_backlog_db(d);
-    a2c_apply_abort_txn(d->apply);
+    a2__apply_abort_txn(d->apply);
     d->streaming = 0;
     snprintf(d->down_reason, sizeof d->down_reason, "%s", reason);
     if (d->backoff_ms < BACKOFF_MIN_MS)
@@ -664,30 +664,30 @@ static void stream_down(daemon_t *d, const char *reason)
 }
 
 /* The last commit whose lines the audit file holds: what was applied, or
- * the transaction whose lines end the file on open (a2c_audit_resume: it
+ * the transaction whose lines end the file on open (a2__audit_resume: it
  * may look partial, but a slot that confirmed it saw all of it durable). */
-static uint64_t audit_holds(const daemon_t *d)
+static uint64_t audit_holds(const a2__daemon *d)
 {
-    uint64_t have = a2c_apply_applied(d->apply);
+    uint64_t have = a2__apply_applied(d->apply);
     return d->resume.partial_lsn > have ? d->resume.partial_lsn : have;
 }
 
 /* Drops and recreates an invalidated slot, records the gap. */
-static int recreate_slot(daemon_t *d, const char *why, char *err, size_t errlen)
+static int recreate_slot(a2__daemon *d, const char *why, char *err, size_t errlen)
 {
-    if (a2c_db_drop_slot(d->db, d->slot, err, errlen) != 0)
+    if (a2__db_drop_slot(d->db, d->slot, err, errlen) != 0)
         return -1;
     int created;
     uint64_t consistent;
     char st[6];
-    if (a2c_repl_create_slot(d->repl, d->slot, d->plugin, &created, &consistent,
+    if (a2__repl_create_slot(d->repl, d->slot, d->plugin, &created, &consistent,
                              err, errlen, st) != 0)
         return -1;
-    uint64_t from = a2c_apply_applied(d->apply);
+    uint64_t from = a2__apply_applied(d->apply);
     logline("replication slot \"%s\" was %s; recreated at %X/%X, changes "
             "after %X/%X are lost",
             d->slot, why, A2__LSN_ARGS(consistent), A2__LSN_ARGS(from));
-    if (a2c_apply_gap(d->apply, from, consistent, why, err, errlen) != 0)
+    if (a2__apply_gap(d->apply, from, consistent, why, err, errlen) != 0)
         return -1;
     d->gaps++;
     d->need_resync = 1;
@@ -698,16 +698,16 @@ static int recreate_slot(daemon_t *d, const char *why, char *err, size_t errlen)
  * Connects and starts streaming. Returns 0, -1 on a transient failure (retry
  * later), -2 on a fatal one (only at startup).
  */
-static int stream_up(daemon_t *d, int startup, char *err, size_t errlen)
+static int stream_up(a2__daemon *d, int startup, char *err, size_t errlen)
 {
-    a2c_slot_info info;
+    a2__slot_info info;
     if (ensure_db(d, err, errlen) != 0)
         return startup ? -2 : -1;
     /* After a lost connection, "is active for PID" (the old walsender has
      * not noticed yet) and the like are retried with backoff. At startup a
      * walsender of a killed predecessor gets a moment to go away. */
     for (int tries = 0;; tries++) {
-        if (a2c_db_check(d->db, d->slot, d->plugin, &info, err, errlen) == 0)
+        if (a2__db_check(d->db, d->slot, d->plugin, &info, err, errlen) == 0)
             break;
         if (info.active_pid && info.active_pid == d->walsender_pid)
             snprintf(err, errlen,
@@ -722,22 +722,22 @@ static int stream_up(daemon_t *d, int startup, char *err, size_t errlen)
         struct timespec ts = {0, 200 * 1000000L};
         nanosleep(&ts, NULL);
     }
-    d->repl = a2c_repl_connect(d->conninfo, err, errlen);
+    d->repl = a2__repl_connect(d->conninfo, err, errlen);
     if (!d->repl)
         return startup ? -2 : -1;
     char st[6] = "";
     if (!info.exists) {
         int created;
         uint64_t consistent;
-        if (a2c_repl_create_slot(d->repl, d->slot, d->plugin, &created,
+        if (a2__repl_create_slot(d->repl, d->slot, d->plugin, &created,
                                  &consistent, err, errlen, st) != 0)
             goto fail;
         if (created) {
             logline("created replication slot \"%s\" at %X/%X", d->slot,
                     A2__LSN_ARGS(consistent));
-            uint64_t applied = a2c_apply_applied(d->apply);
+            uint64_t applied = a2__apply_applied(d->apply);
             if (applied > 0 && consistent > applied) {
-                if (a2c_apply_gap(d->apply, applied, consistent, "slot missing",
+                if (a2__apply_gap(d->apply, applied, consistent, "slot missing",
                                   err, errlen) != 0)
                     goto fail;
                 d->gaps++;
@@ -756,20 +756,20 @@ static int stream_up(daemon_t *d, int startup, char *err, size_t errlen)
                 "%X/%X: the transitions between are not in the file",
                 d->audit_path, A2__LSN_ARGS(from), d->slot,
                 A2__LSN_ARGS(info.confirmed));
-        if (a2c_apply_gap(d->apply, from, info.confirmed, "audit behind slot",
+        if (a2__apply_gap(d->apply, from, info.confirmed, "audit behind slot",
                           err, errlen) != 0)
             goto fail;
         d->gaps++;
         d->need_resync = 1;
     }
-    uint64_t start = a2c_apply_applied(d->apply);
-    if (a2c_repl_start(d->repl, d->slot, d->plugin, start, err, errlen, st) !=
+    uint64_t start = a2__apply_applied(d->apply);
+    if (a2__repl_start(d->repl, d->slot, d->plugin, start, err, errlen, st) !=
         0) {
         if (strcmp(st, "55000") == 0 && strstr(err, "cannot read from")) {
             if (recreate_slot(d, "invalidated", err, errlen) != 0)
                 goto fail;
-            start = a2c_apply_applied(d->apply);
-            if (a2c_repl_start(d->repl, d->slot, d->plugin, start, err, errlen,
+            start = a2__apply_applied(d->apply);
+            if (a2__repl_start(d->repl, d->slot, d->plugin, start, err, errlen,
                                st) == 0)
                 goto started;
         }
@@ -778,7 +778,7 @@ static int stream_up(daemon_t *d, int startup, char *err, size_t errlen)
 started:
     d->streaming = 1;
     /* what the stream missed while down, and the start: read it whole */
-    a2c_backlog_want(d->backlog);
+    a2__backlog_want(d->backlog);
     d->backoff_ms = BACKOFF_MIN_MS;
     d->down_reason[0] = '\0';
     d->last_activity_ms = a2__mono_ms();
@@ -789,39 +789,39 @@ started:
             A2__LSN_ARGS(start));
     return 0;
 fail:
-    a2c_repl_close(d->repl);
+    a2__repl_close(d->repl);
     d->repl = NULL;
     return startup ? -2 : -1;
 }
 
-static uint64_t flush_lsn(const daemon_t *d)
+static uint64_t flush_lsn(const a2__daemon *d)
 {
     if (d->audit)
-        return a2c_audit_durable(d->audit);
-    return a2c_apply_applied(d->apply);
+        return a2__audit_durable(d->audit);
+    return a2__apply_applied(d->apply);
 }
 
-static int send_status(daemon_t *d, int reply, char *err, size_t errlen)
+static int send_status(a2__daemon *d, int reply, char *err, size_t errlen)
 {
     uint64_t flush = flush_lsn(d);
     if (flush < d->flush_sent)
         flush = d->flush_sent;
     uint64_t write = d->received > flush ? d->received : flush;
-    if (a2c_repl_feedback(d->repl, write, flush, reply, err, errlen) != 0)
+    if (a2__repl_feedback(d->repl, write, flush, reply, err, errlen) != 0)
         return -1;
     d->flush_sent = flush;
     d->last_status_ms = a2__mono_ms();
     return 0;
 }
 
-static int handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
+static int handle_message(a2__daemon *d, const a2__msg *m, int *reply, char *err,
                           size_t errlen)
 {
     if (m->type == 'k') {
         if (m->wal_end > d->received)
             d->received = m->wal_end;
-        if (!a2c_apply_in_txn(d->apply)) {
-            a2c_apply_note_position(d->apply, m->wal_end);
+        if (!a2__apply_in_txn(d->apply)) {
+            a2__apply_note_position(d->apply, m->wal_end);
             d->lag_seconds = 0;
         }
         if (m->reply_requested)
@@ -839,11 +839,11 @@ static int handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
                 A2__LSN_ARGS(m->data_start), e->message, e->offset);
         d->need_resync = 1;
         /* its backlog change is lost: a read must see its transaction */
-        if (a2c_apply_in_txn(d->apply))
-            a2c_backlog_taint(d->backlog);
+        if (a2__apply_in_txn(d->apply))
+            a2__backlog_taint(d->backlog);
         return 0;
     }
-    int rc = a2c_apply_change(d->apply, c, m->data_start, err, errlen);
+    int rc = a2__apply_change(d->apply, c, m->data_start, err, errlen);
     if (rc < 0)
         return -1;
     if (rc > 0)
@@ -872,7 +872,7 @@ static int handle_message(daemon_t *d, const a2c_msg *m, int *reply, char *err,
  * closing it. The second condition keeps a stall of this loop (a slow query
  * on the normal connection) from counting against the stream.
  */
-static int64_t silence_deadline(const daemon_t *d)
+static int64_t silence_deadline(const a2__daemon *d)
 {
     int64_t half = d->stream_timeout_ms / 2;
     if (!d->ping_sent_ms)
@@ -882,7 +882,7 @@ static int64_t silence_deadline(const daemon_t *d)
     return a > b ? a : b;
 }
 
-static void check_silence(daemon_t *d, int64_t now)
+static void check_silence(a2__daemon *d, int64_t now)
 {
     if (!d->streaming || d->stream_timeout_ms <= 0 || now < silence_deadline(d))
         return;
@@ -905,7 +905,7 @@ static void check_silence(daemon_t *d, int64_t now)
 
 static char *render_metrics(void *ctx, int health, int *healthy)
 {
-    daemon_t *d = ctx;
+    a2__daemon *d = ctx;
     char *buf = NULL;
     size_t len = 0, cap = 0;
     *healthy = d->streaming;
@@ -914,14 +914,14 @@ static char *render_metrics(void *ctx, int health, int *healthy)
         *healthy = 0;
         if (health) {
             if (d->standby)
-                a2c_metrics_appendf(&buf, &len, &cap, "standby: %s\n",
+                a2__metrics_appendf(&buf, &len, &cap, "standby: %s\n",
                                     d->standby_msg);
             else
-                a2c_metrics_appendf(&buf, &len, &cap, "starting\n");
+                a2__metrics_appendf(&buf, &len, &cap, "starting\n");
         } else {
-            a2c_server_stats ss;
-            a2c_server_get_stats(d->srv, &ss);
-            a2c_metrics_appendf(
+            a2__server_stats ss;
+            a2__server_get_stats(d->srv, &ss);
+            a2__metrics_appendf(
                     &buf, &len, &cap,
                     "# HELP a2_consumer_active 1 when this consumer streams "
                     "the slot, 0 while it is a standby\n"
@@ -942,27 +942,27 @@ static char *render_metrics(void *ctx, int health, int *healthy)
     }
     if (health) {
         if (d->streaming)
-            a2c_metrics_appendf(&buf, &len, &cap, "ok\n");
+            a2__metrics_appendf(&buf, &len, &cap, "ok\n");
         else
-            a2c_metrics_appendf(&buf, &len, &cap, "replication down: %s\n",
+            a2__metrics_appendf(&buf, &len, &cap, "replication down: %s\n",
                                 d->down_reason[0] ? d->down_reason
                                                   : "starting");
         return buf;
     }
-    a2c_apply_stats as;
-    a2c_apply_get_stats(d->apply, &as);
-    a2c_server_stats ss;
-    a2c_server_get_stats(d->srv, &ss);
+    a2__apply_stats as;
+    a2__apply_get_stats(d->apply, &as);
+    a2__server_stats ss;
+    a2__server_get_stats(d->srv, &ss);
     /* The server's WAL position, as the tick connection last read it. */
     uint64_t current = d->server_wal_lsn;
     uint64_t flush = d->flush_sent;
     uint64_t lag = current > flush ? current - flush : 0;
 #define G(name, help, type, fmt, val)                                          \
-    a2c_metrics_appendf(&buf, &len, &cap,                                      \
+    a2__metrics_appendf(&buf, &len, &cap,                                      \
                         "# HELP " name " " help "\n# TYPE " name " " type      \
                         "\n" name " " fmt "\n",                                \
                         val)
-    a2c_metrics_appendf(
+    a2__metrics_appendf(
             &buf, &len, &cap,
             "# HELP a2_consumer_build_info the release and the schema and "
             "wire protocol versions it speaks\n"
@@ -987,7 +987,7 @@ static char *render_metrics(void *ctx, int health, int *healthy)
     G("a2_consumer_confirmed_lsn", "flush LSN last confirmed to the server",
       "gauge", "%" PRIu64, flush);
     G("a2_consumer_applied_lsn", "end LSN of the last applied commit", "gauge",
-      "%" PRIu64, a2c_apply_applied(d->apply));
+      "%" PRIu64, a2__apply_applied(d->apply));
     G("a2_consumer_changes_decoded_total", "row changes decoded", "counter",
       "%" PRIu64, as.changes);
     G("a2_consumer_transactions_total", "transactions applied", "counter",
@@ -1000,7 +1000,7 @@ static char *render_metrics(void *ctx, int health, int *healthy)
     G("a2_consumer_forged_ticks_total",
       "expiry tick messages without this consumer's secret, ignored",
       "counter", "%" PRIu64, as.forged_ticks);
-    a2c_metrics_appendf(
+    a2__metrics_appendf(
             &buf, &len, &cap,
             "# HELP a2_consumer_wakeups_sent_total wake-ups sent to workers\n"
             "# TYPE a2_consumer_wakeups_sent_total counter\n"
@@ -1034,7 +1034,7 @@ static char *render_metrics(void *ctx, int health, int *healthy)
       "frames",
       "counter", "%" PRIu64, ss.protocol_errors);
     G("a2_consumer_timers_pending", "lease and retry timers pending", "gauge",
-      "%zu", a2c_timers_count(d->timers));
+      "%zu", a2__timers_count(d->timers));
     G("a2_consumer_audit_lines_total", "audit lines written", "counter",
       "%" PRIu64, as.audit_lines);
     G("a2_consumer_reconnects_total", "replication reconnect attempts",
@@ -1042,11 +1042,11 @@ static char *render_metrics(void *ctx, int health, int *healthy)
     G("a2_consumer_gaps_total", "slots recreated with a data gap", "counter",
       "%" PRIu64, d->gaps);
 #undef G
-    a2c_hist_render(&ss.wake_latency, "a2_consumer_commit_to_wake_seconds",
+    a2__hist_render(&ss.wake_latency, "a2_consumer_commit_to_wake_seconds",
                     "time from a commit (its timestamp in the stream) to its "
                     "wake-up frame handed to a worker's socket",
                     &buf, &len, &cap);
-    a2c_backlog_render(d->backlog, &buf, &len, &cap);
+    a2__backlog_render(d->backlog, &buf, &len, &cap);
     return buf;
 }
 
@@ -1058,30 +1058,30 @@ static char *render_metrics(void *ctx, int health, int *healthy)
  * the loop never waits for the disk; wait = fsync here (the clean stop). The
  * group's lines are written with one write(2) as its fsync starts.
  */
-static int sync_audit(daemon_t *d, int due, int wait, char *err, size_t errlen)
+static int sync_audit(a2__daemon *d, int due, int wait, char *err, size_t errlen)
 {
     if (!d->audit)
         return 0;
     if (wait)
-        return a2c_audit_sync(d->audit, 0, err, errlen);
-    if (a2c_audit_sync_finish(d->audit, err, errlen) != 0)
+        return a2__audit_sync(d->audit, 0, err, errlen);
+    if (a2__audit_sync_finish(d->audit, err, errlen) != 0)
         return -1;
-    if (!a2c_audit_dirty(d->audit) || a2c_audit_busy(d->audit))
+    if (!a2__audit_dirty(d->audit) || a2__audit_busy(d->audit))
         return 0;
-    int64_t since = a2c_audit_dirty_since(d->audit);
+    int64_t since = a2__audit_dirty_since(d->audit);
     if (!due && a2__mono_ms() - since < FSYNC_GROUP_MS &&
-        a2c_audit_pending_lines(d->audit) < FSYNC_GROUP_LINES)
+        a2__audit_pending_lines(d->audit) < FSYNC_GROUP_LINES)
         return 0;
-    return a2c_audit_sync_start(d->audit, STATE_INTERVAL_MS, err, errlen);
+    return a2__audit_sync_start(d->audit, STATE_INTERVAL_MS, err, errlen);
 }
 
-static int handle_signals(daemon_t *d)
+static int handle_signals(a2__daemon *d)
 {
     struct signalfd_siginfo si;
     while (read(d->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (si.ssi_signo == SIGHUP) {
             char err[512];
-            if (d->audit && a2c_audit_reopen(d->audit, err, sizeof err) != 0)
+            if (d->audit && a2__audit_reopen(d->audit, err, sizeof err) != 0)
                 logline("%s", err);
             else if (d->audit)
                 logline("reopened audit file \"%s\"", d->audit_path);
@@ -1098,14 +1098,14 @@ static int handle_signals(daemon_t *d)
  * says "standby". 0 active; 1 a signal stopped it first; -1 an error at the
  * first step (the database unreachable at start: fatal, as for the stream).
  */
-static int wait_active(daemon_t *d)
+static int wait_active(a2__daemon *d)
 {
     char msg[512], err[512];
     int64_t next_ms = 0, last_error_ms = 0;
     for (;;) {
         int64_t now = a2__mono_ms();
         if (now >= next_ms) {
-            int r = a2c_active_step(d->active, msg, sizeof msg, err,
+            int r = a2__active_step(d->active, msg, sizeof msg, err,
                                     sizeof err);
             next_ms = now + STANDBY_POLL_MS;
             if (r == 1) {
@@ -1114,7 +1114,7 @@ static int wait_active(daemon_t *d)
                             "active now",
                             d->slot);
                     d->standby = 0;
-                    if (a2c_server_set_standby(d->srv, NULL) != 0)
+                    if (a2__server_set_standby(d->srv, NULL) != 0)
                         return -1;
                 }
                 return 0;
@@ -1132,7 +1132,7 @@ static int wait_active(daemon_t *d)
             if (r == 0 && strcmp(msg, d->standby_msg) != 0) {
                 snprintf(d->standby_msg, sizeof d->standby_msg, "%s", msg);
                 logline("standby: %s; taking over when it ends", msg);
-                if (a2c_server_set_standby(d->srv, msg) != 0)
+                if (a2__server_set_standby(d->srv, msg) != 0)
                     return -1;
             }
             d->standby = 1;
@@ -1140,14 +1140,14 @@ static int wait_active(daemon_t *d)
         struct pollfd pfd[4];
         int n = 0, imet = -1, ilock = -1;
         pfd[n++] = (struct pollfd){d->sigfd, POLLIN, 0};
-        pfd[n++] = (struct pollfd){a2c_server_fd(d->srv), POLLIN, 0};
+        pfd[n++] = (struct pollfd){a2__server_fd(d->srv), POLLIN, 0};
         if (d->met) {
             imet = n;
-            pfd[n++] = (struct pollfd){a2c_metrics_fd(d->met), POLLIN, 0};
+            pfd[n++] = (struct pollfd){a2__metrics_fd(d->met), POLLIN, 0};
         }
-        if (a2c_active_fd(d->active) >= 0) {
+        if (a2__active_fd(d->active) >= 0) {
             ilock = n;
-            pfd[n++] = (struct pollfd){a2c_active_fd(d->active), POLLIN, 0};
+            pfd[n++] = (struct pollfd){a2__active_fd(d->active), POLLIN, 0};
         }
         int64_t timeout = next_ms - a2__mono_ms();
         int pr = poll(pfd, (nfds_t)n, timeout < 0 ? 0 : (int)timeout);
@@ -1159,18 +1159,18 @@ static int wait_active(daemon_t *d)
             handle_signals(d);
         if (d->stop)
             return 1;
-        if (pr > 0 && pfd[1].revents && a2c_server_run(d->srv) != 0) {
+        if (pr > 0 && pfd[1].revents && a2__server_run(d->srv) != 0) {
             logline("the worker server failed");
             return -1;
         }
         if (imet >= 0 && pr > 0 && (pfd[imet].revents & POLLIN))
-            a2c_metrics_handle(d->met);
+            a2__metrics_handle(d->met);
         if (ilock >= 0 && pr > 0 && pfd[ilock].revents)
             next_ms = 0; /* the lock's answer: look at once */
     }
 }
 
-static int run(daemon_t *d)
+static int run(a2__daemon *d)
 {
     char err[1024];
     int more = 0;
@@ -1180,7 +1180,7 @@ static int run(daemon_t *d)
         int64_t now = a2__mono_ms();
         /* deadlines */
         int64_t timeout = 1000;
-        int64_t next_timer = a2c_timers_next(d->timers);
+        int64_t next_timer = a2__timers_next(d->timers);
         if (next_timer != INT64_MAX) {
             int64_t t = next_timer - a2__real_ms();
             if (t < timeout)
@@ -1204,8 +1204,8 @@ static int run(daemon_t *d)
                 timeout = t < 0 ? 0 : t;
         }
         if (d->streaming && !d->tick_busy &&
-            a2c_apply_expiry_due(d->apply) != INT64_MAX) {
-            int64_t t = a2c_apply_expiry_due(d->apply) - a2__real_ms();
+            a2__apply_expiry_due(d->apply) != INT64_MAX) {
+            int64_t t = a2__apply_expiry_due(d->apply) - a2__real_ms();
             int64_t next = expire_next_ms(d) - now;
             if (next > t)
                 t = next;
@@ -1223,7 +1223,7 @@ static int run(daemon_t *d)
                 timeout = t < 0 ? 0 : t;
         }
         if (d->streaming && !d->backlog_busy &&
-            a2c_backlog_wants_read(d->backlog)) {
+            a2__backlog_wants_read(d->backlog)) {
             int64_t t = d->backlog_next_ms - now;
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
@@ -1233,9 +1233,9 @@ static int run(daemon_t *d)
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }
-        if (d->audit && a2c_audit_dirty(d->audit) &&
-            !a2c_audit_busy(d->audit)) {
-            int64_t t = a2c_audit_dirty_since(d->audit) + FSYNC_GROUP_MS - now;
+        if (d->audit && a2__audit_dirty(d->audit) &&
+            !a2__audit_busy(d->audit)) {
+            int64_t t = a2__audit_dirty_since(d->audit) + FSYNC_GROUP_MS - now;
             if (t < timeout)
                 timeout = t < 0 ? 0 : t;
         }
@@ -1243,23 +1243,23 @@ static int run(daemon_t *d)
         struct pollfd pfd[8];
         int n = 0, irepl = -1, isrv, imet = -1, isig, itick = -1, iback = -1,
             ilock = -1;
-        if (!d->lock_lost && a2c_active_fd(d->active) >= 0) {
+        if (!d->lock_lost && a2__active_fd(d->active) >= 0) {
             ilock = n;
-            pfd[n++] = (struct pollfd){a2c_active_fd(d->active), POLLIN, 0};
+            pfd[n++] = (struct pollfd){a2__active_fd(d->active), POLLIN, 0};
         }
-        if (d->audit && a2c_audit_event_fd(d->audit) >= 0)
-            pfd[n++] = (struct pollfd){a2c_audit_event_fd(d->audit), POLLIN, 0};
+        if (d->audit && a2__audit_event_fd(d->audit) >= 0)
+            pfd[n++] = (struct pollfd){a2__audit_event_fd(d->audit), POLLIN, 0};
         isig = n;
         pfd[n++] = (struct pollfd){d->sigfd, POLLIN, 0};
         isrv = n;
-        pfd[n++] = (struct pollfd){a2c_server_fd(d->srv), POLLIN, 0};
+        pfd[n++] = (struct pollfd){a2__server_fd(d->srv), POLLIN, 0};
         if (d->met) {
             imet = n;
-            pfd[n++] = (struct pollfd){a2c_metrics_fd(d->met), POLLIN, 0};
+            pfd[n++] = (struct pollfd){a2__metrics_fd(d->met), POLLIN, 0};
         }
         if (d->streaming) {
             irepl = n;
-            pfd[n++] = (struct pollfd){a2c_repl_socket(d->repl), POLLIN, 0};
+            pfd[n++] = (struct pollfd){a2__repl_socket(d->repl), POLLIN, 0};
         }
         if (d->tick_busy) {
             itick = n;
@@ -1286,11 +1286,11 @@ static int run(daemon_t *d)
         if (pr > 0 && (pfd[isig].revents & POLLIN))
             handle_signals(d);
         if (irepl >= 0 && pr > 0 && pfd[irepl].revents)
-            a2c_repl_readable(d->repl);
+            a2__repl_readable(d->repl);
         if (d->stop)
             break;
         if (ilock >= 0 && pr > 0 && pfd[ilock].revents &&
-            a2c_active_check(d->active, err, sizeof err) != 0) {
+            a2__active_check(d->active, err, sizeof err) != 0) {
             /* Without its lock a consumer must not stream: a standby may
              * be taking over. Stream again only once the lock is back. */
             d->lock_lost = 1;
@@ -1300,13 +1300,13 @@ static int run(daemon_t *d)
                 logline("%s", err);
         }
         if (pr > 0 && pfd[isrv].revents) {
-            if (a2c_server_run(d->srv) != 0) {
+            if (a2__server_run(d->srv) != 0) {
                 logline("the worker server failed");
                 return 1;
             }
         }
         if (imet >= 0 && pr > 0 && (pfd[imet].revents & POLLIN))
-            a2c_metrics_handle(d->met);
+            a2__metrics_handle(d->met);
         if (itick >= 0 && pr > 0 && pfd[itick].revents)
             tick_answer(d);
         tick_overdue(d);
@@ -1317,7 +1317,7 @@ static int run(daemon_t *d)
         /* reconnect */
         if (!d->streaming && a2__mono_ms() >= d->reconnect_at_ms) {
             d->reconnects++;
-            int lock = d->lock_lost ? a2c_active_retake(d->active, err,
+            int lock = d->lock_lost ? a2__active_retake(d->active, err,
                                                         sizeof err)
                                     : 1;
             if (lock == 0) {
@@ -1337,8 +1337,8 @@ static int run(daemon_t *d)
         more = 0;
         if (d->streaming) {
             for (int i = 0; i < MAX_MESSAGES_PER_TURN; i++) {
-                a2c_msg m;
-                int rc = a2c_repl_read(d->repl, &m, err, sizeof err);
+                a2__msg m;
+                int rc = a2__repl_read(d->repl, &m, err, sizeof err);
                 if (rc == 0)
                     break;
                 if (i == MAX_MESSAGES_PER_TURN - 1)
@@ -1362,7 +1362,7 @@ static int run(daemon_t *d)
         if (resync) {
             d->need_resync = 0;
             d->rebuild_at_ms = a2__mono_ms();
-            a2c_backlog_want(d->backlog);
+            a2__backlog_want(d->backlog);
         }
         if (d->rebuild_at_ms && a2__mono_ms() >= d->rebuild_at_ms) {
             if (rebuild_timers(d, err, sizeof err) == 0) {
@@ -1374,12 +1374,12 @@ static int run(daemon_t *d)
             }
         }
         if (resync)
-            a2c_server_resync_all(d->srv);
+            a2__server_resync_all(d->srv);
         backlog_send(d);
 
-        a2c_apply_fire_timers(d->apply, a2__real_ms());
+        a2__apply_fire_timers(d->apply, a2__real_ms());
         expire_presence(d);
-        a2c_server_flush(d->srv); /* this turn's wake-ups, one send each */
+        a2__server_flush(d->srv); /* this turn's wake-ups, one send each */
 
         now = a2__mono_ms();
         check_silence(d, now);
@@ -1389,7 +1389,7 @@ static int run(daemon_t *d)
             logline("%s", err);
             return 1;
         }
-        a2c_server_set_lsn(d->srv, a2c_apply_applied(d->apply));
+        a2__server_set_lsn(d->srv, a2__apply_applied(d->apply));
         if (d->streaming && (reply || status_due)) {
             if (send_status(d, 0, err, sizeof err) != 0)
                 stream_down(d, err);
@@ -1418,21 +1418,21 @@ static int run(daemon_t *d)
         uint64_t flush = flush_lsn(d);
         if (flush < d->flush_sent)
             flush = d->flush_sent;
-        a2c_repl_stop(d->repl, d->received > flush ? d->received : flush,
+        a2__repl_stop(d->repl, d->received > flush ? d->received : flush,
                       flush);
         logline("stopped at %X/%X", A2__LSN_ARGS(flush));
     }
     return 0;
 }
 
-static void cleanup(daemon_t *d)
+static void cleanup(a2__daemon *d)
 {
-    a2c_repl_close(d->repl);
-    a2c_server_free(d->srv);
-    a2c_metrics_free(d->met);
-    a2c_apply_free(d->apply);
-    a2c_timers_free(d->timers);
-    a2c_audit_close(d->audit);
+    a2__repl_close(d->repl);
+    a2__server_free(d->srv);
+    a2__metrics_free(d->met);
+    a2__apply_free(d->apply);
+    a2__timers_free(d->timers);
+    a2__audit_close(d->audit);
     a2_decoder_free(d->dec);
     if (d->db)
         PQfinish(d->db);
@@ -1441,7 +1441,7 @@ static void cleanup(daemon_t *d)
     PQclear(d->backlog_res);
     if (d->backlog_db)
         PQfinish(d->backlog_db);
-    a2c_backlog_free(d->backlog);
+    a2__backlog_free(d->backlog);
     if (d->sigfd >= 0)
         close(d->sigfd);
     free(d->tcp_host);
@@ -1449,12 +1449,12 @@ static void cleanup(daemon_t *d)
     free(d->metrics_host);
     free(d->metrics_port);
     free(d->token);
-    a2c_active_free(d->active); /* last: a standby takes over after this */
+    a2__active_free(d->active); /* last: a standby takes over after this */
 }
 
 int main(int argc, char **argv)
 {
-    daemon_t d;
+    a2__daemon d;
     memset(&d, 0, sizeof d);
     d.sigfd = -1;
     d.slot = "a2";
@@ -1623,7 +1623,7 @@ int main(int argc, char **argv)
     /* The queries of the normal connection wait no longer than the stream
      * does: a hung server must not hold the loop, and its wake-ups, for
      * ever. */
-    a2c_db_set_timeout(d.stream_timeout_ms);
+    a2__db_set_timeout(d.stream_timeout_ms);
     if (!d.unix_path && !d.tcp_host) {
         rc = usage_error("%s", "no worker listener: give --listen unix:PATH "
                                "or --listen tcp:HOST:PORT");
@@ -1656,7 +1656,7 @@ int main(int argc, char **argv)
     /* What is local first (the listeners, the metrics port): a start that
      * fails on them must not have created the slot. Workers that connect
      * before the stream is up wait in the backlog; a standby refuses them. */
-    a2c_server_options so = {
+    a2__server_options so = {
             .unix_path = d.unix_path,
             .tcp_host = d.tcp_host,
             .tcp_port = d.tcp_port,
@@ -1667,13 +1667,13 @@ int main(int argc, char **argv)
                     d.max_connections ? d.max_connections
                                       : A2C_DEFAULT_MAX_CONNECTIONS),
     };
-    d.srv = a2c_server_new(&so, err, sizeof err);
+    d.srv = a2__server_new(&so, err, sizeof err);
     if (!d.srv) {
         logline("%s", err);
         goto done;
     }
     if (d.metrics_host) {
-        d.met = a2c_metrics_new(d.metrics_host, d.metrics_port, render_metrics,
+        d.met = a2__metrics_new(d.metrics_host, d.metrics_port, render_metrics,
                                 &d, err, sizeof err);
         if (!d.met) {
             logline("%s", err);
@@ -1682,7 +1682,7 @@ int main(int argc, char **argv)
     }
     /* Active or standby: the audit file is opened (and repaired) only by
      * the consumer that holds the locks. */
-    d.active = a2c_active_new(d.conninfo, d.slot, d.audit_path, err,
+    d.active = a2__active_new(d.conninfo, d.slot, d.audit_path, err,
                               sizeof err);
     if (!d.active) {
         logline("%s", err);
@@ -1695,7 +1695,7 @@ int main(int argc, char **argv)
     }
 
     if (d.audit_path) {
-        d.audit = a2c_audit_open(d.audit_path, &d.resume, err, sizeof err);
+        d.audit = a2__audit_open(d.audit_path, &d.resume, err, sizeof err);
         if (!d.audit) {
             logline("%s", err);
             goto done;
@@ -1704,14 +1704,14 @@ int main(int argc, char **argv)
             logline("cut a torn last line of %zu bytes from audit file \"%s\"",
                     d.resume.truncated_bytes, d.audit_path);
     }
-    d.timers = a2c_timers_new();
+    d.timers = a2__timers_new();
     d.dec = a2_decoder_new();
     /* the backlog gauges are only for /metrics: without it, no reads */
-    d.backlog = d.metrics_host ? a2c_backlog_new() : NULL;
-    a2c_sink sink = {
+    d.backlog = d.metrics_host ? a2__backlog_new() : NULL;
+    a2__sink sink = {
             &d,          sink_wake,       sink_log, sink_cleared, sink_presence,
             sink_resync};
-    d.apply = a2c_apply_new(d.audit, d.timers, &sink, &d.resume);
+    d.apply = a2__apply_new(d.audit, d.timers, &sink, &d.resume);
     if (d.apply) {
         /* The secret this run's expiry ticks carry: a tick any role could
          * emit without it is not acted on. */
@@ -1723,10 +1723,10 @@ int main(int argc, char **argv)
         }
         for (size_t i = 0; i < sizeof raw; i++)
             snprintf(d.tick_secret + 2 * i, 3, "%02x", raw[i]);
-        a2c_apply_set_tick_secret(d.apply, d.tick_secret);
+        a2__apply_set_tick_secret(d.apply, d.tick_secret);
     }
     if (d.apply)
-        a2c_apply_set_backlog(d.apply, d.backlog);
+        a2__apply_set_backlog(d.apply, d.backlog);
     if (!d.timers || !d.dec || !d.apply || (d.metrics_host && !d.backlog)) {
         logline("out of memory");
         goto done;
@@ -1741,9 +1741,9 @@ int main(int argc, char **argv)
         logline("%s", err);
         goto done;
     }
-    logline("ready: %zu timers, resume after %X/%X", a2c_timers_count(d.timers),
-            A2__LSN_ARGS(a2c_apply_applied(d.apply)));
-    a2c_server_resync_all(d.srv);
+    logline("ready: %zu timers, resume after %X/%X", a2__timers_count(d.timers),
+            A2__LSN_ARGS(a2__apply_applied(d.apply)));
+    a2__server_resync_all(d.srv);
     d.need_resync = 0;
     rc = run(&d);
 done:

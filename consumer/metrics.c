@@ -36,11 +36,11 @@
 #define CONNECTION_TIMEOUT 5 /* s: a request not done by then is dropped */
 #define CONNECTION_MEMORY  (16 * 1024)
 
-struct a2c_metrics {
+struct a2__metrics {
     struct MHD_Daemon *mhd;
     int port;
     int efd; /* readable: a request wants a snapshot */
-    a2c_metrics_render render;
+    a2__metrics_render render;
     void *ctx;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -52,7 +52,7 @@ struct a2c_metrics {
 };
 
 /* A copy of the snapshot after asking the loop for a new one. */
-static char *snapshot(a2c_metrics *m, int health, int *healthy)
+static char *snapshot(a2__metrics *m, int health, int *healthy)
 {
     pthread_mutex_lock(&m->mu);
     uint64_t want = m->published + 1;
@@ -97,7 +97,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c,
     (void)version;
     (void)upload;
     static int started;
-    a2c_metrics *m = cls;
+    a2__metrics *m = cls;
     if (!*req) {
         *req = &started; /* headers read: answer on the next call */
         return MHD_YES;
@@ -169,11 +169,11 @@ static int listen_on(const char *host, const char *port, int *bound,
     return fd;
 }
 
-a2c_metrics *a2c_metrics_new(const char *host, const char *port,
-                             a2c_metrics_render render, void *ctx, char *err,
+a2__metrics *a2__metrics_new(const char *host, const char *port,
+                             a2__metrics_render render, void *ctx, char *err,
                              size_t errlen)
 {
-    a2c_metrics *m = calloc(1, sizeof *m);
+    a2__metrics *m = calloc(1, sizeof *m);
     if (!m) {
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -197,7 +197,7 @@ a2c_metrics *a2c_metrics_new(const char *host, const char *port,
         close(fd);
         goto fail;
     }
-    a2c_metrics_handle(m); /* a first snapshot, before any request */
+    a2__metrics_handle(m); /* a first snapshot, before any request */
     m->mhd = MHD_start_daemon(
             MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL,
             answer, m, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
@@ -215,11 +215,11 @@ a2c_metrics *a2c_metrics_new(const char *host, const char *port,
     }
     return m;
 fail:
-    a2c_metrics_free(m);
+    a2__metrics_free(m);
     return NULL;
 }
 
-void a2c_metrics_free(a2c_metrics *m)
+void a2__metrics_free(a2__metrics *m)
 {
     if (!m)
         return;
@@ -234,17 +234,17 @@ void a2c_metrics_free(a2c_metrics *m)
     free(m);
 }
 
-int a2c_metrics_fd(const a2c_metrics *m)
+int a2__metrics_fd(const a2__metrics *m)
 {
     return m ? m->efd : -1;
 }
 
-int a2c_metrics_port(const a2c_metrics *m)
+int a2__metrics_port(const a2__metrics *m)
 {
     return m ? m->port : 0;
 }
 
-void a2c_metrics_handle(a2c_metrics *m)
+void a2__metrics_handle(a2__metrics *m)
 {
     uint64_t n;
     if (!m || (read(m->efd, &n, sizeof n) < 0 && m->published > 0))

@@ -2,7 +2,7 @@
  * a2-consumer's metrics endpoint: GET /metrics answers the Prometheus text
  * the render callback builds, GET /healthz answers "ok" (200) or the reason
  * (503). HTTP runs on a thread of its own (libmicrohttpd); the render
- * callback runs on the caller's thread, in a2c_metrics_handle, when a
+ * callback runs on the caller's thread, in a2__metrics_handle, when a
  * request asked for a fresh snapshot.
  */
 #ifndef A2_CONSUMER_METRICS_H
@@ -11,45 +11,45 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct a2c_metrics a2c_metrics;
+typedef struct a2__metrics a2__metrics;
 
 /*
  * Builds the answer: for /metrics (health = 0) the Prometheus text, for
  * /healthz (health = 1) "ok" or a reason, setting *healthy. Returns a new
  * malloc'd string (the endpoint frees it) or NULL. Called on the thread
- * that calls a2c_metrics_new and a2c_metrics_handle.
+ * that calls a2__metrics_new and a2__metrics_handle.
  */
-typedef char *(*a2c_metrics_render)(void *ctx, int health, int *healthy);
+typedef char *(*a2__metrics_render)(void *ctx, int health, int *healthy);
 
 /* Listens on host:port ("0" = any free port) and starts the HTTP thread
  * (render is called once here for a first snapshot). NULL with err. */
-a2c_metrics *a2c_metrics_new(const char *host, const char *port,
-                             a2c_metrics_render render, void *ctx, char *err,
+a2__metrics *a2__metrics_new(const char *host, const char *port,
+                             a2__metrics_render render, void *ctx, char *err,
                              size_t errlen);
 
 /* NULL-safe. */
-void a2c_metrics_free(a2c_metrics *m);
+void a2__metrics_free(a2__metrics *m);
 
 /* A descriptor to poll for readability: a request waits for a snapshot. */
-int a2c_metrics_fd(const a2c_metrics *m);
+int a2__metrics_fd(const a2__metrics *m);
 
 /* The bound port. */
-int a2c_metrics_port(const a2c_metrics *m);
+int a2__metrics_port(const a2__metrics *m);
 
 /* Publishes a fresh snapshot when a request asked for one (never waits). */
-void a2c_metrics_handle(a2c_metrics *m);
+void a2__metrics_handle(a2__metrics *m);
 
 /* ---- building the Prometheus text (pure helpers) ---- */
 
 /* Appends printf output to the growing string *buf (length *len, capacity
  * *cap; all zero to start). Out of memory leaves it as it was. */
-void a2c_metrics_appendf(char **buf, size_t *len, size_t *cap, const char *fmt,
+void a2__metrics_appendf(char **buf, size_t *len, size_t *cap, const char *fmt,
                          ...) __attribute__((format(printf, 4, 5)));
 
 /* Appends the label value v escaped as the text format wants it: backslash,
  * double quote and line feed as \\, \" and \n; every other byte as it is
  * (names come from the database: valid UTF-8 without NUL). */
-void a2c_metrics_append_label(char **buf, size_t *len, size_t *cap,
+void a2__metrics_append_label(char **buf, size_t *len, size_t *cap,
                               const char *v);
 
 /* A latency histogram with fixed buckets (upper bounds in microseconds,
@@ -61,19 +61,19 @@ void a2c_metrics_append_label(char **buf, size_t *len, size_t *cap,
                 1000000, 2500000, 5000000, 10000000                            \
     }
 
-typedef struct a2c_hist {
+typedef struct a2__hist {
     uint64_t bucket[A2C_HIST_NBOUNDS + 1]; /* not cumulative */
     uint64_t count;
     uint64_t sum_us;
-} a2c_hist;
+} a2__hist;
 
 /* Counts one observation of us microseconds (below 0 counts as 0). */
-void a2c_hist_observe(a2c_hist *h, int64_t us);
+void a2__hist_observe(a2__hist *h, int64_t us);
 
 /* Appends the histogram as the text format's name_bucket{le=...} (cumulative,
  * in seconds), name_sum (seconds) and name_count, after its HELP and TYPE
  * lines. */
-void a2c_hist_render(const a2c_hist *h, const char *name, const char *help,
+void a2__hist_render(const a2__hist *h, const char *name, const char *help,
                      char **buf, size_t *len, size_t *cap);
 
 #endif

@@ -14,7 +14,7 @@
 
 /* ---- the Prometheus text ---- */
 
-void a2c_metrics_appendf(char **buf, size_t *len, size_t *cap, const char *fmt,
+void a2__metrics_appendf(char **buf, size_t *len, size_t *cap, const char *fmt,
                          ...)
 {
     va_list ap;
@@ -40,7 +40,7 @@ void a2c_metrics_appendf(char **buf, size_t *len, size_t *cap, const char *fmt,
     }
 }
 
-void a2c_metrics_append_label(char **buf, size_t *len, size_t *cap,
+void a2__metrics_append_label(char **buf, size_t *len, size_t *cap,
                               const char *v)
 {
     size_t n = strlen(v), extra = 0;
@@ -75,7 +75,7 @@ void a2c_metrics_append_label(char **buf, size_t *len, size_t *cap,
 
 static const int64_t hist_bounds_us[A2C_HIST_NBOUNDS] = A2C_HIST_BOUNDS_US;
 
-void a2c_hist_observe(a2c_hist *h, int64_t us)
+void a2__hist_observe(a2__hist *h, int64_t us)
 {
     if (us < 0)
         us = 0;
@@ -87,19 +87,19 @@ void a2c_hist_observe(a2c_hist *h, int64_t us)
     h->sum_us += (uint64_t)us;
 }
 
-void a2c_hist_render(const a2c_hist *h, const char *name, const char *help,
+void a2__hist_render(const a2__hist *h, const char *name, const char *help,
                      char **buf, size_t *len, size_t *cap)
 {
-    a2c_metrics_appendf(buf, len, cap, "# HELP %s %s\n# TYPE %s histogram\n",
+    a2__metrics_appendf(buf, len, cap, "# HELP %s %s\n# TYPE %s histogram\n",
                         name, help, name);
     uint64_t cum = 0;
     for (size_t i = 0; i < A2C_HIST_NBOUNDS; i++) {
         cum += h->bucket[i];
-        a2c_metrics_appendf(buf, len, cap, "%s_bucket{le=\"%g\"} %" PRIu64 "\n",
+        a2__metrics_appendf(buf, len, cap, "%s_bucket{le=\"%g\"} %" PRIu64 "\n",
                             name, (double)hist_bounds_us[i] / 1e6, cum);
     }
     cum += h->bucket[A2C_HIST_NBOUNDS];
-    a2c_metrics_appendf(buf, len, cap,
+    a2__metrics_appendf(buf, len, cap,
                         "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n"
                         "%s_sum %.6f\n%s_count %" PRIu64 "\n",
                         name, cum, name, (double)h->sum_us / 1e6, name,

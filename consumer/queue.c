@@ -24,23 +24,23 @@ typedef struct entry {
     char data[]; /* wake key, or frame bytes */
 } entry;
 
-struct a2c_queue {
+struct a2__queue {
     entry *first;
     entry *last;
     size_t count;
     size_t limit;
     int overflowed;
-    a2c_map *wakes; /* key -> queued wake entry */
-    a2c_hist *latency;
+    a2__map *wakes; /* key -> queued wake entry */
+    a2__hist *latency;
 };
 
-a2c_queue *a2c_queue_new(size_t limit)
+a2__queue *a2__queue_new(size_t limit)
 {
-    a2c_queue *q = calloc(1, sizeof *q);
+    a2__queue *q = calloc(1, sizeof *q);
     if (!q)
         return NULL;
     q->limit = limit ? limit : 1;
-    q->wakes = a2c_map_new();
+    q->wakes = a2__map_new();
     if (!q->wakes) {
         free(q);
         return NULL;
@@ -48,7 +48,7 @@ a2c_queue *a2c_queue_new(size_t limit)
     return q;
 }
 
-void a2c_queue_clear(a2c_queue *q)
+void a2__queue_clear(a2__queue *q)
 {
     entry *e;
     if (!q)
@@ -57,7 +57,7 @@ void a2c_queue_clear(a2c_queue *q)
     while (e) {
         entry *n = e->next;
         if (e->type == A2_WIRE_WAKE)
-            a2c_map_del(q->wakes, e->data, e->klen);
+            a2__map_del(q->wakes, e->data, e->klen);
         free(e);
         e = n;
     }
@@ -65,32 +65,32 @@ void a2c_queue_clear(a2c_queue *q)
     q->count = 0;
 }
 
-void a2c_queue_free(a2c_queue *q)
+void a2__queue_free(a2__queue *q)
 {
     if (!q)
         return;
-    a2c_queue_clear(q);
-    a2c_map_free(q->wakes, NULL);
+    a2__queue_clear(q);
+    a2__map_free(q->wakes, NULL);
     free(q);
 }
 
-size_t a2c_queue_len(const a2c_queue *q)
+size_t a2__queue_len(const a2__queue *q)
 {
     return q ? q->count : 0;
 }
 
-int a2c_queue_overflowed(const a2c_queue *q)
+int a2__queue_overflowed(const a2__queue *q)
 {
     return q && q->overflowed;
 }
 
-void a2c_queue_clear_overflow(a2c_queue *q)
+void a2__queue_clear_overflow(a2__queue *q)
 {
     if (q)
         q->overflowed = 0;
 }
 
-static void append(a2c_queue *q, entry *e)
+static void append(a2__queue *q, entry *e)
 {
     e->next = NULL;
     e->prev = q->last;
@@ -103,33 +103,33 @@ static void append(a2c_queue *q, entry *e)
 }
 
 /* Room for one more frame, or the overflow result. */
-static int admit(a2c_queue *q)
+static int admit(a2__queue *q)
 {
     if (q->overflowed)
         return A2C_QUEUE_DROPPED;
     if (q->count >= q->limit) {
-        a2c_queue_clear(q);
+        a2__queue_clear(q);
         q->overflowed = 1;
         return A2C_QUEUE_OVERFLOW;
     }
     return A2C_QUEUE_QUEUED;
 }
 
-void a2c_queue_set_latency(a2c_queue *q, struct a2c_hist *h)
+void a2__queue_set_latency(a2__queue *q, struct a2__hist *h)
 {
     if (q)
         q->latency = h;
 }
 
-int a2c_queue_push_wake(a2c_queue *q, const char *consumer, const char *session,
+int a2__queue_push_wake(a2__queue *q, const char *consumer, const char *session,
                         const char *cursor, int64_t head, uint64_t lsn,
                         uint64_t xid)
 {
-    return a2c_queue_push_wake_at(q, consumer, session, cursor, head, lsn, xid,
+    return a2__queue_push_wake_at(q, consumer, session, cursor, head, lsn, xid,
                                   0);
 }
 
-int a2c_queue_push_wake_at(a2c_queue *q, const char *consumer,
+int a2__queue_push_wake_at(a2__queue *q, const char *consumer,
                            const char *session, const char *cursor,
                            int64_t head, uint64_t lsn, uint64_t xid,
                            int64_t commit_us)
@@ -154,7 +154,7 @@ int a2c_queue_push_wake_at(a2c_queue *q, const char *consumer,
         memcpy(key, consumer, lc + 1);
         memcpy(key + lc + 1, session, ls + 1);
         memcpy(key + lc + ls + 2, cursor, lk + 1);
-        e = a2c_map_get(q->wakes, key, klen);
+        e = a2__map_get(q->wakes, key, klen);
         if (e) {
             e->head = head;
             e->lsn = lsn;
@@ -179,7 +179,7 @@ int a2c_queue_push_wake_at(a2c_queue *q, const char *consumer,
         e->commit_us = commit_us > 0 ? commit_us : 0;
         e->klen = klen;
         memcpy(e->data, key, klen + 1);
-        if (a2c_map_put(q->wakes, e->data, klen, e, NULL) != 0) {
+        if (a2__map_put(q->wakes, e->data, klen, e, NULL) != 0) {
             free(e);
             return A2C_QUEUE_ENOMEM;
         }
@@ -188,7 +188,7 @@ int a2c_queue_push_wake_at(a2c_queue *q, const char *consumer,
     return A2C_QUEUE_QUEUED;
 }
 
-int a2c_queue_push(a2c_queue *q, const a2_wire_msg *m)
+int a2__queue_push(a2__queue *q, const a2_wire_msg *m)
 {
     a2_wire_buf b = {0};
     entry *e;
@@ -197,7 +197,7 @@ int a2c_queue_push(a2c_queue *q, const a2_wire_msg *m)
     if (!q || !m)
         return A2C_QUEUE_EINVAL;
     if (m->type == A2_WIRE_WAKE)
-        return a2c_queue_push_wake(q, m->consumer, m->session, m->cursor,
+        return a2__queue_push_wake(q, m->consumer, m->session, m->cursor,
                                    m->head, m->lsn, m->xid);
     if (q->overflowed)
         return A2C_QUEUE_DROPPED;
@@ -224,7 +224,7 @@ int a2c_queue_push(a2c_queue *q, const a2_wire_msg *m)
     return A2C_QUEUE_QUEUED;
 }
 
-int a2c_queue_drain(a2c_queue *q, a2_wire_buf *out, size_t max_bytes,
+int a2__queue_drain(a2__queue *q, a2_wire_buf *out, size_t max_bytes,
                     uint64_t *sent)
 {
     int moved = 0;
@@ -248,12 +248,12 @@ int a2c_queue_drain(a2c_queue *q, a2_wire_buf *out, size_t max_bytes,
             int rc = a2_wire_encode(out, &w);
             if (rc == A2_WIRE_ENOMEM)
                 return moved ? moved : A2C_QUEUE_ENOMEM;
-            a2c_map_del(q->wakes, e->data, e->klen);
+            a2__map_del(q->wakes, e->data, e->klen);
             /* other encode errors cannot happen (lengths were checked) */
             if (q->latency && e->commit_us > 0) {
                 if (!now_us)
                     now_us = a2__real_us();
-                a2c_hist_observe(q->latency, now_us - e->commit_us);
+                a2__hist_observe(q->latency, now_us - e->commit_us);
             }
         } else {
             size_t before = out->len;

@@ -14,7 +14,7 @@
 
 #include "a2/wire.h"
 
-typedef struct a2c_queue a2c_queue;
+typedef struct a2__queue a2__queue;
 
 /*
  * Results of the pushes:
@@ -34,28 +34,28 @@ typedef struct a2c_queue a2c_queue;
 
 /* A queue holding at most limit frames (limit >= 1). NULL when out of memory.
  */
-a2c_queue *a2c_queue_new(size_t limit);
-void a2c_queue_free(a2c_queue *q); /* NULL-safe */
+a2__queue *a2__queue_new(size_t limit);
+void a2__queue_free(a2__queue *q); /* NULL-safe */
 
 /* A wake-up, coalesced with one queued for the same (consumer, session,
  * cursor): the latest head, lsn and (when not 0) xid. */
-int a2c_queue_push_wake(a2c_queue *q, const char *consumer, const char *session,
+int a2__queue_push_wake(a2__queue *q, const char *consumer, const char *session,
                         const char *cursor, int64_t head, uint64_t lsn,
                         uint64_t xid);
 /* The same for a wake-up of the commit made at commit_us (µs since the Unix
  * epoch; 0: none, a timer's): a coalesced wake keeps the earliest commit
  * time it stands for. */
-int a2c_queue_push_wake_at(a2c_queue *q, const char *consumer,
+int a2__queue_push_wake_at(a2__queue *q, const char *consumer,
                            const char *session, const char *cursor,
                            int64_t head, uint64_t lsn, uint64_t xid,
                            int64_t commit_us);
 
-/* Where a2c_queue_drain counts, for each wake frame it moves that carries a
+/* Where a2__queue_drain counts, for each wake frame it moves that carries a
  * commit time, the time from that commit to the move (NULL: nowhere). */
-struct a2c_hist;
-void a2c_queue_set_latency(a2c_queue *q, struct a2c_hist *h);
+struct a2__hist;
+void a2__queue_set_latency(a2__queue *q, struct a2__hist *h);
 /* Any other message, encoded now. */
-int a2c_queue_push(a2c_queue *q, const a2_wire_msg *m);
+int a2__queue_push(a2__queue *q, const a2_wire_msg *m);
 
 /*
  * Moves frames, oldest first, to the end of out until out holds at least
@@ -63,13 +63,13 @@ int a2c_queue_push(a2c_queue *q, const a2_wire_msg *m);
  * (sent may be NULL; it has room for every a2_wire_type). Returns the number
  * of frames moved, or A2C_QUEUE_ENOMEM (frames stay queued).
  */
-int a2c_queue_drain(a2c_queue *q, a2_wire_buf *out, size_t max_bytes,
+int a2__queue_drain(a2__queue *q, a2_wire_buf *out, size_t max_bytes,
                     uint64_t *sent);
 
-size_t a2c_queue_len(const a2c_queue *q);
-int a2c_queue_overflowed(const a2c_queue *q);
-void a2c_queue_clear_overflow(a2c_queue *q);
+size_t a2__queue_len(const a2__queue *q);
+int a2__queue_overflowed(const a2__queue *q);
+void a2__queue_clear_overflow(a2__queue *q);
 /* Drops every frame (without marking overflow). */
-void a2c_queue_clear(a2c_queue *q);
+void a2__queue_clear(a2__queue *q);
 
 #endif

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-struct a2c_repl {
+struct a2__repl {
     PGconn *conn;
     char *buf; /* the last PQgetCopyData buffer */
     int streaming;
@@ -79,12 +79,12 @@ static void not_allowed(char *prefix, size_t size, const char *plugin)
              plugin);
 }
 
-PGconn *a2c_db_connect(const char *conninfo, char *err, size_t errlen)
+PGconn *a2__db_connect(const char *conninfo, char *err, size_t errlen)
 {
     return connect_with(conninfo, 0, "a2-consumer", err, errlen);
 }
 
-PGconn *a2c_db_connect_as(const char *conninfo, const char *name, char *err,
+PGconn *a2__db_connect_as(const char *conninfo, const char *name, char *err,
                           size_t errlen)
 {
     return connect_with(conninfo, 0, name, err, errlen);
@@ -92,7 +92,7 @@ PGconn *a2c_db_connect_as(const char *conninfo, const char *name, char *err,
 
 static int query_timeout_ms;
 
-void a2c_db_set_timeout(int ms)
+void a2__db_set_timeout(int ms)
 {
     query_timeout_ms = ms > 0 ? ms : 0;
 }
@@ -155,7 +155,7 @@ static PGresult *exec_bounded(PGconn *db, const char *sql, int nparams,
     }
 }
 
-PGresult *a2c_db_query(PGconn *db, const char *sql, int nparams,
+PGresult *a2__db_query(PGconn *db, const char *sql, int nparams,
                        const char *const *params, const char *what, char *err,
                        size_t errlen)
 {
@@ -180,14 +180,14 @@ PGresult *a2c_db_query(PGconn *db, const char *sql, int nparams,
     return res;
 }
 
-int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
-                 a2c_slot_info *info, char *err, size_t errlen)
+int a2__db_check(PGconn *db, const char *slot, const char *plugin,
+                 a2__slot_info *info, char *err, size_t errlen)
 {
     int rc = -1;
     PGresult *res = NULL;
     memset(info, 0, sizeof *info);
 
-    res = a2c_db_query(db, "show wal_level", 0, NULL, "read wal_level", err,
+    res = a2__db_query(db, "show wal_level", 0, NULL, "read wal_level", err,
                        errlen);
     if (!res)
         goto done;
@@ -200,7 +200,7 @@ int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
     }
     PQclear(res);
 
-    res = a2c_db_query(
+    res = a2__db_query(
             db,
             "select current_user, rolreplication or rolsuper from pg_roles "
             "where rolname = current_user",
@@ -216,7 +216,7 @@ int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
     }
     PQclear(res);
 
-    res = a2c_db_query(
+    res = a2__db_query(
             db,
             "select string_agg(t, ', ' order by t) from unnest(array["
             "'a2_events','a2_cursors','a2_lane_events','a2_clears',"
@@ -233,7 +233,7 @@ int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
     }
     PQclear(res);
 
-    res = a2c_db_query(db,
+    res = a2__db_query(db,
                        "select relreplident from pg_class "
                        "where oid = 'public.a2_cursors'::regclass",
                        0, NULL, "check the replica identity of a2_cursors", err,
@@ -249,7 +249,7 @@ int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
     PQclear(res);
 
     const char *params[1] = {slot};
-    res = a2c_db_query(
+    res = a2__db_query(
             db,
             "select plugin, database, database = current_database(), "
             "active_pid, wal_status, confirmed_flush_lsn, slot_type "
@@ -288,7 +288,7 @@ int a2c_db_check(PGconn *db, const char *slot, const char *plugin,
         info->lost = strcmp(PQgetvalue(res, 0, 4), "lost") == 0;
         uint64_t lsn;
         if (!PQgetisnull(res, 0, 5) &&
-            a2c_lsn_parse(PQgetvalue(res, 0, 5), &lsn) == 0)
+            a2__lsn_parse(PQgetvalue(res, 0, 5), &lsn) == 0)
             info->confirmed = lsn;
     }
     rc = 0;
@@ -297,7 +297,7 @@ done:
     return rc;
 }
 
-/* Sends one query without waiting for it (see a2c_db_message_poll). */
+/* Sends one query without waiting for it (see a2__db_message_poll). */
 static int send_message(PGconn *db, const char *sql, const char *content,
                         const char *what, char *err, size_t errlen)
 {
@@ -314,7 +314,7 @@ static int send_message(PGconn *db, const char *sql, const char *content,
     return 0;
 }
 
-int a2c_db_heartbeat_send(PGconn *db, char *err, size_t errlen)
+int a2__db_heartbeat_send(PGconn *db, char *err, size_t errlen)
 {
     return send_message(db,
                         "select pg_logical_emit_message(false, 'a2-hb', "
@@ -322,7 +322,7 @@ int a2c_db_heartbeat_send(PGconn *db, char *err, size_t errlen)
                         NULL, "send a heartbeat", err, errlen);
 }
 
-int a2c_db_expire_tick_send(PGconn *db, const char *secret, int64_t now_ms,
+int a2__db_expire_tick_send(PGconn *db, const char *secret, int64_t now_ms,
                             char *err, size_t errlen)
 {
     char content[96];
@@ -334,21 +334,21 @@ int a2c_db_expire_tick_send(PGconn *db, const char *secret, int64_t now_ms,
                         content, "commit a presence expiry tick", err, errlen);
 }
 
-int a2c_db_wal_position_send(PGconn *db, char *err, size_t errlen)
+int a2__db_wal_position_send(PGconn *db, char *err, size_t errlen)
 {
     return send_message(db, "select pg_current_wal_lsn()::text", NULL,
                         "read the server's WAL position", err, errlen);
 }
 
-int a2c_db_backlog_send(PGconn *db, long max_markers, char *err, size_t errlen)
+int a2__db_backlog_send(PGconn *db, long max_markers, char *err, size_t errlen)
 {
     char cap[24];
     snprintf(cap, sizeof cap, "%ld", max_markers);
-    return send_message(db, a2c_backlog_sql, cap, "read the backlog", err,
+    return send_message(db, a2__backlog_sql, cap, "read the backlog", err,
                         errlen);
 }
 
-int a2c_db_result_poll(PGconn *db, const char *what, PGresult **out, char *err,
+int a2__db_result_poll(PGconn *db, const char *what, PGresult **out, char *err,
                        size_t errlen)
 {
     const char *why = NULL;
@@ -380,7 +380,7 @@ int a2c_db_result_poll(PGconn *db, const char *what, PGresult **out, char *err,
     return -1;
 }
 
-int a2c_db_message_poll(PGconn *db, const char *what, char *value,
+int a2__db_message_poll(PGconn *db, const char *what, char *value,
                         size_t valuelen, char *err, size_t errlen)
 {
     const char *why = NULL;
@@ -414,11 +414,11 @@ int a2c_db_message_poll(PGconn *db, const char *what, char *value,
     return -1;
 }
 
-int a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen)
+int a2__db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen)
 {
     const char *params[1] = {slot};
     PGresult *res =
-            a2c_db_query(db,
+            a2__db_query(db,
                          "select pg_drop_replication_slot($1) "
                          "from pg_replication_slots where slot_name = $1",
                          1, params, "drop the replication slot", err, errlen);
@@ -428,12 +428,12 @@ int a2c_db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen)
     return 0;
 }
 
-a2c_repl *a2c_repl_connect(const char *conninfo, char *err, size_t errlen)
+a2__repl *a2__repl_connect(const char *conninfo, char *err, size_t errlen)
 {
     PGconn *c = connect_with(conninfo, 1, "a2-consumer", err, errlen);
     if (!c)
         return NULL;
-    a2c_repl *r = calloc(1, sizeof *r);
+    a2__repl *r = calloc(1, sizeof *r);
     if (!r) {
         PQfinish(c);
         snprintf(err, errlen, "out of memory");
@@ -452,7 +452,7 @@ static void set_state(char sqlstate[6], const PGresult *res)
     snprintf(sqlstate, 6, "%s", s ? s : "");
 }
 
-int a2c_repl_create_slot(a2c_repl *r, const char *slot, const char *plugin,
+int a2__repl_create_slot(a2__repl *r, const char *slot, const char *plugin,
                          int *created, uint64_t *consistent, char *err,
                          size_t errlen, char sqlstate[6])
 {
@@ -488,14 +488,14 @@ int a2c_repl_create_slot(a2c_repl *r, const char *slot, const char *plugin,
         return -1;
     }
     uint64_t lsn;
-    if (PQntuples(res) == 1 && a2c_lsn_parse(PQgetvalue(res, 0, 1), &lsn) == 0)
+    if (PQntuples(res) == 1 && a2__lsn_parse(PQgetvalue(res, 0, 1), &lsn) == 0)
         *consistent = lsn;
     *created = 1;
     PQclear(res);
     return 0;
 }
 
-int a2c_repl_start(a2c_repl *r, const char *slot, const char *plugin,
+int a2__repl_start(a2__repl *r, const char *slot, const char *plugin,
                    uint64_t lsn, char *err, size_t errlen, char sqlstate[6])
 {
     char *ident = PQescapeIdentifier(r->conn, slot, strlen(slot));
@@ -531,12 +531,12 @@ int a2c_repl_start(a2c_repl *r, const char *slot, const char *plugin,
     return 0;
 }
 
-int a2c_repl_socket(const a2c_repl *r)
+int a2__repl_socket(const a2__repl *r)
 {
     return PQsocket(r->conn);
 }
 
-int a2c_repl_backend_pid(const a2c_repl *r)
+int a2__repl_backend_pid(const a2__repl *r)
 {
     return PQbackendPID(r->conn);
 }
@@ -557,13 +557,13 @@ static void put64(char *p, uint64_t v)
     }
 }
 
-void a2c_repl_readable(a2c_repl *r)
+void a2__repl_readable(a2__repl *r)
 {
     if (r)
         r->readable = 1;
 }
 
-int a2c_repl_read(a2c_repl *r, a2c_msg *m, char *err, size_t errlen)
+int a2__repl_read(a2__repl *r, a2__msg *m, char *err, size_t errlen)
 {
     if (r->buf) {
         PQfreemem(r->buf);
@@ -631,7 +631,7 @@ int a2c_repl_read(a2c_repl *r, a2c_msg *m, char *err, size_t errlen)
     return 0;
 }
 
-int a2c_repl_feedback(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn,
+int a2__repl_feedback(a2__repl *r, uint64_t write_lsn, uint64_t flush_lsn,
                       int reply_requested, char *err, size_t errlen)
 {
     char msg[34];
@@ -649,12 +649,12 @@ int a2c_repl_feedback(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn,
     return 0;
 }
 
-void a2c_repl_stop(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn)
+void a2__repl_stop(a2__repl *r, uint64_t write_lsn, uint64_t flush_lsn)
 {
     if (!r || !r->streaming)
         return;
     char err[256];
-    (void)a2c_repl_feedback(r, write_lsn, flush_lsn, 0, err, sizeof err);
+    (void)a2__repl_feedback(r, write_lsn, flush_lsn, 0, err, sizeof err);
     if (PQputCopyEnd(r->conn, NULL) <= 0 || PQflush(r->conn) != 0)
         return;
     if (r->buf) {
@@ -676,7 +676,7 @@ void a2c_repl_stop(a2c_repl *r, uint64_t write_lsn, uint64_t flush_lsn)
     r->streaming = 0;
 }
 
-void a2c_repl_close(a2c_repl *r)
+void a2__repl_close(a2__repl *r)
 {
     if (!r)
         return;

@@ -16,7 +16,7 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
-uint64_t a2c_route_hash(const void *data, size_t len, uint64_t seed)
+uint64_t a2__route_hash(const void *data, size_t len, uint64_t seed)
 {
     const unsigned char *p = data;
     uint64_t h = 0xcbf29ce484222325ULL ^ mix64(seed);
@@ -27,24 +27,24 @@ uint64_t a2c_route_hash(const void *data, size_t len, uint64_t seed)
     return mix64(h ^ len);
 }
 
-uint64_t a2c_route_worker_id(const char *name)
+uint64_t a2__route_worker_id(const char *name)
 {
-    return a2c_route_hash(name, strlen(name), 0x5eedULL);
+    return a2__route_hash(name, strlen(name), 0x5eedULL);
 }
 
-uint64_t a2c_route_score(uint64_t worker_id, uint64_t session_hash)
+uint64_t a2__route_score(uint64_t worker_id, uint64_t session_hash)
 {
     return mix64(session_hash ^ mix64(worker_id + 0x9e3779b97f4a7c15ULL));
 }
 
-size_t a2c_route_pick(const a2c_route_cand *c, size_t n, const char *session)
+size_t a2__route_pick(const a2__route_cand *c, size_t n, const char *session)
 {
-    uint64_t sh = a2c_route_hash(session, strlen(session), 0);
+    uint64_t sh = a2__route_hash(session, strlen(session), 0);
     size_t best = n;
     uint64_t best_score = 0;
 
     for (size_t i = 0; i < n; i++) {
-        uint64_t s = a2c_route_score(c[i].id, sh);
+        uint64_t s = a2__route_score(c[i].id, sh);
         if (best == n || s > best_score ||
             (s == best_score && c[i].serial < c[best].serial)) {
             best = i;
@@ -64,15 +64,15 @@ typedef struct node {
     char key[];
 } node;
 
-struct a2c_map {
+struct a2__map {
     node **b;
     size_t nb; /* power of two */
     size_t count;
 };
 
-a2c_map *a2c_map_new(void)
+a2__map *a2__map_new(void)
 {
-    a2c_map *m = calloc(1, sizeof *m);
+    a2__map *m = calloc(1, sizeof *m);
     if (!m)
         return NULL;
     m->nb = 16;
@@ -84,7 +84,7 @@ a2c_map *a2c_map_new(void)
     return m;
 }
 
-void a2c_map_free(a2c_map *m, void (*free_val)(void *))
+void a2__map_free(a2__map *m, void (*free_val)(void *))
 {
     if (!m)
         return;
@@ -102,7 +102,7 @@ void a2c_map_free(a2c_map *m, void (*free_val)(void *))
     free(m);
 }
 
-static node **find(const a2c_map *m, const void *key, size_t klen, uint64_t h)
+static node **find(const a2__map *m, const void *key, size_t klen, uint64_t h)
 {
     node **pp = &m->b[h & (m->nb - 1)];
     while (*pp) {
@@ -114,14 +114,14 @@ static node **find(const a2c_map *m, const void *key, size_t klen, uint64_t h)
     return pp;
 }
 
-void *a2c_map_get(const a2c_map *m, const void *key, size_t klen)
+void *a2__map_get(const a2__map *m, const void *key, size_t klen)
 {
-    uint64_t h = a2c_route_hash(key, klen, 1);
+    uint64_t h = a2__route_hash(key, klen, 1);
     node **pp = find(m, key, klen, h);
     return *pp ? (*pp)->val : NULL;
 }
 
-static void grow(a2c_map *m)
+static void grow(a2__map *m)
 {
     size_t nb = m->nb * 2;
     node **b = calloc(nb, sizeof *b);
@@ -141,9 +141,9 @@ static void grow(a2c_map *m)
     m->nb = nb;
 }
 
-int a2c_map_put(a2c_map *m, const void *key, size_t klen, void *val, void **old)
+int a2__map_put(a2__map *m, const void *key, size_t klen, void *val, void **old)
 {
-    uint64_t h = a2c_route_hash(key, klen, 1);
+    uint64_t h = a2__route_hash(key, klen, 1);
     node **pp = find(m, key, klen, h);
     node *n;
 
@@ -172,9 +172,9 @@ int a2c_map_put(a2c_map *m, const void *key, size_t klen, void *val, void **old)
     return 0;
 }
 
-void *a2c_map_del(a2c_map *m, const void *key, size_t klen)
+void *a2__map_del(a2__map *m, const void *key, size_t klen)
 {
-    uint64_t h = a2c_route_hash(key, klen, 1);
+    uint64_t h = a2__route_hash(key, klen, 1);
     node **pp = find(m, key, klen, h);
     node *n = *pp;
     void *v;
@@ -188,12 +188,12 @@ void *a2c_map_del(a2c_map *m, const void *key, size_t klen)
     return v;
 }
 
-size_t a2c_map_count(const a2c_map *m)
+size_t a2__map_count(const a2__map *m)
 {
     return m ? m->count : 0;
 }
 
-int a2c_map_next(const a2c_map *m, size_t *it, void **entry, const char **key,
+int a2__map_next(const a2__map *m, size_t *it, void **entry, const char **key,
                  size_t *klen, void **val)
 {
     node *n = *entry;

@@ -5,7 +5,7 @@
  * A connection goes NEW (until its hello) -> LIVE -> CLOSING (an error frame
  * was queued: flush it, shut down writing, discard input until EOF or a short
  * linger so the peer reads the error instead of a reset) -> DEAD (freed at
- * the end of a2c_server_run, so an event already fetched for it is skipped).
+ * the end of a2__server_run, so an event already fetched for it is skipped).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -71,7 +71,7 @@ typedef struct log_group {
     struct worker **w;
     const sub **s;
     size_t n, cap;
-    uint64_t stamp; /* the last a2c_server_log that routed it */
+    uint64_t stamp; /* the last a2__server_log that routed it */
 } log_group;
 
 /* Log groups, with repeats (skipped by stamp when routing). */
@@ -95,7 +95,7 @@ typedef struct worker {
     const char *denied;  /* DENIED: why (a static string) */
     char peer[64];       /* "tcp 127.0.0.1:5432", "unix" */
     a2_wire_reader *rd;
-    a2c_queue *q;
+    a2__queue *q;
     a2_wire_buf out;
     int epout;
     int shut_wr;
@@ -106,11 +106,11 @@ typedef struct worker {
     size_t n_subs;
     char **ns;
     size_t n_ns;
-    a2c_map *routed; /* consumer\0session -> marker */
+    a2__map *routed; /* consumer\0session -> marker */
     int routed_unknown;
 } worker;
 
-struct a2c_server {
+struct a2__server {
     int epfd;
     char *standby; /* set: a standby, answering every hello with this */
     uint64_t standby_refusals;
@@ -120,7 +120,7 @@ struct a2c_server {
     char *unix_path;
     int tcp_port;
     char *token;
-    a2c_route route;
+    a2__route route;
     size_t queue_limit;
     int hello_timeout_ms;
     int subscribe_timeout_ms;
@@ -147,9 +147,9 @@ struct a2c_server {
     uint64_t overflows;
     uint64_t protocol_errors;
     uint64_t sent[32]; /* frames written to sockets' buffers, by a2_wire_type */
-    a2c_hist wake_latency; /* commit -> wake frame moved to a socket */
+    a2__hist wake_latency; /* commit -> wake frame moved to a socket */
     /* scratch for routing */
-    a2c_route_cand *cands;
+    a2__route_cand *cands;
     worker **cw;
     size_t ncap;
     /* The scratch holds the candidates of (cand_consumer, cand_type) as of
@@ -164,14 +164,14 @@ struct a2c_server {
     /* The log index, as of generation log_gen: consumer -> log_group, type
      * -> log_list of the groups with a subscription naming the type, and
      * the groups with one following every type. */
-    a2c_map *log_groups;
-    a2c_map *log_types;
+    a2__map *log_groups;
+    a2__map *log_types;
     log_list log_all;
     uint64_t log_gen;
     int log_built;
     uint64_t log_stamp;
     uint64_t log_checks;
-    int closing; /* a2c_server_free: no moves */
+    int closing; /* a2__server_free: no moves */
     char rbuf[READ_CHUNK];
 };
 
@@ -186,10 +186,10 @@ seterr(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-static void log_index_free(a2c_server *srv);
-static void deadlines(a2c_server *srv);
+static void log_index_free(a2__server *srv);
+static void deadlines(a2__server *srv);
 
-__attribute__((format(printf, 2, 3))) static void slog(a2c_server *srv,
+__attribute__((format(printf, 2, 3))) static void slog(a2__server *srv,
                                                        const char *fmt, ...)
 {
     char line[512];
@@ -215,7 +215,7 @@ static const char *printable(const char *s, char *buf, size_t len)
 
 /* ---- worker lifecycle ---- */
 
-static void set_out(a2c_server *srv, worker *w, int on)
+static void set_out(a2__server *srv, worker *w, int on)
 {
     struct epoll_event ev = {0};
     if (w->epout == on || w->state == W_DEAD)
@@ -231,7 +231,7 @@ static void free_worker(worker *w)
     if (!w)
         return;
     a2_wire_reader_free(w->rd);
-    a2c_queue_free(w->q);
+    a2__queue_free(w->q);
     a2_wire_buf_free(&w->out);
     for (size_t i = 0; i < w->n_subs; i++) {
         free(w->subs[i].consumer);
@@ -243,7 +243,7 @@ static void free_worker(worker *w)
     for (size_t i = 0; i < w->n_ns; i++)
         free(w->ns[i]);
     free(w->ns);
-    a2c_map_free(w->routed, NULL);
+    a2__map_free(w->routed, NULL);
     free(w->name);
     free(w);
 }
@@ -265,7 +265,7 @@ static size_t log_subs_of(const worker *w)
     return n;
 }
 
-static void dirty_add(a2c_server *srv, worker *w)
+static void dirty_add(a2__server *srv, worker *w)
 {
     if (w->dirty || w->state == W_DEAD)
         return;
@@ -277,7 +277,7 @@ static void dirty_add(a2c_server *srv, worker *w)
     srv->dirty = w;
 }
 
-static void dirty_remove(a2c_server *srv, worker *w)
+static void dirty_remove(a2__server *srv, worker *w)
 {
     if (!w->dirty)
         return;
@@ -291,11 +291,11 @@ static void dirty_remove(a2c_server *srv, worker *w)
     w->dirty = 0;
 }
 
-/* Queues m for w; the frames go out at the next a2c_server_flush (or run),
+/* Queues m for w; the frames go out at the next a2__server_flush (or run),
  * so a turn's wake-ups to one worker leave in one send. */
-static int push(a2c_server *srv, worker *w, const a2_wire_msg *m)
+static int push(a2__server *srv, worker *w, const a2_wire_msg *m)
 {
-    int rc = a2c_queue_push(w->q, m);
+    int rc = a2__queue_push(w->q, m);
     if (rc == A2C_QUEUE_OVERFLOW)
         srv->overflows++;
     if (rc >= 0 && !w->epout)
@@ -303,7 +303,7 @@ static int push(a2c_server *srv, worker *w, const a2_wire_msg *m)
     return rc;
 }
 
-static void push_resync_all(a2c_server *srv, worker *w, const char *consumer)
+static void push_resync_all(a2__server *srv, worker *w, const char *consumer)
 {
     a2_wire_msg m = {
             .type = A2_WIRE_RESYNC, .consumer = consumer, .all_sessions = 1};
@@ -324,25 +324,25 @@ static void note_routed(worker *w, const char *consumer, const char *session)
     }
     memcpy(key, consumer, lc + 1);
     memcpy(key + lc + 1, session, ls);
-    if (a2c_map_get(w->routed, key, lc + 1 + ls))
+    if (a2__map_get(w->routed, key, lc + 1 + ls))
         return;
-    if (a2c_map_count(w->routed) >= ROUTED_MAX ||
-        a2c_map_put(w->routed, key, lc + 1 + ls, w, NULL) != 0) {
+    if (a2__map_count(w->routed) >= ROUTED_MAX ||
+        a2__map_put(w->routed, key, lc + 1 + ls, w, NULL) != 0) {
         /* Forget the list: a departure then resyncs every session. */
         w->routed_unknown = 1;
-        a2c_map_free(w->routed, NULL);
+        a2__map_free(w->routed, NULL);
         w->routed = NULL;
     }
 }
 
-static int grow_scratch(a2c_server *srv, size_t n)
+static int grow_scratch(a2__server *srv, size_t n)
 {
     if (n <= srv->ncap)
         return 0;
     size_t cap = srv->ncap ? srv->ncap * 2 : 16;
     while (cap < n)
         cap *= 2;
-    a2c_route_cand *c = realloc(srv->cands, cap * sizeof *c);
+    a2__route_cand *c = realloc(srv->cands, cap * sizeof *c);
     if (!c)
         return -1;
     srv->cands = c;
@@ -370,7 +370,7 @@ static int log_match(const sub *s, const char *type)
  * into srv->cands / srv->cw; returns how many (0 when out of memory). */
 static char *dupstr(const char *s);
 
-static size_t candidates(a2c_server *srv, const char *consumer,
+static size_t candidates(a2__server *srv, const char *consumer,
                          const char *type)
 {
     size_t n = 0;
@@ -414,7 +414,7 @@ static size_t candidates(a2c_server *srv, const char *consumer,
  * w stops serving (it was LIVE): move the sessions it was routed to the
  * remaining subscribers of each of its consumers with a targeted resync.
  */
-static void depart(a2c_server *srv, worker *w)
+static void depart(a2__server *srv, worker *w)
 {
     srv->live--;
     if (srv->route != A2C_ROUTE_AFFINITY || srv->closing)
@@ -447,13 +447,13 @@ static void depart(a2c_server *srv, worker *w)
             continue;
         }
         /* Route each of its sessions of this consumer among the rest. */
-        size_t total = a2c_map_count(w->routed);
+        size_t total = a2__map_count(w->routed);
         int nomem = 0;
-        while (a2c_map_next(w->routed, &it, &e, &key, &klen, &val)) {
+        while (a2__map_next(w->routed, &it, &e, &key, &klen, &val)) {
             if (klen <= lc || memcmp(key, consumer, lc + 1) != 0)
                 continue;
             const char *session = key + lc + 1;
-            size_t k = a2c_route_pick(srv->cands, n, session);
+            size_t k = a2__route_pick(srv->cands, n, session);
             if (!lists[k]) {
                 lists[k] = malloc((total + 1) * sizeof **lists);
                 if (!lists[k]) {
@@ -486,7 +486,7 @@ static void depart(a2c_server *srv, worker *w)
 }
 
 /* Closes the socket now; the memory goes at the end of the run. */
-static void close_now(a2c_server *srv, worker *w)
+static void close_now(a2__server *srv, worker *w)
 {
     if (w->state == W_DEAD)
         return;
@@ -513,7 +513,7 @@ static void close_now(a2c_server *srv, worker *w)
 }
 
 /* Writes what is pending; 0, or -1 when the connection is broken. */
-static int flush(a2c_server *srv, worker *w)
+static int flush(a2__server *srv, worker *w)
 {
     for (int i = 0; i < WRITES_PER_EVENT; i++) {
         ssize_t n;
@@ -526,13 +526,13 @@ static int flush(a2c_server *srv, worker *w)
                 set_out(srv, w, 0);
                 return 0;
             }
-            if (a2c_queue_overflowed(w->q)) {
+            if (a2__queue_overflowed(w->q)) {
                 /* Drained after an overflow: claim whatever is pending. */
-                a2c_queue_clear_overflow(w->q);
+                a2__queue_clear_overflow(w->q);
                 for (size_t k = 0; k < w->n_subs; k++)
                     push_resync_all(srv, w, w->subs[k].consumer);
             }
-            if (a2c_queue_drain(w->q, &w->out, OUT_CHUNK, srv->sent) < 0)
+            if (a2__queue_drain(w->q, &w->out, OUT_CHUNK, srv->sent) < 0)
                 return -1;
             if (w->out.len == 0) {
                 set_out(srv, w, 0);
@@ -556,7 +556,7 @@ static int flush(a2c_server *srv, worker *w)
 }
 
 /* Sends an `error` frame and closes the connection (after a short linger). */
-static void proto_error(a2c_server *srv, worker *w, const char *code,
+static void proto_error(a2__server *srv, worker *w, const char *code,
                         const char *message)
 {
     if (w->state == W_CLOSING || w->state == W_DEAD)
@@ -570,8 +570,8 @@ static void proto_error(a2c_server *srv, worker *w, const char *code,
     }
     w->state = W_CLOSING;
     w->deadline_ms = a2__mono_ms() + LINGER_MS;
-    a2c_queue_clear(w->q);
-    a2c_queue_clear_overflow(w->q);
+    a2__queue_clear(w->q);
+    a2__queue_clear_overflow(w->q);
     if (a2_wire_encode_error(&w->out, code, message) == 0)
         srv->sent[A2_WIRE_ERROR]++;
     if (flush(srv, w) != 0)
@@ -659,7 +659,7 @@ static int add_ns(worker *w, const char *ns)
 
 /* Starts a new second of authentication log lines when the last is over,
  * saying how many went unlogged in it. */
-static void auth_log_roll(a2c_server *srv, int64_t now)
+static void auth_log_roll(a2__server *srv, int64_t now)
 {
     if (now - srv->auth_window_ms < 1000)
         return;
@@ -677,7 +677,7 @@ static void auth_log_roll(a2c_server *srv, int64_t now)
  * after auth_delay_ms, one denial per auth_spacing_ms at most, so guesses
  * come back slowly however many connections ask at once.
  */
-static void deny(a2c_server *srv, worker *w, const char *name,
+static void deny(a2__server *srv, worker *w, const char *name,
                  const char *why)
 {
     int64_t now = a2__mono_ms();
@@ -701,7 +701,7 @@ static void deny(a2c_server *srv, worker *w, const char *name,
     deadlines(srv);
 }
 
-static void on_message(a2c_server *srv, worker *w, const a2_wire_msg *m)
+static void on_message(a2__server *srv, worker *w, const a2_wire_msg *m)
 {
     char why[160];
 
@@ -726,7 +726,7 @@ static void on_message(a2c_server *srv, worker *w, const a2_wire_msg *m)
             close_now(srv, w);
             return;
         }
-        w->id = a2c_route_worker_id(w->name);
+        w->id = a2__route_worker_id(w->name);
         w->state = W_LIVE;
         w->deadline_ms = a2__mono_ms() + srv->subscribe_timeout_ms;
         deadlines(srv);
@@ -806,7 +806,7 @@ static void on_message(a2c_server *srv, worker *w, const a2_wire_msg *m)
     }
 }
 
-static void on_readable(a2c_server *srv, worker *w)
+static void on_readable(a2__server *srv, worker *w)
 {
     char *buf = srv->rbuf;
 
@@ -854,7 +854,7 @@ static void on_readable(a2c_server *srv, worker *w)
 }
 
 /* Sends one error frame on fd (best effort) and closes it. */
-static void refuse(a2c_server *srv, int fd, const char *message)
+static void refuse(a2__server *srv, int fd, const char *message)
 {
     a2_wire_buf b = {0};
     srv->refused++;
@@ -864,7 +864,7 @@ static void refuse(a2c_server *srv, int fd, const char *message)
     close(fd);
 }
 
-static void on_accept(a2c_server *srv, handle *l)
+static void on_accept(a2__server *srv, handle *l)
 {
     for (int i = 0; i < ACCEPTS_PER_EVENT; i++) {
         struct sockaddr_storage sa;
@@ -924,9 +924,9 @@ static void on_accept(a2c_server *srv, handle *l)
         w->deadline_ms = a2__mono_ms() + srv->hello_timeout_ms;
         srv->connections++;
         w->rd = a2_wire_reader_new(A2_WIRE_FROM_WORKER);
-        w->q = a2c_queue_new(srv->queue_limit);
-        a2c_queue_set_latency(w->q, &srv->wake_latency);
-        w->routed = a2c_map_new();
+        w->q = a2__queue_new(srv->queue_limit);
+        a2__queue_set_latency(w->q, &srv->wake_latency);
+        w->routed = a2__map_new();
         ev.events = EPOLLIN;
         ev.data.ptr = &w->h;
         if (!w->rd || !w->q || !w->routed ||
@@ -943,7 +943,7 @@ static void on_accept(a2c_server *srv, handle *l)
 }
 
 /* Hello timeouts and ended lingers; then arms the timer for the next one. */
-static void deadlines(a2c_server *srv)
+static void deadlines(a2__server *srv)
 {
     int64_t now = a2__mono_ms(), next = 0;
     worker *w = srv->workers;
@@ -989,7 +989,7 @@ static void deadlines(a2c_server *srv)
     timerfd_settime(srv->timer.fd, 0, &its, NULL);
 }
 
-static void reap(a2c_server *srv)
+static void reap(a2__server *srv)
 {
     while (srv->dead) {
         worker *w = srv->dead;
@@ -998,7 +998,7 @@ static void reap(a2c_server *srv)
     }
 }
 
-int a2c_server_run(a2c_server *srv)
+int a2__server_run(a2__server *srv)
 {
     struct epoll_event ev[MAX_EVENTS];
     int rc = 0;
@@ -1039,12 +1039,12 @@ int a2c_server_run(a2c_server *srv)
             break;
     }
     deadlines(srv);
-    a2c_server_flush(srv);
+    a2__server_flush(srv);
     reap(srv);
     return rc;
 }
 
-void a2c_server_flush(a2c_server *srv)
+void a2__server_flush(a2__server *srv)
 {
     if (!srv)
         return;
@@ -1058,7 +1058,7 @@ void a2c_server_flush(a2c_server *srv)
 
 /* ---- listeners ---- */
 
-static int listen_unix(a2c_server *srv, const char *path, char *err,
+static int listen_unix(a2__server *srv, const char *path, char *err,
                        size_t errlen)
 {
     struct sockaddr_un sa = {0};
@@ -1119,7 +1119,7 @@ static int listen_unix(a2c_server *srv, const char *path, char *err,
         return -1;
     }
     srv->unix_path = dupstr(path);
-    srv->lunix.fd = fd; /* from here a2c_server_free removes the file */
+    srv->lunix.fd = fd; /* from here a2__server_free removes the file */
     if (!srv->unix_path) {
         unlink(path);
         seterr(err, errlen, "out of memory");
@@ -1138,7 +1138,7 @@ static int listen_unix(a2c_server *srv, const char *path, char *err,
     return 0;
 }
 
-static int listen_tcp(a2c_server *srv, const char *host, const char *port,
+static int listen_tcp(a2__server *srv, const char *host, const char *port,
                       char *err, size_t errlen)
 {
     struct addrinfo hints = {0}, *res = NULL, *ai;
@@ -1191,7 +1191,7 @@ static int listen_tcp(a2c_server *srv, const char *host, const char *port,
     return 0;
 }
 
-static int watch(a2c_server *srv, handle *h, char *err, size_t errlen)
+static int watch(a2__server *srv, handle *h, char *err, size_t errlen)
 {
     struct epoll_event ev = {0};
     ev.events = EPOLLIN;
@@ -1203,10 +1203,10 @@ static int watch(a2c_server *srv, handle *h, char *err, size_t errlen)
     return 0;
 }
 
-a2c_server *a2c_server_new(const a2c_server_options *opts, char *err,
+a2__server *a2__server_new(const a2__server_options *opts, char *err,
                            size_t errlen)
 {
-    a2c_server *srv;
+    a2__server *srv;
 
     seterr(err, errlen, "%s", "");
     if (!opts || (!opts->unix_path && !opts->tcp_host)) {
@@ -1279,11 +1279,11 @@ a2c_server *a2c_server_new(const a2c_server_options *opts, char *err,
     return srv;
 
 error:
-    a2c_server_free(srv);
+    a2__server_free(srv);
     return NULL;
 }
 
-int a2c_server_set_standby(a2c_server *srv, const char *message)
+int a2__server_set_standby(a2__server *srv, const char *message)
 {
     char *copy = NULL;
     if (message && !(copy = dupstr(message)))
@@ -1293,7 +1293,7 @@ int a2c_server_set_standby(a2c_server *srv, const char *message)
     return 0;
 }
 
-void a2c_server_free(a2c_server *srv)
+void a2__server_free(a2__server *srv)
 {
     if (!srv)
         return;
@@ -1325,17 +1325,17 @@ void a2c_server_free(a2c_server *srv)
     free(srv);
 }
 
-int a2c_server_fd(const a2c_server *srv)
+int a2__server_fd(const a2__server *srv)
 {
     return srv ? srv->epfd : -1;
 }
 
-int a2c_server_tcp_port(const a2c_server *srv)
+int a2__server_tcp_port(const a2__server *srv)
 {
     return srv ? srv->tcp_port : 0;
 }
 
-void a2c_server_set_lsn(a2c_server *srv, uint64_t lsn)
+void a2__server_set_lsn(a2__server *srv, uint64_t lsn)
 {
     if (srv)
         srv->lsn = lsn;
@@ -1344,10 +1344,10 @@ void a2c_server_set_lsn(a2c_server *srv, uint64_t lsn)
 /* ---- what the daemon sends ---- */
 
 /* Queues the wake m of the commit made at commit_us for w. */
-static void push_wake(a2c_server *srv, worker *w, const a2_wire_msg *m,
+static void push_wake(a2__server *srv, worker *w, const a2_wire_msg *m,
                       int64_t commit_us)
 {
-    int rc = a2c_queue_push_wake_at(w->q, m->consumer, m->session, m->cursor,
+    int rc = a2__queue_push_wake_at(w->q, m->consumer, m->session, m->cursor,
                                     m->head, m->lsn, m->xid, commit_us);
     if (rc == A2C_QUEUE_OVERFLOW)
         srv->overflows++;
@@ -1357,7 +1357,7 @@ static void push_wake(a2c_server *srv, worker *w, const a2_wire_msg *m,
 
 /* A wake to one candidate by rendezvous (remembering the session), or to
  * all. */
-static void route_wake(a2c_server *srv, const a2_wire_msg *m, int64_t commit_us)
+static void route_wake(a2__server *srv, const a2_wire_msg *m, int64_t commit_us)
 {
     size_t n = candidates(srv, m->consumer, NULL);
     if (n == 0)
@@ -1367,19 +1367,19 @@ static void route_wake(a2c_server *srv, const a2_wire_msg *m, int64_t commit_us)
             push_wake(srv, srv->cw[k], m, commit_us);
         return;
     }
-    size_t k = a2c_route_pick(srv->cands, n, m->session);
+    size_t k = a2__route_pick(srv->cands, n, m->session);
     note_routed(srv->cw[k], m->consumer, m->session);
     push_wake(srv, srv->cw[k], m, commit_us);
 }
 
-void a2c_server_wake(a2c_server *srv, const char *consumer, const char *session,
+void a2__server_wake(a2__server *srv, const char *consumer, const char *session,
                      const char *cursor_key, int64_t head, uint64_t lsn,
                      uint64_t xid)
 {
-    a2c_server_wake_at(srv, consumer, session, cursor_key, head, lsn, xid, 0);
+    a2__server_wake_at(srv, consumer, session, cursor_key, head, lsn, xid, 0);
 }
 
-void a2c_server_wake_at(a2c_server *srv, const char *consumer,
+void a2__server_wake_at(a2__server *srv, const char *consumer,
                         const char *session, const char *cursor_key,
                         int64_t head, uint64_t lsn, uint64_t xid,
                         int64_t commit_us)
@@ -1413,10 +1413,10 @@ static void free_log_group(void *v)
     free(g);
 }
 
-static void log_index_free(a2c_server *srv)
+static void log_index_free(a2__server *srv)
 {
-    a2c_map_free(srv->log_groups, free_log_group);
-    a2c_map_free(srv->log_types, free_log_list);
+    a2__map_free(srv->log_groups, free_log_group);
+    a2__map_free(srv->log_types, free_log_list);
     free(srv->log_all.g);
     srv->log_groups = srv->log_types = NULL;
     memset(&srv->log_all, 0, sizeof srv->log_all);
@@ -1459,11 +1459,11 @@ static int log_group_add(log_group *g, worker *w, const sub *s)
 }
 
 /* Indexes the live log subscriptions (as of the current generation). */
-static int log_index_build(a2c_server *srv)
+static int log_index_build(a2__server *srv)
 {
     log_index_free(srv);
-    srv->log_groups = a2c_map_new();
-    srv->log_types = a2c_map_new();
+    srv->log_groups = a2__map_new();
+    srv->log_types = a2__map_new();
     if (!srv->log_groups || !srv->log_types)
         goto nomem;
     for (worker *w = srv->workers; w; w = w->next) {
@@ -1474,12 +1474,12 @@ static int log_index_build(a2c_server *srv)
             if (s->filter == A2_WIRE_LOG_NONE)
                 continue;
             size_t klen = strlen(s->consumer);
-            log_group *g = a2c_map_get(srv->log_groups, s->consumer, klen);
+            log_group *g = a2__map_get(srv->log_groups, s->consumer, klen);
             if (!g) {
                 if (!(g = calloc(1, sizeof *g)))
                     goto nomem;
                 g->consumer = s->consumer;
-                if (a2c_map_put(srv->log_groups, s->consumer, klen, g, NULL) !=
+                if (a2__map_put(srv->log_groups, s->consumer, klen, g, NULL) !=
                     0) {
                     free(g);
                     goto nomem;
@@ -1494,11 +1494,11 @@ static int log_index_build(a2c_server *srv)
             }
             for (size_t t = 0; t < s->n_types; t++) {
                 size_t tlen = strlen(s->types[t]);
-                log_list *l = a2c_map_get(srv->log_types, s->types[t], tlen);
+                log_list *l = a2__map_get(srv->log_types, s->types[t], tlen);
                 if (!l) {
                     if (!(l = calloc(1, sizeof *l)))
                         goto nomem;
-                    if (a2c_map_put(srv->log_types, s->types[t], tlen, l,
+                    if (a2__map_put(srv->log_types, s->types[t], tlen, l,
                                     NULL) != 0) {
                         free(l);
                         goto nomem;
@@ -1518,7 +1518,7 @@ nomem:
 }
 
 /* Routes m (a `log` of type) to the group's subscribers that follow type. */
-static void route_log_group(a2c_server *srv, log_group *g, const char *session,
+static void route_log_group(a2__server *srv, log_group *g, const char *session,
                             const char *type, a2_wire_msg *m)
 {
     size_t n = 0;
@@ -1539,12 +1539,12 @@ static void route_log_group(a2c_server *srv, log_group *g, const char *session,
             (void)push(srv, srv->cw[k], m);
         return;
     }
-    size_t k = a2c_route_pick(srv->cands, n, session);
+    size_t k = a2__route_pick(srv->cands, n, session);
     note_routed(srv->cw[k], g->consumer, session);
     (void)push(srv, srv->cw[k], m);
 }
 
-void a2c_server_log(a2c_server *srv, const char *session, int64_t idx,
+void a2__server_log(a2__server *srv, const char *session, int64_t idx,
                     const char *type, uint64_t lsn, uint64_t xid)
 {
     a2_wire_msg m = {.type = A2_WIRE_LOG,
@@ -1562,7 +1562,7 @@ void a2c_server_log(a2c_server *srv, const char *session, int64_t idx,
     free(srv->cand_consumer);
     srv->cand_consumer = NULL;
     uint64_t stamp = ++srv->log_stamp;
-    log_list *typed = a2c_map_get(srv->log_types, type, strlen(type));
+    log_list *typed = a2__map_get(srv->log_types, type, strlen(type));
     log_list *lists[2] = {typed, &srv->log_all};
     for (int li = 0; li < 2; li++)
         for (size_t i = 0; lists[li] && i < lists[li]->n; i++) {
@@ -1574,7 +1574,7 @@ void a2c_server_log(a2c_server *srv, const char *session, int64_t idx,
         }
 }
 
-void a2c_server_cleared(a2c_server *srv, const char *session,
+void a2__server_cleared(a2__server *srv, const char *session,
                         int64_t clear_index, uint64_t lsn)
 {
     a2_wire_msg m = {.type = A2_WIRE_CLEARED,
@@ -1588,7 +1588,7 @@ void a2c_server_cleared(a2c_server *srv, const char *session,
             (void)push(srv, w, &m);
 }
 
-void a2c_server_resync_all(a2c_server *srv)
+void a2__server_resync_all(a2__server *srv)
 {
     if (!srv)
         return;
@@ -1598,7 +1598,7 @@ void a2c_server_resync_all(a2c_server *srv)
                 push_resync_all(srv, w, w->subs[i].consumer);
 }
 
-void a2c_server_presence(a2c_server *srv, const char *ns,
+void a2__server_presence(a2__server *srv, const char *ns,
                          const char *participant, const char *fields_json,
                          uint64_t lsn)
 {
@@ -1621,7 +1621,7 @@ void a2c_server_presence(a2c_server *srv, const char *ns,
     }
 }
 
-void a2c_server_get_stats(const a2c_server *srv, a2c_server_stats *out)
+void a2__server_get_stats(const a2__server *srv, a2__server_stats *out)
 {
     if (!out)
         return;
@@ -1643,17 +1643,17 @@ void a2c_server_get_stats(const a2c_server *srv, a2c_server_stats *out)
     out->auth_failures = srv->auth_failures;
     out->wake_latency = srv->wake_latency;
     if (srv->log_built && srv->log_gen == srv->gen) {
-        out->log_consumers = a2c_map_count(srv->log_groups);
+        out->log_consumers = a2__map_count(srv->log_groups);
     } else {
         /* Not indexed since the subscriptions changed: count them. */
-        a2c_map *seen = a2c_map_new();
+        a2__map *seen = a2__map_new();
         for (const worker *w = srv->workers; seen && w; w = w->next)
             for (size_t i = 0; w->state == W_LIVE && i < w->n_subs; i++)
                 if (w->subs[i].filter != A2_WIRE_LOG_NONE)
-                    (void)a2c_map_put(seen, w->subs[i].consumer,
+                    (void)a2__map_put(seen, w->subs[i].consumer,
                                       strlen(w->subs[i].consumer), (void *)w,
                                       NULL);
-        out->log_consumers = seen ? a2c_map_count(seen) : 0;
-        a2c_map_free(seen, NULL);
+        out->log_consumers = seen ? a2__map_count(seen) : 0;
+        a2__map_free(seen, NULL);
     }
 }

@@ -4,8 +4,8 @@
  * worker's subscriptions, routes wake-ups to them and queues what they have
  * not read yet.
  *
- * Single-threaded. The server owns one epoll descriptor (a2c_server_fd) that
- * the daemon's loop polls for readability; a2c_server_run then does all the
+ * Single-threaded. The server owns one epoll descriptor (a2__server_fd) that
+ * the daemon's loop polls for readability; a2__server_run then does all the
  * pending socket work without blocking. Nothing here ever blocks on a worker:
  * a worker's outbound queue coalesces by (consumer, session, cursor key) and,
  * past its bound, is dropped and replaced by one `resync` sent when the worker
@@ -49,19 +49,19 @@
 
 #include "metrics.h"
 
-typedef struct a2c_server a2c_server;
+typedef struct a2__server a2__server;
 
 typedef enum {
     A2C_ROUTE_AFFINITY = 0,
     A2C_ROUTE_BROADCAST = 1,
-} a2c_route;
+} a2__route;
 
 typedef struct {
     const char *unix_path; /* socket path; NULL for none */
     const char *tcp_host;  /* NULL for no TCP listener */
-    const char *tcp_port;  /* "0" picks a free port (a2c_server_tcp_port) */
+    const char *tcp_port;  /* "0" picks a free port (a2__server_tcp_port) */
     const char *token;     /* required when tcp_host is set */
-    a2c_route route;
+    a2__route route;
     /* Frames queued per worker before overflow; 0 = 10000. */
     size_t queue_limit;
     /* A worker that sends no hello in time is dropped; 0 = 5000 ms. */
@@ -79,7 +79,7 @@ typedef struct {
      * at most one in auth_spacing_ms; 0 = 1000 and 100. */
     int auth_delay_ms;
     int auth_spacing_ms;
-} a2c_server_options;
+} a2__server_options;
 
 #define A2C_DEFAULT_MAX_CONNECTIONS 16384
 
@@ -110,38 +110,38 @@ typedef struct {
     /* From a wake-up's commit (its time in the stream) to its frame moved
      * to the worker's socket, when wakes_sent counts it; wake-ups of
      * timers carry no commit and are not in it. */
-    a2c_hist wake_latency;
-} a2c_server_stats;
+    a2__hist wake_latency;
+} a2__server_stats;
 
 /*
  * Opens the listeners. Returns NULL with a one-line reason in err (e.g.
  * "could not bind unix:/run/a2.sock: Address already in use").
  */
-a2c_server *a2c_server_new(const a2c_server_options *opts, char *err,
+a2__server *a2__server_new(const a2__server_options *opts, char *err,
                            size_t errlen);
 
 /* Closes every connection and listener, removes the Unix socket. NULL-safe. */
-void a2c_server_free(a2c_server *srv);
+void a2__server_free(a2__server *srv);
 
 /* The descriptor to poll for readability (an epoll fd). */
-int a2c_server_fd(const a2c_server *srv);
+int a2__server_fd(const a2__server *srv);
 
 /* The bound TCP port, or 0 without a TCP listener. */
-int a2c_server_tcp_port(const a2c_server *srv);
+int a2__server_tcp_port(const a2__server *srv);
 
 /*
  * Does every pending accept, read, write and timeout without blocking;
  * returns 0, or -1 when the server itself failed (not a worker).
  */
-int a2c_server_run(a2c_server *srv);
+int a2__server_run(a2__server *srv);
 
 /*
  * Sends what the wake-up calls below queued since the last flush
- * (a2c_server_run flushes too): the daemon calls it once per turn, after the
+ * (a2__server_run flushes too): the daemon calls it once per turn, after the
  * turn's replication messages, so a burst of wake-ups leaves in one write per
  * worker. A worker whose socket is full is written when it drains.
  */
-void a2c_server_flush(a2c_server *srv);
+void a2__server_flush(a2__server *srv);
 
 /*
  * A standby (message set) answers every hello, once its token is checked,
@@ -149,22 +149,22 @@ void a2c_server_flush(a2c_server *srv);
  * NULL makes it active. Connections already live are not touched. 0, or -1
  * when out of memory.
  */
-int a2c_server_set_standby(a2c_server *srv, const char *message);
+int a2__server_set_standby(a2__server *srv, const char *message);
 
 /* The current LSN the daemon has applied, sent in `welcome`. */
-void a2c_server_set_lsn(a2c_server *srv, uint64_t lsn);
+void a2__server_set_lsn(a2__server *srv, uint64_t lsn);
 
 /* `wake` for (consumer, session): routed to one subscriber (or all). xid:
  * the commit's transaction id, for the claim to wait for (0: none). */
-void a2c_server_wake(a2c_server *srv, const char *consumer, const char *session,
+void a2__server_wake(a2__server *srv, const char *consumer, const char *session,
                      const char *cursor_key, int64_t head, uint64_t lsn,
                      uint64_t xid);
 
-/* a2c_server_wake for a commit made at commit_us (µs since the Unix epoch,
+/* a2__server_wake for a commit made at commit_us (µs since the Unix epoch,
  * from the stream; 0: none), whose time to the socket stats.wake_latency
  * counts. A wake coalesced in a worker's queue counts once, from the
  * earliest commit it stands for. */
-void a2c_server_wake_at(a2c_server *srv, const char *consumer,
+void a2__server_wake_at(a2__server *srv, const char *consumer,
                         const char *session, const char *cursor_key,
                         int64_t head, uint64_t lsn, uint64_t xid,
                         int64_t commit_us);
@@ -175,26 +175,26 @@ void a2c_server_wake_at(a2c_server *srv, const char *consumer,
  * on the session (A2C_ROUTE_AFFINITY), or all of them (A2C_ROUTE_BROADCAST).
  * The cost is that of the subscriptions that follow type: an index by type
  * of the live log subscriptions, rebuilt when they change. */
-void a2c_server_log(a2c_server *srv, const char *session, int64_t idx,
+void a2__server_log(a2__server *srv, const char *session, int64_t idx,
                     const char *type, uint64_t lsn, uint64_t xid);
 
 /* `cleared`: to every worker that has subscribed at least one consumer (the
  * simplest correct rule: routing is per consumer, a clear is per session). */
-void a2c_server_cleared(a2c_server *srv, const char *session,
+void a2__server_cleared(a2__server *srv, const char *session,
                         int64_t clear_index, uint64_t lsn);
 
 /* `resync` of every consumer, all sessions, to every worker. */
-void a2c_server_resync_all(a2c_server *srv);
+void a2__server_resync_all(a2__server *srv);
 
 /*
  * `presence` patch to the workers subscribed to namespace ns. fields_json is
  * a JSON object text (a null value means deleted); lsn the change's commit
  * end.
  */
-void a2c_server_presence(a2c_server *srv, const char *ns,
+void a2__server_presence(a2__server *srv, const char *ns,
                          const char *participant, const char *fields_json,
                          uint64_t lsn);
 
-void a2c_server_get_stats(const a2c_server *srv, a2c_server_stats *out);
+void a2__server_get_stats(const a2__server *srv, a2__server_stats *out);
 
 #endif

@@ -17,7 +17,7 @@ typedef struct {
     size_t slot; /* index in the heap */
 } entry;
 
-struct a2c_timers {
+struct a2__timers {
     entry **heap;
     size_t n, cap;
     entry **table; /* hash table of entries; NULL = empty, TOMB = deleted */
@@ -53,7 +53,7 @@ static char *make_key(const char *session, const char *consumer,
     return k;
 }
 
-static void drop_last(a2c_timers *t)
+static void drop_last(a2__timers *t)
 {
     if (t->last) {
         free(t->last->key);
@@ -62,9 +62,9 @@ static void drop_last(a2c_timers *t)
     }
 }
 
-a2c_timers *a2c_timers_new(void)
+a2__timers *a2__timers_new(void)
 {
-    a2c_timers *t = calloc(1, sizeof *t);
+    a2__timers *t = calloc(1, sizeof *t);
     if (!t)
         return NULL;
     t->tcap = 64;
@@ -76,7 +76,7 @@ a2c_timers *a2c_timers_new(void)
     return t;
 }
 
-void a2c_timers_clear(a2c_timers *t)
+void a2__timers_clear(a2__timers *t)
 {
     if (!t)
         return;
@@ -90,18 +90,18 @@ void a2c_timers_clear(a2c_timers *t)
     drop_last(t);
 }
 
-void a2c_timers_free(a2c_timers *t)
+void a2__timers_free(a2__timers *t)
 {
     if (!t)
         return;
-    a2c_timers_clear(t);
+    a2__timers_clear(t);
     free(t->heap);
     free(t->table);
     free(t);
 }
 
 /* The table slot of key, or of the first free slot for it (*found = 0). */
-static size_t lookup(const a2c_timers *t, const char *key, size_t keylen,
+static size_t lookup(const a2__timers *t, const char *key, size_t keylen,
                      uint64_t hash, int *found)
 {
     size_t mask = t->tcap - 1, i = hash & mask, free_slot = (size_t)-1;
@@ -123,7 +123,7 @@ static size_t lookup(const a2c_timers *t, const char *key, size_t keylen,
     }
 }
 
-static int rehash(a2c_timers *t, size_t ncap)
+static int rehash(a2__timers *t, size_t ncap)
 {
     entry **nt = calloc(ncap, sizeof *nt);
     if (!nt)
@@ -142,7 +142,7 @@ static int rehash(a2c_timers *t, size_t ncap)
     return 0;
 }
 
-static void heap_swap(a2c_timers *t, size_t a, size_t b)
+static void heap_swap(a2__timers *t, size_t a, size_t b)
 {
     entry *x = t->heap[a];
     t->heap[a] = t->heap[b];
@@ -151,7 +151,7 @@ static void heap_swap(a2c_timers *t, size_t a, size_t b)
     t->heap[b]->slot = b;
 }
 
-static void sift_up(a2c_timers *t, size_t i)
+static void sift_up(a2__timers *t, size_t i)
 {
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -162,7 +162,7 @@ static void sift_up(a2c_timers *t, size_t i)
     }
 }
 
-static void sift_down(a2c_timers *t, size_t i)
+static void sift_down(a2__timers *t, size_t i)
 {
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
@@ -178,7 +178,7 @@ static void sift_down(a2c_timers *t, size_t i)
 }
 
 /* Removes e from the heap and the table (does not free it). */
-static void unlink_entry(a2c_timers *t, entry *e)
+static void unlink_entry(a2__timers *t, entry *e)
 {
     int found;
     size_t ts = lookup(t, e->key, e->keylen, e->hash, &found);
@@ -194,7 +194,7 @@ static void unlink_entry(a2c_timers *t, entry *e)
     }
 }
 
-int a2c_timers_set(a2c_timers *t, const char *session, const char *consumer,
+int a2__timers_set(a2__timers *t, const char *session, const char *consumer,
                    const char *cursor_key, int64_t epoch, int64_t head,
                    int64_t deadline_ms)
 {
@@ -259,7 +259,7 @@ int a2c_timers_set(a2c_timers *t, const char *session, const char *consumer,
     return 0;
 }
 
-int a2c_timers_cancel(a2c_timers *t, const char *session, const char *consumer,
+int a2__timers_cancel(a2__timers *t, const char *session, const char *consumer,
                       const char *cursor_key, int64_t epoch)
 {
     size_t keylen;
@@ -282,17 +282,17 @@ int a2c_timers_cancel(a2c_timers *t, const char *session, const char *consumer,
     return 1;
 }
 
-size_t a2c_timers_count(const a2c_timers *t)
+size_t a2__timers_count(const a2__timers *t)
 {
     return t ? t->n : 0;
 }
 
-int64_t a2c_timers_next(const a2c_timers *t)
+int64_t a2__timers_next(const a2__timers *t)
 {
     return t && t->n ? t->heap[0]->deadline_ms : INT64_MAX;
 }
 
-int a2c_timers_pop(a2c_timers *t, int64_t now_ms, a2c_timer *out)
+int a2__timers_pop(a2__timers *t, int64_t now_ms, a2__timer *out)
 {
     drop_last(t);
     if (!t->n || t->heap[0]->deadline_ms > now_ms)

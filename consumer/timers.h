@@ -10,10 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct a2c_timers a2c_timers;
+typedef struct a2__timers a2__timers;
 
-/* A timer as a2c_timers_pop returns it; the strings live until the next
- * call on the set (or a2c_timers_free). */
+/* A timer as a2__timers_pop returns it; the strings live until the next
+ * call on the set (or a2__timers_free). */
 typedef struct {
     const char *session;
     const char *consumer;
@@ -21,13 +21,13 @@ typedef struct {
     int64_t epoch;
     int64_t head;
     int64_t deadline_ms;
-} a2c_timer;
+} a2__timer;
 
 /* An empty set, or NULL when out of memory. */
-a2c_timers *a2c_timers_new(void);
+a2__timers *a2__timers_new(void);
 
 /* NULL-safe. */
-void a2c_timers_free(a2c_timers *t);
+void a2__timers_free(a2__timers *t);
 
 /*
  * Sets (or moves) the timer of the key to deadline_ms, remembering head for
@@ -35,7 +35,7 @@ void a2c_timers_free(a2c_timers *t);
  * unchanged).
  */
 __attribute__((warn_unused_result)) int
-a2c_timers_set(a2c_timers *t, const char *session, const char *consumer,
+a2__timers_set(a2__timers *t, const char *session, const char *consumer,
                const char *cursor_key, int64_t epoch, int64_t head,
                int64_t deadline_ms);
 
@@ -43,23 +43,23 @@ a2c_timers_set(a2c_timers *t, const char *session, const char *consumer,
  * Cancels the key's timer when it was set for epoch (any epoch when epoch is
  * negative); returns 1 when one was cancelled, else 0.
  */
-int a2c_timers_cancel(a2c_timers *t, const char *session, const char *consumer,
+int a2__timers_cancel(a2__timers *t, const char *session, const char *consumer,
                       const char *cursor_key, int64_t epoch);
 
 /* Number of pending timers. */
-size_t a2c_timers_count(const a2c_timers *t);
+size_t a2__timers_count(const a2__timers *t);
 
 /* Earliest deadline, or INT64_MAX when empty. */
-int64_t a2c_timers_next(const a2c_timers *t);
+int64_t a2__timers_next(const a2__timers *t);
 
 /*
  * Removes the earliest timer when its deadline is <= now_ms and copies it to
  * out (strings valid until the next call on the set). Returns 1 when one was
  * popped, else 0.
  */
-int a2c_timers_pop(a2c_timers *t, int64_t now_ms, a2c_timer *out);
+int a2__timers_pop(a2__timers *t, int64_t now_ms, a2__timer *out);
 
 /* Removes every timer. */
-void a2c_timers_clear(a2c_timers *t);
+void a2__timers_clear(a2__timers *t);
 
 #endif

@@ -7,7 +7,7 @@
 #                           test_consumer_latency.c prints the tables)
 #
 # The consumer's SQL lives in consumer/*.sql; each file NAME.sql is embedded
-# (deploy/embed-sql) as `const char a2c_NAME_sql[]` in the consumer's
+# (deploy/embed-sql) as `const char a2__NAME_sql[]` in the consumer's
 # archive.
 
 .PHONY: consumer-latency
@@ -15,9 +15,9 @@
 CONSUMER_SQL_OBJS := $(patsubst consumer/%.sql,$(B)/obj/gen/consumer_%_sql.o,\
                        $(wildcard consumer/*.sql))
 
-build/gen/consumer_%_sql.c: consumer/%.sql deploy/embed-sql
+build/gen/consumer_%_sql.c: consumer/%.sql deploy/embed-sql mk/consumer.mk
 	@mkdir -p $(dir $@)
-	deploy/embed-sql a2c_$*_sql $< > $@.tmp && mv $@.tmp $@
+	deploy/embed-sql a2__$*_sql $< > $@.tmp && mv $@.tmp $@
 
 $(B)/obj/gen/consumer_%_sql.o: build/gen/consumer_%_sql.c
 	@mkdir -p $(dir $@)

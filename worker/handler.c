@@ -20,7 +20,7 @@
 
 extern char **environ;
 
-void a2w__say(const char *fmt, ...)
+void a2__say(const char *fmt, ...)
 {
     char line[2048];
     va_list ap;
@@ -38,7 +38,7 @@ void a2w__say(const char *fmt, ...)
 
 /* ── what --exec and --serve share ─────────────────────────────────────── */
 
-static char *event_json(const a2w__cmd *cmd, const a2_head *h)
+static char *event_json(const a2__cmd *cmd, const a2_head *h)
 {
     const a2_event *e = &h->event;
     json_t *o = json_object();
@@ -78,7 +78,7 @@ static char *event_json(const a2w__cmd *cmd, const a2_head *h)
 
 /* The event as the line a handler reads (event_json and a newline), its
  * length in *len; NULL on ENOMEM. */
-char *a2w__event_line(const a2w__cmd *c, const a2_head *h, size_t *len)
+char *a2__event_line(const a2__cmd *c, const a2_head *h, size_t *len)
 {
     char *text = event_json(c, h);
     if (!text)
@@ -95,7 +95,7 @@ char *a2w__event_line(const a2w__cmd *c, const a2_head *h, size_t *len)
     return line;
 }
 
-void a2w__close_fd(int *fd)
+void a2__close_fd(int *fd)
 {
     if (*fd >= 0) {
         close(*fd);
@@ -111,7 +111,7 @@ static const char *const own_vars[] = {
 
 /* environ without own_vars, plus vars[0..nvars) (NULL entries skipped);
  * NULL on ENOMEM. */
-char **a2w__build_env(char **vars, size_t nvars)
+char **a2__build_env(char **vars, size_t nvars)
 {
     size_t n = 0;
     while (environ[n])
@@ -134,7 +134,7 @@ char **a2w__build_env(char **vars, size_t nvars)
     return env;
 }
 
-void a2w__tail_add(a2w__tail *t, const char *buf, size_t n)
+void a2__tail_add(a2__tail *t, const char *buf, size_t n)
 {
     if (n >= A2W_STDERR_TAIL) {
         memcpy(t->buf, buf + n - A2W_STDERR_TAIL, A2W_STDERR_TAIL);
@@ -152,14 +152,14 @@ void a2w__tail_add(a2w__tail *t, const char *buf, size_t n)
     t->buf[t->len] = '\0';
 }
 
-void a2w__tail_clear(a2w__tail *t)
+void a2__tail_clear(a2__tail *t)
 {
     t->len = 0;
     t->buf[0] = '\0';
 }
 
 /* The tail as one line: trailing newlines dropped, the others as spaces. */
-void a2w__tail_line(const a2w__tail *t, char *out, size_t len)
+void a2__tail_line(const a2__tail *t, char *out, size_t len)
 {
     snprintf(out, len, "%.*s", (int)t->len, t->buf);
     size_t n = strlen(out);
@@ -173,7 +173,7 @@ void a2w__tail_line(const a2w__tail *t, char *out, size_t len)
 /* Replaces each byte of s that is not part of well-formed UTF-8 with '?':
  * the store takes only UTF-8 error texts, and a handler's output (or the
  * start of a tail) may be anything. */
-void a2w__utf8_clean(char *s)
+void a2__utf8_clean(char *s)
 {
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
@@ -187,7 +187,7 @@ void a2w__utf8_clean(char *s)
 
 /* A waitpid status: "exit status 7" / "killed by signal 9", or with
  * verbs, "exited with status 7" / "killed by signal 9". */
-void a2w__status_text(int status, int verbs, char *buf, size_t len)
+void a2__status_text(int status, int verbs, char *buf, size_t len)
 {
     if (WIFEXITED(status))
         snprintf(buf, len, verbs ? "exited with status %d" : "exit status %d",
@@ -205,7 +205,7 @@ void a2w__status_text(int status, int verbs, char *buf, size_t len)
  * (close-on-exec; stdin non-blocking, and with nonblock the other two).
  * Returns the pid, or -1 with the reason in err.
  */
-pid_t a2w__spawn(const a2w__cmd *c, char **env, int fds[3], int nonblock,
+pid_t a2__spawn(const a2__cmd *c, char **env, int fds[3], int nonblock,
                  char *err, size_t errlen)
 {
     int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
@@ -258,7 +258,7 @@ done:
 /* Adds v (a JSON object with a string "type", and "payload" and "id") to
  * reply as returned event nth (from 1); 1 with the reason in why when the
  * event is refused. */
-int a2w__add_returned(a2_worker_reply *reply, json_t *v, size_t nth, char *why,
+int a2__add_returned(a2_worker_reply *reply, json_t *v, size_t nth, char *why,
                       size_t whylen)
 {
     json_t *type = json_object_get(v, "type");
@@ -285,12 +285,12 @@ typedef struct {
     char *out;  /* stdout */
     size_t outlen;
     int overflow; /* stdout went past A2W_MAX_STDOUT */
-    a2w__tail err;
+    a2__tail err;
 } run_result;
 
 /* Runs the command; 0 when it ran (see res->status), -1 when it could not
  * be started (reason in why). */
-static int run_command(const a2w__cmd *c, const a2_head *h, const char *input,
+static int run_command(const a2__cmd *c, const a2_head *h, const char *input,
                        size_t inlen, run_result *res, char *why, size_t whylen)
 {
     int fds[3] = {-1, -1, -1};
@@ -309,12 +309,12 @@ static int run_command(const a2w__cmd *c, const a2_head *h, const char *input,
         snprintf(why, whylen, "out of memory");
         goto done;
     }
-    env = a2w__build_env(vars, 7);
+    env = a2__build_env(vars, 7);
     if (!env) {
         snprintf(why, whylen, "out of memory");
         goto done;
     }
-    pid_t pid = a2w__spawn(c, env, fds, 0, why, whylen);
+    pid_t pid = a2__spawn(c, env, fds, 0, why, whylen);
     if (pid < 0)
         goto done;
     int out = fds[1], err = fds[2];
@@ -348,7 +348,7 @@ static int run_command(const a2w__cmd *c, const a2_head *h, const char *input,
             if (n < 0 && errno != EAGAIN && errno != EINTR)
                 sent = inlen; /* the handler closed stdin: fine */
             if (sent >= inlen)
-                a2w__close_fd(&fds[0]);
+                a2__close_fd(&fds[0]);
         }
         char buf[65536];
         if (iout >= 0 && p[iout].revents) {
@@ -380,16 +380,16 @@ static int run_command(const a2w__cmd *c, const a2_head *h, const char *input,
             if (n <= 0 && !(n < 0 && errno == EINTR))
                 open_err = 0;
             else if (n > 0)
-                a2w__tail_add(&res->err, buf, (size_t)n);
+                a2__tail_add(&res->err, buf, (size_t)n);
         }
     }
-    a2w__close_fd(&fds[0]);
+    a2__close_fd(&fds[0]);
     while (waitpid(pid, &res->status, 0) < 0 && errno == EINTR)
         ;
     rc = 0;
 done:
     for (int i = 0; i < 3; i++)
-        a2w__close_fd(&fds[i]);
+        a2__close_fd(&fds[i]);
     for (int i = 0; i < 7; i++)
         free(vars[i]);
     free(env);
@@ -398,7 +398,7 @@ done:
 
 /* One event through --exec: 0 with the returned events added to reply, or
  * 1 with the reason in why. */
-int a2w__exec_event(const a2w__cmd *c, const a2_head *h, const char *line,
+int a2__exec_event(const a2__cmd *c, const a2_head *h, const char *line,
                     size_t len, a2_worker_reply *reply, char *why,
                     size_t whylen, size_t *returned)
 {
@@ -411,8 +411,8 @@ int a2w__exec_event(const a2w__cmd *c, const a2_head *h, const char *line,
     } else if (!WIFEXITED(res.status) || WEXITSTATUS(res.status) != 0) {
         /* The tail of stderr (its last lines), then how it ended. */
         char tail[A2W_STDERR_TAIL + 1], how[64];
-        a2w__tail_line(&res.err, tail, sizeof tail);
-        a2w__status_text(res.status, 0, how, sizeof how);
+        a2__tail_line(&res.err, tail, sizeof tail);
+        a2__status_text(res.status, 0, how, sizeof how);
         if (*tail)
             snprintf(why, whylen, "%s (%s)", tail, how);
         else
@@ -429,7 +429,7 @@ int a2w__exec_event(const a2w__cmd *c, const a2_head *h, const char *line,
             json_t *v = json_loads(p, 0, NULL);
             if (json_is_object(v) &&
                 json_is_string(json_object_get(v, "type"))) {
-                if (a2w__add_returned(reply, v, *returned + 1, why, whylen) !=
+                if (a2__add_returned(reply, v, *returned + 1, why, whylen) !=
                     0) {
                     rc = 1;
                     json_decref(v);
@@ -437,7 +437,7 @@ int a2w__exec_event(const a2w__cmd *c, const a2_head *h, const char *line,
                 }
                 (*returned)++;
             } else if (*p && !c->quiet) {
-                a2w__say("a2-worker: [%s #%lld] %s", e->session_id,
+                a2__say("a2-worker: [%s #%lld] %s", e->session_id,
                          (long long)e->index, p);
             }
             json_decref(v);

@@ -24,43 +24,43 @@ typedef struct {
     const char *cmd;      /* run by /bin/sh -c */
     const char *consumer; /* A2_CONSUMER, and "consumer" of the event line */
     int quiet;            /* log only problems */
-} a2w__cmd;
+} a2__cmd;
 
 /* One log line to stderr with a single write, so threads never
  * interleave. */
-void a2w__say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void a2__say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The event as the line a handler reads (a JSON object and a newline), its
  * length in *len; NULL on ENOMEM. */
-char *a2w__event_line(const a2w__cmd *c, const a2_head *h, size_t *len);
+char *a2__event_line(const a2__cmd *c, const a2_head *h, size_t *len);
 
 /* Replaces each byte of s that is not part of well-formed UTF-8 with '?'. */
-void a2w__utf8_clean(char *s);
+void a2__utf8_clean(char *s);
 
 /*
  * One event through --exec: runs CMD with line on its stdin. 0 with the
  * returned events added to reply (*returned counts them), or 1 with the
  * reason in why.
  */
-int a2w__exec_event(const a2w__cmd *c, const a2_head *h, const char *line,
+int a2__exec_event(const a2__cmd *c, const a2_head *h, const char *line,
                     size_t len, a2_worker_reply *reply, char *why,
                     size_t whylen, size_t *returned);
 
 /* ── --serve ──────────────────────────────────────────────────────────── */
 
-typedef struct a2w__serve a2w__serve;
+typedef struct a2__serve a2__serve;
 
 /* Starts the thread that owns the handlers of slots 1..slots (and starts
  * them); ttl_ms: the time a handler has to answer. NULL on failure. */
-a2w__serve *a2w__serve_start(const a2w__cmd *c, int slots, int64_t ttl_ms);
+a2__serve *a2__serve_start(const a2__cmd *c, int slots, int64_t ttl_ms);
 
 /* Closes the handlers' stdin, waits (bounded) for them to exit, frees. Call
  * it once no event is in flight. NULL-safe. */
-void a2w__serve_stop(a2w__serve *sv);
+void a2__serve_stop(a2__serve *sv);
 
 /* One event through slot's handler (1..slots; from that slot's thread): as
- * a2w__exec_event. */
-int a2w__serve_event(a2w__serve *sv, int slot, const a2_head *h,
+ * a2__exec_event. */
+int a2__serve_event(a2__serve *sv, int slot, const a2_head *h,
                      const char *line, size_t len, a2_worker_reply *reply,
                      char *why, size_t whylen, size_t *returned);
 
@@ -70,23 +70,23 @@ int a2w__serve_event(a2w__serve *sv, int slot, const a2_head *h,
 typedef struct {
     char buf[A2W_STDERR_TAIL + 1];
     size_t len;
-} a2w__tail;
+} a2__tail;
 
-void a2w__tail_add(a2w__tail *t, const char *buf, size_t n);
-void a2w__tail_clear(a2w__tail *t);
+void a2__tail_add(a2__tail *t, const char *buf, size_t n);
+void a2__tail_clear(a2__tail *t);
 /* The tail as one line: trailing newlines dropped, the others as spaces. */
-void a2w__tail_line(const a2w__tail *t, char *out, size_t len);
+void a2__tail_line(const a2__tail *t, char *out, size_t len);
 
 /* Closes *fd when open and sets it to -1. */
-void a2w__close_fd(int *fd);
+void a2__close_fd(int *fd);
 
 /* environ without the variables a2-worker sets for its handlers, plus
  * vars[0..nvars) (NULL entries skipped); NULL on ENOMEM. */
-char **a2w__build_env(char **vars, size_t nvars);
+char **a2__build_env(char **vars, size_t nvars);
 
 /* A waitpid status: "exit status 7" / "killed by signal 9", or with
  * verbs, "exited with status 7" / "killed by signal 9". */
-void a2w__status_text(int status, int verbs, char *buf, size_t len);
+void a2__status_text(int status, int verbs, char *buf, size_t len);
 
 /*
  * Starts /bin/sh -c CMD with env in its own process group (a terminal's
@@ -95,13 +95,13 @@ void a2w__status_text(int status, int verbs, char *buf, size_t len);
  * (close-on-exec; stdin non-blocking, and with nonblock the other two).
  * Returns the pid, or -1 with the reason in err.
  */
-pid_t a2w__spawn(const a2w__cmd *c, char **env, int fds[3], int nonblock,
+pid_t a2__spawn(const a2__cmd *c, char **env, int fds[3], int nonblock,
                  char *err, size_t errlen);
 
 /* Adds v (a JSON object with a string "type", and "payload" and "id") to
  * reply as returned event nth (from 1); 1 with the reason in why when the
  * event is refused. */
-int a2w__add_returned(a2_worker_reply *reply, json_t *v, size_t nth, char *why,
+int a2__add_returned(a2_worker_reply *reply, json_t *v, size_t nth, char *why,
                       size_t whylen);
 
 #endif

@@ -71,13 +71,13 @@ typedef struct proc {
     size_t linelen, linecap;
     char errline[1024]; /* stderr: the line being read, for the log */
     size_t errlinelen;
-    a2w__tail tail; /* stderr since cur was sent */
+    a2__tail tail; /* stderr since cur was sent */
 } proc;
 
-typedef struct a2w__serve serve;
+typedef struct a2__serve serve;
 
-struct a2w__serve {
-    const a2w__cmd *cmd;
+struct a2__serve {
+    const a2__cmd *cmd;
     int64_t ttl_ms; /* the time a handler has to answer */
     pthread_mutex_t mu;
     pthread_t thread;
@@ -118,7 +118,7 @@ static void proc_settle(serve *sv, proc *p, char *answer, size_t len,
     }
     char tail[A2W_STDERR_TAIL + 1] = "";
     if (!answer)
-        a2w__tail_line(&p->tail, tail, sizeof tail);
+        a2__tail_line(&p->tail, tail, sizeof tail);
     pthread_mutex_lock(&sv->mu);
     r->answer = answer;
     r->answer_len = len;
@@ -162,17 +162,17 @@ static void proc_errline(proc *p)
     if (n == 0)
         return;
     if (p->cur)
-        a2w__say("a2-worker: [handler %d %s #%lld] %.*s", p->slot,
+        a2__say("a2-worker: [handler %d %s #%lld] %.*s", p->slot,
                  p->cur->session, (long long)p->cur->index, (int)n, p->errline);
     else
-        a2w__say("a2-worker: [handler %d] %.*s", p->slot, (int)n, p->errline);
+        a2__say("a2-worker: [handler %d] %.*s", p->slot, (int)n, p->errline);
 }
 
 /* stderr: kept as the tail of the event in flight, and logged by line. */
 static void proc_stderr(proc *p, const char *data, size_t n)
 {
     if (p->cur)
-        a2w__tail_add(&p->tail, data, n);
+        a2__tail_add(&p->tail, data, n);
     for (size_t i = 0; i < n; i++) {
         if (data[i] == '\n') {
             proc_errline(p);
@@ -210,7 +210,7 @@ static void proc_line(serve *sv, proc *p, int64_t now)
         p->backoff_ms = SERVE_BACKOFF_MIN_MS;
         proc_settle(sv, p, answer, n, "out of memory");
     } else if (!p->discard) {
-        a2w__say("a2-worker: handler %d answered with no event in flight, "
+        a2__say("a2-worker: handler %d answered with no event in flight, "
                  "ignored: %.*s",
                  p->slot, n > 300 ? 300 : (int)n, p->line);
     }
@@ -274,7 +274,7 @@ static void proc_read_out(serve *sv, proc *p, int64_t now, int reads)
             return;
         if (p->linelen > 0) /* a last line without its newline */
             proc_line(sv, p, now);
-        a2w__close_fd(&p->out);
+        a2__close_fd(&p->out);
         proc_going(p, now, SERVE_EXIT_GRACE_MS,
                    "the handler closed its stdout");
     }
@@ -294,7 +294,7 @@ static void proc_read_err(proc *p, int reads)
         if (n < 0 && errno == EAGAIN)
             return;
         proc_errline(p);
-        a2w__close_fd(&p->err);
+        a2__close_fd(&p->err);
     }
 }
 
@@ -310,7 +310,7 @@ static void proc_write(proc *p, int64_t now)
         } else if (n < 0 && errno == EAGAIN) {
             return;
         } else {
-            a2w__close_fd(&p->in);
+            a2__close_fd(&p->in);
             proc_going(p, now, SERVE_EXIT_GRACE_MS,
                        "the handler closed its stdin");
         }
@@ -329,11 +329,11 @@ static void proc_send(serve *sv, proc *p, serve_req *r, int64_t now,
     p->sent = 0;
     p->deadline = now + ttl;
     p->stale = p->linelen > 0;
-    a2w__tail_clear(&p->tail);
+    a2__tail_clear(&p->tail);
     proc_write(p, now);
 }
 
-static void proc_start(serve *sv, const a2w__cmd *c, proc *p, int64_t now)
+static void proc_start(serve *sv, const a2__cmd *c, proc *p, int64_t now)
 {
     char slotvar[32], why[300] = "";
     char *vars[2] = {NULL, slotvar};
@@ -344,15 +344,15 @@ static void proc_start(serve *sv, const a2w__cmd *c, proc *p, int64_t now)
     if (asprintf(&vars[0], "A2_CONSUMER=%s", c->consumer) < 0) {
         vars[0] = NULL;
         snprintf(why, sizeof why, "out of memory");
-    } else if (!(env = a2w__build_env(vars, 2))) {
+    } else if (!(env = a2__build_env(vars, 2))) {
         snprintf(why, sizeof why, "out of memory");
     } else {
-        pid = a2w__spawn(c, env, fds, 1, why, sizeof why);
+        pid = a2__spawn(c, env, fds, 1, why, sizeof why);
     }
     free(env);
     free(vars[0]);
     if (pid < 0) {
-        a2w__say("a2-worker: could not start handler %d: %s; trying again in "
+        a2__say("a2-worker: could not start handler %d: %s; trying again in "
                  "%lld ms",
                  p->slot, why, (long long)p->backoff_ms);
         p->start_at = now + p->backoff_ms;
@@ -365,7 +365,7 @@ static void proc_start(serve *sv, const a2w__cmd *c, proc *p, int64_t now)
         pthread_mutex_unlock(&sv->mu);
         char text[400];
         snprintf(text, sizeof text, "could not start the handler: %s", why);
-        a2w__tail_clear(&p->tail);
+        a2__tail_clear(&p->tail);
         proc_settle(sv, p, NULL, 0, text);
         return;
     }
@@ -374,33 +374,33 @@ static void proc_start(serve *sv, const a2w__cmd *c, proc *p, int64_t now)
     p->out = fds[1];
     p->err = fds[2];
     if (!c->quiet)
-        a2w__say("a2-worker: handler %d started (pid %ld)", p->slot, (long)pid);
+        a2__say("a2-worker: handler %d started (pid %ld)", p->slot, (long)pid);
 }
 
 /* p's process is gone (status -1: reaped elsewhere): fails the event in
  * flight with how it ended, and schedules the next start. */
-static void proc_exited(serve *sv, const a2w__cmd *c, proc *p, int status,
+static void proc_exited(serve *sv, const a2__cmd *c, proc *p, int status,
                         int64_t now, int closing)
 {
     proc_read_err(p, 64); /* what it wrote before it exited */
     proc_errline(p);
-    a2w__close_fd(&p->in);
-    a2w__close_fd(&p->out);
-    a2w__close_fd(&p->err);
+    a2__close_fd(&p->in);
+    a2__close_fd(&p->out);
+    a2__close_fd(&p->err);
     char how[64], why[300];
     if (status == -1)
         snprintf(how, sizeof how, "ended");
     else
-        a2w__status_text(status, 1, how, sizeof how);
+        a2__status_text(status, 1, how, sizeof how);
     snprintf(why, sizeof why, "handler %s", how);
     proc_settle(sv, p, NULL, 0, why);
     int clean = status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (closing) {
         if (!c->quiet || !clean)
-            a2w__say("a2-worker: handler %d (pid %ld) %s", p->slot,
+            a2__say("a2-worker: handler %d (pid %ld) %s", p->slot,
                      (long)p->pid, how);
     } else {
-        a2w__say(
+        a2__say(
                 "a2-worker: handler %d (pid %ld) %s%s%s; restarting in %lld ms",
                 p->slot, (long)p->pid, how, p->killed ? ": " : "",
                 p->killed ? p->kill_why : "", (long long)p->backoff_ms);
@@ -417,7 +417,7 @@ static void proc_exited(serve *sv, const a2w__cmd *c, proc *p, int status,
 }
 
 /* The timers of a running p: the answer's deadline, signals due, reaping. */
-static void proc_timers(serve *sv, const a2w__cmd *c, proc *p, int64_t now,
+static void proc_timers(serve *sv, const a2__cmd *c, proc *p, int64_t now,
                         int64_t ttl, int closing)
 {
     if (p->cur && now >= p->deadline) {
@@ -437,7 +437,7 @@ static void proc_timers(serve *sv, const a2w__cmd *c, proc *p, int64_t now,
         p->killed = 1;
         p->discard = 1;
         p->kill_at = 0;
-        a2w__close_fd(&p->in);
+        a2__close_fd(&p->in);
         proc_settle(sv, p, NULL, 0, p->kill_why);
     }
     if (p->exiting && now >= p->reap_at) {
@@ -468,7 +468,7 @@ static void serve_drain(serve *sv, int64_t now)
         proc *p = &sv->procs[i];
         if (p->pid <= 0)
             continue;
-        a2w__close_fd(&p->in);
+        a2__close_fd(&p->in);
         p->term_at = now + SERVE_DRAIN_TERM_MS;
         proc_going(p, now, SERVE_DRAIN_KILL_MS, "a2-worker is stopping");
     }
@@ -476,7 +476,7 @@ static void serve_drain(serve *sv, int64_t now)
 
 /* Starts, sends and runs the timers of every handler; returns how many
  * have a process, and the earliest timer in *next. */
-static int serve_step(serve *sv, const a2w__cmd *c, int64_t now, int64_t ttl,
+static int serve_step(serve *sv, const a2__cmd *c, int64_t now, int64_t ttl,
                       int closing, int64_t *next)
 {
     int live = 0;
@@ -558,7 +558,7 @@ static void serve_io(serve *sv, int64_t now)
 static void *serve_main(void *arg)
 {
     serve *sv = arg;
-    const a2w__cmd *c = sv->cmd;
+    const a2__cmd *c = sv->cmd;
     int64_t ttl = sv->ttl_ms;
     int64_t drain_end = 0;
     for (;;) {
@@ -582,7 +582,7 @@ static void *serve_main(void *arg)
             wait = 60000;
         int n = poll(sv->pfd, np, (int)wait);
         if (n < 0 && errno != EINTR) {
-            a2w__say("a2-worker: poll failed: %s", strerror(errno));
+            a2__say("a2-worker: poll failed: %s", strerror(errno));
             poll(NULL, 0, 100);
         } else if (n > 0) {
             serve_io(sv, a2__mono_ms());
@@ -592,7 +592,7 @@ static void *serve_main(void *arg)
         proc *p = &sv->procs[i];
         if (p->pid <= 0)
             continue;
-        a2w__say("a2-worker: handler %d (pid %ld) did not exit; killed",
+        a2__say("a2-worker: handler %d (pid %ld) did not exit; killed",
                  p->slot, (long)p->pid);
         proc_signal(p, SIGKILL);
         int status;
@@ -602,7 +602,7 @@ static void *serve_main(void *arg)
     return NULL;
 }
 
-a2w__serve *a2w__serve_start(const a2w__cmd *c, int slots, int64_t ttl_ms)
+a2__serve *a2__serve_start(const a2__cmd *c, int slots, int64_t ttl_ms)
 {
     serve *sv = calloc(1, sizeof *sv);
     if (!sv)
@@ -618,7 +618,7 @@ a2w__serve *a2w__serve_start(const a2w__cmd *c, int slots, int64_t ttl_ms)
     sv->pidx = calloc(3 * (size_t)sv->n, sizeof(int));
     if (!sv->procs || !sv->posted || !sv->pfd || !sv->pidx ||
         pipe2(sv->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-        a2w__serve_stop(sv);
+        a2__serve_stop(sv);
         return NULL;
     }
     for (int i = 0; i < sv->n; i++) {
@@ -630,14 +630,14 @@ a2w__serve *a2w__serve_start(const a2w__cmd *c, int slots, int64_t ttl_ms)
     }
     sv->ncv = sv->n;
     if (pthread_create(&sv->thread, NULL, serve_main, sv) != 0) {
-        a2w__serve_stop(sv);
+        a2__serve_stop(sv);
         return NULL;
     }
     sv->started = 1;
     return sv;
 }
 
-void a2w__serve_stop(serve *sv)
+void a2__serve_stop(serve *sv)
 {
     if (!sv)
         return;
@@ -651,9 +651,9 @@ void a2w__serve_stop(serve *sv)
     }
     for (int i = 0; sv->procs && i < sv->ncv; i++) {
         proc *p = &sv->procs[i];
-        a2w__close_fd(&p->in);
-        a2w__close_fd(&p->out);
-        a2w__close_fd(&p->err);
+        a2__close_fd(&p->in);
+        a2__close_fd(&p->out);
+        a2__close_fd(&p->err);
         free(p->line);
         pthread_cond_destroy(&p->cv);
     }
@@ -661,8 +661,8 @@ void a2w__serve_stop(serve *sv)
     free(sv->posted);
     free(sv->pfd);
     free(sv->pidx);
-    a2w__close_fd(&sv->wake[0]);
-    a2w__close_fd(&sv->wake[1]);
+    a2__close_fd(&sv->wake[0]);
+    a2__close_fd(&sv->wake[1]);
     pthread_mutex_destroy(&sv->mu);
     free(sv);
 }
@@ -708,7 +708,7 @@ static int parse_answer(const char *line, size_t len, a2_worker_reply *reply,
                 rc = 1;
                 break;
             }
-            if (a2w__add_returned(reply, ev, i + 1, why, whylen) != 0) {
+            if (a2__add_returned(reply, ev, i + 1, why, whylen) != 0) {
                 rc = 1;
                 break;
             }
@@ -719,7 +719,7 @@ static int parse_answer(const char *line, size_t len, a2_worker_reply *reply,
     return rc;
 }
 
-int a2w__serve_event(serve *sv, int slot, const a2_head *h, const char *line,
+int a2__serve_event(serve *sv, int slot, const a2_head *h, const char *line,
                      size_t len, a2_worker_reply *reply, char *why,
                      size_t whylen, size_t *returned)
 {

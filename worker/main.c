@@ -119,12 +119,12 @@ typedef struct {
     size_t nlog_types;
     int log_all;
 
-    a2w__cmd hc; /* the handler command (and consumer, quiet) */
+    a2__cmd hc; /* the handler command (and consumer, quiet) */
     a2_consumer cons;
     a2_log_spec log_spec;
 
     a2_worker_pool *pool;
-    a2w__serve *srv; /* --serve */
+    a2__serve *srv; /* --serve */
     int sigpipe[2];
 } app;
 
@@ -146,7 +146,7 @@ static void on_signal(int sig)
 static void lib_log(void *ctx, const char *line)
 {
     (void)ctx;
-    a2w__say("a2-worker: %s", line);
+    a2__say("a2-worker: %s", line);
 }
 
 /* ── the pool's handler ───────────────────────────────────────────────── */
@@ -156,34 +156,34 @@ static int handle(void *ctx, int slot, const a2_head *h, a2_worker_reply *reply)
     app *a = ctx;
     const a2_event *e = &h->event;
     size_t len = 0;
-    char *line = a2w__event_line(&a->hc, h, &len);
+    char *line = a2__event_line(&a->hc, h, &len);
     if (!line) {
         a2_worker_reply_error(reply, "could not render the event as JSON");
         return 1;
     }
     if (!a->hc.quiet)
-        a2w__say("a2-worker: run %s #%lld %s attempt %d%s%s", e->session_id,
+        a2__say("a2-worker: run %s #%lld %s attempt %d%s%s", e->session_id,
                  (long long)e->index, e->type, h->dispatch.attempt_count,
                  h->dispatch.lane ? " lane " : "",
                  h->dispatch.lane ? h->dispatch.lane : "");
     int64_t start = a2__mono_ms();
     char why[A2W_STDERR_TAIL + 512] = "";
     size_t returned = 0;
-    int rc = a->srv ? a2w__serve_event(a->srv, slot, h, line, len, reply, why,
+    int rc = a->srv ? a2__serve_event(a->srv, slot, h, line, len, reply, why,
                                        sizeof why, &returned)
-                    : a2w__exec_event(&a->hc, h, line, len, reply, why,
+                    : a2__exec_event(&a->hc, h, line, len, reply, why,
                                       sizeof why, &returned);
     free(line);
     int64_t ms = a2__mono_ms() - start;
     if (rc == 0) {
         if (!a->hc.quiet)
-            a2w__say("a2-worker: ok %s #%lld in %lld ms, %zu returned",
+            a2__say("a2-worker: ok %s #%lld in %lld ms, %zu returned",
                      e->session_id, (long long)e->index, (long long)ms,
                      returned);
     } else {
-        a2w__utf8_clean(why);
+        a2__utf8_clean(why);
         a2_worker_reply_error(reply, why);
-        a2w__say("a2-worker: failed %s #%lld attempt %d in %lld ms: %s",
+        a2__say("a2-worker: failed %s #%lld attempt %d in %lld ms: %s",
                  e->session_id, (long long)e->index, h->dispatch.attempt_count,
                  (long long)ms, why);
     }
@@ -198,12 +198,12 @@ static void on_event(app *a, const a2_worker_event *ev)
     switch (ev->type) {
     case A2_WORKER_EV_WAKE:
         if (!quiet)
-            a2w__say("a2-worker: wake %s %s head %lld", ev->session,
+            a2__say("a2-worker: wake %s %s head %lld", ev->session,
                      ev->cursor ? ev->cursor : "", (long long)ev->head);
         break;
     case A2_WORKER_EV_LOG:
         if (!quiet)
-            a2w__say("a2-worker: log %s #%lld %s", ev->session,
+            a2__say("a2-worker: log %s #%lld %s", ev->session,
                      (long long)ev->idx, ev->event_type ? ev->event_type : "");
         break;
     case A2_WORKER_EV_RESYNC:
@@ -211,17 +211,17 @@ static void on_event(app *a, const a2_worker_event *ev)
             size_t total = 0;
             (void)a2_worker_pool_resync(a->pool, ev->consumer, &total);
             if (!quiet)
-                a2w__say("a2-worker: resync: %zu session%s with pending work",
+                a2__say("a2-worker: resync: %zu session%s with pending work",
                          total, total == 1 ? "" : "s");
             return;
         }
         if (!quiet)
-            a2w__say("a2-worker: resync of %zu session%s", ev->nsessions,
+            a2__say("a2-worker: resync of %zu session%s", ev->nsessions,
                      ev->nsessions == 1 ? "" : "s");
         break;
     case A2_WORKER_EV_CLEARED:
         if (!quiet)
-            a2w__say("a2-worker: cleared %s at #%lld", ev->session,
+            a2__say("a2-worker: cleared %s at #%lld", ev->session,
                      (long long)ev->clear_index);
         break;
     default:
@@ -487,7 +487,7 @@ int main(int argc, char **argv)
     a2_store_close(store);
     int64_t ttl = a.ttl_ms ? a.ttl_ms : A2_WORKER_DEFAULT_TTL_MS;
     if (a.serve_mode &&
-        !(a.srv = a2w__serve_start(&a.hc, a.concurrency, ttl))) {
+        !(a.srv = a2__serve_start(&a.hc, a.concurrency, ttl))) {
         fprintf(stderr, "a2-worker: could not start the handlers' thread\n");
         rc = 1;
         goto done;
@@ -547,7 +547,7 @@ int main(int argc, char **argv)
                 break;
             off += (size_t)n;
         }
-        a2w__say("a2-worker: serving %s%s with %d %shandler%s, ttl %lld ms, %s",
+        a2__say("a2-worker: serving %s%s with %d %shandler%s, ttl %lld ms, %s",
                  a.consumer, a.cons.log ? " (log consumer)" : "", a.concurrency,
                  a.serve_mode ? "long-lived " : "",
                  a.concurrency == 1 ? "" : "s", (long long)ttl,
@@ -557,7 +557,7 @@ int main(int argc, char **argv)
     while (!got_signal) {
         int prc = a2_worker_process(w);
         if (prc != 0) {
-            a2w__say("a2-worker: %s",
+            a2__say("a2-worker: %s",
                      prc == A2_WORKER_ENOMEM ? "out of memory" : "poll failed");
             rc = 1;
             break;
@@ -581,7 +581,7 @@ int main(int argc, char **argv)
     if (got_signal) {
         a2_worker_pool_stats st;
         a2_worker_pool_get_stats(a.pool, &st);
-        a2w__say("a2-worker: %s received, draining %zu running handler%s",
+        a2__say("a2-worker: %s received, draining %zu running handler%s",
                  got_signal == SIGTERM ? "SIGTERM" : "SIGINT", st.running,
                  st.running == 1 ? "" : "s");
     }
@@ -589,14 +589,14 @@ done:
     a2_worker_pool_stop(a.pool);
     if (a.srv) {
         if (!quiet)
-            a2w__say("a2-worker: closing %d handler%s", a.concurrency,
+            a2__say("a2-worker: closing %d handler%s", a.concurrency,
                      a.concurrency == 1 ? "" : "s");
-        a2w__serve_stop(a.srv);
+        a2__serve_stop(a.srv);
     }
     if (a.pool && !quiet) {
         a2_worker_pool_stats st;
         a2_worker_pool_get_stats(a.pool, &st);
-        a2w__say("a2-worker: stopped after %llu handler runs",
+        a2__say("a2-worker: stopped after %llu handler runs",
                  (unsigned long long)(st.completed + st.failed +
                                       st.dead_lettered));
     }

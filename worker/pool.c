@@ -43,7 +43,7 @@ struct a2_worker_pool {
     pthread_cond_t timer_cv; /* the timer thread: a timer was set, or
                                 stopping */
     /* Under mu. */
-    a2w__sched *sched;
+    a2__sched *sched;
     int stopping;
     int64_t timer_wait; /* the timer thread sleeps until (monotonic ms), -1:
                            until signalled */
@@ -92,8 +92,8 @@ static void *slot_main(void *arg)
     a2_worker_pool *p = s->pool;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        a2w__run run;
-        a2w__job *j = p->stopping ? NULL : a2w__sched_take(p->sched, &run);
+        a2__run run;
+        a2__job *j = p->stopping ? NULL : a2__sched_take(p->sched, &run);
         if (!j) {
             if (p->stopping)
                 break;
@@ -127,11 +127,11 @@ static void *slot_main(void *arg)
         m->superseded += st.superseded;
         m->renewals += st.renewals;
         m->visibility_waits += st.visibility_waits;
-        a2w__run_end end = {.failed = failed,
+        a2__run_end end = {.failed = failed,
                             .retry_at = st.retry_at,
                             .claimed = st.claimed > 0};
         int64_t now = a2__mono_ms();
-        a2w__next next = a2w__sched_done(p->sched, j, &end, a2__real_ms(), now);
+        a2__next next = a2__sched_done(p->sched, j, &end, a2__real_ms(), now);
         if (next.kind == A2W_RUN_AGAIN)
             pthread_cond_signal(&p->work_cv);
         else if (next.kind == A2W_TIMER)
@@ -147,7 +147,7 @@ static void *timer_main(void *arg)
     pthread_mutex_lock(&p->mu);
     while (!p->stopping) {
         int64_t next;
-        int fired = a2w__sched_fire(p->sched, a2__mono_ms(), &next);
+        int fired = a2__sched_fire(p->sched, a2__mono_ms(), &next);
         if (fired == 1)
             pthread_cond_signal(&p->work_cv);
         else if (fired > 1)
@@ -222,7 +222,7 @@ a2_worker_pool *a2_worker_pool_new(const a2_worker_pool_options *o, char *err,
     p->log_ctx = o->log_ctx;
     int nslots = o->slots ? o->slots : 1;
     p->db = strdup(o->db ? o->db : "");
-    p->sched = a2w__sched_new();
+    p->sched = a2__sched_new();
     p->names = calloc(o->nconsumers, sizeof *p->names);
     p->is_log = calloc(o->nconsumers, 1);
     p->slots = calloc((size_t)nslots, sizeof *p->slots);
@@ -291,7 +291,7 @@ void a2_worker_pool_stop(a2_worker_pool *p)
     pthread_mutex_lock(&p->mu);
     p->stopping = 1;
     if (p->sched)
-        a2w__sched_stop(p->sched);
+        a2__sched_stop(p->sched);
     for (int i = 0; i < p->nslots; i++)
         a2_worker_runner_stop(p->slots[i].runner);
     pthread_cond_broadcast(&p->work_cv);
@@ -319,7 +319,7 @@ void a2_worker_pool_free(a2_worker_pool *p)
     if (!p)
         return;
     a2_worker_pool_stop(p);
-    a2w__sched_free(p->sched);
+    a2__sched_free(p->sched);
     for (size_t i = 0; i < p->nconsumers; i++)
         free(p->names[i]);
     free(p->names);
@@ -338,7 +338,7 @@ void a2_worker_pool_free(a2_worker_pool *p)
 static int add_locked(a2_worker_pool *p, const char *session, bool wake_log,
                       int hinted, uint64_t xid)
 {
-    int rc = a2w__sched_add(p->sched, session, wake_log, hinted, xid);
+    int rc = a2__sched_add(p->sched, session, wake_log, hinted, xid);
     if (rc == 1) {
         pthread_cond_signal(&p->work_cv);
         return 0;
@@ -486,6 +486,6 @@ void a2_worker_pool_get_stats(a2_worker_pool *p, a2_worker_pool_stats *out)
     pthread_mutex_lock(&p->mu);
     *out = p->sums;
     if (p->sched)
-        a2w__sched_counts(p->sched, out);
+        a2__sched_counts(p->sched, out);
     pthread_mutex_unlock(&p->mu);
 }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct a2w__job {
+struct a2__job {
     char *session;
     int wake_log;     /* run a2_store_wake_log first */
     int queued;       /* in the ready queue */
@@ -21,19 +21,19 @@ struct a2w__job {
                          waits for (0: none) */
     int run_wake_log; /* the run in progress: its wake_log */
     uint64_t run_xid; /* ... and its xid */
-    a2w__job *hnext;  /* hash chain */
-    a2w__job *rnext;  /* ready queue */
-    a2w__job *tnext;  /* timer list */
+    a2__job *hnext;  /* hash chain */
+    a2__job *rnext;  /* ready queue */
+    a2__job *tnext;  /* timer list */
 };
 
-struct a2w__sched {
-    a2w__job **buckets; /* sessions by name */
+struct a2__sched {
+    a2__job **buckets; /* sessions by name */
     size_t nbuckets;
     size_t njobs;
-    a2w__job *ready_head; /* FIFO of sessions to run */
-    a2w__job *ready_tail;
+    a2__job *ready_head; /* FIFO of sessions to run */
+    a2__job *ready_tail;
     size_t nqueued;
-    a2w__job *timed; /* sessions with a timer */
+    a2__job *timed; /* sessions with a timer */
     size_t nrunning;
     int stopping;
     uint64_t merged;
@@ -41,9 +41,9 @@ struct a2w__sched {
     uint64_t rechecks;
 };
 
-a2w__next a2w__after_run(const a2w__ran *r)
+a2__next a2__after_run(const a2__ran *r)
 {
-    a2w__next n = {A2W_DONE, 0, 0, r->wake_log};
+    a2__next n = {A2W_DONE, 0, 0, r->wake_log};
     if (r->again) {
         n.kind = A2W_RUN_AGAIN;
     } else if (r->failed) {
@@ -74,11 +74,11 @@ static size_t hash_of(const char *s)
     return (size_t)h;
 }
 
-static a2w__job *find_job(const a2w__sched *s, const char *session)
+static a2__job *find_job(const a2__sched *s, const char *session)
 {
     if (!s->nbuckets)
         return NULL;
-    for (a2w__job *j = s->buckets[hash_of(session) & (s->nbuckets - 1)]; j;
+    for (a2__job *j = s->buckets[hash_of(session) & (s->nbuckets - 1)]; j;
          j = j->hnext)
         if (strcmp(j->session, session) == 0)
             return j;
@@ -86,15 +86,15 @@ static a2w__job *find_job(const a2w__sched *s, const char *session)
 }
 
 /* Adds a job for session to the table; NULL when out of memory. */
-static a2w__job *add_job(a2w__sched *s, const char *session)
+static a2__job *add_job(a2__sched *s, const char *session)
 {
     if (s->njobs >= s->nbuckets) {
         size_t n = s->nbuckets ? s->nbuckets * 2 : 256;
-        a2w__job **nb = calloc(n, sizeof *nb);
+        a2__job **nb = calloc(n, sizeof *nb);
         if (!nb)
             return NULL;
         for (size_t i = 0; i < s->nbuckets; i++)
-            for (a2w__job *k = s->buckets[i], *next; k; k = next) {
+            for (a2__job *k = s->buckets[i], *next; k; k = next) {
                 next = k->hnext;
                 size_t b = hash_of(k->session) & (n - 1);
                 k->hnext = nb[b];
@@ -104,7 +104,7 @@ static a2w__job *add_job(a2w__sched *s, const char *session)
         s->buckets = nb;
         s->nbuckets = n;
     }
-    a2w__job *j = calloc(1, sizeof *j);
+    a2__job *j = calloc(1, sizeof *j);
     if (!j || !(j->session = strdup(session))) {
         free(j);
         return NULL;
@@ -117,16 +117,16 @@ static a2w__job *add_job(a2w__sched *s, const char *session)
 }
 
 /* Removes and frees a job that is not in the ready queue. */
-static void remove_job(a2w__sched *s, a2w__job *dead)
+static void remove_job(a2__sched *s, a2__job *dead)
 {
-    for (a2w__job **p = &s->buckets[hash_of(dead->session) & (s->nbuckets - 1)];
+    for (a2__job **p = &s->buckets[hash_of(dead->session) & (s->nbuckets - 1)];
          *p; p = &(*p)->hnext)
         if (*p == dead) {
             *p = dead->hnext;
             break;
         }
     if (dead->timed)
-        for (a2w__job **p = &s->timed; *p; p = &(*p)->tnext)
+        for (a2__job **p = &s->timed; *p; p = &(*p)->tnext)
             if (*p == dead) {
                 *p = dead->tnext;
                 break;
@@ -136,17 +136,17 @@ static void remove_job(a2w__sched *s, a2w__job *dead)
     free(dead);
 }
 
-a2w__sched *a2w__sched_new(void)
+a2__sched *a2__sched_new(void)
 {
-    return calloc(1, sizeof(a2w__sched));
+    return calloc(1, sizeof(a2__sched));
 }
 
-void a2w__sched_free(a2w__sched *s)
+void a2__sched_free(a2__sched *s)
 {
     if (!s)
         return;
     for (size_t i = 0; i < s->nbuckets; i++)
-        for (a2w__job *k = s->buckets[i], *next; k; k = next) {
+        for (a2__job *k = s->buckets[i], *next; k; k = next) {
             next = k->hnext;
             free(k->session);
             free(k);
@@ -157,7 +157,7 @@ void a2w__sched_free(a2w__sched *s)
 
 /* ── the ready queue and the timers ───────────────────────────────────── */
 
-static void push_ready(a2w__sched *s, a2w__job *j)
+static void push_ready(a2__sched *s, a2__job *j)
 {
     j->queued = 1;
     j->rnext = NULL;
@@ -169,9 +169,9 @@ static void push_ready(a2w__sched *s, a2w__job *j)
     s->nqueued++;
 }
 
-static a2w__job *pop_ready(a2w__sched *s)
+static a2__job *pop_ready(a2__sched *s)
 {
-    a2w__job *j = s->ready_head;
+    a2__job *j = s->ready_head;
     if (!j)
         return NULL;
     s->ready_head = j->rnext;
@@ -183,7 +183,7 @@ static a2w__job *pop_ready(a2w__sched *s)
     return j;
 }
 
-static void set_timer(a2w__sched *s, a2w__job *j, int64_t at)
+static void set_timer(a2__sched *s, a2__job *j, int64_t at)
 {
     j->at = at;
     if (!j->timed) {
@@ -193,12 +193,12 @@ static void set_timer(a2w__sched *s, a2w__job *j, int64_t at)
     }
 }
 
-int a2w__sched_add(a2w__sched *s, const char *session, int wake_log, int hinted,
+int a2__sched_add(a2__sched *s, const char *session, int wake_log, int hinted,
                    uint64_t xid)
 {
     if (s->stopping)
         return A2_WORKER_ESTOPPED;
-    a2w__job *j = find_job(s, session);
+    a2__job *j = find_job(s, session);
     if (!j && !(j = add_job(s, session)))
         return A2_WORKER_ENOMEM;
     j->wake_log |= wake_log;
@@ -222,9 +222,9 @@ int a2w__sched_add(a2w__sched *s, const char *session, int wake_log, int hinted,
     return 1;
 }
 
-a2w__job *a2w__sched_take(a2w__sched *s, a2w__run *run)
+a2__job *a2__sched_take(a2__sched *s, a2__run *run)
 {
-    a2w__job *j = s->stopping ? NULL : pop_ready(s);
+    a2__job *j = s->stopping ? NULL : pop_ready(s);
     if (!j)
         return NULL;
     j->running = 1;
@@ -243,12 +243,12 @@ a2w__job *a2w__sched_take(a2w__sched *s, a2w__run *run)
     return j;
 }
 
-a2w__next a2w__sched_done(a2w__sched *s, a2w__job *j, const a2w__run_end *end,
+a2__next a2__sched_done(a2__sched *s, a2__job *j, const a2__run_end *end,
                           int64_t now_real, int64_t now_mono)
 {
     s->nrunning--;
     j->running = 0;
-    a2w__ran ran = {
+    a2__ran ran = {
             .again = j->again,
             .failed = end->failed,
             .retry_at = end->retry_at,
@@ -259,7 +259,7 @@ a2w__next a2w__sched_done(a2w__sched *s, a2w__job *j, const a2w__run_end *end,
             .waited = j->run_xid != 0,
             .wake_log = j->run_wake_log,
     };
-    a2w__next next = a2w__after_run(&ran);
+    a2__next next = a2__after_run(&ran);
     if (s->stopping || next.kind == A2W_DONE) {
         remove_job(s, j);
         next.kind = A2W_DONE;
@@ -277,12 +277,12 @@ a2w__next a2w__sched_done(a2w__sched *s, a2w__job *j, const a2w__run_end *end,
     return next;
 }
 
-int a2w__sched_fire(a2w__sched *s, int64_t now_mono, int64_t *next)
+int a2__sched_fire(a2__sched *s, int64_t now_mono, int64_t *next)
 {
     int fired = 0;
     *next = -1;
-    for (a2w__job **p = &s->timed; *p;) {
-        a2w__job *j = *p;
+    for (a2__job **p = &s->timed; *p;) {
+        a2__job *j = *p;
         if (!j->at || j->running || j->queued || j->at <= now_mono) {
             *p = j->tnext;
             j->timed = 0;
@@ -302,18 +302,18 @@ int a2w__sched_fire(a2w__sched *s, int64_t now_mono, int64_t *next)
     return fired;
 }
 
-void a2w__sched_stop(a2w__sched *s)
+void a2__sched_stop(a2__sched *s)
 {
     s->stopping = 1;
 }
 
-void a2w__sched_counts(const a2w__sched *s, a2_worker_pool_stats *out)
+void a2__sched_counts(const a2__sched *s, a2_worker_pool_stats *out)
 {
     out->sessions = s->njobs;
     out->queued = s->nqueued;
     out->running = s->nrunning;
     out->timers = 0;
-    for (const a2w__job *j = s->timed; j; j = j->tnext)
+    for (const a2__job *j = s->timed; j; j = j->tnext)
         if (j->at && !j->running && !j->queued)
             out->timers++;
     out->merged = s->merged;

@@ -20,7 +20,7 @@ typedef enum {
     A2W_RUN_AGAIN, /* queue it now: a wake-up came during the run */
     A2W_TIMER,     /* run it after delay_ms */
     A2W_DONE,      /* forget it until the next wake-up */
-} a2w__next_kind;
+} a2__next_kind;
 
 /* The run that just ended. */
 typedef struct {
@@ -33,14 +33,14 @@ typedef struct {
     int rechecks;     /* rechecks already made for this wake-up */
     int waited;       /* the run waited for the wake-up's commit (its xid) */
     int wake_log;     /* the run was asked to start log cursors' runs */
-} a2w__ran;
+} a2__ran;
 
 typedef struct {
-    a2w__next_kind kind;
+    a2__next_kind kind;
     int64_t delay_ms; /* A2W_TIMER */
     int recheck;      /* A2W_TIMER: a recheck (count it) */
     int wake_log;     /* the next run starts log cursors' runs too */
-} a2w__next;
+} a2__next;
 
 /*
  * The next step. A wake-up can outrun the visibility of its commit to new
@@ -52,31 +52,31 @@ typedef struct {
  * not have seen its events yet, and starting a log cursor's run is
  * idempotent.
  */
-a2w__next a2w__after_run(const a2w__ran *r);
+a2__next a2__after_run(const a2__ran *r);
 
 /* ── the table ────────────────────────────────────────────────────────── */
 
-typedef struct a2w__sched a2w__sched;
-typedef struct a2w__job a2w__job;
+typedef struct a2__sched a2__sched;
+typedef struct a2__job a2__job;
 
-/* What a run is to do (a2w__sched_take). */
+/* What a run is to do (a2__sched_take). */
 typedef struct {
-    const char *session; /* borrowed until a2w__sched_done */
+    const char *session; /* borrowed until a2__sched_done */
     int wake_log;        /* bring the log cursors up to date first */
     uint64_t xid;        /* the wake-up's commit to wait for, 0: none */
     int woken;           /* a wake-up named it: one claim round */
-} a2w__run;
+} a2__run;
 
-/* How a run ended (a2w__sched_done). */
+/* How a run ended (a2__sched_done). */
 typedef struct {
     int failed;       /* an error other than A2_WORKER_ESTOPPED */
     int64_t retry_at; /* a2_worker_run_stats.retry_at */
     int claimed;      /* it claimed a head */
-} a2w__run_end;
+} a2__run_end;
 
 /* An empty table; NULL when out of memory. */
-a2w__sched *a2w__sched_new(void);
-void a2w__sched_free(a2w__sched *s);
+a2__sched *a2__sched_new(void);
+void a2__sched_free(a2__sched *s);
 
 /*
  * Schedules session: hinted when a2-consumer named it (a wake-up), with
@@ -85,32 +85,32 @@ void a2w__sched_free(a2w__sched *s);
  * its place in the queue or into its run in progress (run once more
  * afterwards), A2_WORKER_ESTOPPED or A2_WORKER_ENOMEM.
  */
-int a2w__sched_add(a2w__sched *s, const char *session, int wake_log, int hinted,
+int a2__sched_add(a2__sched *s, const char *session, int wake_log, int hinted,
                    uint64_t xid);
 
 /* Takes the head of the ready queue for a run (*run filled); NULL when the
  * queue is empty or the table stopped. */
-a2w__job *a2w__sched_take(a2w__sched *s, a2w__run *run);
+a2__job *a2__sched_take(a2__sched *s, a2__run *run);
 
 /*
  * The end of j's run (now_real: epoch ms, now_mono: monotonic ms): applies
- * a2w__after_run and returns its decision (A2W_DONE when stopped). With
+ * a2__after_run and returns its decision (A2W_DONE when stopped). With
  * A2W_RUN_AGAIN, j is back at the tail of the queue; with A2W_TIMER, it is
  * due at now_mono + delay_ms; with A2W_DONE, j is freed.
  */
-a2w__next a2w__sched_done(a2w__sched *s, a2w__job *j, const a2w__run_end *end,
+a2__next a2__sched_done(a2__sched *s, a2__job *j, const a2__run_end *end,
                           int64_t now_real, int64_t now_mono);
 
 /* Due timers (at <= now_mono) join the ready queue; returns how many. *next:
  * when the earliest timer left is due (monotonic ms), -1: none. */
-int a2w__sched_fire(a2w__sched *s, int64_t now_mono, int64_t *next);
+int a2__sched_fire(a2__sched *s, int64_t now_mono, int64_t *next);
 
 /* Refuses new sessions, takes none, and forgets each session whose run
  * ends. */
-void a2w__sched_stop(a2w__sched *s);
+void a2__sched_stop(a2__sched *s);
 
 /* sessions, queued, running, timers, merged, timer_runs and rechecks of
  * *out; the other fields are left alone. */
-void a2w__sched_counts(const a2w__sched *s, a2_worker_pool_stats *out);
+void a2__sched_counts(const a2__sched *s, a2_worker_pool_stats *out);
 
 #endif

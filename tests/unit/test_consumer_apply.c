@@ -85,7 +85,7 @@ static void s_resync(void *ctx)
 /* The secret of the daemon's expiry ticks in these tests. */
 #define SECRET "0123456789abcdef0123456789abcdef"
 
-static const a2c_sink sink = {NULL,      s_wake,     s_log,
+static const a2__sink sink = {NULL,      s_wake,     s_log,
                               s_cleared, s_presence, s_resync};
 
 /* ---- fixture ---- */
@@ -94,35 +94,35 @@ typedef struct {
     char dir[64];
     char path[128];
     a2_decoder *dec;
-    a2c_timers *timers;
-    a2c_audit *audit;
-    a2c_apply *ap;
+    a2__timers *timers;
+    a2__audit *audit;
+    a2__apply *ap;
 } fx;
 
 static void fx_open(fx *f, int keep_dir)
 {
     char err[256];
-    a2c_audit_resume r;
+    a2__audit_resume r;
     if (!keep_dir) {
         snprintf(f->dir, sizeof f->dir, "/tmp/a2-test-apply.XXXXXX");
         assert_non_null(mkdtemp(f->dir));
         snprintf(f->path, sizeof f->path, "%s/audit", f->dir);
     }
     f->dec = a2_decoder_new();
-    f->timers = a2c_timers_new();
-    f->audit = a2c_audit_open(f->path, &r, err, sizeof err);
+    f->timers = a2__timers_new();
+    f->audit = a2__audit_open(f->path, &r, err, sizeof err);
     assert_non_null(f->audit);
-    f->ap = a2c_apply_new(f->audit, f->timers, &sink, &r);
+    f->ap = a2__apply_new(f->audit, f->timers, &sink, &r);
     assert_non_null(f->ap);
-    a2c_apply_set_tick_secret(f->ap, SECRET);
+    a2__apply_set_tick_secret(f->ap, SECRET);
     nevents = 0;
 }
 
 static void fx_close(fx *f)
 {
-    a2c_apply_free(f->ap);
-    a2c_audit_close(f->audit);
-    a2c_timers_free(f->timers);
+    a2__apply_free(f->ap);
+    a2__audit_close(f->audit);
+    a2__timers_free(f->timers);
     a2_decoder_free(f->dec);
 }
 
@@ -141,7 +141,7 @@ static void feed(fx *f, const char *line, uint64_t data_start)
     if (rc != 0)
         fail_msg("decode: %s in %s", a2_decoder_last_error(f->dec)->message,
                  line);
-    assert_int_equal(a2c_apply_change(f->ap, c, data_start, err, sizeof err),
+    assert_int_equal(a2__apply_change(f->ap, c, data_start, err, sizeof err),
                      0);
 }
 
@@ -315,9 +315,9 @@ static void test_started_wakes_and_audits(void **state)
     assert_string_equal(events[0], "wake c s1 #1 1 200");
     /* the commit's xid, for the claim to wait for its visibility */
     assert_int_equal(last_wake_xid, 7);
-    assert_true(a2c_apply_applied(f.ap) == 0x200);
+    assert_true(a2__apply_applied(f.ap) == 0x200);
     char err[256];
-    assert_int_equal(a2c_audit_sync(f.audit, 0, err, sizeof err), 0);
+    assert_int_equal(a2__audit_sync(f.audit, 0, err, sizeof err), 0);
     FILE *fp = fopen(f.path, "r");
     char line[4096];
     assert_non_null(fgets(line, sizeof line, fp));
@@ -352,24 +352,24 @@ static void test_claim_timer_fail_retry_complete(void **state)
     cursor_update(&f, "#1", 1, 0, NULL, -1, -1, 1, 1, "w1", 5000, -1);
     commit(&f, 8, "0/300", 0x300);
     assert_int_equal(nevents, 0);
-    assert_int_equal(a2c_timers_count(f.timers), 1);
-    assert_int_equal(a2c_timers_next(f.timers), 5000);
+    assert_int_equal(a2__timers_count(f.timers), 1);
+    assert_int_equal(a2__timers_next(f.timers), 5000);
     /* lapses: the timer wakes for the same head */
-    assert_int_equal(a2c_apply_fire_timers(f.ap, 4999), 0);
+    assert_int_equal(a2__apply_fire_timers(f.ap, 4999), 0);
     last_wake_xid = 99;
-    assert_int_equal(a2c_apply_fire_timers(f.ap, 5000), 1);
+    assert_int_equal(a2__apply_fire_timers(f.ap, 5000), 1);
     assert_int_equal(last_wake_xid, 0); /* a timer's: no commit to wait for */
     assert_string_equal(events[0], "wake c s1 #1 1 300");
     /* failed with retry-after: a hold with no holder → timer */
     begin(&f, 9, "0/400");
     cursor_update(&f, "#1", 1, 1, "w1", 5000, -1, 1, 1, NULL, 9000, -1);
     commit(&f, 9, "0/400", 0x400);
-    assert_int_equal(a2c_timers_next(f.timers), 9000);
+    assert_int_equal(a2__timers_next(f.timers), 9000);
     /* dead-lettered: no timer, no wake */
     begin(&f, 10, "0/500");
     cursor_update(&f, "#1", 1, 1, NULL, 9000, -1, 1, 1, NULL, 9000, 123);
     commit(&f, 10, "0/500", 0x500);
-    assert_int_equal(a2c_timers_count(f.timers), 0);
+    assert_int_equal(a2__timers_count(f.timers), 0);
     assert_int_equal(nevents, 1);
     /* retried (failed_at cleared) → wake */
     begin(&f, 11, "0/600");
@@ -384,9 +384,9 @@ static void test_claim_timer_fail_retry_complete(void **state)
     commit(&f, 12, "0/700", 0x700);
     assert_int_equal(nevents, 3);
     assert_string_equal(events[2], "wake c s1 #1 3 700");
-    assert_int_equal(a2c_timers_count(f.timers), 0);
-    a2c_apply_stats st;
-    a2c_apply_get_stats(f.ap, &st);
+    assert_int_equal(a2__timers_count(f.timers), 0);
+    a2__apply_stats st;
+    a2__apply_get_stats(f.ap, &st);
     assert_int_equal(st.transactions, 5);
     assert_int_equal(st.audit_lines, 6);
     assert_int_equal(st.timer_wakes, 1);
@@ -480,14 +480,14 @@ static void test_presence_expiry_tick(void **state)
     (void)state;
     fx f;
     fx_open(&f, 0);
-    assert_true(a2c_apply_expiry_due(f.ap) == INT64_MAX);
+    assert_true(a2__apply_expiry_due(f.ap) == INT64_MAX);
     begin(&f, 30, "0/900");
     presence_row(&f, 30, "I", "status", "\\\"online\\\"", 1000);
     presence_row(&f, 30, "I", "typing", "true", 5000);
     presence_row(&f, 30, "I", "gone", "null", 10); /* a tombstone */
     commit(&f, 30, "0/900", 0x900);
     assert_int_equal(nevents, 1);
-    assert_true(a2c_apply_expiry_due(f.ap) == 1000);
+    assert_true(a2__apply_expiry_due(f.ap) == 1000);
 
     /* not a tick: another prefix, not transactional, not a time */
     tick(&f, 31, "0/910", 0x910, "a2", 1, "expire 2000");
@@ -495,27 +495,27 @@ static void test_presence_expiry_tick(void **state)
     tick(&f, 33, "0/930", 0x930, "a2-hb", 1, "expire " SECRET " soon");
     tick(&f, 34, "0/940", 0x940, "a2-hb", 1, "expire " SECRET " -5");
     assert_int_equal(nevents, 1);
-    assert_true(a2c_apply_expiry_due(f.ap) == 1000);
+    assert_true(a2__apply_expiry_due(f.ap) == 1000);
     /* forged: any role may emit a message; without the secret it is not
      * acted on */
     tick(&f, 43, "0/944", 0x944, "a2-hb", 1, "expire 99999999999999");
     tick(&f, 44, "0/948", 0x948, "a2-hb", 1,
          "expire ffffffffffffffffffffffffffffffff 99999999999999");
     assert_int_equal(nevents, 1);
-    assert_true(a2c_apply_expiry_due(f.ap) == 1000);
-    a2c_apply_stats forged;
-    a2c_apply_get_stats(f.ap, &forged);
+    assert_true(a2__apply_expiry_due(f.ap) == 1000);
+    a2__apply_stats forged;
+    a2__apply_get_stats(f.ap, &forged);
     assert_int_equal(forged.forged_ticks, 2);
 
     /* a tick before anything expired pushes nothing */
     tick(&f, 35, "0/950", 0x950, "a2-hb", 1, "expire " SECRET " 999");
     assert_int_equal(nevents, 1);
-    assert_true(a2c_apply_expiry_due(f.ap) == 1000);
+    assert_true(a2__apply_expiry_due(f.ap) == 1000);
 
     tick(&f, 36, "0/960", 0x960, "a2-hb", 1, "expire " SECRET " 2000");
     assert_int_equal(nevents, 2);
     assert_string_equal(events[1], "presence room p1 {\"status\":null}");
-    assert_true(a2c_apply_expiry_due(f.ap) == 5000);
+    assert_true(a2__apply_expiry_due(f.ap) == 5000);
     tick(&f, 37, "0/970", 0x970, "a2-hb", 1, "expire " SECRET " 2000");
     assert_int_equal(nevents, 2); /* once */
 
@@ -526,7 +526,7 @@ static void test_presence_expiry_tick(void **state)
     assert_int_equal(nevents, 2);
     tick(&f, 39, "0/990", 0x990, "a2-hb", 1, "expire " SECRET " 6000");
     assert_int_equal(nevents, 2);
-    assert_true(a2c_apply_expiry_due(f.ap) == 9000);
+    assert_true(a2__apply_expiry_due(f.ap) == 9000);
 
     /* a tombstone ends it: nothing to push at its old expiry */
     begin(&f, 40, "0/9A0");
@@ -536,24 +536,24 @@ static void test_presence_expiry_tick(void **state)
     assert_string_equal(events[2], "presence room p1 {\"typing\":null}");
     tick(&f, 41, "0/9B0", 0x9B0, "a2-hb", 1, "expire " SECRET " 30000");
     assert_int_equal(nevents, 3);
-    assert_true(a2c_apply_expiry_due(f.ap) == INT64_MAX);
+    assert_true(a2__apply_expiry_due(f.ap) == INT64_MAX);
 
     /* rows read from the table (start), forgotten on demand */
     assert_int_equal(
-            a2c_apply_track_presence(f.ap, "hall", "ann", "seat", 7000), 0);
-    assert_true(a2c_apply_expiry_due(f.ap) == 7000);
-    a2c_apply_forget_presence(f.ap);
-    assert_true(a2c_apply_expiry_due(f.ap) == INT64_MAX);
+            a2__apply_track_presence(f.ap, "hall", "ann", "seat", 7000), 0);
+    assert_true(a2__apply_expiry_due(f.ap) == 7000);
+    a2__apply_forget_presence(f.ap);
+    assert_true(a2__apply_expiry_due(f.ap) == INT64_MAX);
     assert_int_equal(
-            a2c_apply_track_presence(f.ap, "hall", "ann", "seat", 7000), 0);
+            a2__apply_track_presence(f.ap, "hall", "ann", "seat", 7000), 0);
     assert_int_equal(
-            a2c_apply_track_presence(f.ap, "hall", "bob", "seat", 7500), 0);
+            a2__apply_track_presence(f.ap, "hall", "bob", "seat", 7500), 0);
     tick(&f, 42, "0/9C0", 0x9C0, "a2-hb", 1, "expire " SECRET " 8000");
     assert_int_equal(nevents, 5);
     assert_string_equal(events[3], "presence hall ann {\"seat\":null}");
     assert_string_equal(events[4], "presence hall bob {\"seat\":null}");
-    a2c_apply_stats st;
-    a2c_apply_get_stats(f.ap, &st);
+    a2__apply_stats st;
+    a2__apply_get_stats(f.ap, &st);
     assert_int_equal(st.presence_expired, 3);
     assert_int_equal(st.expire_ticks, 6); /* 35, 36, 37, 39, 41 and 42 */
     fx_close(&f);
@@ -621,7 +621,7 @@ static void test_big_transaction_cut_and_resent(void **state)
         cursor_insert(&f, key, i + 1);
     }
     /* the connection is lost before the commit */
-    a2c_apply_abort_txn(f.ap);
+    a2__apply_abort_txn(f.ap);
     int early = count_lines(f.path);
     assert_true(early > 0 && early < N);
     assert_int_equal(nevents, 0);
@@ -701,9 +701,9 @@ static void test_gap_record(void **state)
     fx_open(&f, 0);
     char err[256];
     assert_int_equal(
-            a2c_apply_gap(f.ap, 0x100, 0x5000, "invalidated", err, sizeof err),
+            a2__apply_gap(f.ap, 0x100, 0x5000, "invalidated", err, sizeof err),
             0);
-    assert_true(a2c_apply_applied(f.ap) == 0x5000);
+    assert_true(a2__apply_applied(f.ap) == 0x5000);
     fx_close(&f);
     FILE *fp = fopen(f.path, "r");
     char line[1024];
@@ -755,7 +755,7 @@ static void test_delete_retired_or_deleted(void **state)
     cursor_delete(&f, "s3", "lane:a", 1);
     commit(&f, 30, "0/900", 0x900);
     char err[256];
-    assert_int_equal(a2c_audit_sync(f.audit, 0, err, sizeof err), 0);
+    assert_int_equal(a2__audit_sync(f.audit, 0, err, sizeof err), 0);
     const char *want[] = {"retired", "deleted", "retired", "retired",
                           "retired", "deleted", "deleted"};
     for (int i = 0; i < 7; i++) {
@@ -778,7 +778,7 @@ static void test_commit_without_begin(void **state)
     const char *line =
             "{\"action\":\"C\",\"xid\":1,\"lsn\":\"0/1\",\"nextlsn\":\"0/2\"}";
     assert_int_equal(a2_decoder_decode(f.dec, line, strlen(line), &c), 0);
-    assert_int_equal(a2c_apply_change(f.ap, c, 2, err, sizeof err), 1);
+    assert_int_equal(a2__apply_change(f.ap, c, 2, err, sizeof err), 1);
     assert_non_null(strstr(err, "commit without begin"));
     fx_close(&f);
     fx_destroy(&f);
@@ -791,23 +791,23 @@ static void test_time_format(void **state)
     (void)state;
     char buf[40];
     assert_string_equal(
-            a2c_format_time_ms(INT64_C(1700000000123456), buf, sizeof buf),
+            a2__format_time_ms(INT64_C(1700000000123456), buf, sizeof buf),
             "2023-11-14T22:13:20.123Z");
     assert_string_equal(
-            a2c_format_time_ms(INT64_C(1700000000999999), buf, sizeof buf),
+            a2__format_time_ms(INT64_C(1700000000999999), buf, sizeof buf),
             "2023-11-14T22:13:20.999Z");
     assert_string_equal(
-            a2c_format_time_ms(INT64_C(1700000001000000), buf, sizeof buf),
+            a2__format_time_ms(INT64_C(1700000001000000), buf, sizeof buf),
             "2023-11-14T22:13:21.000Z");
     assert_string_equal(
-            a2c_format_time_ms(INT64_C(1700000000007000), buf, sizeof buf),
+            a2__format_time_ms(INT64_C(1700000000007000), buf, sizeof buf),
             "2023-11-14T22:13:20.007Z");
-    assert_string_equal(a2c_format_time_ms(-1000, buf, sizeof buf),
+    assert_string_equal(a2__format_time_ms(-1000, buf, sizeof buf),
                         "1969-12-31T23:59:59.999Z");
-    assert_string_equal(a2c_format_time_ms(0, buf, sizeof buf),
+    assert_string_equal(a2__format_time_ms(0, buf, sizeof buf),
                         "1970-01-01T00:00:00.000Z");
     char small[11];
-    assert_string_equal(a2c_format_time_ms(0, small, sizeof small),
+    assert_string_equal(a2__format_time_ms(0, small, sizeof small),
                         "1970-01-01");
 }
 

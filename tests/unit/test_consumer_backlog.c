@@ -48,11 +48,11 @@ static a2_cursor_row row(const char *session, const char *consumer,
     return r;
 }
 
-static void expect_counts(a2c_backlog *bl, const char *consumer, int64_t p,
+static void expect_counts(a2__backlog *bl, const char *consumer, int64_t p,
                           int64_t r, int64_t d)
 {
-    a2c_backlog_row got;
-    a2c_backlog_get(bl, consumer, &got);
+    a2__backlog_row got;
+    a2__backlog_get(bl, consumer, &got);
     if (got.pending != p || got.running != r || got.dead != d)
         fail_msg("%s: pending %" PRId64 " running %" PRId64 " dead %" PRId64
                  ", expected %" PRId64 " %" PRId64 " %" PRId64,
@@ -60,19 +60,19 @@ static void expect_counts(a2c_backlog *bl, const char *consumer, int64_t p,
 }
 
 /* One transaction of one change, committed as xid. */
-static void one(a2c_backlog *bl, const a2_cursor_row *o, const a2_cursor_row *n,
+static void one(a2__backlog *bl, const a2_cursor_row *o, const a2_cursor_row *n,
                 uint64_t xid)
 {
-    a2c_backlog_change(bl, o, 0, n, 0);
-    a2c_backlog_commit(bl, xid, 0x1000 + xid);
+    a2__backlog_change(bl, o, 0, n, 0);
+    a2__backlog_commit(bl, xid, 0x1000 + xid);
 }
 
 /* Loads rows with the snapshot text; asserts the result. */
-static void load(a2c_backlog *bl, const char *snapshot,
-                 const a2c_backlog_row *rows, size_t n, int expect)
+static void load(a2__backlog *bl, const char *snapshot,
+                 const a2__backlog_row *rows, size_t n, int expect)
 {
-    a2c_backlog_read_sent(bl);
-    assert_int_equal(a2c_backlog_load(bl, snapshot, 0, rows, n), expect);
+    a2__backlog_read_sent(bl);
+    assert_int_equal(a2__backlog_load(bl, snapshot, 0, rows, n), expect);
 }
 
 /* ---- tests ---- */
@@ -81,20 +81,20 @@ static void test_classify(void **state)
 {
     (void)state;
     a2_cursor_row r = row("s", "c", 0, 0, NULL);
-    assert_int_equal(a2c_backlog_classify(&r, 0), 0); /* no head */
+    assert_int_equal(a2__backlog_classify(&r, 0), 0); /* no head */
     r = row("s", "c", 5, 0, NULL);
-    assert_int_equal(a2c_backlog_classify(&r, 0), A2C_BACKLOG_PENDING);
-    assert_int_equal(a2c_backlog_classify(&r, -1), A2C_BACKLOG_PENDING);
-    assert_int_equal(a2c_backlog_classify(&r, 4), A2C_BACKLOG_PENDING);
-    assert_int_equal(a2c_backlog_classify(&r, 5), 0); /* at the marker */
-    assert_int_equal(a2c_backlog_classify(&r, 9), 0);
+    assert_int_equal(a2__backlog_classify(&r, 0), A2C_BACKLOG_PENDING);
+    assert_int_equal(a2__backlog_classify(&r, -1), A2C_BACKLOG_PENDING);
+    assert_int_equal(a2__backlog_classify(&r, 4), A2C_BACKLOG_PENDING);
+    assert_int_equal(a2__backlog_classify(&r, 5), 0); /* at the marker */
+    assert_int_equal(a2__backlog_classify(&r, 9), 0);
     r = row("s", "c", 5, 0, "w1");
-    assert_int_equal(a2c_backlog_classify(&r, 0),
+    assert_int_equal(a2__backlog_classify(&r, 0),
                      A2C_BACKLOG_PENDING | A2C_BACKLOG_RUNNING);
     r = row("s", "c", 5, 1, NULL);
-    assert_int_equal(a2c_backlog_classify(&r, 0), A2C_BACKLOG_DEAD);
-    assert_int_equal(a2c_backlog_classify(&r, 5), 0);
-    assert_int_equal(a2c_backlog_classify(NULL, 0), 0);
+    assert_int_equal(a2__backlog_classify(&r, 0), A2C_BACKLOG_DEAD);
+    assert_int_equal(a2__backlog_classify(&r, 5), 0);
+    assert_int_equal(a2__backlog_classify(NULL, 0), 0);
 }
 
 /* append, claim, complete to the next head, fail to a dead letter, redrive
@@ -102,7 +102,7 @@ static void test_classify(void **state)
 static void test_lifecycle(void **state)
 {
     (void)state;
-    a2c_backlog *bl = a2c_backlog_new();
+    a2__backlog *bl = a2__backlog_new();
     assert_non_null(bl);
     a2_cursor_row idle = row("s", "c", 0, 0, NULL);
     a2_cursor_row h1 = row("s", "c", 1, 0, NULL);
@@ -136,19 +136,19 @@ static void test_lifecycle(void **state)
     expect_counts(bl, "d", 1, 0, 0);
 
     /* a change at or below the clear marker counts nowhere */
-    a2c_backlog_change(bl, &other, 1, NULL, 0);
-    a2c_backlog_commit(bl, 21, 0);
+    a2__backlog_change(bl, &other, 1, NULL, 0);
+    a2__backlog_commit(bl, 21, 0);
     expect_counts(bl, "d", 1, 0, 0);
 
     /* an aborted transaction leaves nothing */
-    a2c_backlog_change(bl, NULL, 0, &h1, 0);
-    a2c_backlog_abort(bl);
+    a2__backlog_change(bl, NULL, 0, &h1, 0);
+    a2__backlog_abort(bl);
     expect_counts(bl, "c", 0, 0, 0);
-    a2c_backlog_stats st;
-    a2c_backlog_get_stats(bl, &st);
+    a2__backlog_stats st;
+    a2__backlog_get_stats(bl, &st);
     assert_int_equal(st.clamps, 0);
     assert_int_equal(st.dropped, 0);
-    a2c_backlog_free(bl);
+    a2__backlog_free(bl);
 }
 
 /* The read and the stream overlap: what the read's snapshot sees is not
@@ -156,24 +156,24 @@ static void test_lifecycle(void **state)
 static void test_overlap(void **state)
 {
     (void)state;
-    a2c_backlog *bl = a2c_backlog_new();
+    a2__backlog *bl = a2__backlog_new();
     a2_cursor_row h1 = row("s1", "c", 1, 0, NULL);
     a2_cursor_row h2 = row("s2", "c", 1, 0, NULL);
     a2_cursor_row h3 = row("s3", "c", 1, 0, NULL);
     a2_cursor_row h4 = row("s4", "c", 1, 0, NULL);
 
-    a2c_backlog_read_sent(bl);
+    a2__backlog_read_sent(bl);
     /* applied before the answer: 100 (which the snapshot sees), 103 (which
      * it does not: in progress there) */
     one(bl, NULL, &h1, 100);
     one(bl, NULL, &h2, 103);
     expect_counts(bl, "c", 2, 0, 0);
-    assert_false(a2c_backlog_loaded(bl));
+    assert_false(a2__backlog_loaded(bl));
     /* the snapshot: xmin 101, xmax 105, 103 in progress; counts c=5
      * (100 among them) */
-    a2c_backlog_row rows[] = {{"c", 5, 1, 2}, {"e", 1, 0, 0}};
-    assert_int_equal(a2c_backlog_load(bl, "101:105:103", 0, rows, 2), 0);
-    assert_true(a2c_backlog_loaded(bl));
+    a2__backlog_row rows[] = {{"c", 5, 1, 2}, {"e", 1, 0, 0}};
+    assert_int_equal(a2__backlog_load(bl, "101:105:103", 0, rows, 2), 0);
+    assert_true(a2__backlog_loaded(bl));
     expect_counts(bl, "c", 6, 1, 2); /* 5 read + 103 */
     expect_counts(bl, "e", 1, 0, 0);
     /* streamed after the answer: 102 and 104 the snapshot saw (below xmax,
@@ -188,34 +188,34 @@ static void test_overlap(void **state)
      * consumer read as nothing and named by nothing goes */
     load(bl, "106:106:", rows, 1, 0);
     expect_counts(bl, "c", 5, 1, 2);
-    a2c_backlog_row e;
-    assert_int_equal(a2c_backlog_get(bl, "e", &e), 0);
-    a2c_backlog_stats st;
-    a2c_backlog_get_stats(bl, &st);
+    a2__backlog_row e;
+    assert_int_equal(a2__backlog_get(bl, "e", &e), 0);
+    a2__backlog_stats st;
+    a2__backlog_get_stats(bl, &st);
     assert_int_equal(st.journal, 0);
-    a2c_backlog_free(bl);
+    a2__backlog_free(bl);
 
     /* a 32-bit xid of the stream next to a 64-bit snapshot (epoch 1) */
-    bl = a2c_backlog_new();
+    bl = a2__backlog_new();
     load(bl, "4294967396:4294967400:", rows, 1, 0);
     expect_counts(bl, "c", 5, 1, 2);
     one(bl, NULL, &h4, 99); /* 2^32 + 99: below xmin, seen */
     expect_counts(bl, "c", 5, 1, 2);
     one(bl, NULL, &h4, 200); /* 2^32 + 200: after xmax */
     expect_counts(bl, "c", 6, 1, 2);
-    a2c_backlog_free(bl);
+    a2__backlog_free(bl);
 
     /* no xid: the commit's end against the WAL insert position */
-    bl = a2c_backlog_new();
-    a2c_backlog_read_sent(bl);
-    assert_int_equal(a2c_backlog_load(bl, "10:10:", 0x5000, rows, 1), 0);
-    a2c_backlog_change(bl, NULL, 0, &h4, 0);
-    a2c_backlog_commit(bl, 0, 0x4000);
+    bl = a2__backlog_new();
+    a2__backlog_read_sent(bl);
+    assert_int_equal(a2__backlog_load(bl, "10:10:", 0x5000, rows, 1), 0);
+    a2__backlog_change(bl, NULL, 0, &h4, 0);
+    a2__backlog_commit(bl, 0, 0x4000);
     expect_counts(bl, "c", 5, 1, 2);
-    a2c_backlog_change(bl, NULL, 0, &h4, 0);
-    a2c_backlog_commit(bl, 0, 0x6000);
+    a2__backlog_change(bl, NULL, 0, &h4, 0);
+    a2__backlog_commit(bl, 0, 0x6000);
     expect_counts(bl, "c", 6, 1, 2);
-    a2c_backlog_free(bl);
+    a2__backlog_free(bl);
 }
 
 /* A transaction the snapshot misses stays in the journal: the next read
@@ -223,23 +223,23 @@ static void test_overlap(void **state)
 static void test_journal_kept(void **state)
 {
     (void)state;
-    a2c_backlog *bl = a2c_backlog_new();
+    a2__backlog *bl = a2__backlog_new();
     a2_cursor_row h = row("s", "c", 1, 0, NULL);
-    a2c_backlog_read_sent(bl);
+    a2__backlog_read_sent(bl);
     one(bl, NULL, &h, 50);
-    a2c_backlog_row none[] = {{"c", 0, 0, 0}};
-    assert_int_equal(a2c_backlog_load(bl, "40:60:50", 0, none, 1), 0);
+    a2__backlog_row none[] = {{"c", 0, 0, 0}};
+    assert_int_equal(a2__backlog_load(bl, "40:60:50", 0, none, 1), 0);
     expect_counts(bl, "c", 1, 0, 0);
     load(bl, "45:60:50", none, 1, 0);
     expect_counts(bl, "c", 1, 0, 0);
-    a2c_backlog_row seen[] = {{"c", 1, 0, 0}};
+    a2__backlog_row seen[] = {{"c", 1, 0, 0}};
     load(bl, "55:60:", seen, 1, 0);
     expect_counts(bl, "c", 1, 0, 0);
-    a2c_backlog_stats st;
-    a2c_backlog_get_stats(bl, &st);
+    a2__backlog_stats st;
+    a2__backlog_get_stats(bl, &st);
     assert_int_equal(st.journal, 0);
     assert_int_equal(st.reads, 3);
-    a2c_backlog_free(bl);
+    a2__backlog_free(bl);
 }
 
 /* A tainted transaction (a clear marker moved) asks for a read, and a read
@@ -247,33 +247,33 @@ static void test_journal_kept(void **state)
 static void test_taint(void **state)
 {
     (void)state;
-    a2c_backlog *bl = a2c_backlog_new();
-    a2c_backlog_row rows[] = {{"c", 3, 0, 0}};
+    a2__backlog *bl = a2__backlog_new();
+    a2__backlog_row rows[] = {{"c", 3, 0, 0}};
     load(bl, "10:10:", rows, 1, 0);
-    assert_false(a2c_backlog_wants_read(bl));
-    a2c_backlog_taint(bl);
-    a2c_backlog_commit(bl, 12, 0);
-    assert_true(a2c_backlog_wants_read(bl));
-    a2c_backlog_row after[] = {{"c", 1, 0, 0}};
+    assert_false(a2__backlog_wants_read(bl));
+    a2__backlog_taint(bl);
+    a2__backlog_commit(bl, 12, 0);
+    assert_true(a2__backlog_wants_read(bl));
+    a2__backlog_row after[] = {{"c", 1, 0, 0}};
     load(bl, "11:13:12", after, 1, 1); /* 12 in progress: not used */
     expect_counts(bl, "c", 3, 0, 0);
-    assert_true(a2c_backlog_wants_read(bl));
+    assert_true(a2__backlog_wants_read(bl));
     load(bl, "13:13:", after, 1, 0);
     expect_counts(bl, "c", 1, 0, 0);
-    assert_false(a2c_backlog_wants_read(bl));
+    assert_false(a2__backlog_wants_read(bl));
     /* a taint the read's snapshot already sees is nothing to do */
-    a2c_backlog_taint(bl);
-    a2c_backlog_commit(bl, 12, 0);
-    assert_false(a2c_backlog_wants_read(bl));
+    a2__backlog_taint(bl);
+    a2__backlog_commit(bl, 12, 0);
+    assert_false(a2__backlog_wants_read(bl));
     /* an answer without a read sent is not used */
-    assert_int_equal(a2c_backlog_load(bl, "13:13:", 0, after, 1), 1);
-    assert_int_equal(a2c_backlog_load(bl, "x", 0, after, 1), -1);
-    assert_int_equal(a2c_backlog_load(bl, "5:3:", 0, after, 1), -1);
-    assert_int_equal(a2c_backlog_load(bl, "1:3:2,", 0, after, 1), -1);
-    a2c_backlog_stats st;
-    a2c_backlog_get_stats(bl, &st);
+    assert_int_equal(a2__backlog_load(bl, "13:13:", 0, after, 1), 1);
+    assert_int_equal(a2__backlog_load(bl, "x", 0, after, 1), -1);
+    assert_int_equal(a2__backlog_load(bl, "5:3:", 0, after, 1), -1);
+    assert_int_equal(a2__backlog_load(bl, "1:3:2,", 0, after, 1), -1);
+    a2__backlog_stats st;
+    a2__backlog_get_stats(bl, &st);
     assert_int_equal(st.reads_unused, 2);
-    a2c_backlog_free(bl);
+    a2__backlog_free(bl);
 }
 
 /* Below zero a gauge stays at zero; the clamp is counted and asks for a
@@ -281,15 +281,15 @@ static void test_taint(void **state)
 static void test_clamp(void **state)
 {
     (void)state;
-    a2c_backlog *bl = a2c_backlog_new();
+    a2__backlog *bl = a2__backlog_new();
     a2_cursor_row h = row("s", "c", 1, 0, "w");
     one(bl, &h, NULL, 5);
     expect_counts(bl, "c", 0, 0, 0);
-    a2c_backlog_stats st;
-    a2c_backlog_get_stats(bl, &st);
+    a2__backlog_stats st;
+    a2__backlog_get_stats(bl, &st);
     assert_int_equal(st.clamps, 2);
-    assert_true(a2c_backlog_wants_read(bl));
-    a2c_backlog_free(bl);
+    assert_true(a2__backlog_wants_read(bl));
+    a2__backlog_free(bl);
 }
 
 /* Past A2C_BACKLOG_MAX_CONSUMERS names, the others are dropped and
@@ -297,39 +297,39 @@ static void test_clamp(void **state)
 static void test_cap(void **state)
 {
     (void)state;
-    a2c_backlog *bl = a2c_backlog_new();
+    a2__backlog *bl = a2__backlog_new();
     char name[32];
     for (int i = 0; i < A2C_BACKLOG_MAX_CONSUMERS + 5; i++) {
         snprintf(name, sizeof name, "c%d", i);
         a2_cursor_row h = row("s", name, 1, 0, NULL);
         one(bl, NULL, &h, (uint64_t)i + 1);
     }
-    a2c_backlog_stats st;
-    a2c_backlog_get_stats(bl, &st);
+    a2__backlog_stats st;
+    a2__backlog_get_stats(bl, &st);
     assert_int_equal(st.consumers, A2C_BACKLOG_MAX_CONSUMERS);
     assert_int_equal(st.dropped, 5);
     expect_counts(bl, "c0", 1, 0, 0);
-    a2c_backlog_row r;
-    assert_int_equal(a2c_backlog_get(bl, "c10004", &r), 0);
-    a2c_backlog_free(bl);
+    a2__backlog_row r;
+    assert_int_equal(a2__backlog_get(bl, "c10004", &r), 0);
+    a2__backlog_free(bl);
 }
 
 /* The gauges as Prometheus text: sorted by name, hostile names escaped. */
 static void test_render(void **state)
 {
     (void)state;
-    a2c_backlog *bl = a2c_backlog_new();
+    a2__backlog *bl = a2__backlog_new();
     char *buf = NULL;
     size_t len = 0, cap = 0;
-    a2c_backlog_render(bl, &buf, &len, &cap);
+    a2__backlog_render(bl, &buf, &len, &cap);
     assert_null(strstr(buf, "a2_consumer_backlog_pending{"));
     assert_non_null(strstr(buf, "a2_consumer_backlog_reads_total 0\n"));
     free(buf);
     buf = NULL;
     len = cap = 0;
-    a2c_backlog_row rows[] = {{"zeta", 2, 1, 0}, {"we\"ird\\na\nme", 1, 0, 3}};
+    a2__backlog_row rows[] = {{"zeta", 2, 1, 0}, {"we\"ird\\na\nme", 1, 0, 3}};
     load(bl, "1:1:", rows, 2, 0);
-    a2c_backlog_render(bl, &buf, &len, &cap);
+    a2__backlog_render(bl, &buf, &len, &cap);
     assert_int_equal(len, strlen(buf));
     const char *w = strstr(
             buf,
@@ -349,7 +349,7 @@ static void test_render(void **state)
         assert_null(memchr(p, '\n', (size_t)(end - p)));
     }
     free(buf);
-    a2c_backlog_free(bl);
+    a2__backlog_free(bl);
 }
 
 static void test_label_escape(void **state)
@@ -357,16 +357,16 @@ static void test_label_escape(void **state)
     (void)state;
     char *buf = NULL;
     size_t len = 0, cap = 0;
-    a2c_metrics_appendf(&buf, &len, &cap, "x{l=\"");
-    a2c_metrics_append_label(&buf, &len, &cap, "a\"b\\c\nd\te");
-    a2c_metrics_appendf(&buf, &len, &cap, "\"} %d", 1);
+    a2__metrics_appendf(&buf, &len, &cap, "x{l=\"");
+    a2__metrics_append_label(&buf, &len, &cap, "a\"b\\c\nd\te");
+    a2__metrics_appendf(&buf, &len, &cap, "\"} %d", 1);
     assert_string_equal(buf, "x{l=\"a\\\"b\\\\c\\nd\te\"} 1");
     assert_int_equal(len, strlen(buf));
     /* a long one makes the buffer grow */
     char big[10000];
     memset(big, '"', sizeof big - 1);
     big[sizeof big - 1] = '\0';
-    a2c_metrics_append_label(&buf, &len, &cap, big);
+    a2__metrics_append_label(&buf, &len, &cap, big);
     assert_int_equal(len, strlen(buf));
     assert_int_equal(len, 21 + 2 * (sizeof big - 1));
     free(buf);
@@ -375,17 +375,17 @@ static void test_label_escape(void **state)
 static void test_histogram(void **state)
 {
     (void)state;
-    a2c_hist h;
+    a2__hist h;
     memset(&h, 0, sizeof h);
-    a2c_hist_observe(&h, 400);      /* 0.0005 */
-    a2c_hist_observe(&h, 500);      /* 0.0005: an upper bound is inclusive */
-    a2c_hist_observe(&h, 800);      /* 0.001 */
-    a2c_hist_observe(&h, -7);       /* a clock behind: 0 */
-    a2c_hist_observe(&h, 3000000);  /* 5 */
-    a2c_hist_observe(&h, 60000000); /* +Inf */
+    a2__hist_observe(&h, 400);      /* 0.0005 */
+    a2__hist_observe(&h, 500);      /* 0.0005: an upper bound is inclusive */
+    a2__hist_observe(&h, 800);      /* 0.001 */
+    a2__hist_observe(&h, -7);       /* a clock behind: 0 */
+    a2__hist_observe(&h, 3000000);  /* 5 */
+    a2__hist_observe(&h, 60000000); /* +Inf */
     char *buf = NULL;
     size_t len = 0, cap = 0;
-    a2c_hist_render(&h, "x_seconds", "help", &buf, &len, &cap);
+    a2__hist_render(&h, "x_seconds", "help", &buf, &len, &cap);
     assert_non_null(strstr(buf, "# TYPE x_seconds histogram\n"));
     assert_non_null(strstr(buf, "x_seconds_bucket{le=\"0.0005\"} 3\n"));
     assert_non_null(strstr(buf, "x_seconds_bucket{le=\"0.001\"} 4\n"));

@@ -27,19 +27,19 @@ static void session_name(char *buf, size_t n, int i)
 static void test_distribution(void **state)
 {
     (void)state;
-    a2c_route_cand c[5];
+    a2__route_cand c[5];
     size_t counts[5] = {0};
     char s[32];
 
     for (int i = 0; i < 5; i++) {
         char name[32];
         snprintf(name, sizeof name, "worker-%d", i);
-        c[i].id = a2c_route_worker_id(name);
+        c[i].id = a2__route_worker_id(name);
         c[i].serial = (uint64_t)i + 1;
     }
     for (int i = 0; i < NSESS; i++) {
         session_name(s, sizeof s, i);
-        size_t k = a2c_route_pick(c, 5, s);
+        size_t k = a2__route_pick(c, 5, s);
         assert_true(k < 5);
         counts[k]++;
     }
@@ -48,7 +48,7 @@ static void test_distribution(void **state)
         assert_true(counts[i] > 3600);
         assert_true(counts[i] < 4400);
     }
-    assert_int_equal(a2c_route_pick(c, 0, "x"), 0);
+    assert_int_equal(a2__route_pick(c, 0, "x"), 0);
 }
 
 /* Removing one of N workers moves only its sessions; adding one takes
@@ -56,7 +56,7 @@ static void test_distribution(void **state)
 static void test_stability(void **state)
 {
     (void)state;
-    a2c_route_cand all[4], rest[3];
+    a2__route_cand all[4], rest[3];
     uint64_t owner[NSESS];
     char s[32];
     size_t moved = 0;
@@ -64,7 +64,7 @@ static void test_stability(void **state)
     for (int i = 0; i < 4; i++) {
         char name[32];
         snprintf(name, sizeof name, "w%d", i);
-        all[i].id = a2c_route_worker_id(name);
+        all[i].id = a2__route_worker_id(name);
         all[i].serial = (uint64_t)i + 10;
     }
     rest[0] = all[0];
@@ -72,13 +72,13 @@ static void test_stability(void **state)
     rest[2] = all[3]; /* w2 leaves */
     for (int i = 0; i < NSESS; i++) {
         session_name(s, sizeof s, i);
-        owner[i] = all[a2c_route_pick(all, 4, s)].id;
+        owner[i] = all[a2__route_pick(all, 4, s)].id;
         /* stable across calls */
-        assert_true(owner[i] == all[a2c_route_pick(all, 4, s)].id);
+        assert_true(owner[i] == all[a2__route_pick(all, 4, s)].id);
     }
     for (int i = 0; i < NSESS; i++) {
         session_name(s, sizeof s, i);
-        uint64_t now = rest[a2c_route_pick(rest, 3, s)].id;
+        uint64_t now = rest[a2__route_pick(rest, 3, s)].id;
         if (owner[i] != all[2].id)
             assert_true(now == owner[i]);
         else
@@ -89,8 +89,8 @@ static void test_stability(void **state)
     /* w2 comes back: sessions only move to it */
     for (int i = 0; i < NSESS; i++) {
         session_name(s, sizeof s, i);
-        uint64_t before = rest[a2c_route_pick(rest, 3, s)].id;
-        uint64_t after = all[a2c_route_pick(all, 4, s)].id;
+        uint64_t before = rest[a2__route_pick(rest, 3, s)].id;
+        uint64_t after = all[a2__route_pick(all, 4, s)].id;
         assert_true(after == before || after == all[2].id);
     }
 }
@@ -99,28 +99,28 @@ static void test_stability(void **state)
 static void test_same_name_ties(void **state)
 {
     (void)state;
-    a2c_route_cand c[2] = {{a2c_route_worker_id("same"), 9},
-                           {a2c_route_worker_id("same"), 3}};
+    a2__route_cand c[2] = {{a2__route_worker_id("same"), 9},
+                           {a2__route_worker_id("same"), 3}};
     char s[32];
     for (int i = 0; i < 1000; i++) {
         session_name(s, sizeof s, i);
-        assert_int_equal(a2c_route_pick(c, 2, s), 1);
+        assert_int_equal(a2__route_pick(c, 2, s), 1);
     }
 }
 
 static void test_hash(void **state)
 {
     (void)state;
-    assert_true(a2c_route_hash("a", 1, 0) != a2c_route_hash("b", 1, 0));
-    assert_true(a2c_route_hash("a", 1, 0) != a2c_route_hash("a", 1, 1));
-    assert_true(a2c_route_hash("ab", 2, 0) == a2c_route_hash("ab", 2, 0));
-    assert_true(a2c_route_hash("", 0, 0) != a2c_route_hash("\0", 1, 0));
+    assert_true(a2__route_hash("a", 1, 0) != a2__route_hash("b", 1, 0));
+    assert_true(a2__route_hash("a", 1, 0) != a2__route_hash("a", 1, 1));
+    assert_true(a2__route_hash("ab", 2, 0) == a2__route_hash("ab", 2, 0));
+    assert_true(a2__route_hash("", 0, 0) != a2__route_hash("\0", 1, 0));
 }
 
 static void test_map(void **state)
 {
     (void)state;
-    a2c_map *m = a2c_map_new();
+    a2__map *m = a2__map_new();
     char k[32];
     void *old;
     size_t it = 0, seen = 0, klen;
@@ -131,31 +131,31 @@ static void test_map(void **state)
     for (int i = 0; i < 5000; i++) {
         int n = snprintf(k, sizeof k, "k%d", i);
         assert_int_equal(
-                a2c_map_put(m, k, (size_t)n, (void *)(intptr_t)(i + 1), &old),
+                a2__map_put(m, k, (size_t)n, (void *)(intptr_t)(i + 1), &old),
                 0);
         assert_null(old);
     }
-    assert_int_equal(a2c_map_count(m), 5000);
-    assert_int_equal(a2c_map_put(m, "k7", 2, (void *)(intptr_t)99, &old), 0);
+    assert_int_equal(a2__map_count(m), 5000);
+    assert_int_equal(a2__map_put(m, "k7", 2, (void *)(intptr_t)99, &old), 0);
     assert_int_equal((intptr_t)old, 8);
-    assert_int_equal((intptr_t)a2c_map_get(m, "k7", 2), 99);
-    assert_null(a2c_map_get(m, "k7x", 3));
-    assert_int_equal((intptr_t)a2c_map_del(m, "k7", 2), 99);
-    assert_null(a2c_map_del(m, "k7", 2));
-    assert_int_equal(a2c_map_count(m), 4999);
+    assert_int_equal((intptr_t)a2__map_get(m, "k7", 2), 99);
+    assert_null(a2__map_get(m, "k7x", 3));
+    assert_int_equal((intptr_t)a2__map_del(m, "k7", 2), 99);
+    assert_null(a2__map_del(m, "k7", 2));
+    assert_int_equal(a2__map_count(m), 4999);
     /* binary keys: a NUL inside is part of the key */
-    assert_int_equal(a2c_map_put(m, "a\0b", 3, m, NULL), 0);
-    assert_null(a2c_map_get(m, "a", 1));
-    assert_ptr_equal(a2c_map_get(m, "a\0b", 3), m);
-    while (a2c_map_next(m, &it, &e, &key, &klen, &val))
+    assert_int_equal(a2__map_put(m, "a\0b", 3, m, NULL), 0);
+    assert_null(a2__map_get(m, "a", 1));
+    assert_ptr_equal(a2__map_get(m, "a\0b", 3), m);
+    while (a2__map_next(m, &it, &e, &key, &klen, &val))
         seen++;
     assert_int_equal(seen, 5000);
-    a2c_map_free(m, NULL);
-    a2c_map_free(NULL, NULL);
+    a2__map_free(m, NULL);
+    a2__map_free(NULL, NULL);
 }
 
 /* Drains q into a fresh buffer and decodes the frames into types/heads. */
-static size_t drain_all(a2c_queue *q, a2_wire_msg *msgs, char (*sess)[32],
+static size_t drain_all(a2__queue *q, a2_wire_msg *msgs, char (*sess)[32],
                         size_t max, uint64_t *sent)
 {
     a2_wire_buf out = {0};
@@ -163,8 +163,8 @@ static size_t drain_all(a2c_queue *q, a2_wire_msg *msgs, char (*sess)[32],
     size_t n = 0;
     int rc;
 
-    assert_true(a2c_queue_drain(q, &out, SIZE_MAX, sent) >= 0);
-    assert_int_equal(a2c_queue_len(q), 0);
+    assert_true(a2__queue_drain(q, &out, SIZE_MAX, sent) >= 0);
+    assert_int_equal(a2__queue_len(q), 0);
     assert_int_equal(a2_wire_reader_feed(r, out.data, out.len), 0);
     while ((rc = a2_wire_reader_next(r, &msgs[n])) == 1) {
         if (msgs[n].session)
@@ -186,27 +186,27 @@ static size_t drain_all(a2c_queue *q, a2_wire_msg *msgs, char (*sess)[32],
 static void test_queue_coalesce(void **state)
 {
     (void)state;
-    a2c_queue *q = a2c_queue_new(100);
+    a2__queue *q = a2__queue_new(100);
     a2_wire_msg got[16];
     char sess[16][32];
     uint64_t sent[32] = {0};
     a2_wire_msg pong = {.type = A2_WIRE_PONG, .id = 5};
 
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 1, 10, 700),
+    assert_int_equal(a2__queue_push_wake(q, "c", "s1", "k", 1, 10, 700),
                      A2C_QUEUE_QUEUED);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s2", "k", 1, 11, 701),
+    assert_int_equal(a2__queue_push_wake(q, "c", "s2", "k", 1, 11, 701),
                      A2C_QUEUE_QUEUED);
-    assert_int_equal(a2c_queue_push(q, &pong), A2C_QUEUE_QUEUED);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 5, 12, 702),
+    assert_int_equal(a2__queue_push(q, &pong), A2C_QUEUE_QUEUED);
+    assert_int_equal(a2__queue_push_wake(q, "c", "s1", "k", 5, 12, 702),
                      A2C_QUEUE_COALESCED);
     /* a timer's wake-up (no xid) keeps the commit's xid to wait for */
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 5, 12, 0),
+    assert_int_equal(a2__queue_push_wake(q, "c", "s1", "k", 5, 12, 0),
                      A2C_QUEUE_COALESCED);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k2", 2, 13, 0),
+    assert_int_equal(a2__queue_push_wake(q, "c", "s1", "k2", 2, 13, 0),
                      A2C_QUEUE_QUEUED);
-    assert_int_equal(a2c_queue_push_wake(q, "d", "s1", "k", 3, 14, 0),
+    assert_int_equal(a2__queue_push_wake(q, "d", "s1", "k", 3, 14, 0),
                      A2C_QUEUE_QUEUED);
-    assert_int_equal(a2c_queue_len(q), 5);
+    assert_int_equal(a2__queue_len(q), 5);
 
     size_t n = drain_all(q, got, sess, 16, sent);
     assert_int_equal(n, 5);
@@ -227,20 +227,20 @@ static void test_queue_coalesce(void **state)
     assert_int_equal(sent[A2_WIRE_PONG], 1);
 
     /* after draining, the same key queues anew */
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 6, 15, 0),
+    assert_int_equal(a2__queue_push_wake(q, "c", "s1", "k", 6, 15, 0),
                      A2C_QUEUE_QUEUED);
-    a2c_queue_clear(q);
-    assert_int_equal(a2c_queue_len(q), 0);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "s1", "k", 7, 16, 0),
+    a2__queue_clear(q);
+    assert_int_equal(a2__queue_len(q), 0);
+    assert_int_equal(a2__queue_push_wake(q, "c", "s1", "k", 7, 16, 0),
                      A2C_QUEUE_QUEUED);
-    a2c_queue_free(q);
-    a2c_queue_free(NULL);
+    a2__queue_free(q);
+    a2__queue_free(NULL);
 }
 
 static void test_queue_overflow(void **state)
 {
     (void)state;
-    a2c_queue *q = a2c_queue_new(10);
+    a2__queue *q = a2__queue_new(10);
     a2_wire_msg got[16];
     char sess[16][32];
     char s[32];
@@ -251,53 +251,53 @@ static void test_queue_overflow(void **state)
 
     for (int i = 0; i < 10; i++) {
         session_name(s, sizeof s, i);
-        assert_int_equal(a2c_queue_push_wake(q, "c", s, "k", i, 1, 0),
+        assert_int_equal(a2__queue_push_wake(q, "c", s, "k", i, 1, 0),
                          A2C_QUEUE_QUEUED);
     }
     /* coalescing still works at the bound */
-    assert_int_equal(a2c_queue_push_wake(q, "c", "session-3", "k", 33, 2, 0),
+    assert_int_equal(a2__queue_push_wake(q, "c", "session-3", "k", 33, 2, 0),
                      A2C_QUEUE_COALESCED);
-    assert_false(a2c_queue_overflowed(q));
+    assert_false(a2__queue_overflowed(q));
     /* the 11th distinct frame drops the queue */
-    assert_int_equal(a2c_queue_push_wake(q, "c", "other", "k", 1, 1, 0),
+    assert_int_equal(a2__queue_push_wake(q, "c", "other", "k", 1, 1, 0),
                      A2C_QUEUE_OVERFLOW);
-    assert_true(a2c_queue_overflowed(q));
-    assert_int_equal(a2c_queue_len(q), 0);
+    assert_true(a2__queue_overflowed(q));
+    assert_int_equal(a2__queue_len(q), 0);
     /* while overflowed everything is dropped */
-    assert_int_equal(a2c_queue_push_wake(q, "c", "x", "k", 1, 1, 0),
+    assert_int_equal(a2__queue_push_wake(q, "c", "x", "k", 1, 1, 0),
                      A2C_QUEUE_DROPPED);
-    assert_int_equal(a2c_queue_len(q), 0);
-    a2c_queue_clear_overflow(q);
-    assert_int_equal(a2c_queue_push_wake(q, "c", "session-3", "k", 1, 1, 0),
+    assert_int_equal(a2__queue_len(q), 0);
+    a2__queue_clear_overflow(q);
+    assert_int_equal(a2__queue_push_wake(q, "c", "session-3", "k", 1, 1, 0),
                      A2C_QUEUE_QUEUED);
     assert_int_equal(drain_all(q, got, sess, 16, NULL), 1);
     assert_int_equal(got[0].head, 1);
     /* an unencodable frame is refused without queueing */
-    assert_int_equal(a2c_queue_push(q, &bad), A2C_QUEUE_EINVAL);
-    assert_int_equal(a2c_queue_len(q), 0);
-    a2c_queue_free(q);
+    assert_int_equal(a2__queue_push(q, &bad), A2C_QUEUE_EINVAL);
+    assert_int_equal(a2__queue_len(q), 0);
+    a2__queue_free(q);
 }
 
 /* Drain stops once out holds max_bytes. */
 static void test_queue_drain_chunks(void **state)
 {
     (void)state;
-    a2c_queue *q = a2c_queue_new(1000);
+    a2__queue *q = a2__queue_new(1000);
     a2_wire_buf out = {0};
     char s[32];
     int moved;
 
     for (int i = 0; i < 1000; i++) {
         session_name(s, sizeof s, i);
-        assert_int_equal(a2c_queue_push_wake(q, "c", s, "k", i, 1, 0),
+        assert_int_equal(a2__queue_push_wake(q, "c", s, "k", i, 1, 0),
                          A2C_QUEUE_QUEUED);
     }
-    moved = a2c_queue_drain(q, &out, 1000, NULL);
+    moved = a2__queue_drain(q, &out, 1000, NULL);
     assert_true(moved > 0 && moved < 1000);
     assert_true(out.len >= 1000 && out.len < 1100);
-    assert_int_equal(a2c_queue_len(q), 1000 - (size_t)moved);
+    assert_int_equal(a2__queue_len(q), 1000 - (size_t)moved);
     a2_wire_buf_free(&out);
-    a2c_queue_free(q);
+    a2__queue_free(q);
 }
 
 int main(void)

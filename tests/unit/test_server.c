@@ -50,15 +50,15 @@ static int64_t ms_now(void)
 }
 
 /* Runs the server, then waits up to ms for fd (or the server) to be ready. */
-static void pump(a2c_server *srv, int fd, int ms)
+static void pump(a2__server *srv, int fd, int ms)
 {
-    struct pollfd p[2] = {{a2c_server_fd(srv), POLLIN, 0}, {fd, POLLIN, 0}};
-    assert_int_equal(a2c_server_run(srv), 0);
+    struct pollfd p[2] = {{a2__server_fd(srv), POLLIN, 0}, {fd, POLLIN, 0}};
+    assert_int_equal(a2__server_run(srv), 0);
     poll(p, fd >= 0 ? 2 : 1, ms);
-    assert_int_equal(a2c_server_run(srv), 0);
+    assert_int_equal(a2__server_run(srv), 0);
 }
 
-static void pump_for(a2c_server *srv, int ms)
+static void pump_for(a2__server *srv, int ms)
 {
     int64_t end = ms_now() + ms;
     while (ms_now() < end)
@@ -105,7 +105,7 @@ static void cl_free(client *c)
 }
 
 /* Sends all bytes, running the server while the socket is full. */
-static void cl_send_raw(client *c, a2c_server *srv, const void *p, size_t n)
+static void cl_send_raw(client *c, a2__server *srv, const void *p, size_t n)
 {
     int64_t end = ms_now() + WAIT_MS;
     size_t off = 0;
@@ -127,7 +127,7 @@ static void cl_send_raw(client *c, a2c_server *srv, const void *p, size_t n)
 
 #define SEND_LIT(c, srv, lit) cl_send_raw(c, srv, lit, sizeof(lit) - 1)
 
-static void cl_send(client *c, a2c_server *srv, a2_wire_buf *b)
+static void cl_send(client *c, a2__server *srv, a2_wire_buf *b)
 {
     cl_send_raw(c, srv, b->data, b->len);
     b->len = 0;
@@ -135,7 +135,7 @@ static void cl_send(client *c, a2c_server *srv, a2_wire_buf *b)
 
 /* The next message within ms: 1, 0 on timeout, -1 on EOF. Fails the test on
  * a reader error. */
-static int cl_next(client *c, a2c_server *srv, int ms)
+static int cl_next(client *c, a2__server *srv, int ms)
 {
     int64_t end = ms_now() + ms;
     char buf[65536];
@@ -160,7 +160,7 @@ static int cl_next(client *c, a2c_server *srv, int ms)
     }
 }
 
-static const a2_wire_msg *cl_expect(client *c, a2c_server *srv,
+static const a2_wire_msg *cl_expect(client *c, a2__server *srv,
                                     a2_wire_type type)
 {
     int rc = cl_next(c, srv, WAIT_MS);
@@ -173,7 +173,7 @@ static const a2_wire_msg *cl_expect(client *c, a2c_server *srv,
     return &c->m;
 }
 
-static void cl_expect_quiet(client *c, a2c_server *srv, int ms)
+static void cl_expect_quiet(client *c, a2__server *srv, int ms)
 {
     int rc = cl_next(c, srv, ms);
     if (rc == 1)
@@ -182,7 +182,7 @@ static void cl_expect_quiet(client *c, a2c_server *srv, int ms)
 }
 
 /* Expects an `error` with code, then the end of the stream. */
-static void cl_expect_error_eof(client *c, a2c_server *srv, const char *code)
+static void cl_expect_error_eof(client *c, a2__server *srv, const char *code)
 {
     const a2_wire_msg *m = cl_expect(c, srv, A2_WIRE_ERROR);
     assert_string_equal(m->code, code);
@@ -191,7 +191,7 @@ static void cl_expect_error_eof(client *c, a2c_server *srv, const char *code)
     assert_int_equal(cl_next(c, srv, WAIT_MS), -1);
 }
 
-static void cl_hello(client *c, a2c_server *srv, const char *name,
+static void cl_hello(client *c, a2__server *srv, const char *name,
                      const char *token)
 {
     a2_wire_buf b = {0};
@@ -202,7 +202,7 @@ static void cl_hello(client *c, a2c_server *srv, const char *name,
     assert_int_equal(c->m.v, 1);
 }
 
-static void cl_subscribe(client *c, a2c_server *srv, const char *consumer,
+static void cl_subscribe(client *c, a2__server *srv, const char *consumer,
                          a2_wire_log_filter f, const char *const *types,
                          size_t n)
 {
@@ -215,19 +215,19 @@ static void cl_subscribe(client *c, a2c_server *srv, const char *consumer,
     assert_true(m->all_sessions);
 }
 
-static a2c_server *server(a2c_route route, size_t qlimit, int hello_ms)
+static a2__server *server(a2__route route, size_t qlimit, int hello_ms)
 {
     char err[256];
-    a2c_server_options o = {.unix_path = path,
+    a2__server_options o = {.unix_path = path,
                             .tcp_host = "127.0.0.1",
                             .tcp_port = "0",
                             .token = "s3cret-token",
                             .route = route,
                             .queue_limit = qlimit,
                             .hello_timeout_ms = hello_ms};
-    a2c_server *srv = a2c_server_new(&o, err, sizeof err);
+    a2__server *srv = a2__server_new(&o, err, sizeof err);
     if (!srv)
-        fail_msg("a2c_server_new: %s", err);
+        fail_msg("a2__server_new: %s", err);
     return srv;
 }
 
@@ -252,24 +252,24 @@ static int teardown(void **state)
 static void test_handshake_ping(void **state)
 {
     (void)state;
-    a2c_server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
-    a2c_server_stats st;
+    a2__server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
+    a2__server_stats st;
     struct stat sb;
     a2_wire_buf b = {0};
 
     assert_int_equal(stat(path, &sb), 0);
     assert_true(S_ISSOCK(sb.st_mode));
     assert_int_equal(sb.st_mode & 0777, 0660);
-    assert_true(a2c_server_tcp_port(srv) > 0);
+    assert_true(a2__server_tcp_port(srv) > 0);
 
-    a2c_server_set_lsn(srv, 0x16B374D848ULL);
+    a2__server_set_lsn(srv, 0x16B374D848ULL);
     client *c = cl_unix();
     assert_int_equal(a2_wire_encode_hello(&b, "w1", NULL), 0);
     cl_send(c, srv, &b);
     cl_expect(c, srv, A2_WIRE_WELCOME);
     assert_int_equal(c->m.v, 1);
     assert_true(c->m.lsn == 0x16B374D848ULL);
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.workers, 1);
 
     assert_int_equal(a2_wire_encode_ping(&b, 77), 0);
@@ -279,32 +279,32 @@ static void test_handshake_ping(void **state)
     assert_int_equal(cl_expect(c, srv, A2_WIRE_PONG)->id, 78);
 
     /* over TCP with the token */
-    client *t = cl_tcp(a2c_server_tcp_port(srv));
+    client *t = cl_tcp(a2__server_tcp_port(srv));
     cl_hello(t, srv, "w2", "s3cret-token");
     cl_subscribe(t, srv, "mailer", A2_WIRE_LOG_NONE, NULL, 0);
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.workers, 2);
     assert_int_equal(st.resyncs_sent, 1);
 
     cl_free(c);
     cl_free(t);
     pump_for(srv, 50);
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.workers, 0);
     a2_wire_buf_free(&b);
-    a2c_server_free(srv);
+    a2__server_free(srv);
     /* the socket file is gone */
     assert_int_not_equal(stat(path, &sb), 0);
 }
 
 /* Sends wakes for nsess sessions; records which client got each. */
-static void route_round(a2c_server *srv, client **cs, int ncl, int nsess,
+static void route_round(a2__server *srv, client **cs, int ncl, int nsess,
                         int *owner, int head)
 {
     char s[32];
     for (int i = 0; i < nsess; i++) {
         snprintf(s, sizeof s, "sess-%d", i);
-        a2c_server_wake(srv, "c", s, "main", head, 100 + (uint64_t)i, 0);
+        a2__server_wake(srv, "c", s, "main", head, 100 + (uint64_t)i, 0);
         owner[i] = -1;
     }
     for (int k = 0; k < ncl; k++) {
@@ -327,10 +327,10 @@ static void route_round(a2c_server *srv, client **cs, int ncl, int nsess,
 static void test_affinity_and_move(void **state)
 {
     (void)state;
-    a2c_server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
-    client *cs[3] = {cl_unix(), cl_unix(), cl_tcp(a2c_server_tcp_port(srv))};
+    a2__server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
+    client *cs[3] = {cl_unix(), cl_unix(), cl_tcp(a2__server_tcp_port(srv))};
     int owner[300], again[300], count[3] = {0};
-    a2c_server_stats st;
+    a2__server_stats st;
 
     cl_hello(cs[0], srv, "alpha", NULL);
     cl_hello(cs[1], srv, "beta", NULL);
@@ -349,7 +349,7 @@ static void test_affinity_and_move(void **state)
     route_round(srv, cs, 3, 300, again, 2);
     for (int i = 0; i < 300; i++)
         assert_int_equal(again[i], owner[i]);
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.wakes_sent, 600);
 
     /* beta leaves: alpha and gamma get a resync naming exactly beta's sessions
@@ -385,17 +385,17 @@ static void test_affinity_and_move(void **state)
         else
             assert_int_equal(now + 1, moved[i]);
     }
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.workers, 2);
     cl_free(cs[0]);
     cl_free(cs[2]);
-    a2c_server_free(srv);
+    a2__server_free(srv);
 }
 
 static void test_broadcast(void **state)
 {
     (void)state;
-    a2c_server *srv = server(A2C_ROUTE_BROADCAST, 0, 0);
+    a2__server *srv = server(A2C_ROUTE_BROADCAST, 0, 0);
     client *a = cl_unix(), *b = cl_unix();
     cl_hello(a, srv, "a", NULL);
     cl_hello(b, srv, "b", NULL);
@@ -404,7 +404,7 @@ static void test_broadcast(void **state)
     for (int i = 0; i < 20; i++) {
         char s[16];
         snprintf(s, sizeof s, "s%d", i);
-        a2c_server_wake(srv, "c", s, "k", i, 1, 0);
+        a2__server_wake(srv, "c", s, "k", i, 1, 0);
     }
     for (int i = 0; i < 20; i++) {
         char s[16];
@@ -413,24 +413,24 @@ static void test_broadcast(void **state)
         assert_string_equal(cl_expect(b, srv, A2_WIRE_WAKE)->session, s);
     }
     /* a wake for a consumer nobody follows goes nowhere */
-    a2c_server_wake(srv, "other", "s1", "k", 1, 1, 0);
+    a2__server_wake(srv, "other", "s1", "k", 1, 1, 0);
     cl_expect_quiet(a, srv, 100);
     /* a leaving worker moves nothing in broadcast mode */
     cl_free(a);
     cl_expect_quiet(b, srv, 200);
     cl_free(b);
-    a2c_server_free(srv);
+    a2__server_free(srv);
 }
 
 static void test_log_cleared_presence_resync(void **state)
 {
     (void)state;
-    a2c_server *srv = server(A2C_ROUTE_BROADCAST, 0, 0);
+    a2__server *srv = server(A2C_ROUTE_BROADCAST, 0, 0);
     client *typed = cl_unix(), *all = cl_unix(), *plain = cl_unix(),
            *idle = cl_unix();
     const char *types[] = {"chat.msg"};
     a2_wire_buf b = {0};
-    a2c_server_stats st;
+    a2__server_stats st;
 
     cl_hello(typed, srv, "typed", NULL);
     cl_hello(all, srv, "all", NULL);
@@ -442,8 +442,8 @@ static void test_log_cleared_presence_resync(void **state)
     assert_int_equal(a2_wire_encode_presence_sub(&b, "room"), 0);
     cl_send(idle, srv, &b);
 
-    a2c_server_log(srv, "s1", 4, "chat.msg", 9, 0);
-    a2c_server_log(srv, "s1", 5, "chat.edit", 10, 0);
+    a2__server_log(srv, "s1", 4, "chat.msg", 9, 0);
+    a2__server_log(srv, "s1", 5, "chat.edit", 10, 0);
     assert_int_equal(cl_expect(typed, srv, A2_WIRE_LOG)->idx, 4);
     assert_string_equal(typed->m.event_type, "chat.msg");
     assert_string_equal(typed->m.session, "s1");
@@ -454,16 +454,16 @@ static void test_log_cleared_presence_resync(void **state)
     cl_expect_quiet(plain, srv, 50);
 
     /* cleared: every worker with a subscription */
-    a2c_server_cleared(srv, "s1", 12, 13);
+    a2__server_cleared(srv, "s1", 12, 13);
     assert_int_equal(cl_expect(typed, srv, A2_WIRE_CLEARED)->clear_index, 12);
     assert_int_equal(cl_expect(all, srv, A2_WIRE_CLEARED)->lsn, 13);
     assert_string_equal(cl_expect(plain, srv, A2_WIRE_CLEARED)->session, "s1");
 
     /* presence: only the namespace's subscribers */
-    a2c_server_presence(srv, "room", "alice", "{\"typing\":true,\"x\":null}",
+    a2__server_presence(srv, "room", "alice", "{\"typing\":true,\"x\":null}",
                         21);
-    a2c_server_presence(srv, "elsewhere", "bob", "{\"a\":1}", 22);
-    a2c_server_presence(srv, "room", "bad", "not json", 23);
+    a2__server_presence(srv, "elsewhere", "bob", "{\"a\":1}", 22);
+    a2__server_presence(srv, "room", "bad", "not json", 23);
     const a2_wire_msg *m = cl_expect(idle, srv, A2_WIRE_PRESENCE);
     assert_string_equal(m->ns, "room");
     assert_string_equal(m->participant, "alice");
@@ -473,12 +473,12 @@ static void test_log_cleared_presence_resync(void **state)
     cl_expect_quiet(plain, srv, 10);
 
     /* resync_all: one per subscribed consumer */
-    a2c_server_resync_all(srv);
+    a2__server_resync_all(srv);
     assert_true(cl_expect(plain, srv, A2_WIRE_RESYNC)->all_sessions);
     assert_true(cl_expect(typed, srv, A2_WIRE_RESYNC)->all_sessions);
     cl_expect_quiet(idle, srv, 50);
 
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.logs_sent, 3);
     assert_int_equal(st.cleared_sent, 3);
     assert_int_equal(st.presence_sent, 1);
@@ -488,23 +488,23 @@ static void test_log_cleared_presence_resync(void **state)
     cl_free(plain);
     cl_free(idle);
     a2_wire_buf_free(&b);
-    a2c_server_free(srv);
+    a2__server_free(srv);
 }
 
 /* A bystander that keeps receiving while others misbehave. */
-static void check_bystander(client *ok, a2c_server *srv, int head)
+static void check_bystander(client *ok, a2__server *srv, int head)
 {
-    a2c_server_wake(srv, "c", "s", "k", head, 1, 0);
+    a2__server_wake(srv, "c", "s", "k", head, 1, 0);
     assert_int_equal(cl_expect(ok, srv, A2_WIRE_WAKE)->head, head);
 }
 
 static void test_protocol_errors(void **state)
 {
     (void)state;
-    a2c_server *srv = server(A2C_ROUTE_AFFINITY, 0, 300);
+    a2__server *srv = server(A2C_ROUTE_AFFINITY, 0, 300);
     client *ok = cl_unix(), *c;
     a2_wire_buf b = {0};
-    a2c_server_stats st;
+    a2__server_stats st;
     static unsigned char big[A2_WIRE_MAX_WORKER_FRAME + 8192];
     int64_t t0;
 
@@ -588,17 +588,17 @@ static void test_protocol_errors(void **state)
     check_bystander(ok, srv, 3);
 
     /* TCP: wrong token, missing token */
-    c = cl_tcp(a2c_server_tcp_port(srv));
+    c = cl_tcp(a2__server_tcp_port(srv));
     assert_int_equal(a2_wire_encode_hello(&b, "t", "s3cret-tokeN"), 0);
     cl_send(c, srv, &b);
     cl_expect_error_eof(c, srv, A2_WIRE_CODE_AUTH);
     cl_free(c);
-    c = cl_tcp(a2c_server_tcp_port(srv));
+    c = cl_tcp(a2__server_tcp_port(srv));
     assert_int_equal(a2_wire_encode_hello(&b, "t", "s3cret"), 0);
     cl_send(c, srv, &b);
     cl_expect_error_eof(c, srv, A2_WIRE_CODE_AUTH);
     cl_free(c);
-    c = cl_tcp(a2c_server_tcp_port(srv));
+    c = cl_tcp(a2__server_tcp_port(srv));
     assert_int_equal(a2_wire_encode_hello(&b, "t", NULL), 0);
     cl_send(c, srv, &b);
     cl_expect_error_eof(c, srv, A2_WIRE_CODE_AUTH);
@@ -613,12 +613,12 @@ static void test_protocol_errors(void **state)
     cl_free(c);
     check_bystander(ok, srv, 5);
 
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.protocol_errors, 12);
     assert_int_equal(st.workers, 1);
     cl_free(ok);
     a2_wire_buf_free(&b);
-    a2c_server_free(srv);
+    a2__server_free(srv);
 }
 
 /* A worker that does not read: its queue overflows, the server stays
@@ -626,9 +626,9 @@ static void test_protocol_errors(void **state)
 static void test_overflow_resync(void **state)
 {
     (void)state;
-    a2c_server *srv = server(A2C_ROUTE_BROADCAST, 200, 0);
+    a2__server *srv = server(A2C_ROUTE_BROADCAST, 200, 0);
     client *slow = cl_unix(), *ok = cl_unix();
-    a2c_server_stats st;
+    a2__server_stats st;
     char s[200];
     int pushed = 0, got = 0, resyncs = 0, after_resync = 0, rc;
     int64_t t0 = ms_now();
@@ -643,14 +643,14 @@ static void test_overflow_resync(void **state)
     for (int round = 0; round < 100; round++) {
         for (int i = 0; i < 150; i++) {
             snprintf(s, sizeof s, "%0150d", pushed++);
-            a2c_server_wake(srv, "c", s, "k", round, 1, 0);
+            a2__server_wake(srv, "c", s, "k", round, 1, 0);
         }
-        assert_int_equal(a2c_server_run(srv), 0);
+        assert_int_equal(a2__server_run(srv), 0);
         for (int i = 0; i < 150; i++)
             assert_int_equal(cl_expect(ok, srv, A2_WIRE_WAKE)->head, round);
     }
     assert_true(ms_now() - t0 < 20000);
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_true(st.overflows >= 1);
 
     /* slow drains: wakes (fewer than pushed), then resync c and d */
@@ -672,19 +672,19 @@ static void test_overflow_resync(void **state)
     assert_true(got < pushed);
     assert_true(resyncs >= 2);
     /* back to normal: wakes flow again */
-    a2c_server_wake(srv, "c", "fresh", "k", 7, 1, 0);
+    a2__server_wake(srv, "c", "fresh", "k", 7, 1, 0);
     assert_string_equal(cl_expect(slow, srv, A2_WIRE_WAKE)->session, "fresh");
     assert_string_equal(cl_expect(ok, srv, A2_WIRE_WAKE)->session, "fresh");
     cl_free(slow);
     cl_free(ok);
-    a2c_server_free(srv);
+    a2__server_free(srv);
 }
 
 /* Past the bound of remembered sessions, a departure resyncs everything. */
 static void test_move_unknown(void **state)
 {
     (void)state;
-    a2c_server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
+    a2__server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
     client *a = cl_unix(), *b = cl_unix();
     char s[32];
     int na = 0, nb = 0, rc;
@@ -696,7 +696,7 @@ static void test_move_unknown(void **state)
     for (int round = 0; round < 10; round++) {
         for (int i = round * 1000; i < (round + 1) * 1000; i++) {
             snprintf(s, sizeof s, "s%d", i);
-            a2c_server_wake(srv, "c", s, "k", 1, 1, 0);
+            a2__server_wake(srv, "c", s, "k", 1, 1, 0);
         }
         while ((rc = cl_next(a, srv, 20)) == 1)
             na++;
@@ -715,14 +715,14 @@ static void test_move_unknown(void **state)
     assert_true(m->all_sessions);
     cl_expect_quiet(a, srv, 100);
     cl_free(a);
-    a2c_server_free(srv);
+    a2__server_free(srv);
 }
 
 /* `log` in affinity mode: one matching subscriber per session, by hash. */
 static void test_log_affinity(void **state)
 {
     (void)state;
-    a2c_server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
+    a2__server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
     client *a = cl_unix(), *b = cl_unix(), *other = cl_unix();
     const char *types[] = {"x"};
     int owner[100];
@@ -739,7 +739,7 @@ static void test_log_affinity(void **state)
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < 100; i++) {
             snprintf(s, sizeof s, "s%d", i);
-            a2c_server_log(srv, s, i, "x", 1, 0);
+            a2__server_log(srv, s, i, "x", 1, 0);
         }
         int seen[100] = {0}, n = 0;
         client *cs[2] = {a, b};
@@ -759,12 +759,12 @@ static void test_log_affinity(void **state)
         assert_int_equal(n, 100);
     }
     /* type y: only a (nil log_types) follows it */
-    a2c_server_log(srv, "s1", 1, "y", 1, 0);
+    a2__server_log(srv, "s1", 1, "y", 1, 0);
     assert_string_equal(cl_expect(a, srv, A2_WIRE_LOG)->event_type, "y");
     cl_expect_quiet(b, srv, 50);
     cl_free(a);
     cl_free(b);
-    a2c_server_free(srv);
+    a2__server_free(srv);
 }
 
 /* Log subscriptions are capped per connection and on the server, and a
@@ -773,10 +773,10 @@ static void test_log_affinity(void **state)
 static void test_log_subscription_caps(void **state)
 {
     (void)state;
-    a2c_server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
+    a2__server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
     const char *t[] = {"t"};
     char name[32];
-    a2c_server_stats st;
+    a2__server_stats st;
 
     /* Per connection: the 65th log subscription is refused. */
     client *one = cl_unix();
@@ -785,7 +785,7 @@ static void test_log_subscription_caps(void **state)
         snprintf(name, sizeof name, "c%d", i);
         cl_subscribe(one, srv, name, A2_WIRE_LOG_TYPES, t, 1);
     }
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.log_consumers, A2C_MAX_LOG_SUBS);
     a2_wire_buf b = {0};
     assert_int_equal(
@@ -797,12 +797,12 @@ static void test_log_subscription_caps(void **state)
     cl_free(one);
     pump_for(srv, 20);
     /* Its names are forgotten: logs of their type look at nothing. */
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.log_consumers, 0);
     uint64_t checks = st.log_checks;
     for (int i = 0; i < 2000; i++)
-        a2c_server_log(srv, "s1", i + 1, "t", 1, 0);
-    a2c_server_get_stats(srv, &st);
+        a2__server_log(srv, "s1", i + 1, "t", 1, 0);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.log_checks, checks);
 
     /* On the server: 16 connections of 64 fill it; the next is refused. */
@@ -862,19 +862,19 @@ static void test_log_subscription_caps(void **state)
     }
     const char *tx[] = {"x"};
     cl_subscribe(x, srv, "xs", A2_WIRE_LOG_TYPES, tx, 1);
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.log_consumers, A2C_MAX_LOG_SUBS + 1);
     checks = st.log_checks;
     for (int i = 0; i < 2000; i++)
-        a2c_server_log(srv, "s1", i + 1, "x", 1, 0);
-    a2c_server_get_stats(srv, &st);
+        a2__server_log(srv, "s1", i + 1, "x", 1, 0);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.log_checks - checks, 2000);
     assert_int_equal(cl_expect(x, srv, A2_WIRE_LOG)->idx, 1);
     cl_expect_quiet(busy, srv, 20);
     a2_wire_buf_free(&b);
     cl_free(busy);
     cl_free(x);
-    a2c_server_free(srv);
+    a2__server_free(srv);
 }
 
 /* Random bytes from many connections (some after a good hello): each gets an
@@ -882,7 +882,7 @@ static void test_log_subscription_caps(void **state)
 static void test_random_garbage(void **state)
 {
     (void)state;
-    a2c_server *srv = server(A2C_ROUTE_AFFINITY, 0, 200);
+    a2__server *srv = server(A2C_ROUTE_AFFINITY, 0, 200);
     client *ok = cl_unix();
     unsigned seed = 12345;
     unsigned char junk[2048];
@@ -890,7 +890,7 @@ static void test_random_garbage(void **state)
     cl_hello(ok, srv, "ok", NULL);
     cl_subscribe(ok, srv, "c", A2_WIRE_LOG_NONE, NULL, 0);
     for (int i = 0; i < 40; i++) {
-        client *c = i % 2 ? cl_unix() : cl_tcp(a2c_server_tcp_port(srv));
+        client *c = i % 2 ? cl_unix() : cl_tcp(a2__server_tcp_port(srv));
         size_t n = 1 + (size_t)(rand_r(&seed) % sizeof junk);
         int rc;
         for (size_t j = 0; j < n; j++)
@@ -908,7 +908,7 @@ static void test_random_garbage(void **state)
         check_bystander(ok, srv, i);
     }
     cl_free(ok);
-    a2c_server_free(srv);
+    a2__server_free(srv);
 }
 
 static char auth_log[16][200];
@@ -943,21 +943,21 @@ static void test_auth_failures(void **state)
 {
     (void)state;
     char err[256];
-    a2c_server_options o = {.unix_path = path,
+    a2__server_options o = {.unix_path = path,
                             .tcp_host = "127.0.0.1",
                             .tcp_port = "0",
                             .token = "s3cret-token",
                             .log = capture_log,
                             .auth_delay_ms = 100,
                             .auth_spacing_ms = 50};
-    a2c_server *srv = a2c_server_new(&o, err, sizeof err);
+    a2__server *srv = a2__server_new(&o, err, sizeof err);
     a2_wire_buf b = {0};
-    a2c_server_stats st;
+    a2__server_stats st;
     client *bad[8];
     if (!srv)
-        fail_msg("a2c_server_new: %s", err);
+        fail_msg("a2__server_new: %s", err);
     auth_lines = 0;
-    int port = a2c_server_tcp_port(srv);
+    int port = a2__server_tcp_port(srv);
 
     client *ok = cl_unix();
     cl_hello(ok, srv, "ok", NULL);
@@ -1007,13 +1007,13 @@ static void test_auth_failures(void **state)
     assert_string_equal(auth_log[5], "3 more failed authentications not logged");
     assert_non_null(strstr(auth_log[6], "worker \"late\" from tcp 127.0.0.1:"));
     assert_non_null(strstr(auth_log[6], "failed authentication: "));
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.auth_failures, 9);
     assert_int_equal(st.workers, 2);
     cl_free(good);
     cl_free(ok);
     a2_wire_buf_free(&b);
-    a2c_server_free(srv);
+    a2__server_free(srv);
 }
 
 /* A worker that says hello and subscribes to nothing is dropped; past
@@ -1023,13 +1023,13 @@ static void test_connection_limits(void **state)
 {
     (void)state;
     char err[256];
-    a2c_server_options o = {.unix_path = path,
+    a2__server_options o = {.unix_path = path,
                             .subscribe_timeout_ms = 150,
                             .max_connections = 3};
-    a2c_server *srv = a2c_server_new(&o, err, sizeof err);
-    a2c_server_stats st;
+    a2__server *srv = a2__server_new(&o, err, sizeof err);
+    a2__server_stats st;
     if (!srv)
-        fail_msg("a2c_server_new: %s", err);
+        fail_msg("a2__server_new: %s", err);
 
     client *ok = cl_unix();
     cl_hello(ok, srv, "ok", NULL);
@@ -1046,13 +1046,13 @@ static void test_connection_limits(void **state)
     /* the cap: ok + two more, the fourth is refused */
     client *b = cl_unix(), *c = cl_unix();
     pump_for(srv, 50);
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.connections, 3);
     client *d = cl_unix();
     cl_expect_error_eof(d, srv, A2_WIRE_CODE_PROTOCOL);
     assert_non_null(strstr(last_error, "too many connections (at most 3)"));
     cl_free(d);
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.refused, 1);
     assert_int_equal(st.connections, 3);
     /* one leaves, a new one gets in */
@@ -1063,7 +1063,7 @@ static void test_connection_limits(void **state)
     cl_free(d);
     cl_free(c);
     pump_for(srv, 50);
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.connections, 1);
 
     /* no descriptor free: the connection waits in the backlog, the
@@ -1084,11 +1084,11 @@ static void test_connection_limits(void **state)
     assert_non_null(strstr(d->m.message, "no file descriptor free"));
     assert_int_equal(cl_next(d, srv, WAIT_MS), -1);
     cl_free(d);
-    a2c_server_get_stats(srv, &st);
+    a2__server_get_stats(srv, &st);
     assert_int_equal(st.refused, 2);
     /* nothing is left for the loop: no spin on a readable listener */
-    assert_int_equal(a2c_server_run(srv), 0);
-    struct pollfd p = {a2c_server_fd(srv), POLLIN, 0};
+    assert_int_equal(a2__server_run(srv), 0);
+    struct pollfd p = {a2__server_fd(srv), POLLIN, 0};
     assert_int_equal(poll(&p, 1, 0), 0);
     /* and with descriptors back, a worker gets in */
     d = cl_unix();
@@ -1096,15 +1096,15 @@ static void test_connection_limits(void **state)
     cl_free(d);
     check_bystander(ok, srv, 2);
     cl_free(ok);
-    a2c_server_free(srv);
+    a2__server_free(srv);
 }
 
 static void test_listeners(void **state)
 {
     (void)state;
     char err[256];
-    a2c_server_options o = {.unix_path = path};
-    a2c_server *srv, *second;
+    a2__server_options o = {.unix_path = path};
+    a2__server *srv, *second;
     int fd;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
 
@@ -1113,59 +1113,59 @@ static void test_listeners(void **state)
     fd = socket(AF_UNIX, SOCK_STREAM, 0);
     assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     close(fd);
-    srv = a2c_server_new(&o, err, sizeof err);
+    srv = a2__server_new(&o, err, sizeof err);
     if (!srv)
         fail_msg("%s", err);
     /* a live one is an error */
-    second = a2c_server_new(&o, err, sizeof err);
+    second = a2__server_new(&o, err, sizeof err);
     assert_null(second);
     assert_non_null(strstr(err, "another server is listening"));
     /* and the first still works */
     client *c = cl_unix();
     cl_hello(c, srv, "w", NULL);
     cl_free(c);
-    a2c_server_free(srv);
+    a2__server_free(srv);
 
     /* a regular file is never removed */
     fd = open(path, O_CREAT | O_WRONLY, 0600);
     assert_true(fd >= 0);
     close(fd);
-    assert_null(a2c_server_new(&o, err, sizeof err));
+    assert_null(a2__server_new(&o, err, sizeof err));
     assert_non_null(strstr(err, "not a socket"));
     unlink(path);
 
     /* TCP without a token, nothing to listen on, a busy port */
-    a2c_server_options t = {.tcp_host = "127.0.0.1", .tcp_port = "0"};
-    assert_null(a2c_server_new(&t, err, sizeof err));
+    a2__server_options t = {.tcp_host = "127.0.0.1", .tcp_port = "0"};
+    assert_null(a2__server_new(&t, err, sizeof err));
     assert_non_null(strstr(err, "token"));
-    a2c_server_options none = {0};
-    assert_null(a2c_server_new(&none, err, sizeof err));
+    a2__server_options none = {0};
+    assert_null(a2__server_new(&none, err, sizeof err));
     t.token = "x";
-    srv = a2c_server_new(&t, err, sizeof err);
+    srv = a2__server_new(&t, err, sizeof err);
     assert_non_null(srv);
     char port[16];
-    snprintf(port, sizeof port, "%d", a2c_server_tcp_port(srv));
-    a2c_server_options busy = {
+    snprintf(port, sizeof port, "%d", a2__server_tcp_port(srv));
+    a2__server_options busy = {
             .tcp_host = "127.0.0.1", .tcp_port = port, .token = "x"};
-    assert_null(a2c_server_new(&busy, err, sizeof err));
+    assert_null(a2__server_new(&busy, err, sizeof err));
     assert_non_null(strstr(err, "could not bind tcp:127.0.0.1"));
-    a2c_server_free(srv);
+    a2__server_free(srv);
 
     /* IPv6 loopback */
-    a2c_server_options v6 = {.tcp_host = "::1", .tcp_port = "0", .token = "x"};
-    srv = a2c_server_new(&v6, err, sizeof err);
+    a2__server_options v6 = {.tcp_host = "::1", .tcp_port = "0", .token = "x"};
+    srv = a2__server_new(&v6, err, sizeof err);
     if (srv) {
         struct sockaddr_in6 s6 = {.sin6_family = AF_INET6,
                                   .sin6_addr = IN6ADDR_LOOPBACK_INIT};
-        s6.sin6_port = htons((uint16_t)a2c_server_tcp_port(srv));
+        s6.sin6_port = htons((uint16_t)a2__server_tcp_port(srv));
         fd = socket(AF_INET6, SOCK_STREAM, 0);
         assert_int_equal(connect(fd, (struct sockaddr *)&s6, sizeof s6), 0);
         c = cl_new(fd);
         cl_hello(c, srv, "v6", "x");
         cl_free(c);
-        a2c_server_free(srv);
+        a2__server_free(srv);
     }
-    a2c_server_free(NULL);
+    a2__server_free(NULL);
 }
 
 int main(void)

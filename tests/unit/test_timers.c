@@ -17,49 +17,49 @@
 static void test_order_and_pop(void **state)
 {
     (void)state;
-    a2c_timers *t = a2c_timers_new();
+    a2__timers *t = a2__timers_new();
     assert_non_null(t);
-    assert_int_equal(a2c_timers_next(t), INT64_MAX);
-    assert_int_equal(a2c_timers_set(t, "s1", "c", "#1", 1, 1, 300), 0);
-    assert_int_equal(a2c_timers_set(t, "s2", "c", "#2", 1, 2, 100), 0);
-    assert_int_equal(a2c_timers_set(t, "s3", "c", "#3", 1, 3, 200), 0);
-    assert_int_equal(a2c_timers_count(t), 3);
-    assert_int_equal(a2c_timers_next(t), 100);
-    a2c_timer out;
-    assert_int_equal(a2c_timers_pop(t, 99, &out), 0);
-    assert_int_equal(a2c_timers_pop(t, 250, &out), 1);
+    assert_int_equal(a2__timers_next(t), INT64_MAX);
+    assert_int_equal(a2__timers_set(t, "s1", "c", "#1", 1, 1, 300), 0);
+    assert_int_equal(a2__timers_set(t, "s2", "c", "#2", 1, 2, 100), 0);
+    assert_int_equal(a2__timers_set(t, "s3", "c", "#3", 1, 3, 200), 0);
+    assert_int_equal(a2__timers_count(t), 3);
+    assert_int_equal(a2__timers_next(t), 100);
+    a2__timer out;
+    assert_int_equal(a2__timers_pop(t, 99, &out), 0);
+    assert_int_equal(a2__timers_pop(t, 250, &out), 1);
     assert_string_equal(out.session, "s2");
     assert_string_equal(out.consumer, "c");
     assert_string_equal(out.cursor_key, "#2");
     assert_int_equal(out.head, 2);
-    assert_int_equal(a2c_timers_pop(t, 250, &out), 1);
+    assert_int_equal(a2__timers_pop(t, 250, &out), 1);
     assert_string_equal(out.session, "s3");
-    assert_int_equal(a2c_timers_pop(t, 250, &out), 0);
-    assert_int_equal(a2c_timers_count(t), 1);
-    a2c_timers_free(t);
+    assert_int_equal(a2__timers_pop(t, 250, &out), 0);
+    assert_int_equal(a2__timers_count(t), 1);
+    a2__timers_free(t);
 }
 
 static void test_replace_and_cancel(void **state)
 {
     (void)state;
-    a2c_timers *t = a2c_timers_new();
-    assert_int_equal(a2c_timers_set(t, "s", "c", "k", 1, 5, 100), 0);
+    a2__timers *t = a2__timers_new();
+    assert_int_equal(a2__timers_set(t, "s", "c", "k", 1, 5, 100), 0);
     /* same key moves: one timer, new deadline and head */
-    assert_int_equal(a2c_timers_set(t, "s", "c", "k", 1, 6, 500), 0);
-    assert_int_equal(a2c_timers_count(t), 1);
-    assert_int_equal(a2c_timers_next(t), 500);
+    assert_int_equal(a2__timers_set(t, "s", "c", "k", 1, 6, 500), 0);
+    assert_int_equal(a2__timers_count(t), 1);
+    assert_int_equal(a2__timers_next(t), 500);
     /* keys differ by any component; no confusion from concatenation */
-    assert_int_equal(a2c_timers_set(t, "sc", "", "k", 1, 1, 50), 0);
-    assert_int_equal(a2c_timers_count(t), 2);
+    assert_int_equal(a2__timers_set(t, "sc", "", "k", 1, 1, 50), 0);
+    assert_int_equal(a2__timers_count(t), 2);
     /* cancel of another epoch leaves it; any epoch (-1) removes it */
-    assert_int_equal(a2c_timers_cancel(t, "s", "c", "k", 2), 0);
-    assert_int_equal(a2c_timers_count(t), 2);
-    assert_int_equal(a2c_timers_cancel(t, "s", "c", "k", 1), 1);
-    assert_int_equal(a2c_timers_cancel(t, "s", "c", "k", -1), 0);
-    assert_int_equal(a2c_timers_cancel(t, "sc", "", "k", -1), 1);
-    assert_int_equal(a2c_timers_count(t), 0);
-    assert_int_equal(a2c_timers_next(t), INT64_MAX);
-    a2c_timers_free(t);
+    assert_int_equal(a2__timers_cancel(t, "s", "c", "k", 2), 0);
+    assert_int_equal(a2__timers_count(t), 2);
+    assert_int_equal(a2__timers_cancel(t, "s", "c", "k", 1), 1);
+    assert_int_equal(a2__timers_cancel(t, "s", "c", "k", -1), 0);
+    assert_int_equal(a2__timers_cancel(t, "sc", "", "k", -1), 1);
+    assert_int_equal(a2__timers_count(t), 0);
+    assert_int_equal(a2__timers_next(t), INT64_MAX);
+    a2__timers_free(t);
 }
 
 /* Many timers set, moved and cancelled at random pop in deadline order. */
@@ -68,7 +68,7 @@ static void test_random_against_model(void **state)
     (void)state;
     enum { N = 3000 };
     static int64_t model[N]; /* deadline, or -1 when none */
-    a2c_timers *t = a2c_timers_new();
+    a2__timers *t = a2__timers_new();
     srand(42);
     for (int i = 0; i < N; i++)
         model[i] = -1;
@@ -77,23 +77,23 @@ static void test_random_against_model(void **state)
         int i = rand() % N;
         snprintf(key, sizeof key, "k%d", i);
         if (rand() % 4 == 0) {
-            int had = a2c_timers_cancel(t, "s", "c", key, -1);
+            int had = a2__timers_cancel(t, "s", "c", key, -1);
             assert_int_equal(had, model[i] >= 0);
             model[i] = -1;
         } else {
             int64_t dl = rand() % 100000;
-            assert_int_equal(a2c_timers_set(t, "s", "c", key, 0, i, dl), 0);
+            assert_int_equal(a2__timers_set(t, "s", "c", key, 0, i, dl), 0);
             model[i] = dl;
         }
     }
     size_t live = 0;
     for (int i = 0; i < N; i++)
         live += model[i] >= 0;
-    assert_int_equal(a2c_timers_count(t), live);
+    assert_int_equal(a2__timers_count(t), live);
     int64_t last = -1;
-    a2c_timer out;
+    a2__timer out;
     size_t popped = 0;
-    while (a2c_timers_pop(t, INT64_MAX, &out)) {
+    while (a2__timers_pop(t, INT64_MAX, &out)) {
         assert_true(out.deadline_ms >= last);
         last = out.deadline_ms;
         assert_int_equal(model[out.head], out.deadline_ms);
@@ -101,24 +101,24 @@ static void test_random_against_model(void **state)
         popped++;
     }
     assert_int_equal(popped, live);
-    a2c_timers_free(t);
+    a2__timers_free(t);
 }
 
 static void test_clear_and_free_null(void **state)
 {
     (void)state;
-    a2c_timers_free(NULL);
-    a2c_timers *t = a2c_timers_new();
+    a2__timers_free(NULL);
+    a2__timers *t = a2__timers_new();
     for (int i = 0; i < 100; i++) {
         char k[16];
         snprintf(k, sizeof k, "%d", i);
-        assert_int_equal(a2c_timers_set(t, "s", "c", k, 0, i, i), 0);
+        assert_int_equal(a2__timers_set(t, "s", "c", k, 0, i, i), 0);
     }
-    a2c_timers_clear(t);
-    assert_int_equal(a2c_timers_count(t), 0);
-    assert_int_equal(a2c_timers_set(t, "s", "c", "x", 0, 1, 1), 0);
-    assert_int_equal(a2c_timers_count(t), 1);
-    a2c_timers_free(t);
+    a2__timers_clear(t);
+    assert_int_equal(a2__timers_count(t), 0);
+    assert_int_equal(a2__timers_set(t, "s", "c", "x", 0, 1, 1), 0);
+    assert_int_equal(a2__timers_count(t), 1);
+    a2__timers_free(t);
 }
 
 int main(void)

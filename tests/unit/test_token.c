@@ -115,7 +115,7 @@ static void test_blank_and_two_lines(void **state)
 }
 
 /* The outcome of one worker's handshake with a server. */
-static int handshake(a2c_server *srv, const char *connect, const char *token,
+static int handshake(a2__server *srv, const char *connect, const char *token,
                      char *why, size_t whylen)
 {
     char err[256];
@@ -126,7 +126,7 @@ static int handshake(a2c_server *srv, const char *connect, const char *token,
     int outcome = 0;
     int64_t end = a2__mono_ms() + WAIT_MS;
     while (!outcome && a2__mono_ms() < end) {
-        assert_int_equal(a2c_server_run(srv), 0);
+        assert_int_equal(a2__server_run(srv), 0);
         assert_int_equal(a2_worker_process(w), 0);
         a2_worker_event ev;
         while (!outcome && a2_worker_next(w, &ev) == 1) {
@@ -137,7 +137,7 @@ static int handshake(a2c_server *srv, const char *connect, const char *token,
                 outcome = A2_WORKER_EV_DISCONNECTED;
             }
         }
-        struct pollfd p[2] = {{a2c_server_fd(srv), POLLIN, 0},
+        struct pollfd p[2] = {{a2__server_fd(srv), POLLIN, 0},
                               {a2_worker_fd(w), a2_worker_poll_events(w), 0}};
         poll(p, a2_worker_fd(w) >= 0 ? 2 : 1, 5);
     }
@@ -162,14 +162,14 @@ static void test_consumer_and_worker_agree(void **state)
     assert_string_equal(consumer_token, "s3cret");
     assert_string_equal(worker_token, consumer_token);
 
-    a2c_server_options so = {
+    a2__server_options so = {
             .tcp_host = "127.0.0.1", .tcp_port = "0", .token = consumer_token};
-    a2c_server *srv = a2c_server_new(&so, err, sizeof err);
+    a2__server *srv = a2__server_new(&so, err, sizeof err);
     if (!srv)
-        fail_msg("a2c_server_new: %s", err);
+        fail_msg("a2__server_new: %s", err);
     char connect[64], why[600] = "";
     snprintf(connect, sizeof connect, "tcp:127.0.0.1:%d",
-             a2c_server_tcp_port(srv));
+             a2__server_tcp_port(srv));
 
     assert_int_equal(handshake(srv, connect, worker_token, why, sizeof why),
                      A2_WORKER_EV_CONNECTED);
@@ -177,7 +177,7 @@ static void test_consumer_and_worker_agree(void **state)
                      A2_WORKER_EV_DISCONNECTED);
     assert_non_null(strstr(why, "wrong token"));
 
-    a2c_server_free(srv);
+    a2__server_free(srv);
     free(consumer_token);
     free(worker_token);
 }

@@ -22,24 +22,24 @@
 static void test_recheck_keeps_log_wake(void **state)
 {
     (void)state;
-    a2w__ran r = {.hinted = 1, .claimed = 0, .wake_log = 1};
+    a2__ran r = {.hinted = 1, .claimed = 0, .wake_log = 1};
     const int64_t delays[] = {20, 40, 80};
     for (int i = 0; i < 3; i++) {
         r.rechecks = i;
-        a2w__next n = a2w__after_run(&r);
+        a2__next n = a2__after_run(&r);
         assert_int_equal(n.kind, A2W_TIMER);
         assert_int_equal(n.delay_ms, delays[i]);
         assert_int_equal(n.recheck, 1);
         assert_int_equal(n.wake_log, 1);
     }
     r.rechecks = 3;
-    a2w__next n = a2w__after_run(&r);
+    a2__next n = a2__after_run(&r);
     assert_int_equal(n.kind, A2W_DONE);
     assert_int_equal(n.wake_log, 0);
     /* a plain wake-up is rechecked without the log step */
     r.rechecks = 0;
     r.wake_log = 0;
-    n = a2w__after_run(&r);
+    n = a2__after_run(&r);
     assert_int_equal(n.kind, A2W_TIMER);
     assert_int_equal(n.wake_log, 0);
 }
@@ -49,25 +49,25 @@ static void test_recheck_keeps_log_wake(void **state)
 static void test_reschedules_keep_log_wake(void **state)
 {
     (void)state;
-    a2w__ran again = {.again = 1, .hinted = 1, .claimed = 2, .wake_log = 1};
-    a2w__next n = a2w__after_run(&again);
+    a2__ran again = {.again = 1, .hinted = 1, .claimed = 2, .wake_log = 1};
+    a2__next n = a2__after_run(&again);
     assert_int_equal(n.kind, A2W_RUN_AGAIN);
     assert_int_equal(n.wake_log, 1);
 
-    a2w__ran failed = {.failed = 1, .hinted = 1, .wake_log = 1};
-    n = a2w__after_run(&failed);
+    a2__ran failed = {.failed = 1, .hinted = 1, .wake_log = 1};
+    n = a2__after_run(&failed);
     assert_int_equal(n.kind, A2W_TIMER);
     assert_int_equal(n.delay_ms, A2W_STORE_RETRY_MS);
     assert_int_equal(n.recheck, 0);
     assert_int_equal(n.wake_log, 1);
 
-    a2w__ran retry = {.retry_at = 10250, .now = 10000, .wake_log = 1};
-    n = a2w__after_run(&retry);
+    a2__ran retry = {.retry_at = 10250, .now = 10000, .wake_log = 1};
+    n = a2__after_run(&retry);
     assert_int_equal(n.kind, A2W_TIMER);
     assert_int_equal(n.delay_ms, 255);
     assert_int_equal(n.wake_log, 1);
     retry.now = 10260; /* already due */
-    n = a2w__after_run(&retry);
+    n = a2__after_run(&retry);
     assert_int_equal(n.delay_ms, 5);
 }
 
@@ -75,17 +75,17 @@ static void test_reschedules_keep_log_wake(void **state)
 static void test_settled(void **state)
 {
     (void)state;
-    a2w__ran claimed = {.hinted = 1, .claimed = 1, .wake_log = 1};
-    a2w__next n = a2w__after_run(&claimed);
+    a2__ran claimed = {.hinted = 1, .claimed = 1, .wake_log = 1};
+    a2__next n = a2__after_run(&claimed);
     assert_int_equal(n.kind, A2W_DONE);
     assert_int_equal(n.wake_log, 0);
-    a2w__ran swept = {.hinted = 0, .claimed = 0};
-    n = a2w__after_run(&swept);
+    a2__ran swept = {.hinted = 0, .claimed = 0};
+    n = a2__after_run(&swept);
     assert_int_equal(n.kind, A2W_DONE);
     /* a run that waited for its wake-up's commit saw it: nothing to look
      * at again */
-    a2w__ran waited = {.hinted = 1, .claimed = 0, .waited = 1, .wake_log = 1};
-    n = a2w__after_run(&waited);
+    a2__ran waited = {.hinted = 1, .claimed = 0, .waited = 1, .wake_log = 1};
+    n = a2__after_run(&waited);
     assert_int_equal(n.kind, A2W_DONE);
     assert_int_equal(n.recheck, 0);
     assert_int_equal(n.wake_log, 0);
@@ -93,20 +93,20 @@ static void test_settled(void **state)
 
 /* ── the table: the ready queue, merging, timers ──────────────────────── */
 
-static a2w__job *take(a2w__sched *s, const char *session, a2w__run *run)
+static a2__job *take(a2__sched *s, const char *session, a2__run *run)
 {
-    a2w__job *j = a2w__sched_take(s, run);
+    a2__job *j = a2__sched_take(s, run);
     assert_non_null(j);
     assert_string_equal(run->session, session);
     return j;
 }
 
-static a2w__next done(a2w__sched *s, a2w__job *j, int claimed, int failed,
+static a2__next done(a2__sched *s, a2__job *j, int claimed, int failed,
                       int64_t retry_at, int64_t now)
 {
-    a2w__run_end end = {
+    a2__run_end end = {
             .failed = failed, .retry_at = retry_at, .claimed = claimed};
-    return a2w__sched_done(s, j, &end, 100000 + now, now);
+    return a2__sched_done(s, j, &end, 100000 + now, now);
 }
 
 /* Sessions run in the order they were named, each once however often it
@@ -114,30 +114,30 @@ static a2w__next done(a2w__sched *s, a2w__job *j, int claimed, int failed,
 static void test_fifo_and_merging(void **state)
 {
     (void)state;
-    a2w__sched *s = a2w__sched_new();
+    a2__sched *s = a2__sched_new();
     assert_non_null(s);
-    assert_int_equal(a2w__sched_add(s, "a", 0, 1, 5), 1);
-    assert_int_equal(a2w__sched_add(s, "b", 0, 0, 0), 1);
-    assert_int_equal(a2w__sched_add(s, "c", 0, 1, 0), 1);
-    assert_int_equal(a2w__sched_add(s, "a", 1, 1, 7), 0); /* merged */
-    assert_int_equal(a2w__sched_add(s, "a", 0, 1, 0), 0); /* xid kept */
+    assert_int_equal(a2__sched_add(s, "a", 0, 1, 5), 1);
+    assert_int_equal(a2__sched_add(s, "b", 0, 0, 0), 1);
+    assert_int_equal(a2__sched_add(s, "c", 0, 1, 0), 1);
+    assert_int_equal(a2__sched_add(s, "a", 1, 1, 7), 0); /* merged */
+    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0), 0); /* xid kept */
     a2_worker_pool_stats st = {0};
-    a2w__sched_counts(s, &st);
+    a2__sched_counts(s, &st);
     assert_int_equal(st.sessions, 3);
     assert_int_equal(st.queued, 3);
     assert_int_equal(st.merged, 2);
 
-    a2w__run run;
-    a2w__job *a = take(s, "a", &run);
+    a2__run run;
+    a2__job *a = take(s, "a", &run);
     assert_int_equal(run.woken, 1);
     assert_int_equal(run.wake_log, 1);
     assert_int_equal(run.xid, 7);
-    a2w__job *b = take(s, "b", &run);
+    a2__job *b = take(s, "b", &run);
     assert_int_equal(run.woken, 0); /* a sweep or resync: a full run */
     assert_int_equal(run.xid, 0);
-    a2w__job *c = take(s, "c", &run);
-    assert_null(a2w__sched_take(s, &run));
-    a2w__sched_counts(s, &st);
+    a2__job *c = take(s, "c", &run);
+    assert_null(a2__sched_take(s, &run));
+    a2__sched_counts(s, &st);
     assert_int_equal(st.running, 3);
     assert_int_equal(st.queued, 0);
 
@@ -145,10 +145,10 @@ static void test_fifo_and_merging(void **state)
     assert_int_equal(done(s, a, 1, 0, 0, 0).kind, A2W_DONE);
     assert_int_equal(done(s, b, 0, 0, 0, 0).kind, A2W_DONE);
     assert_int_equal(done(s, c, 1, 0, 0, 0).kind, A2W_DONE);
-    a2w__sched_counts(s, &st);
+    a2__sched_counts(s, &st);
     assert_int_equal(st.sessions, 0);
     assert_int_equal(st.running, 0);
-    a2w__sched_free(s);
+    a2__sched_free(s);
 }
 
 /* A session named while it runs is not run twice at once: it runs once
@@ -156,22 +156,22 @@ static void test_fifo_and_merging(void **state)
 static void test_named_while_running(void **state)
 {
     (void)state;
-    a2w__sched *s = a2w__sched_new();
-    assert_int_equal(a2w__sched_add(s, "a", 0, 1, 0), 1);
-    a2w__run run;
-    a2w__job *a = take(s, "a", &run);
-    assert_int_equal(a2w__sched_add(s, "a", 1, 1, 9), 0);
-    assert_int_equal(a2w__sched_add(s, "a", 0, 1, 0), 0);
-    assert_int_equal(a2w__sched_add(s, "b", 0, 1, 0), 1);
-    a2w__next n = done(s, a, 1, 0, 0, 0);
+    a2__sched *s = a2__sched_new();
+    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0), 1);
+    a2__run run;
+    a2__job *a = take(s, "a", &run);
+    assert_int_equal(a2__sched_add(s, "a", 1, 1, 9), 0);
+    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0), 0);
+    assert_int_equal(a2__sched_add(s, "b", 0, 1, 0), 1);
+    a2__next n = done(s, a, 1, 0, 0, 0);
     assert_int_equal(n.kind, A2W_RUN_AGAIN);
-    a2w__job *b = take(s, "b", &run);
+    a2__job *b = take(s, "b", &run);
     a = take(s, "a", &run);
     assert_int_equal(run.wake_log, 1);
     assert_int_equal(run.xid, 9);
     assert_int_equal(done(s, b, 1, 0, 0, 0).kind, A2W_DONE);
     assert_int_equal(done(s, a, 1, 0, 0, 0).kind, A2W_DONE);
-    a2w__sched_free(s);
+    a2__sched_free(s);
 }
 
 /* Timers: a wake-up without an xid that found nothing is looked at again
@@ -180,43 +180,43 @@ static void test_named_while_running(void **state)
 static void test_recheck_timers(void **state)
 {
     (void)state;
-    a2w__sched *s = a2w__sched_new();
-    a2w__run run;
+    a2__sched *s = a2__sched_new();
+    a2__run run;
     int64_t now = 1000, next = 0;
-    assert_int_equal(a2w__sched_add(s, "a", 1, 1, 0), 1);
+    assert_int_equal(a2__sched_add(s, "a", 1, 1, 0), 1);
     const int64_t delays[] = {20, 40, 80};
     for (int i = 0; i < 3; i++) {
-        a2w__job *a = take(s, "a", &run);
+        a2__job *a = take(s, "a", &run);
         assert_int_equal(run.wake_log, 1); /* kept for each recheck */
-        a2w__next n = done(s, a, 0, 0, 0, now);
+        a2__next n = done(s, a, 0, 0, 0, now);
         assert_int_equal(n.kind, A2W_TIMER);
         assert_int_equal(n.delay_ms, delays[i]);
-        assert_int_equal(a2w__sched_fire(s, now + delays[i] - 1, &next), 0);
+        assert_int_equal(a2__sched_fire(s, now + delays[i] - 1, &next), 0);
         assert_int_equal(next, now + delays[i]);
-        assert_null(a2w__sched_take(s, &run));
+        assert_null(a2__sched_take(s, &run));
         now += delays[i];
-        assert_int_equal(a2w__sched_fire(s, now, &next), 1);
+        assert_int_equal(a2__sched_fire(s, now, &next), 1);
         assert_int_equal(next, -1);
     }
-    a2w__job *a = take(s, "a", &run);
+    a2__job *a = take(s, "a", &run);
     assert_int_equal(done(s, a, 0, 0, 0, now).kind, A2W_DONE);
 
     /* With the wake-up's xid: nothing to look at again. */
-    assert_int_equal(a2w__sched_add(s, "x", 0, 1, 42), 1);
-    a2w__job *x = take(s, "x", &run);
+    assert_int_equal(a2__sched_add(s, "x", 0, 1, 42), 1);
+    a2__job *x = take(s, "x", &run);
     assert_int_equal(run.xid, 42);
     assert_int_equal(done(s, x, 0, 0, 0, now).kind, A2W_DONE);
     /* A run nobody woke that found nothing: forgotten. */
-    assert_int_equal(a2w__sched_add(s, "y", 0, 0, 0), 1);
-    a2w__job *y = take(s, "y", &run);
+    assert_int_equal(a2__sched_add(s, "y", 0, 0, 0), 1);
+    a2__job *y = take(s, "y", &run);
     assert_int_equal(done(s, y, 0, 0, 0, now).kind, A2W_DONE);
 
     a2_worker_pool_stats st = {0};
-    a2w__sched_counts(s, &st);
+    a2__sched_counts(s, &st);
     assert_int_equal(st.rechecks, 3);
     assert_int_equal(st.timer_runs, 3);
     assert_int_equal(st.sessions, 0);
-    a2w__sched_free(s);
+    a2__sched_free(s);
 }
 
 /* A busy session runs again at its retry_at (+5 ms), a failed run after
@@ -225,91 +225,91 @@ static void test_recheck_timers(void **state)
 static void test_retry_and_failure_timers(void **state)
 {
     (void)state;
-    a2w__sched *s = a2w__sched_new();
-    a2w__run run;
+    a2__sched *s = a2__sched_new();
+    a2__run run;
     int64_t next = 0;
-    assert_int_equal(a2w__sched_add(s, "busy", 0, 1, 0), 1);
-    assert_int_equal(a2w__sched_add(s, "down", 0, 1, 0), 1);
-    a2w__job *busy = take(s, "busy", &run);
-    a2w__job *down = take(s, "down", &run);
+    assert_int_equal(a2__sched_add(s, "busy", 0, 1, 0), 1);
+    assert_int_equal(a2__sched_add(s, "down", 0, 1, 0), 1);
+    a2__job *busy = take(s, "busy", &run);
+    a2__job *down = take(s, "down", &run);
     /* now_real is 100000 + now_mono (done above): due in 250 ms */
-    a2w__next n = done(s, busy, 1, 0, 100000 + 250, 0);
+    a2__next n = done(s, busy, 1, 0, 100000 + 250, 0);
     assert_int_equal(n.kind, A2W_TIMER);
     assert_int_equal(n.delay_ms, 255);
     n = done(s, down, 0, 1, 0, 0);
     assert_int_equal(n.kind, A2W_TIMER);
     assert_int_equal(n.delay_ms, A2W_STORE_RETRY_MS);
     a2_worker_pool_stats st = {0};
-    a2w__sched_counts(s, &st);
+    a2__sched_counts(s, &st);
     assert_int_equal(st.timers, 2);
     assert_int_equal(st.sessions, 2);
 
-    assert_int_equal(a2w__sched_fire(s, 254, &next), 0);
+    assert_int_equal(a2__sched_fire(s, 254, &next), 0);
     assert_int_equal(next, 255);
-    assert_int_equal(a2w__sched_fire(s, 255, &next), 1);
+    assert_int_equal(a2__sched_fire(s, 255, &next), 1);
     assert_int_equal(next, A2W_STORE_RETRY_MS);
     busy = take(s, "busy", &run);
     assert_int_equal(run.woken, 1); /* still the wake-up's session */
     assert_int_equal(done(s, busy, 1, 0, 0, 300).kind, A2W_DONE);
 
     /* A wake-up for "down" before its timer: queued now, timer dropped. */
-    assert_int_equal(a2w__sched_add(s, "down", 0, 1, 0), 1);
-    a2w__sched_counts(s, &st);
+    assert_int_equal(a2__sched_add(s, "down", 0, 1, 0), 1);
+    a2__sched_counts(s, &st);
     assert_int_equal(st.timers, 0);
     down = take(s, "down", &run);
     assert_int_equal(done(s, down, 1, 0, 0, 400).kind, A2W_DONE);
-    assert_int_equal(a2w__sched_fire(s, 5000, &next), 0);
+    assert_int_equal(a2__sched_fire(s, 5000, &next), 0);
     assert_int_equal(next, -1);
-    assert_null(a2w__sched_take(s, &run));
-    a2w__sched_free(s);
+    assert_null(a2__sched_take(s, &run));
+    a2__sched_free(s);
 }
 
 /* Stopped: nothing is added or taken, and a run that ends is forgotten. */
 static void test_stop(void **state)
 {
     (void)state;
-    a2w__sched *s = a2w__sched_new();
-    a2w__run run;
-    assert_int_equal(a2w__sched_add(s, "a", 0, 1, 0), 1);
-    assert_int_equal(a2w__sched_add(s, "b", 0, 1, 0), 1);
-    a2w__job *a = take(s, "a", &run);
-    assert_int_equal(a2w__sched_add(s, "a", 0, 1, 0), 0);
-    a2w__sched_stop(s);
-    assert_int_equal(a2w__sched_add(s, "c", 0, 1, 0), A2_WORKER_ESTOPPED);
-    assert_null(a2w__sched_take(s, &run));
+    a2__sched *s = a2__sched_new();
+    a2__run run;
+    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0), 1);
+    assert_int_equal(a2__sched_add(s, "b", 0, 1, 0), 1);
+    a2__job *a = take(s, "a", &run);
+    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0), 0);
+    a2__sched_stop(s);
+    assert_int_equal(a2__sched_add(s, "c", 0, 1, 0), A2_WORKER_ESTOPPED);
+    assert_null(a2__sched_take(s, &run));
     assert_int_equal(done(s, a, 0, 1, 0, 0).kind, A2W_DONE);
     a2_worker_pool_stats st = {0};
-    a2w__sched_counts(s, &st);
+    a2__sched_counts(s, &st);
     assert_int_equal(st.sessions, 1); /* b, freed with the table */
     assert_int_equal(st.running, 0);
-    a2w__sched_free(s);
-    a2w__sched_free(NULL);
+    a2__sched_free(s);
+    a2__sched_free(NULL);
 }
 
 /* Many sessions: the table grows and keeps every one once, in order. */
 static void test_many_sessions(void **state)
 {
     (void)state;
-    a2w__sched *s = a2w__sched_new();
+    a2__sched *s = a2__sched_new();
     char name[32];
     for (int round = 0; round < 2; round++)
         for (int i = 0; i < 2000; i++) {
             snprintf(name, sizeof name, "s-%d", i);
-            assert_int_equal(a2w__sched_add(s, name, 0, 1, 0),
+            assert_int_equal(a2__sched_add(s, name, 0, 1, 0),
                              round == 0 ? 1 : 0);
         }
-    a2w__run run;
+    a2__run run;
     for (int i = 0; i < 2000; i++) {
         snprintf(name, sizeof name, "s-%d", i);
-        a2w__job *j = take(s, name, &run);
+        a2__job *j = take(s, name, &run);
         assert_int_equal(done(s, j, 1, 0, 0, 0).kind, A2W_DONE);
     }
-    assert_null(a2w__sched_take(s, &run));
+    assert_null(a2__sched_take(s, &run));
     a2_worker_pool_stats st = {0};
-    a2w__sched_counts(s, &st);
+    a2__sched_counts(s, &st);
     assert_int_equal(st.sessions, 0);
     assert_int_equal(st.merged, 2000);
-    a2w__sched_free(s);
+    a2__sched_free(s);
 }
 
 int main(void)

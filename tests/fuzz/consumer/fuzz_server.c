@@ -26,7 +26,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static a2c_server *srv;
+static a2__server *srv;
 static char path[108];
 
 /* libFuzzer ends with exit(): the socket file goes with the process. */
@@ -41,9 +41,9 @@ static void setup(void)
     snprintf(path, sizeof path, "/tmp/a2-fuzz-server.%d.sock", (int)getpid());
     unlink(path);
     atexit(remove_socket);
-    a2c_server_options o = {
+    a2__server_options o = {
             .unix_path = path, .hello_timeout_ms = 200, .queue_limit = 64};
-    srv = a2c_server_new(&o, err, sizeof err);
+    srv = a2__server_new(&o, err, sizeof err);
     if (!srv) {
         fprintf(stderr, "fuzz_server: %s\n", err);
         abort();
@@ -67,7 +67,7 @@ static int connect_worker(void)
 static int pump(int fd, size_t *got)
 {
     char buf[65536];
-    if (a2c_server_run(srv) != 0)
+    if (a2__server_run(srv) != 0)
         abort();
     for (;;) {
         ssize_t n = read(fd, buf, sizeof buf);
@@ -131,16 +131,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
     }
     /* Route to whatever the input subscribed to. */
-    a2c_server_wake(srv, "c", "s", "#1", 1, 16, 0);
-    a2c_server_log(srv, "s", 2, "t", 32, 0);
-    a2c_server_cleared(srv, "s", 3, 48);
-    a2c_server_presence(srv, "ns", "p", "{\"f\":1}", 64);
-    a2c_server_resync_all(srv);
+    a2__server_wake(srv, "c", "s", "#1", 1, 16, 0);
+    a2__server_log(srv, "s", 2, "t", 32, 0);
+    a2__server_cleared(srv, "s", 3, 48);
+    a2__server_presence(srv, "ns", "p", "{\"f\":1}", 64);
+    a2__server_resync_all(srv);
     for (int i = 0; i < 4; i++)
         if (pump(fd, &got))
             break;
     close(fd);
-    a2c_server_run(srv);
+    a2__server_run(srv);
 
     /* The server still serves: a well-behaved worker gets its welcome. */
     fd = connect_worker();
@@ -155,6 +155,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (got == 0)
         abort();
     close(fd);
-    a2c_server_run(srv);
+    a2__server_run(srv);
     return 0;
 }
