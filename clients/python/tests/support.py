@@ -1,6 +1,7 @@
 """What the tests share: the database, the a2-consumer that
-tests/integration/test_python.sh started, bounded waits, and a2-consumer
-processes a test runs itself.
+tests/integration/test_python.sh started, bounded waits, a lane event to
+append, Workers started for one test, and a2-consumer processes a test runs
+itself.
 
 The environment comes from test_python.sh: A2_TEST_DB (the database, schema
 applied), A2_BIN (a2-consumer), A2_PY_TMP (a scratch folder), A2_PY_SOCK
@@ -16,9 +17,12 @@ import signal
 import subprocess
 import threading
 import time
+import unittest
 from typing import Any, Callable, List, Optional, Sequence, TypeVar
 
 import psycopg
+
+import a2
 
 DB = os.environ["A2_TEST_DB"]
 BIN = os.environ["A2_BIN"]
@@ -64,6 +68,28 @@ def wait_until(check: Callable[[], T], what: str, timeout: float = WAIT_S,
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} "
                                  f"(last: {last!r})")
         time.sleep(interval)
+
+
+def lane_event(consumer: str, payload: Any = None, lane: str = "main", **extra: Any) -> dict:
+    return dict(type="job", payload=payload, targets=[{"consumer": consumer, "lane": lane}],
+                **extra)
+
+
+def start_worker(test: unittest.TestCase, worker: a2.Worker,
+                 connected: bool = False) -> a2.Worker:
+    """Starts worker in a thread of its own, stopped and closed when test
+    cleans up; with connected, waits until a2-consumer welcomed it."""
+    worker.start()
+
+    def stop() -> None:
+        worker.stop()
+        test.assertTrue(worker.join(WAIT_S), "the worker did not stop")
+        worker.close()
+
+    test.addCleanup(stop)
+    if connected:
+        test.assertTrue(worker.wait_connected(WAIT_S), f"not connected: {worker.last_error}")
+    return worker
 
 
 def audit(consumer: str) -> List[dict]:

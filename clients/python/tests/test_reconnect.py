@@ -16,10 +16,6 @@ import a2
 import support
 
 
-def lane_event(consumer: str) -> dict:
-    return {"type": "job", "targets": [{"consumer": consumer, "lane": "main"}]}
-
-
 class Away(unittest.TestCase):
     def setUp(self) -> None:
         self.conn = support.connect()
@@ -34,15 +30,7 @@ class Away(unittest.TestCase):
         return any(s == session for s, _ in self.runs.snapshot())
 
     def start(self, worker: a2.Worker) -> a2.Worker:
-        worker.start()
-
-        def stop() -> None:
-            worker.stop()
-            self.assertTrue(worker.join(support.WAIT_S), "the worker did not stop")
-            worker.close()
-
-        self.addCleanup(stop)
-        return worker
+        return support.start_worker(self, worker)
 
     def consumer(self, suffix: str, *listen: str,
                  token: Optional[str] = None) -> support.Consumer:
@@ -58,7 +46,7 @@ class Away(unittest.TestCase):
                                  name="pyd-1", degraded_sweep_ms=300, reconnect_max_ms=500,
                                  on_message=self.msgs))
         # No a2-consumer yet: the worker sweeps the store's pending sessions.
-        a2.append(self.conn, "dg-1", [lane_event("pyd")])
+        a2.append(self.conn, "dg-1", [support.lane_event("pyd")])
         support.wait_until(lambda: self.ran("dg-1"), "dg-1's run by a sweep")
         st = w.stats
         self.assertEqual(st.connects, 0)
@@ -70,7 +58,7 @@ class Away(unittest.TestCase):
         # plus jitter), wake-ups drive it and the sweep stops.
         consumer.start()
         self.assertTrue(w.wait_connected(support.WAIT_S), w.last_error)
-        a2.append(self.conn, "dg-2", [lane_event("pyd")])
+        a2.append(self.conn, "dg-2", [support.lane_event("pyd")])
         support.wait_until(lambda: self.ran("dg-2"), "dg-2's run")
         self.assertTrue(self.msgs.wakes("dg-2"))
         sweeps = w.stats.sweeps
@@ -80,7 +68,7 @@ class Away(unittest.TestCase):
         # a2-consumer stops: the worker notices and sweeps again.
         consumer.stop()
         support.wait_until(lambda: not w.connected, "the worker to notice")
-        a2.append(self.conn, "dg-3", [lane_event("pyd")])
+        a2.append(self.conn, "dg-3", [support.lane_event("pyd")])
         support.wait_until(lambda: self.ran("dg-3"), "dg-3's run by a sweep")
         st = w.stats
         self.assertGreater(st.sweeps, sweeps)
@@ -93,7 +81,7 @@ class Away(unittest.TestCase):
         consumer.start()
         support.wait_until(lambda: w.stats.resyncs > resyncs, "the reconnect's resync")
         self.assertEqual(w.stats.connects, 2)
-        a2.append(self.conn, "dg-4", [lane_event("pyd")])
+        a2.append(self.conn, "dg-4", [support.lane_event("pyd")])
         support.wait_until(lambda: self.msgs.wakes("dg-4") and self.ran("dg-4"), "dg-4's wake")
         self.assertEqual(sorted(self.runs.snapshot()),
                          [("dg-1", 1), ("dg-2", 1), ("dg-3", 1), ("dg-4", 1)])
@@ -123,7 +111,7 @@ class Away(unittest.TestCase):
                                  connect=["unix:" + b_sock, "unix:" + a_sock], name="pysb-1",
                                  reconnect_max_ms=500, on_message=self.msgs))
         self.assertTrue(w.wait_connected(support.WAIT_S), w.last_error)
-        a2.append(self.conn, "sb-1", [lane_event("pysb")])
+        a2.append(self.conn, "sb-1", [support.lane_event("pysb")])
         support.wait_until(lambda: self.ran("sb-1"), "sb-1's run")
         self.assertTrue(self.msgs.wakes("sb-1"))
 
@@ -133,7 +121,7 @@ class Away(unittest.TestCase):
         active.proc = None
         support.wait_until(lambda: logged(b"ready"), "the standby to take over")
         support.wait_until(lambda: w.stats.connects >= 2, "the worker to follow it")
-        a2.append(self.conn, "sb-2", [lane_event("pysb")])
+        a2.append(self.conn, "sb-2", [support.lane_event("pysb")])
         support.wait_until(lambda: self.ran("sb-2") and self.msgs.wakes("sb-2"),
                            "sb-2's wake from the new active consumer")
         self.assertEqual(sorted(self.runs.snapshot()), [("sb-1", 1), ("sb-2", 1)])
@@ -142,7 +130,7 @@ class Away(unittest.TestCase):
         # No a2-consumer at all: the store's pending sessions, swept.
         w = self.start(a2.Worker(support.DB, ["pyo"], self.handler, name="pyo-1",
                                  degraded_sweep_ms=200))
-        a2.append(self.conn, "so-1", [lane_event("pyo"), lane_event("pyo")])
+        a2.append(self.conn, "so-1", [support.lane_event("pyo"), support.lane_event("pyo")])
         support.wait_until(lambda: len(self.runs.snapshot()) == 2, "so-1's two runs")
         self.assertEqual(self.runs.snapshot(), [("so-1", 1), ("so-1", 2)])
         self.assertEqual(w.stats.connects, 0)
@@ -165,7 +153,7 @@ class Away(unittest.TestCase):
         self.assertIn("a2-consumer refused the worker", bad.last_error)
         # Its one sweep (it never connected) is done before the append.
         support.wait_until(lambda: bad.stats.sweeps >= 1, "the refused worker's first sweep")
-        a2.append(self.conn, "tcp-1", [lane_event("pyt")])
+        a2.append(self.conn, "tcp-1", [support.lane_event("pyt")])
         support.wait_until(lambda: self.ran("tcp-1"), "tcp-1's run")
         self.assertTrue(self.msgs.wakes("tcp-1"))
         self.assertFalse(bad.connected)

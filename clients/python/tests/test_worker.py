@@ -17,10 +17,6 @@ import support
 CONNECT = "unix:" + support.SOCK
 
 
-def lane_event(consumer: str, payload: Any = None, lane: str = "main", **extra: Any) -> dict:
-    return dict(type="job", payload=payload, targets=[{"consumer": consumer, "lane": lane}],
-                **extra)
-
 
 class WorkerTest(unittest.TestCase):
     def setUp(self) -> None:
@@ -28,18 +24,7 @@ class WorkerTest(unittest.TestCase):
         self.addCleanup(self.conn.close)
 
     def start(self, worker: a2.Worker, connected: bool = True) -> a2.Worker:
-        worker.start()
-
-        def stop() -> None:
-            worker.stop()
-            self.assertTrue(worker.join(support.WAIT_S), "the worker did not stop")
-            worker.close()
-
-        self.addCleanup(stop)
-        if connected:
-            self.assertTrue(worker.wait_connected(support.WAIT_S),
-                            f"not connected: {worker.last_error}")
-        return worker
+        return support.start_worker(self, worker, connected)
 
     def dead(self, session: str) -> List[dict]:
         return a2.dead_letters(self.conn, session)
@@ -98,12 +83,12 @@ class Wakeups(WorkerTest):
         self.conn.execute("create table if not exists py_orders (id text primary key)")
         with self.conn.transaction():
             self.conn.execute("insert into py_orders values ('rb-order')")
-            r = a2.append(self.conn, "rb-1", [lane_event("pyb", {"order": "rb-order"})])
+            r = a2.append(self.conn, "rb-1", [support.lane_event("pyb", {"order": "rb-order"})])
             self.assertEqual(r["outcome"], "appended")
             raise psycopg.Rollback()
         # Committed after the rollback: wake-ups follow commit order, so the
         # marker's wake comes after any wake of rb-1 there could be.
-        a2.append(self.conn, "rb-marker", [lane_event("pyb")])
+        a2.append(self.conn, "rb-marker", [support.lane_event("pyb")])
         support.wait_until(lambda: msgs.wakes("rb-marker"), "the marker's wake")
         support.wait_until(lambda: ("rb-marker", 1) in runs.snapshot(), "the marker's run")
         self.assertEqual(msgs.wakes("rb-1"), [])
@@ -116,7 +101,7 @@ class Wakeups(WorkerTest):
         # The same, committed: the order and its event, and the worker is woken.
         with self.conn.transaction():
             self.conn.execute("insert into py_orders values ('ok-order')")
-            a2.append(self.conn, "ok-1", [lane_event("pyb", {"order": "ok-order"})])
+            a2.append(self.conn, "ok-1", [support.lane_event("pyb", {"order": "ok-order"})])
         support.wait_until(lambda: msgs.wakes("ok-1"), "the committed append's wake")
         support.wait_until(lambda: ("ok-1", 1) in runs.snapshot(), "the committed append's run")
         support.wait_until(lambda: support.value(
@@ -163,8 +148,8 @@ class Failures(WorkerTest):
 
         w = self.start(a2.Worker(support.DB, ["pyf"], handler, connect=CONNECT, name="pyf-1",
                                  max_failures=3, retry_after_ms=300))
-        a2.append(self.conn, "df-1", [lane_event("pyf", {"fail": True}),
-                                      lane_event("pyf", {"fail": False})])
+        a2.append(self.conn, "df-1", [support.lane_event("pyf", {"fail": True}),
+                                      support.lane_event("pyf", {"fail": False})])
         support.wait_until(lambda: self.dead("df-1"), "the dead letter")
         (d,) = self.dead("df-1")
         self.assertEqual((d["index"], d["failure_count"], d["last_error"]),
@@ -250,7 +235,8 @@ class Slots(WorkerTest):
             w.start()
             self.assertTrue(w.wait_connected(support.WAIT_S))
             for s in range(20):
-                a2.append(self.conn, f"sl-{s}", [lane_event("pys", {"n": n}) for n in range(5)])
+                a2.append(self.conn, f"sl-{s}",
+                          [support.lane_event("pys", {"n": n}) for n in range(5)])
             support.wait_until(lambda: support.value(
                 "select count(*) from a2_lane_events where consumer = 'pys' and done") == 100,
                 "100 completions")
@@ -281,7 +267,7 @@ class Slots(WorkerTest):
         self.assertTrue(w1.wait_connected(support.WAIT_S))
         w2 = self.start(a2.Worker(support.DB, ["pyl"], slow, connect=CONNECT, name="pyl-2",
                                   ttl_ms=3000))
-        a2.append(self.conn, "ls-1", [lane_event("pyl")])
+        a2.append(self.conn, "ls-1", [support.lane_event("pyl")])
         self.assertTrue(started.wait(support.WAIT_S))
         (holder,) = support.rows("select holder from a2_cursors('ls-1')")[0]
         runner = w1 if holder.startswith("pyl-1/") else w2

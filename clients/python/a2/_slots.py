@@ -1,0 +1,363 @@
+"""The Worker's slots and its lease thread: claiming, running the handler
+and settling events through the store's functions.
+
+- A :class:`Slot` is a thread with a store connection of its own: it takes
+  a session from the session table, claims, runs the handler for each
+  claimed head in order, completes or fails it, claims again until the
+  session is settled or busy, and hands the session back.
+- The :class:`LeaseKeeper` is one thread, with a store connection of its
+  own, that renews the unfinished heads of every slot's claim every ttl/3
+  while their handlers run.
+
+Both reach the Worker they serve for its settings, counters and log.
+"""
+from __future__ import annotations
+
+import threading
+import traceback
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+import psycopg
+
+from . import errors, store
+from ._clock import mono_ms, real_ms
+from ._sessions import Ran
+from .event import Event
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+MAX_ERROR_TEXT = 4096   # bytes of a failure text kept (the tail)
+
+
+def is_broken(conn: Optional[psycopg.Connection[Any]], exc: BaseException) -> bool:
+    return (conn is None or conn.closed or conn.broken
+            or isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)))
+
+
+def close(conn: Optional[psycopg.Connection[Any]]) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:  # closing a broken connection may fail as well
+            pass
+
+
+def _exception_text(exc: BaseException) -> str:
+    text = " ".join(line.strip() for line in traceback.format_exception_only(type(exc), exc))
+    return _tail(text.strip() or type(exc).__name__)
+
+
+def _tail(text: str) -> str:
+    data = text.encode()
+    if len(data) <= MAX_ERROR_TEXT:
+        return text
+    return data[-MAX_ERROR_TEXT:].decode(errors="ignore")
+
+
+def _returned_events(event: Event, result: Any) -> List[Dict[str, Any]]:
+    """The events a handler returned, each with its id: given, or
+    ``ret-<consumer>-<index>-<n>``, stable across attempts (a retried
+    completion replays instead of appending twice)."""
+    if result is None:
+        return []
+    if isinstance(result, (str, bytes, Mapping)) or not isinstance(result, Iterable):
+        raise ValueError(f"the handler returned a {type(result).__name__}; "
+                         "return a list of events (dicts) or None")
+    out: List[Dict[str, Any]] = []
+    for n, ev in enumerate(result, 1):
+        if not isinstance(ev, Mapping):
+            raise ValueError(f"returned event {n} is a {type(ev).__name__}, not a dict")
+        t = ev.get("type")
+        if not isinstance(t, str) or not t:
+            raise ValueError(f"returned event {n} is invalid: it needs a non-empty string 'type'")
+        e = dict(ev)
+        e.pop("cause", None)  # a completion's events are caused by its attempt
+        if e.get("id") is None:
+            e["id"] = f"ret-{event.consumer}-{event.index}-{n}"
+        elif not isinstance(e["id"], str) or not e["id"]:
+            raise ValueError(f"returned event {n} is invalid: its 'id' must be a non-empty string")
+        out.append(e)
+    return out
+
+
+class Claim:
+    """The heads of one claim, shared with the lease thread. state per head:
+    0 running, 1 being completed or failed, 2 done."""
+
+    __slots__ = ("session", "holder", "refs", "state", "next_renew")
+
+    def __init__(self, session: str, holder: str, refs: List[Dict[str, Any]]) -> None:
+        self.session = session
+        self.holder = holder
+        self.refs = refs
+        self.state = [0] * len(refs)
+        self.next_renew = 0
+
+
+class LeaseKeeper:
+    """The lease thread: renews the unfinished heads of each published claim
+    every ttl/3, on a store connection of its own."""
+
+    def __init__(self, worker: "Worker") -> None:
+        self._w = worker
+        self._cv = threading.Condition()
+        self._claims: Dict[int, Claim] = {}
+        self._quit = False
+        self._conn: Optional[psycopg.Connection[Any]] = None
+        self._interval = max(worker.ttl_ms // 3, 1)
+        self._thread = threading.Thread(target=self._main, name=f"a2-leases-{worker.name}",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._quit = True
+            self._cv.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+        close(self._conn)
+        self._conn = None
+
+    def publish(self, slot: int, claim: Claim) -> None:
+        with self._cv:
+            claim.next_renew = mono_ms() + self._interval
+            self._claims[slot] = claim
+            self._cv.notify_all()
+
+    def set_state(self, claim: Claim, i: int, state: int) -> None:
+        with self._cv:
+            claim.state[i] = state
+
+    def unpublish(self, slot: int) -> None:
+        with self._cv:
+            self._claims.pop(slot, None)
+
+    def _main(self) -> None:
+        with self._cv:
+            while not self._quit:
+                live = [c for c in self._claims.values() if any(s < 2 for s in c.state)]
+                if not live:
+                    self._cv.wait()
+                    continue
+                claim = min(live, key=lambda c: c.next_renew)
+                now = mono_ms()
+                if now < claim.next_renew:
+                    self._cv.wait((claim.next_renew - now) / 1000)
+                    continue
+                idx = [i for i, s in enumerate(claim.state) if s < 2]
+                claim.next_renew = now + self._interval
+                self._cv.release()
+                try:
+                    result = self._renew(claim, [claim.refs[i] for i in idx])
+                finally:
+                    self._cv.acquire()
+                if result is None:
+                    continue
+                self._w._count(renewals=len(result.get("renewed") or []))
+                lost = {(r.get("consumer"), r.get("lane"), r.get("index"))
+                        for r in result.get("superseded") or []}
+                for i in idx:
+                    ref = claim.refs[i]
+                    key = (ref["consumer"], ref["lane"], ref["index"])
+                    if key in lost and claim.state[i] == 0:
+                        self._w._count(leases_lost=1)
+                        self._w._log.warning(
+                            "lease of %s %s #%d lost (taken over, done or cleared)",
+                            claim.session, ref["consumer"], ref["index"])
+
+    def _renew(self, claim: Claim, refs: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+        try:
+            if self._conn is None:
+                self._conn = self._w._connect_store()
+            return store.renew(self._conn, claim.session, claim.holder, refs,
+                               ttl_ms=self._w.ttl_ms, now_ms=real_ms())
+        except (psycopg.Error, errors.Error) as exc:
+            self._w._log.warning("could not renew leases in %s: %s", claim.session, exc)
+            if is_broken(self._conn, exc):
+                close(self._conn)
+                self._conn = None
+        except Exception:  # a bug must not end the renewals
+            self._w._log.exception("could not renew leases in %s", claim.session)
+        return None
+
+
+class Slot:
+    """One slot: a thread that works one session at a time from the
+    worker's session table, on a store connection of its own."""
+
+    def __init__(self, worker: "Worker", keeper: LeaseKeeper, number: int,
+                 holder: str) -> None:
+        self._w = worker
+        self._keeper = keeper
+        self.number = number
+        self.holder = holder
+        self.conn: Optional[psycopg.Connection[Any]] = None
+        self.thread = threading.Thread(target=self._main, name=f"a2-slot-{holder}",
+                                       daemon=True)
+
+    def _main(self) -> None:
+        w = self._w
+        try:
+            while True:
+                turn = w._sessions.take()
+                if turn is None:
+                    return
+                session = turn.job.session
+                try:
+                    ran = self._run_session(session, turn.wake_log, turn.woken, turn.xid)
+                except Exception as exc:  # a bug must not cost the slot
+                    w._log.exception("run of %s failed", session)
+                    ran = Ran(error=str(exc))
+                if ran.error is not None:
+                    w._count(store_errors=1)
+                    w._log.warning("%s", ran.error)
+                w._sessions.done(turn, ran)
+                w._poke()  # the main loop recomputes its timers
+        finally:
+            close(self.conn)
+            self.conn = None
+
+    def _run_session(self, session: str, wake_log: bool, once: bool, xid: int = 0) -> Ran:
+        """Works one session until it is settled or busy; with ``once``, ends
+        after the first claim's heads when that claim dead-lettered nothing
+        (it took every head eligible then; a2-consumer announces the rest).
+        ``xid``: the wake-up's commit, which the store waits for before the
+        first claim (claimed again while it is still not visible)."""
+        w = self._w
+        ran = Ran(waited=xid != 0)
+        w._count(runs=1)
+        what = "connect"
+        try:
+            if self.conn is None:
+                self.conn = w._connect_store()
+            conn = self.conn
+            if wake_log:
+                what = "wake_log"
+                self._wake_logs(conn, session, xid)
+            while not w._sessions.stopping:
+                what = "claim"
+                cl = store.claim(conn, session, self.holder, ttl_ms=w.ttl_ms,
+                                 consumers=w._consumers_json, max_failures=w.max_failures,
+                                 now_ms=real_ms(), after_xid=xid or None)
+                if cl.get("outcome") == "busy" and cl.get("waiting_for"):
+                    # still not visible (a synchronous standby holds it, say)
+                    if wake_log:
+                        what = "wake_log"
+                        self._wake_logs(conn, session, xid)
+                    continue
+                xid = 0  # visible: later claims need not wait
+                dead = cl.get("dead_lettered") or []
+                for d in dead:
+                    w._count(dead_lettered=1)
+                    w._log.warning("dead-lettered %s %s #%d: its lease lapsed at failure %d",
+                                   session, d.get("consumer"), d.get("index"),
+                                   d.get("failure_count") or 0)
+                outcome = cl.get("outcome")
+                if outcome == "busy":
+                    ran.retry_at = cl.get("retry_at") or 0
+                    break
+                heads = cl.get("heads") or []
+                if outcome != "claimed" or not heads:
+                    ran.retry_at = 0
+                    break
+                ran.claimed += len(heads)
+                w._count(claimed=len(heads))
+                what = "complete or fail"
+                self._run_heads(conn, session, heads)
+                if once and not dead:
+                    break
+        except (psycopg.Error, errors.Error) as exc:
+            ran.error = f"{what} in {session} failed: {exc}"
+            if is_broken(self.conn, exc):
+                close(self.conn)
+                self.conn = None
+        return ran
+
+    def _wake_logs(self, conn: psycopg.Connection[Any], session: str, xid: int) -> None:
+        for c in self._w._log_consumers:
+            store.wake_log(conn, session, c.name, c.lane,
+                           types=None if c.types is None else list(c.types),
+                           backfill=c.backfill, after_xid=xid or None)
+
+    def _run_heads(self, conn: psycopg.Connection[Any], session: str,
+                   heads: List[Dict[str, Any]]) -> None:
+        refs = [{"consumer": h["consumer"], "lane": h.get("lane"), "index": h["index"],
+                 "attempt": h["attempt"]} for h in heads]
+        claim = Claim(session, self.holder, refs)
+        self._keeper.publish(self.number, claim)
+        try:
+            for i, head in enumerate(heads):
+                event = Event.from_head(session, head)
+                returned, error = self._call_handler(event)
+                self._keeper.set_state(claim, i, 1)
+                try:
+                    self._settle(conn, event, returned, error)
+                finally:
+                    self._keeper.set_state(claim, i, 2)
+        finally:
+            self._keeper.unpublish(self.number)
+
+    def _call_handler(self, event: Event) -> Tuple[List[Dict[str, Any]], Optional[str]]:
+        log = self._w._log
+        log.debug("run %s #%d %s attempt %d%s", event.session, event.index, event.type,
+                  event.attempt, f" lane {event.lane}" if event.lane is not None else "")
+        try:
+            result = self._w.handler(event)
+        except BaseException as exc:  # the attempt fails, the slot goes on
+            text = _exception_text(exc)
+            log.warning("handler failed on %s #%d attempt %d: %s", event.session,
+                        event.index, event.attempt, text)
+            log.debug("handler traceback", exc_info=exc)
+            return [], text
+        try:
+            return _returned_events(event, result), None
+        except ValueError as exc:
+            log.warning("handler of %s #%d: %s", event.session, event.index, exc)
+            return [], str(exc)
+
+    def _settle(self, conn: psycopg.Connection[Any], event: Event, returned: List[Dict[str, Any]],
+                error: Optional[str]) -> None:
+        """Completes or fails one head after its handler ran."""
+        w = self._w
+        if error is None:
+            try:
+                res = store.complete(conn, event.session, event.consumer, event.lane,
+                                     event.index, event.attempt, returned,
+                                     consumers=w._consumers_json, now_ms=real_ms())
+            except (errors.PartialDuplicateBatch, errors.InvalidArgument,
+                    errors.NoSuchEvent) as exc:
+                # The returned events were refused: that is the attempt failing.
+                error = f"returned events refused: {exc.message}"
+            except (TypeError, ValueError) as exc:
+                error = f"returned events are not JSON: {exc}"
+            else:
+                if res.get("outcome") == "completed":
+                    w._count(completed=1)
+                    w._log.debug("completed %s %s #%d attempt %d (%d returned)",
+                                 event.session, event.consumer, event.index, event.attempt,
+                                 len(res.get("events") or []))
+                else:
+                    w._count(superseded=1)
+                    w._log.info("%s %s #%d attempt %d was superseded", event.session,
+                                event.consumer, event.index, event.attempt)
+                return
+            w._log.warning("%s #%d attempt %d fails: %s", event.session, event.index,
+                           event.attempt, error)
+        res = store.fail(conn, event.session, event.consumer, event.lane, event.index,
+                         event.attempt, _tail(error), max_failures=w.max_failures,
+                         retry_after_ms=w.retry_after_ms, now_ms=real_ms())
+        outcome = res.get("outcome")
+        if outcome == "dead_lettered":
+            w._count(dead_lettered=1)
+            w._log.warning("dead-lettered %s %s #%d after %d failures", event.session,
+                           event.consumer, event.index, res.get("failure_count") or 0)
+        elif outcome == "superseded":
+            w._count(superseded=1)
+        else:
+            w._count(failed=1)
+            w._log.info("failed %s %s #%d attempt %d (failure %d of %d)", event.session,
+                        event.consumer, event.index, event.attempt,
+                        res.get("failure_count") or 0, w.max_failures)
