@@ -18,7 +18,7 @@
  * subscribers of its consumers get a `resync` naming those sessions (or all,
  * when unknown).
  *
- * Details of the implementation (server.c):
+ * Details of the implementation (server.c, server_*.c):
  * - A worker's first frame must be `hello` with v = 1 (over TCP with the
  *   token, compared in constant time); the reply is `welcome` {v, lsn}. Each
  *   `subscribe` is answered with `resync` {consumer, nil}; `ping` with `pong`.

@@ -41,7 +41,7 @@ FUZZ_WORKER_BIN := build/fuzz/fuzz_worker
 FUZZ_CHAOS_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude \
     -I$(shell pg_config --includedir 2>/dev/null || echo /usr/include/postgresql) \
     -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-FUZZ_SERVER_SRCS := consumer/server.c consumer/route.c consumer/queue.c consumer/prom.c \
+FUZZ_SERVER_SRCS := $(wildcard consumer/server*.c) consumer/route.c consumer/queue.c consumer/prom.c \
     $(wildcard wire/*.c) \
     $(wildcard common/*.c)
 FUZZ_WORKER_SRCS := $(filter-out worker/main.c,$(wildcard worker/*.c)) \
