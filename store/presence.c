@@ -8,8 +8,6 @@
 #include "a2/state.h"
 #include "store_int.h"
 
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,39 +24,10 @@
     "select a2_presence_reap(ns => $1, max_rows => $2::integer, now_ms => "   \
     "$3::bigint)"
 
-static int check_name(a2_store *s, const char *what, const char *v)
-{
-    if (!v || !*v)
-        return a2__store_fail(s, A2_EINVALID_ARGUMENT, "%s must not be empty",
-                              what);
-    if (strlen(v) > A2_STORE_MAX_NAME)
-        return a2__store_fail(s, A2_EINVALID_ARGUMENT,
-                              "%s is longer than %d bytes", what,
-                              A2_STORE_MAX_NAME);
-    json_t *probe = json_string(v); /* NULL when not UTF-8 */
-    if (!probe)
-        return a2__store_fail(s, A2_EINVALID_ARGUMENT, "%s is not valid UTF-8",
-                              what);
-    json_decref(probe);
-    return 0;
-}
-
-static int nomem(a2_store *s)
-{
-    return a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
-}
-
 void a2_presence_free(a2_presence *r)
 {
-    if (!r)
-        return;
-    a2__arena_free(r->arena_);
-    memset(r, 0, sizeof *r);
-}
-
-static int cmp_field(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
+    if (r)
+        a2__store_free_result(r->arena_, r, sizeof *r);
 }
 
 static int check_write(a2_store *s, const a2_presence_write_req *req)
@@ -66,17 +35,17 @@ static int check_write(a2_store *s, const a2_presence_write_req *req)
     if (!req)
         return a2__store_fail(s, A2_EINVALID_ARGUMENT,
                               "presence write must not be NULL");
-    int rc = check_name(s, "ns", req->ns);
+    int rc = a2__store_check_name(s, "ns", req->ns);
     if (rc == 0)
-        rc = check_name(s, "participant", req->participant);
+        rc = a2__store_check_name(s, "participant", req->participant);
     if (rc)
         return rc;
     if (req->ttl_ms <= 0)
         return a2__store_fail(s, A2_EINVALID_ARGUMENT,
                               "ttl_ms must be positive");
-    if (req->at < 0)
-        return a2__store_fail(s, A2_EINVALID_ARGUMENT,
-                              "at must not be negative");
+    rc = a2__store_check_not_negative(s, "at", req->at);
+    if (rc)
+        return rc;
     if (!req->fields || req->nfields == 0)
         return a2__store_fail(s, A2_EINVALID_ARGUMENT,
                               "a presence write needs at least one field");
@@ -86,9 +55,9 @@ static int check_write(a2_store *s, const a2_presence_write_req *req)
                               A2_PRESENCE_MAX_FIELDS);
     const char **names = malloc(req->nfields * sizeof *names);
     if (!names)
-        return nomem(s);
+        return a2__store_nomem(s);
     for (size_t i = 0; i < req->nfields && rc == 0; i++) {
-        rc = check_name(s, "a field's name", req->fields[i].field);
+        rc = a2__store_check_name(s, "a field's name", req->fields[i].field);
         const char *v = req->fields[i].value;
         if (rc == 0 && v && strlen(v) > A2_STORE_MAX_PAYLOAD)
             rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
@@ -96,21 +65,18 @@ static int check_write(a2_store *s, const a2_presence_write_req *req)
                                 A2_STORE_MAX_PAYLOAD);
         names[i] = req->fields[i].field;
     }
-    if (rc == 0) {
-        qsort(names, req->nfields, sizeof *names, cmp_field);
-        for (size_t i = 1; i < req->nfields && rc == 0; i++)
-            if (strcmp(names[i], names[i - 1]) == 0)
-                rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
-                                    "field %s given twice", names[i]);
-    }
+    const char *twice = rc ? NULL : a2__store_first_repeat(names, req->nfields);
+    if (twice)
+        rc = a2__store_fail(s, A2_EINVALID_ARGUMENT, "field %s given twice",
+                            twice);
     free(names);
     return rc;
 }
 
 /* The fields as a2_presence_write takes them: [{"field", "value_text"}],
  * no value for a tombstone. NULL with rc set on failure. */
-static char *fields_text(a2_store *s, const a2_presence_write_req *req,
-                         int *rc)
+static json_t *fields_json(a2_store *s, const a2_presence_write_req *req,
+                           int *rc)
 {
     json_t *fields = json_array();
     for (size_t i = 0; fields && i < req->nfields; i++) {
@@ -131,16 +97,11 @@ static char *fields_text(a2_store *s, const a2_presence_write_req *req,
         json_t *o = f->value ? json_pack("{s:s, s:s}", "field", f->field,
                                          "value_text", f->value)
                              : json_pack("{s:s}", "field", f->field);
-        if (json_array_append_new(fields, o) != 0) {
-            json_decref(fields);
-            fields = NULL;
-        }
+        fields = a2__store_push(fields, o);
     }
-    char *text = fields ? json_dumps(fields, JSON_COMPACT) : NULL;
-    json_decref(fields);
-    if (!text)
-        *rc = nomem(s);
-    return text;
+    if (!fields)
+        *rc = a2__store_nomem(s);
+    return fields;
 }
 
 /* Fills out with the entries of list. */
@@ -150,11 +111,11 @@ static int decode_entries(a2_store *s, const json_t *list, a2_presence *out)
     json_t *r;
     out->arena_ = a2__arena_new();
     if (!out->arena_)
-        return nomem(s);
+        return a2__store_nomem(s);
     if (n > 0) {
         out->items = a2__arena_alloc(out->arena_, n * sizeof *out->items);
         if (!out->items)
-            return nomem(s);
+            return a2__store_nomem(s);
     }
     json_array_foreach(list, k, r)
     {
@@ -167,13 +128,8 @@ static int decode_entries(a2_store *s, const json_t *list, a2_presence *out)
         e->expires_at = a2__row_int(r, "expires_at");
     }
     if (a2__arena_failed(out->arena_))
-        return nomem(s);
+        return a2__store_nomem(s);
     return 0;
-}
-
-static void int_text(char *buf, size_t len, int64_t v)
-{
-    snprintf(buf, len, "%" PRId64, v);
 }
 
 int a2_store_presence_write(a2_store *s, const a2_presence_write_req *req,
@@ -188,24 +144,19 @@ int a2_store_presence_write(a2_store *s, const a2_presence_write_req *req,
     int64_t now = a2__store_now(s);
     if (req->ttl_ms > INT64_MAX - now)
         return a2__store_fail(s, A2_EINVALID_ARGUMENT, "ttl_ms is too large");
-    char *fields = fields_text(s, req, &rc);
+    json_t *fields = fields_json(s, req, &rc);
     if (!fields)
         return rc;
-    char ttl[24], at[24], seen[24], nows[24];
-    int_text(ttl, sizeof ttl, req->ttl_ms);
-    int_text(at, sizeof at, req->at);
-    int_text(seen, sizeof seen, req->seen);
-    int_text(nows, sizeof nows, now);
-    const char *values[7] = {req->ns,
-                             req->participant,
-                             fields,
-                             ttl,
-                             at,
-                             req->seen == A2_STORE_NONE ? NULL : seen,
-                             nows};
+    a2__store_params p = {0};
+    a2__store_param_text(&p, req->ns);
+    a2__store_param_text(&p, req->participant);
+    a2__store_param_json(&p, fields);
+    a2__store_param_int(&p, req->ttl_ms);
+    a2__store_param_int(&p, req->at);
+    a2__store_param_int(&p, req->seen);
+    a2__store_param_int(&p, now);
     json_t *res = NULL;
-    rc = a2__store_call(s, SQL_PRESENCE_WRITE, 7, values, false, &res);
-    free(fields);
+    rc = a2__store_run(s, SQL_PRESENCE_WRITE, &p, false, &res);
     if (rc == 0)
         rc = decode_entries(s, json_object_get(res, "written"), out);
     if (rc)
@@ -219,16 +170,16 @@ int a2_store_presence_read(a2_store *s, const char *ns, a2_presence *out)
     if (!s || !out)
         return A2_EINVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
-    int rc = check_name(s, "ns", ns);
+    int rc = a2__store_check_name(s, "ns", ns);
     if (rc)
         return rc;
-    char now[24];
-    int_text(now, sizeof now, a2__store_now(s));
-    const char *values[2] = {ns, now};
+    a2__store_params p = {0};
+    a2__store_param_text(&p, ns);
+    a2__store_param_int(&p, a2__store_now(s));
     json_t *res = NULL;
-    rc = a2__store_call(s, SQL_PRESENCE_READ, 2, values, false, &res);
+    rc = a2__store_run(s, SQL_PRESENCE_READ, &p, false, &res);
     if (rc == 0) {
-        const char *lsn = json_string_value(json_object_get(res, "lsn"));
+        const char *lsn = a2__row_text(res, "lsn");
         if (!lsn)
             rc = a2__store_fail(s, A2_ESTORE_FAILED,
                                 "presence read returned no position");
@@ -253,15 +204,15 @@ int a2_store_presence_reap(a2_store *s, const char *ns, size_t limit,
     if (limit < 1 || limit > MAX_REAP)
         return a2__store_fail(s, A2_EINVALID_ARGUMENT,
                               "limit must be within 1..%d", MAX_REAP);
-    int rc = ns ? check_name(s, "ns", ns) : 0;
+    int rc = a2__store_check_opt_name(s, "ns", ns);
     if (rc)
         return rc;
-    char lim[24], now[24];
-    int_text(lim, sizeof lim, (int64_t)limit);
-    int_text(now, sizeof now, a2__store_now(s));
-    const char *values[3] = {ns, lim, now};
+    a2__store_params p = {0};
+    a2__store_param_text(&p, ns);
+    a2__store_param_int(&p, (int64_t)limit);
+    a2__store_param_int(&p, a2__store_now(s));
     json_t *res = NULL;
-    rc = a2__store_call(s, SQL_PRESENCE_REAP, 3, values, false, &res);
+    rc = a2__store_run(s, SQL_PRESENCE_REAP, &p, false, &res);
     if (rc == 0 && reaped)
         *reaped = a2__row_int(res, "reaped");
     json_decref(res);

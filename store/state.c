@@ -6,7 +6,6 @@
 #include "store_int.h"
 
 #include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,28 +15,6 @@
 #define SQL_READ_STATE                                                         \
     "select * from a2_read_state(session => $1, reducer => $2, at_index => "  \
     "$3::bigint)"
-
-static int check_name(a2_store *s, const char *what, const char *v)
-{
-    if (!v || !*v)
-        return a2__store_fail(s, A2_EINVALID_ARGUMENT, "%s must not be empty",
-                              what);
-    if (strlen(v) > A2_STORE_MAX_NAME)
-        return a2__store_fail(s, A2_EINVALID_ARGUMENT,
-                              "%s is longer than %d bytes", what,
-                              A2_STORE_MAX_NAME);
-    json_t *probe = json_string(v); /* NULL when not UTF-8 */
-    if (!probe)
-        return a2__store_fail(s, A2_EINVALID_ARGUMENT, "%s is not valid UTF-8",
-                              what);
-    json_decref(probe);
-    return 0;
-}
-
-static int nomem(a2_store *s)
-{
-    return a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
-}
 
 static int cmp_i64(const void *a, const void *b)
 {
@@ -56,9 +33,10 @@ static int check_writes(a2_store *s, const a2_state_write *w, size_t n)
                               A2_STATE_MAX_WRITES);
     size_t pins = 0;
     for (size_t i = 0; i < n; i++) {
-        if (w[i].up_to_index < 0)
-            return a2__store_fail(s, A2_EINVALID_ARGUMENT,
-                                  "a write's up_to_index must not be negative");
+        int rc = a2__store_check_not_negative(s, "a write's up_to_index",
+                                              w[i].up_to_index);
+        if (rc)
+            return rc;
         if (!w[i].state)
             return a2__store_fail(s, A2_EINVALID_ARGUMENT,
                                   "a write's state must not be NULL");
@@ -66,9 +44,9 @@ static int check_writes(a2_store *s, const a2_state_write *w, size_t n)
             return a2__store_fail(s, A2_EINVALID_ARGUMENT,
                                   "a state is longer than %d bytes",
                                   A2_STORE_MAX_PAYLOAD);
-        if (!w[i].pins && w[i].npins > 0)
-            return a2__store_fail(s, A2_EINVALID_ARGUMENT,
-                                  "pins must not be NULL when counted");
+        rc = a2__store_check_counted(s, "pins", w[i].pins, w[i].npins);
+        if (rc)
+            return rc;
         pins += w[i].npins;
         if (pins > A2_STATE_MAX_PINS)
             return a2__store_fail(s, A2_EINVALID_ARGUMENT,
@@ -76,9 +54,9 @@ static int check_writes(a2_store *s, const a2_state_write *w, size_t n)
                                   A2_STATE_MAX_PINS);
         for (size_t k = 0; k < w[i].npins; k++) {
             const a2_state_pin *p = &w[i].pins[k];
-            int rc = check_name(s, "a pin's consumer", p->consumer);
-            if (rc == 0 && p->lane)
-                rc = check_name(s, "a pin's lane", p->lane);
+            rc = a2__store_check_consumer_lane(s, "a pin's consumer",
+                                               "a pin's lane", p->consumer,
+                                               p->lane);
             if (rc)
                 return rc;
             if (p->index < 1)
@@ -88,7 +66,7 @@ static int check_writes(a2_store *s, const a2_state_write *w, size_t n)
     }
     int64_t *idx = malloc(n * sizeof *idx);
     if (!idx)
-        return nomem(s);
+        return a2__store_nomem(s);
     for (size_t i = 0; i < n; i++)
         idx[i] = w[i].up_to_index;
     qsort(idx, n, sizeof *idx, cmp_i64);
@@ -121,28 +99,17 @@ static json_t *writes_json(a2_store *s, const a2_state_write *w, size_t n,
         json_t *pins = json_array();
         for (size_t k = 0; pins && k < w[i].npins; k++) {
             const a2_state_pin *pin = &w[i].pins[k];
-            if (json_array_append_new(
-                        pins, json_pack("{s:s, s:o, s:I}", "consumer",
-                                        pin->consumer, "lane",
-                                        pin->lane ? json_string(pin->lane)
-                                                  : json_null(),
-                                        "index", (json_int_t)pin->index)) !=
-                0) {
-                json_decref(pins);
-                pins = NULL;
-            }
+            pins = a2__store_push(pins, a2__store_head_json(pin->consumer,
+                                                            pin->lane,
+                                                            pin->index));
         }
-        if (json_array_append_new(
-                    writes, json_pack("{s:I, s:s, s:o}", "up_to_index",
-                                      (json_int_t)w[i].up_to_index,
-                                      "state_text", w[i].state, "pins",
-                                      pins)) != 0) {
-            json_decref(writes);
-            writes = NULL;
-        }
+        writes = a2__store_push(
+                writes, json_pack("{s:I, s:s, s:o}", "up_to_index",
+                                  (json_int_t)w[i].up_to_index, "state_text",
+                                  w[i].state, "pins", pins));
     }
     if (!writes)
-        *rc = nomem(s);
+        *rc = a2__store_nomem(s);
     return writes;
 }
 
@@ -154,9 +121,9 @@ int a2_store_write_state(a2_store *s, const char *session, const char *reducer,
         return A2_EINVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
     out->up_to_index = A2_STORE_NONE;
-    int rc = check_name(s, "session", session);
+    int rc = a2__store_check_name(s, "session", session);
     if (rc == 0)
-        rc = check_name(s, "reducer", reducer);
+        rc = a2__store_check_name(s, "reducer", reducer);
     if (rc == 0)
         rc = check_writes(s, writes, nwrites);
     if (rc)
@@ -164,16 +131,13 @@ int a2_store_write_state(a2_store *s, const char *session, const char *reducer,
     json_t *w = writes_json(s, writes, nwrites, &rc);
     if (!w)
         return rc;
-    char *wtext = json_dumps(w, JSON_COMPACT);
-    json_decref(w);
-    char now[24];
-    snprintf(now, sizeof now, "%" PRId64, a2__store_now(s));
-    if (!wtext)
-        return nomem(s);
-    const char *values[4] = {session, reducer, wtext, now};
+    a2__store_params p = {0};
+    a2__store_param_text(&p, session);
+    a2__store_param_text(&p, reducer);
+    a2__store_param_json(&p, w);
+    a2__store_param_int(&p, a2__store_now(s));
     json_t *r = NULL;
-    rc = a2__store_call(s, SQL_WRITE_STATE, 4, values, false, &r);
-    free(wtext);
+    rc = a2__store_run(s, SQL_WRITE_STATE, &p, false, &r);
     if (rc == 0) {
         int64_t acc = a2__row_int(r, "pins_accepted");
         int64_t ref = a2__row_int(r, "pins_refused");
@@ -188,10 +152,8 @@ int a2_store_write_state(a2_store *s, const char *session, const char *reducer,
 
 void a2_state_free(a2_state *r)
 {
-    if (!r)
-        return;
-    a2__arena_free(r->arena_);
-    memset(r, 0, sizeof *r);
+    if (r)
+        a2__store_free_result(r->arena_, r, sizeof *r);
 }
 
 int a2_store_read_state(a2_store *s, const char *session, const char *reducer,
@@ -202,32 +164,31 @@ int a2_store_read_state(a2_store *s, const char *session, const char *reducer,
     memset(out, 0, sizeof *out);
     out->up_to_index = A2_STORE_NONE;
     out->written_at = A2_STORE_NONE;
-    int rc = check_name(s, "session", session);
+    int rc = a2__store_check_name(s, "session", session);
     if (rc == 0)
-        rc = check_name(s, "reducer", reducer);
-    if (rc == 0 && at_index != A2_STORE_NONE && at_index < 0)
-        rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
-                            "at_index must not be negative");
+        rc = a2__store_check_name(s, "reducer", reducer);
+    if (rc == 0 && at_index != A2_STORE_NONE)
+        rc = a2__store_check_not_negative(s, "at_index", at_index);
     if (rc)
         return rc;
-    char at[24];
-    snprintf(at, sizeof at, "%" PRId64, at_index);
-    const char *values[3] = {session, reducer,
-                             at_index == A2_STORE_NONE ? NULL : at};
+    a2__store_params p = {0};
+    a2__store_param_text(&p, session);
+    a2__store_param_text(&p, reducer);
+    a2__store_param_int(&p, at_index);
     json_t *rows = NULL;
-    rc = a2__store_call(s, SQL_READ_STATE, 3, values, true, &rows);
+    rc = a2__store_run(s, SQL_READ_STATE, &p, true, &rows);
     if (rc == 0 && json_array_size(rows) > 0) {
         json_t *r = json_array_get(rows, 0);
         out->arena_ = a2__arena_new();
         if (!out->arena_) {
-            rc = nomem(s);
+            rc = a2__store_nomem(s);
         } else {
             out->found = true;
             out->up_to_index = a2__row_int(r, "up_to_index");
             out->written_at = a2__row_int(r, "written_at");
             out->state = a2__row_str(out->arena_, r, "state");
             if (a2__arena_failed(out->arena_) || !out->state)
-                rc = nomem(s);
+                rc = a2__store_nomem(s);
         }
     }
     if (rc)

@@ -1,6 +1,6 @@
 /*
- * liba2store core: the connection, errors, the call of a store function,
- * arenas and row decoding.
+ * liba2store core: the connection, errors, the clock and ids, and the call
+ * of a store function.
  */
 #include "store_int.h"
 
@@ -83,6 +83,11 @@ static int fail_state(a2_store *s, int code, const char *sqlstate,
     set_error(&s->err, code, sqlstate, fmt, ap);
     va_end(ap);
     return code;
+}
+
+int a2__store_nomem(a2_store *s)
+{
+    return a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
 }
 
 int a2__store_ok(a2_store *s)
@@ -200,7 +205,7 @@ static int connect_store(a2_store *s)
     int late;
     s->conn = a2__connect_until(s->conninfo, deadline_in(wait), &late);
     if (!s->conn)
-        return a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
+        return a2__store_nomem(s);
     if (late) {
         drop_connection(s);
         return a2__store_fail(s, A2_ESTORE_UNAVAILABLE,
@@ -503,7 +508,7 @@ int a2__store_call(a2_store *s, const char *sql, int nparams,
                 *out = NULL;
             }
         if (!*out)
-            rc = a2__store_fail(s, A2_ESTORE_NOMEM, "out of memory");
+            rc = a2__store_nomem(s);
     } else if (PQntuples(res) != 1 || PQnfields(res) != 1) {
         rc = a2__store_fail(s, A2_ESTORE_FAILED,
                             "a store function returned %d rows of %d "
@@ -523,103 +528,4 @@ int a2__store_call(a2_store *s, const char *sql, int nparams,
 done:
     PQclear(res);
     return rc;
-}
-
-/* ── arena ───────────────────────────────────────────────────────────── */
-
-typedef struct block {
-    struct block *next;
-    size_t used, cap;
-    max_align_t data[];
-} block;
-
-struct a2_store_arena {
-    block *head;
-    bool failed;
-};
-
-a2_store_arena *a2__arena_new(void)
-{
-    return calloc(1, sizeof(a2_store_arena));
-}
-
-void a2__arena_free(a2_store_arena *a)
-{
-    if (!a)
-        return;
-    block *b = a->head;
-    while (b) {
-        block *next = b->next;
-        free(b);
-        b = next;
-    }
-    free(a);
-}
-
-void *a2__arena_alloc(a2_store_arena *a, size_t size)
-{
-    size_t align = sizeof(max_align_t);
-    size = (size + align - 1) / align * align;
-    if (size == 0)
-        size = align;
-    block *b = a->head;
-    if (!b || b->cap - b->used < size) {
-        size_t cap = size > 16384 ? size : 16384;
-        b = malloc(sizeof(block) + cap);
-        if (!b) {
-            a->failed = true;
-            return NULL;
-        }
-        b->used = 0;
-        b->cap = cap;
-        b->next = a->head;
-        a->head = b;
-    }
-    void *p = (char *)b->data + b->used;
-    b->used += size;
-    memset(p, 0, size);
-    return p;
-}
-
-bool a2__arena_failed(const a2_store_arena *a)
-{
-    return !a || a->failed;
-}
-
-char *a2__arena_strdup(a2_store_arena *a, const char *s)
-{
-    if (!s)
-        return NULL;
-    size_t n = strlen(s) + 1;
-    char *p = a2__arena_alloc(a, n);
-    if (p)
-        memcpy(p, s, n);
-    return p;
-}
-
-/* ── rows ────────────────────────────────────────────────────────────── */
-
-int64_t a2__row_int(const json_t *row, const char *key)
-{
-    const json_t *v = json_object_get(row, key);
-    if (json_is_integer(v))
-        return (int64_t)json_integer_value(v);
-    if (json_is_real(v))
-        return (int64_t)json_real_value(v);
-    if (json_is_string(v))
-        return strtoll(json_string_value(v), NULL, 10);
-    return A2_STORE_NONE;
-}
-
-const char *a2__row_str(a2_store_arena *a, const json_t *row, const char *key)
-{
-    const json_t *v = json_object_get(row, key);
-    if (!json_is_string(v))
-        return NULL;
-    return a2__arena_strdup(a, json_string_value(v));
-}
-
-bool a2__row_bool(const json_t *row, const char *key)
-{
-    return json_is_true(json_object_get(row, key));
 }

@@ -1,0 +1,338 @@
+/*
+ * liba2store attempts: claiming a session's heads (a2_claim), extending
+ * the claims (a2_renew), and settling an attempt by completing it
+ * (a2_complete) or failing it (a2_fail), one call each.
+ */
+#include "store_int.h"
+
+#include <string.h>
+
+#define SQL_CLAIM                                                              \
+    "select a2_claim(session => $1, holder => $2, expires_at => $3::bigint, " \
+    "consumers => $4::jsonb, exclude => $5::jsonb, max_failures => "         \
+    "$6::integer, through => $7::bigint, now_ms => $8::bigint, "             \
+    "text_payloads => true, after_xid => $9::bigint, wait_ms => $10::bigint)"
+#define SQL_RENEW                                                              \
+    "select a2_renew(session => $1, holder => $2, claims => $3::jsonb, "     \
+    "expires_at => $4::bigint, now_ms => $5::bigint)"
+#define SQL_COMPLETE                                                           \
+    "select a2_complete(session => $1, consumer => $2, lane => $3, index => " \
+    "$4::bigint, attempt => $5::integer, events => $6::jsonb, consumers => " \
+    "$7::jsonb, now_ms => $8::bigint, text_payloads => true)"
+#define SQL_FAIL                                                               \
+    "select a2_fail(session => $1, consumer => $2, lane => $3, index => "    \
+    "$4::bigint, attempt => $5::integer, error => $6, max_failures => "      \
+    "$7::integer, retry_after_ms => $8::bigint, now_ms => $9::bigint)"
+
+void a2_claim_result_free(a2_claim_result *r)
+{
+    if (!r)
+        return;
+    a2_heads_free(&r->heads);
+    a2_heads_free(&r->dead_lettered);
+    memset(r, 0, sizeof *r);
+}
+
+void a2_renew_result_free(a2_renew_result *r)
+{
+    if (r)
+        a2__store_free_result(r->arena_, r, sizeof *r);
+}
+
+void a2_complete_result_free(a2_complete_result *r)
+{
+    if (!r)
+        return;
+    a2_events_free(&r->events);
+    memset(r, 0, sizeof *r);
+}
+
+/* ── claim ───────────────────────────────────────────────────────────── */
+
+static int check_claim(a2_store *s, const a2_claim_request *req)
+{
+    if (!req)
+        return a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                              "claim request must not be NULL");
+    int rc = a2__store_check_name(s, "holder", req->holder);
+    if (rc == 0)
+        rc = a2__store_check_lease(s, "a claim", req->ttl_ms,
+                                   req->expires_at_ms);
+    if (rc == 0 && req->max_failures < 0)
+        rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                            "max failures must be at least 1 (0: no limit)");
+    if (rc == 0)
+        rc = a2__store_check_not_negative(s, "through", req->through);
+    if (rc == 0)
+        rc = a2__store_check_consumers(s, req->consumers, req->nconsumers);
+    if (rc == 0)
+        rc = a2__store_check_counted(s, "exclude", req->exclude,
+                                     req->nexclude);
+    for (size_t i = 0; rc == 0 && i < req->nexclude; i++)
+        rc = a2__store_check_consumer_lane(s, "an excluded consumer",
+                                           "an excluded lane",
+                                           req->exclude[i].consumer,
+                                           req->exclude[i].lane);
+    return rc;
+}
+
+/* out from a2_claim's result. */
+static int decode_claim(a2_store *s, const char *session, const json_t *res,
+                        a2_claim_result *out)
+{
+    int rc = a2__store_decode_heads(s, json_object_get(res, "heads"), session,
+                                    &out->heads);
+    if (rc == 0)
+        rc = a2__store_decode_heads(s, json_object_get(res, "dead_lettered"),
+                                    session, &out->dead_lettered);
+    if (rc)
+        return rc;
+    if (a2__store_outcome_is(res, "claimed")) {
+        out->outcome = A2_CLAIM_CLAIMED;
+        out->session_head = a2__row_int(res, "session_head");
+        out->retry_at = A2_STORE_NONE;
+    } else {
+        out->outcome = a2__store_outcome_is(res, "busy") ? A2_CLAIM_BUSY
+                                                         : A2_CLAIM_SETTLED;
+        out->retry_at = a2__row_int(res, "retry_at");
+        out->session_head = A2_STORE_NONE;
+        int64_t w = a2__row_int(res, "waiting_for");
+        out->waiting_for = w == A2_STORE_NONE ? 0 : (uint64_t)w;
+    }
+    return 0;
+}
+
+int a2_store_claim(a2_store *s, const char *session,
+                   const a2_claim_request *req, a2_claim_result *out)
+{
+    if (!s || !out)
+        return A2_EINVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    int rc = a2__store_check_name(s, "session", session);
+    if (rc == 0)
+        rc = check_claim(s, req);
+    if (rc)
+        return rc;
+    int64_t now = a2__store_now(s);
+    json_t *excluded = json_array();
+    for (size_t i = 0; excluded && i < req->nexclude; i++)
+        excluded = a2__store_push(
+                excluded, a2__store_head_json(req->exclude[i].consumer,
+                                              req->exclude[i].lane,
+                                              req->exclude[i].index));
+    a2__store_params p = {0};
+    a2__store_param_text(&p, session);
+    a2__store_param_text(&p, req->holder);
+    a2__store_param_int(&p, req->expires_at_ms ? req->expires_at_ms
+                                               : now + req->ttl_ms);
+    a2__store_param_json(&p, a2__store_consumers_json(req->consumers,
+                                                      req->nconsumers));
+    a2__store_param_json(&p, excluded);
+    a2__store_param_int(&p, req->max_failures ? req->max_failures
+                                              : A2_STORE_NONE);
+    a2__store_param_int(&p, req->through ? req->through : A2_STORE_NONE);
+    a2__store_param_int(&p, now);
+    a2__store_param_int(&p, req->after_xid ? (int64_t)req->after_xid
+                                           : A2_STORE_NONE);
+    a2__store_param_int(&p, req->wait_ms > 0 ? req->wait_ms : 1000);
+    json_t *res = NULL;
+    rc = a2__store_run(s, SQL_CLAIM, &p, false, &res);
+    if (rc == 0)
+        rc = decode_claim(s, session, res, out);
+    if (rc)
+        a2_claim_result_free(out);
+    json_decref(res);
+    return rc;
+}
+
+/* ── renew ───────────────────────────────────────────────────────────── */
+
+/* A result's list of heads [{"consumer", "lane", "index"}] into refs (room
+ * for all of them), *n their count. */
+static void decode_refs(a2_store_arena *a, const json_t *list,
+                        a2_head_ref *refs, size_t *n)
+{
+    size_t k;
+    const json_t *r;
+    json_array_foreach(list, k, r)
+    {
+        refs[*n].consumer = a2__row_str(a, r, "consumer");
+        refs[*n].lane = a2__row_str(a, r, "lane");
+        refs[*n].index = a2__row_int(r, "index");
+        (*n)++;
+    }
+}
+
+/* out from a2_renew's result. */
+static int decode_renew(a2_store *s, const json_t *res, a2_renew_result *out)
+{
+    const json_t *renewed = json_object_get(res, "renewed");
+    const json_t *superseded = json_object_get(res, "superseded");
+    size_t ns = json_array_size(superseded);
+    out->renewed = a2__store_result_init(s, &out->arena_,
+                                         json_array_size(renewed),
+                                         sizeof(a2_head_ref));
+    if (out->renewed)
+        out->superseded = a2__arena_alloc(out->arena_,
+                                          (ns ? ns : 1) * sizeof(a2_head_ref));
+    if (!out->renewed || !out->superseded)
+        return a2__store_nomem(s);
+    decode_refs(out->arena_, renewed, out->renewed, &out->nrenewed);
+    decode_refs(out->arena_, superseded, out->superseded, &out->nsuperseded);
+    return a2__arena_failed(out->arena_) ? a2__store_nomem(s) : 0;
+}
+
+int a2_store_renew(a2_store *s, const char *session, const char *holder,
+                   const a2_attempt_ref *claims, size_t nclaims, int64_t ttl_ms,
+                   int64_t expires_at_ms, a2_renew_result *out)
+{
+    if (!s || !out)
+        return A2_EINVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    int rc = a2__store_check_name(s, "session", session);
+    if (rc == 0)
+        rc = a2__store_check_name(s, "holder", holder);
+    if (rc == 0)
+        rc = a2__store_check_lease(s, "a renewal", ttl_ms, expires_at_ms);
+    if (rc == 0)
+        rc = a2__store_check_counted(s, "claims", claims, nclaims);
+    for (size_t i = 0; rc == 0 && i < nclaims; i++)
+        rc = a2__store_check_attempt(s, &claims[i]);
+    if (rc)
+        return rc;
+    int64_t now = a2__store_now(s);
+    json_t *list = json_array();
+    for (size_t i = 0; list && i < nclaims; i++) {
+        a2_cause c = a2__store_attempt_cause(&claims[i]);
+        list = a2__store_push(list, a2__store_cause_json(&c));
+    }
+    a2__store_params p = {0};
+    a2__store_param_text(&p, session);
+    a2__store_param_text(&p, holder);
+    a2__store_param_json(&p, list);
+    a2__store_param_int(&p, expires_at_ms ? expires_at_ms : now + ttl_ms);
+    a2__store_param_int(&p, now);
+    json_t *res = NULL;
+    rc = a2__store_run(s, SQL_RENEW, &p, false, &res);
+    if (rc == 0)
+        rc = decode_renew(s, res, out);
+    if (rc)
+        a2_renew_result_free(out);
+    json_decref(res);
+    return rc;
+}
+
+/* ── complete, fail ──────────────────────────────────────────────────── */
+
+/* The session and the attempt a completion or a failure settles. */
+static int check_settle(a2_store *s, const char *session,
+                        const a2_attempt_ref *attempt)
+{
+    int rc = a2__store_check_name(s, "session", session);
+    return rc ? rc : a2__store_check_attempt(s, attempt);
+}
+
+/* The attempt's four parameters: consumer, lane, index, attempt. */
+static void param_attempt(a2__store_params *p, const a2_attempt_ref *a)
+{
+    a2__store_param_text(p, a->consumer);
+    a2__store_param_text(p, a->lane);
+    a2__store_param_int(p, a->index);
+    a2__store_param_int(p, a->attempt);
+}
+
+int a2_store_complete(a2_store *s, const char *session,
+                      const a2_attempt_ref *attempt,
+                      const a2_append_event *events, size_t nevents,
+                      const a2_consumer *consumers, size_t nconsumers,
+                      a2_complete_result *out)
+{
+    if (!s || !out)
+        return A2_EINVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    int rc = check_settle(s, session, attempt);
+    if (rc == 0)
+        rc = a2__store_check_events(s, events, nevents, true);
+    if (rc == 0)
+        rc = a2__store_check_consumers(s, consumers, nconsumers);
+    if (rc)
+        return rc;
+    char **ids = a2__store_batch_ids(s, events, nevents, &rc);
+    if (!ids)
+        return rc;
+    a2_cause cause = a2__store_attempt_cause(attempt);
+    int64_t now = a2__store_now(s);
+    a2__store_params p = {0};
+    a2__store_param_text(&p, session);
+    param_attempt(&p, attempt);
+    a2__store_param_json(&p,
+                         a2__store_events_json(events, nevents, ids, false));
+    a2__store_param_json(&p, a2__store_consumers_json(consumers, nconsumers));
+    a2__store_param_int(&p, now);
+    json_t *res = NULL;
+    rc = a2__store_run(s, SQL_COMPLETE, &p, false, &res);
+    if (rc == 0 && a2__store_outcome_is(res, "completed")) {
+        out->outcome = A2_ATTEMPT_COMPLETED;
+        rc = a2__store_stored_events(s, session, res, events, nevents, &cause,
+                                     now, &out->events);
+    } else if (rc == 0) {
+        out->outcome = A2_ATTEMPT_SUPERSEDED;
+    }
+    if (rc)
+        a2_complete_result_free(out);
+    else
+        a2__store_ok(s);
+    a2__store_free_ids(ids, nevents);
+    json_decref(res);
+    return rc;
+}
+
+static int check_fail(a2_store *s, const a2_fail_request *req)
+{
+    if (!req)
+        return a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                              "fail request must not be NULL");
+    if (req->max_failures < 1)
+        return a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                              "max failures must be at least 1");
+    int rc = a2__store_check_not_negative(s, "retry-after",
+                                          req->retry_after_ms);
+    if (rc == 0 && req->error &&
+        !a2__store_text_ok(req->error, A2_STORE_MAX_ERROR_TEXT))
+        rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                            "error text is too long or not valid UTF-8");
+    return rc;
+}
+
+int a2_store_fail(a2_store *s, const char *session,
+                  const a2_attempt_ref *attempt, const a2_fail_request *req,
+                  a2_fail_result *out)
+{
+    if (!s || !out)
+        return A2_EINVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    int rc = check_settle(s, session, attempt);
+    if (rc == 0)
+        rc = check_fail(s, req);
+    if (rc)
+        return rc;
+    a2__store_params p = {0};
+    a2__store_param_text(&p, session);
+    param_attempt(&p, attempt);
+    a2__store_param_text(&p, req->error ? req->error : "");
+    a2__store_param_int(&p, req->max_failures);
+    a2__store_param_int(&p, req->retry_after_ms);
+    a2__store_param_int(&p, a2__store_now(s));
+    json_t *res = NULL;
+    rc = a2__store_run(s, SQL_FAIL, &p, false, &res);
+    if (rc == 0) {
+        out->outcome = a2__store_outcome_is(res, "failed") ? A2_ATTEMPT_FAILED
+                       : a2__store_outcome_is(res, "dead_lettered")
+                               ? A2_ATTEMPT_DEAD_LETTERED
+                               : A2_ATTEMPT_SUPERSEDED;
+        out->failure_count =
+                a2__store_as_int(a2__row_int(res, "failure_count"));
+    }
+    json_decref(res);
+    return rc;
+}
