@@ -9,7 +9,7 @@
 
 #include "../common/addr.h"
 #include "../common/clock.h"
-#include "../store/conn.h"
+#include "../common/pgconn.h"
 
 #include <errno.h>
 #include <getopt.h>

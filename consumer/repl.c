@@ -5,7 +5,7 @@
 
 #include "../common/clock.h"
 #include "../common/lsn.h"
-#include "../store/conn.h"
+#include "../common/pgconn.h"
 #include "apply.h"
 #include "audit.h"
 #include "backlog.h"

@@ -51,7 +51,7 @@ FUZZ_WORKER_SRCS := $(filter-out worker/main.c,$(wildcard worker/*.c)) \
 $(FUZZ_SERVER_BIN): tests/fuzz/consumer/fuzz_server.c $(FUZZ_SERVER_SRCS) $(wildcard consumer/*.h wire/*.h common/*.h) include/a2/wire.h
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CHAOS_CFLAGS) -o $@ tests/fuzz/consumer/fuzz_server.c $(FUZZ_SERVER_SRCS) \
-	    -ljansson -lmsgpackc -lm
+	    -lpq -ljansson -lmsgpackc -lm
 
 $(FUZZ_WORKER_BIN): tests/fuzz/worker/fuzz_worker.c $(FUZZ_WORKER_SRCS) $(wildcard worker/*.h store/*.h wire/*.h common/*.h) include/a2/worker.h include/a2/wire.h
 	@mkdir -p $(dir $@)

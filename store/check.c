@@ -5,48 +5,14 @@
  */
 #include "store_int.h"
 
+#include "../common/utf8.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-bool a2__store_utf8_valid(const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        unsigned c = *p;
-        size_t n;
-        unsigned cp;
-        if (c < 0x80) {
-            p++;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            n = 1;
-            cp = c & 0x1F;
-        } else if ((c & 0xF0) == 0xE0) {
-            n = 2;
-            cp = c & 0x0F;
-        } else if ((c & 0xF8) == 0xF0) {
-            n = 3;
-            cp = c & 0x07;
-        } else {
-            return false;
-        }
-        for (size_t i = 1; i <= n; i++) {
-            if ((p[i] & 0xC0) != 0x80)
-                return false;
-            cp = (cp << 6) | (p[i] & 0x3F);
-        }
-        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) ||
-            (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
-            (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        p += n + 1;
-    }
-    return true;
-}
-
 bool a2__store_text_ok(const char *v, size_t max)
 {
-    return strlen(v) <= max && a2__store_utf8_valid(v);
+    return strlen(v) <= max && a2__utf8_valid(v, strlen(v));
 }
 
 static int invalid(a2_store *s, const char *what, const char *problem)
@@ -62,7 +28,7 @@ int a2__store_check_name(a2_store *s, const char *what, const char *v)
         return a2__store_fail(s, A2_EINVALID_ARGUMENT,
                               "%s is longer than %d bytes", what,
                               A2_STORE_MAX_NAME);
-    if (!a2__store_utf8_valid(v))
+    if (!a2__utf8_valid(v, strlen(v)))
         return invalid(s, what, "is not valid UTF-8");
     return 0;
 }

@@ -6,6 +6,8 @@
  */
 #include "store_int.h"
 
+#include "../common/utf8.h"
+
 #include <string.h>
 
 #define MAX_FIND_LIMIT    1000
@@ -58,7 +60,7 @@ static int check_filter(a2_store *s, const a2_dead_letter_filter *f)
     if (rc == 0 && f->error && !a2__store_text_ok(f->error, MAX_FILTER_TEXT))
         rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
                             "error filter must be UTF-8 of at most 1024 bytes");
-    if (rc == 0 && f->type && !a2__store_utf8_valid(f->type))
+    if (rc == 0 && f->type && !a2__utf8_valid(f->type, strlen(f->type)))
         rc = a2__store_fail(s, A2_EINVALID_ARGUMENT, "type must be UTF-8");
     return rc;
 }

@@ -3,7 +3,7 @@
  */
 #include "a2/schema.h"
 
-#include "conn.h"
+#include "../common/pgconn.h"
 
 #include <libpq-fe.h>
 #include <stdarg.h>

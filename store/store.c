@@ -5,7 +5,7 @@
 #include "store_int.h"
 
 #include "../common/clock.h"
-#include "conn.h"
+#include "../common/pgconn.h"
 
 #include <errno.h>
 #include <poll.h>

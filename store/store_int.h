@@ -56,8 +56,6 @@ int a2__store_new_id(a2_store *s, char *buf, size_t len);
 /* ── input checks (check.c): 0, or A2_EINVALID_ARGUMENT with the store's
  * error naming what was wrong ("what" names the value in the message) ── */
 
-/* Whether s is well-formed UTF-8 (no overlong forms, no surrogates). */
-bool a2__store_utf8_valid(const char *s);
 /* Whether v is UTF-8 of at most max bytes. */
 bool a2__store_text_ok(const char *v, size_t max);
 

@@ -1,46 +1,14 @@
-/* UTF-8 well-formedness (RFC 3629: no overlong forms, no surrogates, nothing
- * past U+10FFFF), for the protocol's strings and the CLI's escaping. */
+/* The protocol's UTF-8 check (a2/wire.h), liba2common's rule. */
 #include "a2/wire.h"
+
+#include "../common/utf8.h"
 
 size_t a2_wire_utf8_seq(const unsigned char *s, size_t n)
 {
-    if (n == 0)
-        return 0;
-    unsigned c = s[0];
-    size_t len;
-    unsigned min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF)
-        len = 3, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4)
-        len = 4, min = 0x10000;
-    else
-        return 0;
-    if (len > n)
-        return 0;
-    unsigned cp = c & (0x3Fu >> (len - 1));
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
+    return a2__utf8_seq(s, n);
 }
 
 int a2_wire_utf8_valid(const char *s, size_t n)
 {
-    const unsigned char *p = (const unsigned char *)s;
-    while (n > 0) {
-        size_t k = a2_wire_utf8_seq(p, n);
-        if (k == 0)
-            return 0;
-        p += k;
-        n -= k;
-    }
-    return 1;
+    return a2__utf8_valid(s, n);
 }

@@ -1,9 +1,9 @@
 /*
  * How every a2 program connects: libpq settings put ahead of its conninfo.
  */
-#include "conn.h"
+#include "pgconn.h"
 
-#include "../common/clock.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -1,9 +1,9 @@
 /*
  * How every a2 program connects: libpq settings put ahead of its conninfo.
- * Not installed.
+ * Internal (liba2common, not installed).
  */
-#ifndef A2_STORE_CONN_H
-#define A2_STORE_CONN_H
+#ifndef A2_COMMON_PGCONN_H
+#define A2_COMMON_PGCONN_H
 
 #include <libpq-fe.h>
 #include <stdint.h>
