@@ -249,9 +249,9 @@ void a2__metrics_handle(a2__metrics *m)
     uint64_t n;
     if (!m || (read(m->efd, &n, sizeof n) < 0 && m->published > 0))
         return; /* nobody asked */
-    int healthy = 0, ignored;
-    char *text = m->render(m->ctx, 0, &ignored);
-    char *health = m->render(m->ctx, 1, &healthy);
+    int healthy = 0;
+    char *text = NULL, *health = NULL;
+    m->render(m->ctx, &text, &health, &healthy);
     pthread_mutex_lock(&m->mu);
     if (text) {
         free(m->text);

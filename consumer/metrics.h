@@ -3,7 +3,7 @@
  * the render callback builds, GET /healthz answers "ok" (200) or the reason
  * (503). HTTP runs on a thread of its own (libmicrohttpd); the render
  * callback runs on the caller's thread, in a2__metrics_handle, when a
- * request asked for a fresh snapshot.
+ * request asked for a fresh snapshot, and builds both answers at once.
  */
 #ifndef A2_CONSUMER_METRICS_H
 #define A2_CONSUMER_METRICS_H
@@ -14,12 +14,14 @@
 typedef struct a2__metrics a2__metrics;
 
 /*
- * Builds the answer: for /metrics (health = 0) the Prometheus text, for
- * /healthz (health = 1) "ok" or a reason, setting *healthy. Returns a new
- * malloc'd string (the endpoint frees it) or NULL. Called on the thread
- * that calls a2__metrics_new and a2__metrics_handle.
+ * Builds the answers from one look at the caller's state: *text, the
+ * Prometheus text of /metrics, and *health, "ok" or a reason for /healthz,
+ * setting *healthy. Each a new malloc'd string (the endpoint frees it) or
+ * NULL. Called on the thread that calls a2__metrics_new and
+ * a2__metrics_handle.
  */
-typedef char *(*a2__metrics_render)(void *ctx, int health, int *healthy);
+typedef void (*a2__metrics_render)(void *ctx, char **text, char **health,
+                                   int *healthy);
 
 /* Listens on host:port ("0" = any free port) and starts the HTTP thread
  * (render is called once here for a first snapshot). NULL with err. */
