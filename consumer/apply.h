@@ -175,8 +175,4 @@ void a2__apply_forget_presence(a2__apply *ap);
 /* No kept field expires before this (ms; INT64_MAX: none kept). */
 int64_t a2__apply_expiry_due(const a2__apply *ap);
 
-/* Formats microseconds since the Unix epoch as RFC 3339 UTC with ms
- * ("2026-11-29T06:40:48.313Z") into buf (at least 32 bytes). */
-char *a2__format_time_ms(int64_t us, char *buf, size_t len);
-
 #endif

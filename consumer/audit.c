@@ -187,52 +187,6 @@ static void sync_stop_thread(a2__audit *a)
     sy->started = 0;
 }
 
-int a2__lsn_parse(const char *s, uint64_t *lsn)
-{
-    unsigned int hi, lo;
-    int n = 0;
-    if (!s || sscanf(s, "%X/%X%n", &hi, &lo, &n) != 2 || s[n] != '\0')
-        return -1;
-    *lsn = ((uint64_t)hi << 32) | lo;
-    return 0;
-}
-
-size_t a2__put_uint(char *out, uint64_t v, unsigned base, int width)
-{
-    static const char digits[] = "0123456789ABCDEF";
-    char tmp[64];
-    size_t n = 0;
-    do {
-        tmp[n++] = digits[v % base];
-        v /= base;
-    } while (v);
-    while ((int)n < width && n < sizeof tmp)
-        tmp[n++] = '0';
-    for (size_t i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
-    return n;
-}
-
-char *a2__put_text(char *buf, size_t len, const char *text, size_t n)
-{
-    if (len == 0)
-        return buf;
-    if (n >= len)
-        n = len - 1;
-    memcpy(buf, text, n);
-    buf[n] = '\0';
-    return buf;
-}
-
-char *a2__lsn_format(uint64_t lsn, char *buf, size_t len)
-{
-    char t[20];
-    size_t n = a2__put_uint(t, lsn >> 32, 16, 1);
-    t[n++] = '/';
-    n += a2__put_uint(t + n, (uint32_t)lsn, 16, 1);
-    return a2__put_text(buf, len, t, n);
-}
-
 static char *state_path_of(const char *path)
 {
     size_t n = strlen(path);

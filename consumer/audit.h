@@ -19,8 +19,11 @@
 #ifndef A2_CONSUMER_AUDIT_H
 #define A2_CONSUMER_AUDIT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "a2/decoder.h"
 
 typedef struct a2__audit a2__audit;
 
@@ -123,6 +126,63 @@ a2__audit_reopen(a2__audit *a, char *err, size_t errlen);
  */
 int a2__audit_scan(const char *path, a2__audit_resume *resume, int repair,
                    char *err, size_t errlen);
+
+/* ---- audit lines (audit_line.c) ----
+ *
+ * One line per a2_cursors change:
+ *   {"lsn":"X/Y","xid":N,"at":"T","op":"update","transition":"claimed",
+ *    "session":..,"consumer":..,"cursor":..,"epoch":..,"kind":..,
+ *    "before":{row}|null,"after":{row}|null}
+ * where a row is {"head","position","attempt","holder","expires_at",
+ * "failures","failed_at","error"}; plus a "truncated" line for a TRUNCATE
+ * of a2_cursors and a "gap" line for changes lost with a slot. "lsn" is the
+ * transaction's commit end, "xid" and "at" (its commit time) are null when
+ * unknown. */
+
+/* The lines of one transaction, gathered in memory until they are written,
+ * and the head they share (built once at its B). Zeroed: empty. */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    size_t lines;   /* whole lines in buf */
+    uint64_t lsn;   /* the transaction's commit end */
+    char xid[32];   /* its xid in decimal, "" when unknown */
+    char at[40];    /* its commit time (a2__format_time_ms), "" when unknown */
+    char head[128]; /* {"lsn":"X/Y","xid":N,"at":"T" */
+    size_t head_len;
+} a2__audit_text;
+
+/* Starts the lines of a transaction ending at lsn: the head is built and
+ * the buffer emptied. */
+void a2__audit_text_begin(a2__audit_text *t, uint64_t lsn, a2_change_int xid,
+                          bool has_time, int64_t time_us);
+
+/* Empties the buffer (the head stays). */
+void a2__audit_text_clear(a2__audit_text *t);
+
+/* Frees the buffer; t is then empty. */
+void a2__audit_text_free(a2__audit_text *t);
+
+/* Appends the line of an a2_cursors insert, update or delete, named by its
+ * transition. 0, or -1 when out of memory (nothing appended). */
+__attribute__((warn_unused_result)) int
+a2__audit_text_cursor(a2__audit_text *t, const a2_change *c,
+                      const char *transition);
+
+/* Appends the line of a TRUNCATE of a2_cursors. 0, or -1 when out of
+ * memory. */
+__attribute__((warn_unused_result)) int
+a2__audit_text_truncate(a2__audit_text *t);
+
+/* The gap record of changes lost between from and to (at: now_us, µs since
+ * the Unix epoch) as one line ending in a newline, with its length in *len;
+ * NULL when out of memory. The caller frees it. */
+char *a2__audit_gap_line(uint64_t from, uint64_t to, const char *reason,
+                         int64_t now_us, size_t *len);
+
+/* Formats microseconds since the Unix epoch as RFC 3339 UTC with ms
+ * ("2026-11-29T06:40:48.313Z") into buf (at least 32 bytes). */
+char *a2__format_time_ms(int64_t us, char *buf, size_t len);
 
 /* Parses "X/Y" into *lsn; returns 0 or -1. */
 int a2__lsn_parse(const char *s, uint64_t *lsn);
