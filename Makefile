@@ -76,7 +76,8 @@ COMMON_TEST_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(COMMON_TEST_SRCS))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 INTEG_TESTS := $(patsubst tests/integration/%.c,$(B)/tests/integration/%,$(wildcard tests/integration/test_*.c))
 
-# bench/<name>/*.c -> build/<v>/bench/a2-bench-<name>
+# bench/<name>/*.c -> build/<v>/bench/a2-bench-<name>; bench/*.c (what the
+# benchmarks share) goes into each of them.
 BENCH_NAMES := $(sort $(patsubst bench/%/,%,$(dir $(wildcard bench/*/*.c))))
 BENCH_PROGS := $(foreach n,$(BENCH_NAMES),$(B)/bench/a2-bench-$(n))
 
@@ -170,7 +171,7 @@ $(B)/bin/a2: $(B)/obj/cli/main.o $(LINK_ARCHIVES)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_ALL)
 
 define BENCH_RULE
-$(B)/bench/a2-bench-$(1): $(patsubst %.c,$(B)/obj/%.o,$(wildcard bench/$(1)/*.c)) $(LINK_ARCHIVES)
+$(B)/bench/a2-bench-$(1): $(patsubst %.c,$(B)/obj/%.o,$(wildcard bench/$(1)/*.c) $(wildcard bench/*.c)) $(LINK_ARCHIVES)
 	@mkdir -p $$(dir $$@)
 	$(CC) $(ALL_LDFLAGS) -o $$@ $$^ $(LDLIBS_ALL)
 endef

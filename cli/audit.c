@@ -5,6 +5,8 @@
  */
 #include "cli.h"
 
+#include "../common/clock.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -19,12 +21,6 @@
 #define AUDIT_MAX_LINE (1024 * 1024)
 #define FOLLOW_POLL_MS 200
 
-typedef struct {
-    const char *session;
-    const char *consumer;
-    const char *transition;
-} audit_filter;
-
 static volatile sig_atomic_t stop_follow;
 
 static void on_stop(int sig)
@@ -33,9 +29,9 @@ static void on_stop(int sig)
     stop_follow = 1;
 }
 
-static const char *str_field(const json_t *obj, const char *key)
+const char *a2__cli_audit_str(const json_t *line, const char *key)
 {
-    const json_t *v = json_object_get(obj, key);
+    const json_t *v = json_object_get(line, key);
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
@@ -56,19 +52,19 @@ static const char *scalar(const json_t *obj, const char *key, char *buf,
     return buf;
 }
 
-static int matches(const json_t *line, const audit_filter *f)
+/* Whether the field key of line is want (NULL: anything). */
+static bool field_is(const json_t *line, const char *key, const char *want)
 {
     const char *s;
-    if (f->session &&
-        (!(s = str_field(line, "session")) || strcmp(s, f->session) != 0))
-        return 0;
-    if (f->consumer &&
-        (!(s = str_field(line, "consumer")) || strcmp(s, f->consumer) != 0))
-        return 0;
-    if (f->transition &&
-        (!(s = str_field(line, "transition")) || strcmp(s, f->transition) != 0))
-        return 0;
-    return 1;
+    return !want ||
+           ((s = a2__cli_audit_str(line, key)) && strcmp(s, want) == 0);
+}
+
+bool a2__cli_audit_matches(const json_t *line, const a2__cli_audit_filter *f)
+{
+    return field_is(line, "session", f->session) &&
+           field_is(line, "consumer", f->consumer) &&
+           field_is(line, "transition", f->transition);
 }
 
 /* "before→after" of a field, or the one value when unchanged. */
@@ -143,7 +139,7 @@ static void print_streamed(FILE *out, const char *cells[NCOLS])
 typedef struct {
     a2__cli *cli;
     const char *path;
-    audit_filter filter;
+    a2__cli_audit_filter filter;
     int follow;
     a2__table *table; /* NULL in JSON or follow mode */
     long lineno;
@@ -168,7 +164,7 @@ static int handle_line(audit_run *r, const char *text, size_t len)
         return 0;
     }
     int rc = 0;
-    if (matches(line, &r->filter)) {
+    if (a2__cli_audit_matches(line, &r->filter)) {
         r->shown++;
         if (r->cli->json) {
             fwrite(text, 1, len, r->cli->out);
@@ -189,55 +185,36 @@ static int handle_line(audit_run *r, const char *text, size_t len)
     return rc;
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 int a2__cli_cmd_audit(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
-            {"session", required_argument, NULL, 's'},
-            {"consumer", required_argument, NULL, 'c'},
-            {"transition", required_argument, NULL, 't'},
-            {"follow", no_argument, NULL, 'f'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
+            A2__CLI_ARG("session", 's'),
+            A2__CLI_ARG("consumer", 'c'),
+            A2__CLI_ARG("transition", 't'),
+            A2__CLI_FLAG("follow", 'f'),
+            A2__CLI_OPTS_END,
     };
+    static const char help[] =
+            "usage: a2 [--json] audit FILE [--session S] [--consumer C] "
+            "[--transition T] [--follow]\n"
+            "  shows a2-consumer's audit trail (JSON lines); --json prints "
+            "the matching lines as they are\n"
+            "  --follow  keep reading as the file grows (Ctrl-C stops)\n";
     audit_run r = {.cli = cli};
-    int c;
+    int c, rc = A2__CLI_OK;
     optind = 0;
-    while ((c = getopt_long(argc, argv, ":hf", opts, NULL)) != -1) {
-        switch (c) {
-        case 's':
+    while ((c = a2__cli_getopt(cli, argc, argv, ":hf", opts, help, &rc)) !=
+           -1) {
+        if (c == -2)
+            return rc;
+        if (c == 's')
             r.filter.session = optarg;
-            break;
-        case 'c':
+        else if (c == 'c')
             r.filter.consumer = optarg;
-            break;
-        case 't':
+        else if (c == 't')
             r.filter.transition = optarg;
-            break;
-        case 'f':
+        else if (c == 'f')
             r.follow = 1;
-            break;
-        case 'h':
-            fputs("usage: a2 [--json] audit FILE [--session S] "
-                  "[--consumer C] [--transition T] [--follow]\n"
-                  "  shows a2-consumer's audit trail (JSON lines); --json "
-                  "prints the matching lines as they are\n"
-                  "  --follow  keep reading as the file grows (Ctrl-C "
-                  "stops)\n",
-                  cli->out);
-            return A2__CLI_OK;
-        case ':':
-            return a2__cli_usage(cli, "option %s needs a value",
-                                 argv[optind - 1]);
-        default:
-            return a2__cli_usage(cli, "unknown option %s for audit",
-                                 argv[optind - 1]);
-        }
     }
     if (optind >= argc)
         return a2__cli_usage(cli, "audit needs a FILE");
@@ -246,7 +223,6 @@ int a2__cli_cmd_audit(a2__cli *cli, int argc, char **argv)
                              argv[optind + 1]);
     r.path = argv[optind];
 
-    int rc = A2__CLI_OK;
     char *buf = NULL;
     size_t cap = 0, used = 0;
     FILE *f = fopen(r.path, "r");
@@ -343,7 +319,7 @@ int a2__cli_cmd_audit(a2__cli *cli, int argc, char **argv)
         clearerr(f);
         if (stop_follow)
             break;
-        sleep_ms(FOLLOW_POLL_MS);
+        a2__sleep_ms(FOLLOW_POLL_MS);
         if (stop_follow)
             break;
         struct stat now;

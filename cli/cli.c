@@ -60,30 +60,15 @@ static const char usage_text[] =
         "see a2_store_set_timeout in <a2/store.h>).\n"
         "Exit status: 0 success, 1 runtime error, 2 usage error.\n";
 
-static int vmsg(const a2__cli *cli, int rc, const char *fmt, va_list ap)
+int a2__cli_error(const a2__cli *cli, int status, const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
     fputs("a2: ", cli->err);
     a2__cli_vline(cli->err, fmt, ap);
     fputc('\n', cli->err);
-    return rc;
-}
-
-int a2__cli_usage(const a2__cli *cli, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = vmsg(cli, A2__CLI_USAGE, fmt, ap);
     va_end(ap);
-    return rc;
-}
-
-int a2__cli_fail(const a2__cli *cli, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = vmsg(cli, A2__CLI_RUNTIME, fmt, ap);
-    va_end(ap);
-    return rc;
+    return status;
 }
 
 int a2__cli_print_json(a2__cli *cli, json_t *doc)
@@ -94,19 +79,6 @@ int a2__cli_print_json(a2__cli *cli, json_t *doc)
     json_decref(doc);
     fputc('\n', cli->out);
     return rc == 0 ? A2__CLI_OK : a2__cli_fail(cli, "could not write output");
-}
-
-int a2__cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
-{
-    if (!s || !*s)
-        return -1;
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < min || v > max)
-        return -1;
-    *out = (int64_t)v;
-    return 0;
 }
 
 typedef struct {
@@ -136,10 +108,8 @@ int a2__cli_main(int argc, char **argv)
 {
     a2__cli cli = {.db = NULL, .json = 0, .out = stdout, .err = stderr};
     static const struct option opts[] = {
-            {"db", required_argument, NULL, 'd'},
-            {"json", no_argument, NULL, 'j'},
-            {"help", no_argument, NULL, 'h'},
-            {"version", no_argument, NULL, 'V'},
+            A2__CLI_ARG("db", 'd'),    A2__CLI_FLAG("json", 'j'),
+            A2__CLI_FLAG("help", 'h'), A2__CLI_FLAG("version", 'V'),
             {NULL, 0, NULL, 0},
     };
     opterr = 0;

@@ -119,17 +119,23 @@ static enum MHD_Result queue(struct MHD_Connection *c, unsigned status,
     return rc;
 }
 
+/* r (NULL-safe) with its Content-Type and Cache-Control. */
+static struct MHD_Response *typed(struct MHD_Response *r, const char *type,
+                                  const char *cache)
+{
+    if (r) {
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, cache);
+    }
+    return r;
+}
+
 static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status,
                                   const char *text)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(
             strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
-    if (!r)
-        return MHD_NO;
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            "text/plain; charset=utf-8");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    return queue(c, status, r);
+    return queue(c, status, typed(r, "text/plain; charset=utf-8", "no-store"));
 }
 
 /* Sends reply (taking its document). */
@@ -146,10 +152,8 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, a2__con_reply reply)
         free(text);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            "application/json; charset=utf-8");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    return queue(c, reply.status, r);
+    return queue(c, reply.status,
+                 typed(r, "application/json; charset=utf-8", "no-store"));
 }
 
 static enum MHD_Result refuse(struct MHD_Connection *c, bool api,
@@ -195,12 +199,8 @@ static enum MHD_Result serve_asset(struct MHD_Connection *c,
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(
             f->size, (void *)f->data, MHD_RESPMEM_PERSISTENT);
-    if (!r)
-        return MHD_NO;
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            content_type_of(f->name));
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    return queue(c, MHD_HTTP_OK, r);
+    return queue(c, MHD_HTTP_OK,
+                 typed(r, content_type_of(f->name), "no-cache"));
 }
 
 /* ── checks ──────────────────────────────────────────────────────────── */
@@ -379,9 +379,7 @@ static enum MHD_Result serve_tail(a2__console *con, struct MHD_Connection *c)
         a2__con_tail_free(t);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            "text/event-stream; charset=utf-8");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    typed(r, "text/event-stream; charset=utf-8", "no-store");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
     return queue(c, MHD_HTTP_OK, r);
 }
@@ -611,13 +609,12 @@ static int random_hex(char *out, size_t bytes)
 int a2__cli_cmd_console(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
-            {"listen", required_argument, NULL, 'l'},
-            {"token-file", required_argument, NULL, 't'},
-            {"read-only", no_argument, NULL, 'r'},
-            {"audit", required_argument, NULL, 'a'},
-            {"consumer-metrics", required_argument, NULL, 'm'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
+            A2__CLI_ARG("listen", 'l'),
+            A2__CLI_ARG("token-file", 't'),
+            A2__CLI_FLAG("read-only", 'r'),
+            A2__CLI_ARG("audit", 'a'),
+            A2__CLI_ARG("consumer-metrics", 'm'),
+            A2__CLI_OPTS_END,
     };
     const char *listen_spec = DEFAULT_LISTEN, *token_file = NULL;
     a2__console con = {.db = cli->db};
@@ -724,17 +721,8 @@ int a2__cli_cmd_console(a2__cli *cli, int argc, char **argv)
     bool masked = false;
 
     /* The database, once, so that a wrong --db fails the start. */
-    a2_store_error serr = {0};
-    if (a2_store_open(&con.stores[0], con.db, &serr) != 0) {
-        rc = serr.code == A2_EINVALID_ARGUMENT
-                     ? a2__cli_usage(cli, "%s", serr.message)
-                     : a2__cli_fail(cli, "%s",
-                                    serr.message[0]
-                                            ? serr.message
-                                            : "could not connect to the "
-                                              "database");
+    if ((rc = a2__cli_store_open(cli, &con.stores[0])) != A2__CLI_OK)
         goto done;
-    }
     if (!getenv("A2_STORE_TIMEOUT_MS") &&
         a2_store_set_timeout(con.stores[0], 15000) != 0) {
         rc = a2__cli_fail(cli, "could not set the store's timeout");

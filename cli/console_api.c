@@ -112,23 +112,9 @@ static void set_payload(json_t *o, const char *p, size_t max)
 
 static json_t *event_json(const a2_event *e, size_t payload_max)
 {
-    json_t *o = json_object();
-    json_object_set_new(o, "session", a2__con_jstr(e->session_id));
-    json_object_set_new(o, "index", json_integer(e->index));
-    json_object_set_new(o, "type", a2__con_jstr(e->type));
-    json_object_set_new(o, "id", a2__con_jstr(e->id));
-    json_object_set_new(o, "created_at", a2__cli_json_i64(e->created_at));
+    json_t *o = a2__cli_event_fields(e, a2__con_jstr);
     set_payload(o, e->payload, payload_max);
-    if (e->has_cause) {
-        json_t *c = json_object();
-        json_object_set_new(c, "consumer", a2__con_jstr(e->cause.consumer));
-        json_object_set_new(c, "lane", a2__con_jstr(e->cause.lane));
-        json_object_set_new(c, "index", json_integer(e->cause.index));
-        json_object_set_new(c, "attempt", json_integer(e->cause.attempt));
-        json_object_set_new(o, "cause", c);
-    } else {
-        json_object_set_new(o, "cause", json_null());
-    }
+    json_object_set_new(o, "cause", a2__cli_cause_json(e, a2__con_jstr));
     return o;
 }
 
@@ -562,6 +548,27 @@ static a2__con_reply get_dead_letter_count(a2__console *con,
     return ok(doc);
 }
 
+/* The session's events (by ro), its cursors and, with dead, its dead
+ * letters, on a pooled connection: 0, or -1 with *fail. */
+static int read_session(a2__console *con, const char *session,
+                        const a2_read_options *ro, a2_events *ev,
+                        a2_cursors *cur, a2_heads *dead, a2__con_reply *fail)
+{
+    int slot = pool_take(con, fail);
+    if (slot < 0)
+        return -1;
+    a2_store *st = con->stores[slot];
+    int rc = a2_store_read(st, session, ro, ev);
+    if (rc != 0)
+        *fail = store_failed(st, "read");
+    if (rc == 0 && (rc = a2_store_cursors(st, session, cur)) != 0)
+        *fail = store_failed(st, "cursors");
+    if (rc == 0 && dead && (rc = a2_store_dead_letters(st, session, dead)) != 0)
+        *fail = store_failed(st, "dead letters");
+    pool_give(con, slot);
+    return rc == 0 ? 0 : -1;
+}
+
 static a2__con_reply get_session(a2__console *con, const a2__con_request *req)
 {
     const char *session = req->arg(req->arg_ctx, "id");
@@ -573,22 +580,11 @@ static a2__con_reply get_session(a2__console *con, const a2__con_request *req)
     if (int_arg(req, "limit", 1, 1000, 100, &limit) != 0)
         return a2__con_error(400, "limit must be 1 to 1000");
     a2__con_reply fail;
-    int slot = pool_take(con, &fail);
-    if (slot < 0)
-        return fail;
-    a2_store *st = con->stores[slot];
     a2_events ev = {0};
     a2_cursors cur = {0};
     a2_heads dead = {0};
     a2_read_options ro = {.after = after, .limit = (size_t)limit};
-    int rc = a2_store_read(st, session, &ro, &ev);
-    if (rc != 0)
-        fail = store_failed(st, "read");
-    if (rc == 0 && (rc = a2_store_cursors(st, session, &cur)) != 0)
-        fail = store_failed(st, "cursors");
-    if (rc == 0 && (rc = a2_store_dead_letters(st, session, &dead)) != 0)
-        fail = store_failed(st, "dead letters");
-    pool_give(con, slot);
+    int rc = read_session(con, session, &ro, &ev, &cur, &dead, &fail);
     json_t *doc = NULL;
     if (rc == 0) {
         doc = json_object();
@@ -628,20 +624,10 @@ static a2__con_reply get_event(a2__console *con, const a2__con_request *req)
     if (int_arg(req, "index", 1, INT64_MAX, 0, &index) != 0 || index == 0)
         return a2__con_error(400, "index must be an event index >= 1");
     a2__con_reply fail;
-    int slot = pool_take(con, &fail);
-    if (slot < 0)
-        return fail;
-    a2_store *st = con->stores[slot];
     a2_events ev = {0};
     a2_cursors cur = {0};
     a2_read_options ro = {.after = index - 1, .limit = 1};
-    int rc = a2_store_read(st, session, &ro, &ev);
-    if (rc != 0)
-        fail = store_failed(st, "read");
-    if (rc == 0 && (rc = a2_store_cursors(st, session, &cur)) != 0)
-        fail = store_failed(st, "cursors");
-    pool_give(con, slot);
-    if (rc != 0) {
+    if (read_session(con, session, &ro, &ev, &cur, NULL, &fail) != 0) {
         a2_events_free(&ev);
         a2_cursors_free(&cur);
         return fail;
@@ -700,32 +686,45 @@ static int parse_action(const char *s, int *action)
     return 0;
 }
 
+/* The head an action names. */
+typedef struct {
+    const char *session, *consumer;
+    int64_t index;
+} head_ref;
+
 /* session, consumer and index of a body; 0, or -1 with *fail set. */
-static int head_args(body_args *b, const char **session, const char **consumer,
-                     int64_t *index, a2__con_reply *fail)
+static int head_args(body_args *b, head_ref *h, a2__con_reply *fail)
 {
-    *session = body_arg(b, "session");
-    *consumer = body_arg(b, "consumer");
+    h->session = body_arg(b, "session");
+    h->consumer = body_arg(b, "consumer");
     const char *idx = body_arg(b, "index");
-    if (!*session || !*consumer || !idx) {
+    if (!h->session || !h->consumer || !idx) {
         *fail = a2__con_error(400, "session, consumer and index are required");
         return -1;
     }
-    if (a2__cli_parse_i64(idx, 1, INT64_MAX, index) != 0) {
+    if (a2__cli_parse_i64(idx, 1, INT64_MAX, &h->index) != 0) {
         *fail = a2__con_error(400, "index must be an event index >= 1");
         return -1;
     }
     return 0;
 }
 
+/* The head and whether its cursor has more pending, added to an answer. */
+static void set_head(json_t *doc, const head_ref *h, bool has_pending)
+{
+    json_object_set_new(doc, "session", a2__con_jstr(h->session));
+    json_object_set_new(doc, "consumer", a2__con_jstr(h->consumer));
+    json_object_set_new(doc, "index", json_integer(h->index));
+    json_object_set_new(doc, "has_pending", json_boolean(has_pending));
+}
+
 static a2__con_reply post_redrive(a2__console *con, const a2__con_request *req)
 {
     body_args b = {.obj = req->body};
-    const char *session, *consumer;
-    int64_t index;
+    head_ref h;
     int action;
     a2__con_reply fail;
-    if (head_args(&b, &session, &consumer, &index, &fail) != 0)
+    if (head_args(&b, &h, &fail) != 0)
         return fail;
     if (parse_action(body_arg(&b, "action"), &action) != 0)
         return a2__con_error(400, "action must be retry or skip");
@@ -733,7 +732,7 @@ static a2__con_reply post_redrive(a2__console *con, const a2__con_request *req)
     if (slot < 0)
         return fail;
     a2_redrive_result out = {0};
-    int rc = a2_store_redrive(con->stores[slot], session, consumer, index,
+    int rc = a2_store_redrive(con->stores[slot], h.session, h.consumer, h.index,
                               action, NULL, 0, &out);
     if (rc != 0)
         fail = store_failed(con->stores[slot], "redrive");
@@ -741,10 +740,11 @@ static a2__con_reply post_redrive(a2__console *con, const a2__con_request *req)
     if (rc != 0)
         return fail;
     if (!out.redriven) {
-        a2__con_reply r = a2__con_error(409,
-                                        "no dead letter of %s at index %lld "
-                                        "in %s",
-                                        consumer, (long long)index, session);
+        a2__con_reply r =
+                a2__con_error(409,
+                              "no dead letter of %s at index %lld "
+                              "in %s",
+                              h.consumer, (long long)h.index, h.session);
         json_object_set_new(r.doc, "redriven", json_false());
         return r;
     }
@@ -753,10 +753,7 @@ static a2__con_reply post_redrive(a2__console *con, const a2__con_request *req)
     json_object_set_new(
             doc, "action",
             json_string(action == A2_REDRIVE_RETRY ? "retry" : "skip"));
-    json_object_set_new(doc, "session", a2__con_jstr(session));
-    json_object_set_new(doc, "consumer", a2__con_jstr(consumer));
-    json_object_set_new(doc, "index", json_integer(index));
-    json_object_set_new(doc, "has_pending", json_boolean(out.has_pending));
+    set_head(doc, &h, out.has_pending);
     return ok(doc);
 }
 
@@ -818,17 +815,16 @@ static a2__con_reply post_redrive_matching(a2__console *con,
 static a2__con_reply post_cancel(a2__console *con, const a2__con_request *req)
 {
     body_args b = {.obj = req->body};
-    const char *session, *consumer;
-    int64_t index;
+    head_ref h;
     a2__con_reply fail;
-    if (head_args(&b, &session, &consumer, &index, &fail) != 0)
+    if (head_args(&b, &h, &fail) != 0)
         return fail;
     const char *reason = body_arg(&b, "reason");
     int slot = pool_take(con, &fail);
     if (slot < 0)
         return fail;
     a2_cancel_result out = {0};
-    int rc = a2_store_cancel(con->stores[slot], session, consumer, index,
+    int rc = a2_store_cancel(con->stores[slot], h.session, h.consumer, h.index,
                              reason, NULL, 0, &out);
     if (rc != 0)
         fail = store_failed(con->stores[slot], "cancel");
@@ -847,22 +843,20 @@ static a2__con_reply post_cancel(a2__console *con, const a2__con_request *req)
         r = a2__con_error(409,
                           "%s's head #%lld in %s is running (held by %s until "
                           "%s): a running head is not cancelled",
-                          consumer, (long long)index, session,
+                          h.consumer, (long long)h.index, h.session,
                           out.holder ? out.holder : "?", until);
         json_object_set_new(r.doc, "outcome", json_string("running"));
         json_object_set_new(r.doc, "holder", a2__con_jstr(out.holder));
-        json_object_set_new(r.doc, "expires_at", a2__cli_json_i64(out.expires_at));
+        json_object_set_new(r.doc, "expires_at",
+                            a2__cli_json_i64(out.expires_at));
     } else {
         r = a2__con_error(409,
                           "no pending head of %s at index %lld in %s (done, "
                           "dead-lettered, cleared or never targeted)",
-                          consumer, (long long)index, session);
+                          h.consumer, (long long)h.index, h.session);
         json_object_set_new(r.doc, "outcome", json_string("not_pending"));
     }
-    json_object_set_new(r.doc, "session", a2__con_jstr(session));
-    json_object_set_new(r.doc, "consumer", a2__con_jstr(consumer));
-    json_object_set_new(r.doc, "index", json_integer(index));
-    json_object_set_new(r.doc, "has_pending", json_boolean(out.has_pending));
+    set_head(r.doc, &h, out.has_pending);
     a2_cancel_result_free(&out);
     return r;
 }

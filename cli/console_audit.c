@@ -38,17 +38,6 @@
 
 /* ── times and lines ─────────────────────────────────────────────────── */
 
-/* Days from 1970-01-01 to y-m-d (proleptic Gregorian). */
-static int64_t days_from_civil(int64_t y, int64_t m, int64_t d)
-{
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
 static int digits(const char *s, int n, int *out)
 {
     int v = 0;
@@ -89,14 +78,13 @@ int64_t a2__con_parse_rfc3339(const char *s)
         return -1;
     if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
         return -1;
-    int64_t days = days_from_civil(y, mo, d);
-    return ((days * 24 + h) * 60 + mi) * 60000 + (int64_t)sec * 1000 + ms;
-}
-
-static const char *str_field(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    return json_is_string(v) ? json_string_value(v) : NULL;
+    struct tm tm = {.tm_year = y - 1900,
+                    .tm_mon = mo - 1,
+                    .tm_mday = d,
+                    .tm_hour = h,
+                    .tm_min = mi,
+                    .tm_sec = sec};
+    return (int64_t)timegm(&tm) * 1000 + ms;
 }
 
 /* The end of the file, from its first whole line: a malloc'd buffer of
@@ -153,6 +141,17 @@ static char *read_end(const char *path, size_t max, size_t *len, off_t *start,
     return buf;
 }
 
+/* read_end for an answer: on failure NULL, with doc's "error" saying why. */
+static char *read_end_for(json_t *doc, const char *path, size_t max,
+                          size_t *len, off_t *start, off_t *size)
+{
+    char err[512];
+    char *buf = read_end(path, max, len, start, size, err, sizeof err);
+    if (!buf)
+        json_object_set_new(doc, "error", a2__con_jstr(err));
+    return buf;
+}
+
 /* ── the overview's completions ──────────────────────────────────────── */
 
 json_t *a2__con_audit_recent(const char *path, int64_t now_ms,
@@ -161,13 +160,10 @@ json_t *a2__con_audit_recent(const char *path, int64_t now_ms,
     json_t *doc = json_object(), *per = json_object();
     json_object_set_new(doc, "per_consumer", per);
     json_object_set_new(doc, "window_ms", json_integer(window_ms));
-    char err[512];
     size_t len;
     off_t start, size;
-    char *buf =
-            read_end(path, RECENT_BYTES, &len, &start, &size, err, sizeof err);
+    char *buf = read_end_for(doc, path, RECENT_BYTES, &len, &start, &size);
     if (!buf) {
-        json_object_set_new(doc, "error", a2__con_jstr(err));
         json_object_set_new(doc, "covered_ms", json_integer(0));
         return doc;
     }
@@ -182,11 +178,11 @@ json_t *a2__con_audit_recent(const char *path, int64_t now_ms,
                     memmem(p, n, "\"transition\":\"went_idle\"", 24);
         if (first || done) {
             json_t *line = json_loadb(p, n, 0, NULL);
-            int64_t at = a2__con_parse_rfc3339(str_field(line, "at"));
+            int64_t at = a2__con_parse_rfc3339(a2__cli_audit_str(line, "at"));
             if (first && at >= 0)
                 first_at = at;
-            const char *tr = str_field(line, "transition");
-            const char *consumer = str_field(line, "consumer");
+            const char *tr = a2__cli_audit_str(line, "transition");
+            const char *consumer = a2__cli_audit_str(line, "consumer");
             if (at >= from && tr && consumer &&
                 (strcmp(tr, "completed") == 0 ||
                  strcmp(tr, "went_idle") == 0)) {
@@ -234,15 +230,11 @@ json_t *a2__con_audit_history(const char *path, const char *session,
 {
     json_t *doc = json_object(), *lines = json_array();
     json_object_set_new(doc, "lines", lines);
-    char err[512];
     size_t len;
     off_t start, size;
-    char *buf =
-            read_end(path, HISTORY_BYTES, &len, &start, &size, err, sizeof err);
-    if (!buf) {
-        json_object_set_new(doc, "error", a2__con_jstr(err));
+    char *buf = read_end_for(doc, path, HISTORY_BYTES, &len, &start, &size);
+    if (!buf)
         return doc;
-    }
     char own_key[32];
     snprintf(own_key, sizeof own_key, "#%lld", (long long)index);
     bool prefilter = plain(session);
@@ -258,12 +250,12 @@ json_t *a2__con_audit_history(const char *path, const char *session,
         if (prefilter && !memmem(line_start, n, session, slen))
             continue;
         json_t *line = json_loadb(line_start, n, 0, NULL);
-        const char *s = str_field(line, "session");
+        const char *s = a2__cli_audit_str(line, "session");
         if (!s || strcmp(s, session) != 0) {
             json_decref(line);
             continue;
         }
-        const char *cursor = str_field(line, "cursor");
+        const char *cursor = a2__cli_audit_str(line, "cursor");
         const json_t *before = json_object_get(line, "before");
         const json_t *after = json_object_get(line, "after");
         bool own = cursor && strcmp(cursor, own_key) == 0;
@@ -361,17 +353,10 @@ static bool tail_matches(const a2__con_tail *t, const char *text, size_t n)
         json_decref(line);
         return false;
     }
-    const char *s;
-    bool ok = true;
-    if (t->consumer &&
-        (!(s = str_field(line, "consumer")) || strcmp(s, t->consumer) != 0))
-        ok = false;
-    if (ok && t->session &&
-        (!(s = str_field(line, "session")) || strcmp(s, t->session) != 0))
-        ok = false;
-    if (ok && t->transition &&
-        (!(s = str_field(line, "transition")) || strcmp(s, t->transition) != 0))
-        ok = false;
+    a2__cli_audit_filter f = {.session = t->session,
+                              .consumer = t->consumer,
+                              .transition = t->transition};
+    bool ok = a2__cli_audit_matches(line, &f);
     json_decref(line);
     return ok;
 }
@@ -609,6 +594,15 @@ static char *dup_or_null(const char *s)
     return s ? strdup(s) : NULL;
 }
 
+/* Frees the path and the options a2__con_tail_new copied. */
+static void free_copies(a2__con_tail *t)
+{
+    char *copies[] = {t->path, t->consumer, t->session, t->transition,
+                      t->last_id};
+    for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++)
+        free(copies[i]);
+}
+
 a2__con_tail *a2__con_tail_new(a2__console *con, const char *path,
                                const a2__con_tail_opts *o)
 {
@@ -627,11 +621,7 @@ a2__con_tail *a2__con_tail_new(a2__console *con, const char *path,
     if (!t->path || (o->consumer && !t->consumer) ||
         (o->session && !t->session) || (o->transition && !t->transition) ||
         (o->last_id && !t->last_id)) {
-        free(t->path);
-        free(t->consumer);
-        free(t->session);
-        free(t->transition);
-        free(t->last_id);
+        free_copies(t);
         free(t);
         return NULL;
     }
@@ -644,11 +634,7 @@ void a2__con_tail_free(void *cls)
     if (!t)
         return;
     tail_close_file(t);
-    free(t->path);
-    free(t->consumer);
-    free(t->session);
-    free(t->transition);
-    free(t->last_id);
+    free_copies(t);
     free(t->line);
     free(t->out);
     atomic_fetch_sub(&t->con->tails, 1);
@@ -659,8 +645,7 @@ void a2__con_tail_free(void *cls)
 static bool client_wait(const a2__con_tail *t)
 {
     if (t->client_fd < 0) {
-        struct timespec ts = {0, FOLLOW_POLL_MS * 1000000L};
-        nanosleep(&ts, NULL);
+        a2__sleep_ms(FOLLOW_POLL_MS);
         return true;
     }
     struct pollfd pfd = {t->client_fd, POLLRDHUP, 0};

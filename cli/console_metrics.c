@@ -29,20 +29,16 @@ typedef struct {
 
 static int parse_url(const char *url, metrics_url *u, char *err, size_t errlen)
 {
-    const char *s = url;
-    if (strncmp(s, "https://", 8) == 0) {
+    if (strncmp(url, "https://", 8) == 0) {
         snprintf(err, errlen,
                  "--consumer-metrics %s: only http:// is supported "
                  "(a2-consumer serves /metrics over plain HTTP)",
                  url);
         return -1;
     }
-    if (strncmp(s, "http://", 7) == 0)
-        s += 7;
-    else if (strncmp(s, "tcp:", 4) == 0)
-        s += 4;
-    const char *slash = strchr(s, '/');
-    size_t hp = slash ? (size_t)(slash - s) : strlen(s);
+    const char *slash;
+    size_t hp;
+    const char *s = a2__cli_http_hostport(url, &hp, &slash);
     snprintf(u->path, sizeof u->path, "%s", slash ? slash : "/metrics");
     const char *colon;
     const char *h = s;
@@ -157,7 +153,6 @@ static char *fetch(const metrics_url *u, int timeout_ms, char *err,
                       "Accept: text/plain\r\nConnection: close\r\n\r\n",
                       u->path, v6 ? "[" : "", u->host, v6 ? "]" : "", u->port);
     char *buf = NULL, *body = NULL;
-    size_t used = 0, cap = 0;
     size_t sent = 0;
     while (sent < (size_t)rn) {
         struct pollfd pfd = {fd, POLLOUT, 0};
@@ -177,52 +172,31 @@ static char *fetch(const metrics_url *u, int timeout_ms, char *err,
         }
         sent += (size_t)n;
     }
-    for (;;) {
-        struct pollfd pfd = {fd, POLLIN, 0};
-        int64_t left = deadline - a2__mono_ms();
-        if (left <= 0) {
-            snprintf(err, errlen, "%s:%s did not answer in %d ms", u->host,
-                     u->port, timeout_ms);
-            goto done;
-        }
-        int pr = poll(&pfd, 1, (int)left);
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr <= 0)
-            continue;
-        if (used + 4097 > cap) {
-            if (cap >= MAX_ANSWER) {
-                snprintf(err, errlen, "%s:%s: answer over %d bytes", u->host,
-                         u->port, MAX_ANSWER);
-                goto done;
-            }
-            size_t ncap = cap ? cap * 2 : 16384;
-            char *nb = realloc(buf, ncap);
-            if (!nb) {
-                snprintf(err, errlen, "out of memory");
-                goto done;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        ssize_t n = recv(fd, buf + used, cap - used - 1, 0);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (n < 0) {
-            snprintf(err, errlen, "could not read from %s:%s: %s", u->host,
-                     u->port, strerror(errno));
-            goto done;
-        }
-        if (n == 0)
-            break;
-        used += (size_t)n;
+    int errnum = 0;
+    switch (a2__cli_http_read(fd, deadline, MAX_ANSWER, &buf, &errnum)) {
+    case A2__CLI_HTTP_ETIMEOUT:
+        snprintf(err, errlen, "%s:%s did not answer in %d ms", u->host, u->port,
+                 timeout_ms);
+        goto done;
+    case A2__CLI_HTTP_ETOOBIG:
+        snprintf(err, errlen, "%s:%s: answer over %d bytes", u->host, u->port,
+                 MAX_ANSWER);
+        goto done;
+    case A2__CLI_HTTP_ENOMEM:
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    case A2__CLI_HTTP_EREAD:
+        snprintf(err, errlen, "could not read from %s:%s: %s", u->host, u->port,
+                 strerror(errnum));
+        goto done;
+    default:
+        break;
     }
     if (!buf) {
         snprintf(err, errlen, "%s:%s closed the connection without an answer",
                  u->host, u->port);
         goto done;
     }
-    buf[used] = '\0';
     int major, minor, status;
     if (sscanf(buf, "HTTP/%d.%d %d", &major, &minor, &status) != 3 ||
         status != 200) {
@@ -231,10 +205,7 @@ static char *fetch(const metrics_url *u, int timeout_ms, char *err,
                  (int)(eol > 80 ? 80 : eol), buf);
         goto done;
     }
-    char *sep = strstr(buf, "\r\n\r\n");
-    body = strdup(sep ? sep + 4 : "");
-    if (!body)
-        snprintf(err, errlen, "out of memory");
+    body = a2__cli_http_body(buf, err, errlen);
 done:
     free(buf);
     close(fd);

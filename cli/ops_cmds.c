@@ -16,11 +16,9 @@
 
 /* The options of a dead-letter filter, shared by dead-letters and redrive. */
 #define FILTER_OPTIONS                                                         \
-    {"consumer", required_argument, NULL, 'c'},                                \
-            {"type", required_argument, NULL, 't'},                            \
-            {"error", required_argument, NULL, 'e'},                           \
-            {"since", required_argument, NULL, 'S'},                           \
-            {"until", required_argument, NULL, 'U'}
+    A2__CLI_ARG("consumer", 'c'), A2__CLI_ARG("type", 't'),                    \
+            A2__CLI_ARG("error", 'e'), A2__CLI_ARG("since", 'S'),              \
+            A2__CLI_ARG("until", 'U')
 
 #define FILTER_HELP                                                            \
     "  --consumer NAME   only this consumer's\n"                               \
@@ -154,10 +152,7 @@ static int print_heads(a2__cli *cli, const a2_heads *out, bool sessions,
             "ATTEMPTS", "FAILURES", "FAILED AT", "LAST ERROR"};
     size_t skip = sessions ? 0 : 1;
     a2__table *t = a2__table_new(9 - skip, titles + skip, &"lllrlrrll"[skip]);
-    if (!t)
-        return a2__cli_fail(cli, "out of memory");
-    int rc = A2__CLI_OK;
-    for (size_t i = 0; i < out->count; i++) {
+    for (size_t i = 0; t && i < out->count; i++) {
         const a2_head *h = &out->items[i];
         char idx[32], att[16], fails[16], at[40], err[200];
         snprintf(idx, sizeof idx, "%" PRId64, h->event.index);
@@ -171,14 +166,9 @@ static int print_heads(a2__cli *cli, const a2_heads *out, bool sessions,
                                h->event.type,       att,
                                fails,               at,
                                err};
-        if (a2__table_add(t, cells + skip) != 0) {
-            rc = a2__cli_fail(cli, "out of memory");
-            break;
-        }
+        a2__table_add(t, cells + skip);
     }
-    if (rc == A2__CLI_OK)
-        a2__table_print(t, cli->out);
-    a2__table_free(t);
+    int rc = a2__cli_print_table(cli, t);
     if (rc == A2__CLI_OK && more) {
         json_t *k = key_json(&out->items[out->count - 1]);
         char *text = k ? json_dumps(k, JSON_COMPACT) : NULL;
@@ -195,10 +185,9 @@ int a2__cli_cmd_dead_letters(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
             FILTER_OPTIONS,
-            {"after", required_argument, NULL, 'a'},
-            {"limit", required_argument, NULL, 'n'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
+            A2__CLI_ARG("after", 'a'),
+            A2__CLI_ARG("limit", 'n'),
+            A2__CLI_OPTS_END,
     };
     static const char help[] =
             "usage: a2 dead-letters SESSION\n"
@@ -261,6 +250,23 @@ done:
     a2_heads_free(&out);
     a2_store_close(store);
     return rc;
+}
+
+/* The head that SESSION CONSUMER INDEX (the positionals, counted already)
+ * name, and the store opened: 0, or -1 with *rc. */
+static int open_head(a2__cli *cli, char **argv, const char **session,
+                     const char **consumer, int64_t *index, a2_store **store,
+                     int *rc)
+{
+    if (a2__cli_parse_i64(argv[optind + 2], 1, INT64_MAX, index) != 0) {
+        *rc = a2__cli_usage(cli, "INDEX must be an event index >= 1, not '%s'",
+                            argv[optind + 2]);
+        return -1;
+    }
+    *session = argv[optind];
+    *consumer = argv[optind + 1];
+    *rc = a2__cli_store_open(cli, store);
+    return *rc == A2__CLI_OK ? 0 : -1;
 }
 
 /* ── redrive ──────────────────────────────────────────────────────────── */
@@ -332,13 +338,12 @@ int a2__cli_cmd_redrive(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
             FILTER_OPTIONS,
-            {"retry", no_argument, NULL, 'r'},
-            {"skip", no_argument, NULL, 's'},
-            {"all", no_argument, NULL, 'A'},
-            {"max", required_argument, NULL, 'm'},
-            {"yes", no_argument, NULL, 'y'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
+            A2__CLI_FLAG("retry", 'r'),
+            A2__CLI_FLAG("skip", 's'),
+            A2__CLI_FLAG("all", 'A'),
+            A2__CLI_ARG("max", 'm'),
+            A2__CLI_FLAG("yes", 'y'),
+            A2__CLI_OPTS_END,
     };
     static const char help[] =
             "usage: a2 redrive SESSION CONSUMER INDEX (--retry|--skip)\n"
@@ -395,13 +400,10 @@ int a2__cli_cmd_redrive(a2__cli *cli, int argc, char **argv)
         return rc;
     if (!action)
         return a2__cli_usage(cli, "redrive needs --retry or --skip");
+    const char *session, *consumer;
     int64_t index;
-    if (a2__cli_parse_i64(argv[optind + 2], 1, INT64_MAX, &index) != 0)
-        return a2__cli_usage(cli, "INDEX must be an event index >= 1, not '%s'",
-                             argv[optind + 2]);
-    const char *session = argv[optind], *consumer = argv[optind + 1];
     a2_store *store = NULL;
-    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
+    if (open_head(cli, argv, &session, &consumer, &index, &store, &rc) != 0)
         return rc;
     a2_redrive_result out = {0};
     if (a2_store_redrive(store, session, consumer, index, action, NULL, 0,
@@ -434,9 +436,8 @@ done:
 int a2__cli_cmd_cancel(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
-            {"reason", required_argument, NULL, 'r'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
+            A2__CLI_ARG("reason", 'r'),
+            A2__CLI_OPTS_END,
     };
     static const char help[] =
             "usage: a2 cancel SESSION CONSUMER INDEX [--reason TEXT]\n"
@@ -457,13 +458,10 @@ int a2__cli_cmd_cancel(a2__cli *cli, int argc, char **argv)
     if (a2__cli_positionals(cli, argc, argv, 3, 3, "SESSION, CONSUMER and INDEX",
                             &rc) != 0)
         return rc;
+    const char *session, *consumer;
     int64_t index;
-    if (a2__cli_parse_i64(argv[optind + 2], 1, INT64_MAX, &index) != 0)
-        return a2__cli_usage(cli, "INDEX must be an event index >= 1, not '%s'",
-                             argv[optind + 2]);
-    const char *session = argv[optind], *consumer = argv[optind + 1];
     a2_store *store = NULL;
-    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
+    if (open_head(cli, argv, &session, &consumer, &index, &store, &rc) != 0)
         return rc;
     a2_cancel_result out = {0};
     if (a2_store_cancel(store, session, consumer, index, reason, NULL, 0,
@@ -538,16 +536,12 @@ int a2__cli_cmd_backlog(a2__cli *cli, int argc, char **argv)
             "  a claim, its dead letters and the age of its oldest pending "
             "head's\n"
             "  event; without names, every consumer that has any\n";
-    int rc = A2__CLI_OK, c;
-    optind = 0;
-    while ((c = a2__cli_next_opt(cli, argc, argv, a2__cli_help_only, help,
-                                 &rc)) != -1)
-        if (c == -2)
-            return rc;
+    int rc = A2__CLI_OK;
+    if (a2__cli_no_options(cli, argc, argv, help, 0, argc, "", &rc) != 0)
+        return rc;
     size_t n = (size_t)(argc - optind);
     a2_store *store = NULL;
     a2_backlog out = {0};
-    a2__table *t = NULL;
     if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
         return rc;
     if (a2_store_backlog(store, n ? (const char *const *)argv + optind : NULL,
@@ -578,12 +572,8 @@ int a2__cli_cmd_backlog(a2__cli *cli, int argc, char **argv)
     }
     static const char *const titles[] = {"CONSUMER", "PENDING", "RUNNING",
                                          "DEAD LETTERS", "OLDEST PENDING"};
-    t = a2__table_new(5, titles, "lrrrr");
-    if (!t) {
-        rc = a2__cli_fail(cli, "out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < out.count; i++) {
+    a2__table *t = a2__table_new(5, titles, "lrrrr");
+    for (size_t i = 0; t && i < out.count; i++) {
         const a2_backlog_row *b = &out.items[i];
         char p[24], r[24], d[24], age[32];
         snprintf(p, sizeof p, "%" PRId64, b->pending);
@@ -594,14 +584,10 @@ int a2__cli_cmd_backlog(a2__cli *cli, int argc, char **argv)
         else
             fmt_age(now - b->oldest_pending_at, age, sizeof age);
         const char *cells[] = {b->consumer, p, r, d, age};
-        if (a2__table_add(t, cells) != 0) {
-            rc = a2__cli_fail(cli, "out of memory");
-            goto done;
-        }
+        a2__table_add(t, cells);
     }
-    a2__table_print(t, cli->out);
+    rc = a2__cli_print_table(cli, t);
 done:
-    a2__table_free(t);
     a2_backlog_free(&out);
     a2_store_close(store);
     return rc;

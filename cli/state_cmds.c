@@ -33,21 +33,13 @@
 #define REAP_EVERY_MS   1000   /* --follow reaps its namespace this often */
 #define REAP_LIMIT      1000
 
-/* JSON text from the server as a value (a string when it does not parse). */
-static json_t *json_value(const char *text)
-{
-    json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : json_null();
-    return v ? v : json_string(text);
-}
-
 /* ── state ────────────────────────────────────────────────────────────── */
 
 int a2__cli_cmd_state(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
-            {"at", required_argument, NULL, 'a'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
+            A2__CLI_ARG("at", 'a'),
+            A2__CLI_OPTS_END,
     };
     static const char help[] =
             "usage: a2 state SESSION REDUCER [--at N]\n"
@@ -63,12 +55,9 @@ int a2__cli_cmd_state(a2__cli *cli, int argc, char **argv)
             return a2__cli_usage(cli, "--at needs an index >= 0, not '%s'",
                                  optarg);
     }
-    if (argc - optind != 2)
-        return argc - optind < 2
-                       ? a2__cli_usage(cli, "state needs a SESSION and a "
-                                            "REDUCER")
-                       : a2__cli_usage(cli, "state: unexpected argument '%s'",
-                                       argv[optind + 2]);
+    if (a2__cli_positionals(cli, argc, argv, 2, 2, "a SESSION and a REDUCER",
+                            &rc) != 0)
+        return rc;
     const char *session = argv[optind], *reducer = argv[optind + 1];
     a2_store *store = NULL;
     a2_state st = {0};
@@ -85,7 +74,7 @@ int a2__cli_cmd_state(a2__cli *cli, int argc, char **argv)
                           "reducer", reducer, "up_to_index",
                           (json_int_t)st.up_to_index, "written_at",
                           (json_int_t)st.written_at, "state",
-                          json_value(st.state));
+                          a2__cli_json_text(st.state));
         rc = a2__cli_print_json(cli, o);
     } else if (!st.found) {
         fprintf(cli->out, "no snapshot\n");
@@ -109,7 +98,7 @@ static json_t *entry_json(const char *ns, const a2_presence_entry *e)
     return json_pack(
             "{s:s, s:s, s:s, s:s, s:o, s:o, s:I, s:I}", "kind", "state", "ns",
             ns, "participant", e->participant, "field", e->field, "value",
-            json_value(e->value), "seen",
+            a2__cli_json_text(e->value), "seen",
             e->seen == A2_STORE_NONE ? json_null() : json_integer(e->seen),
             "at", (json_int_t)e->at, "expires_at", (json_int_t)e->expires_at);
 }
@@ -141,21 +130,16 @@ static int print_state(a2__cli *cli, const char *ns, const a2_presence *p,
         static const char *const titles[] = {"PARTICIPANT", "FIELD", "VALUE",
                                              "AT", "EXPIRES"};
         a2__table *t = a2__table_new(5, titles, "lllll");
-        if (!t)
-            return a2__cli_fail(cli, "out of memory");
-        for (size_t i = 0; i < p->count; i++) {
+        for (size_t i = 0; t && i < p->count; i++) {
             char at[64], exp[64];
             a2__cli_fmt_ms(p->items[i].at, at, sizeof at);
             a2__cli_fmt_ms(p->items[i].expires_at, exp, sizeof exp);
             const char *cells[] = {p->items[i].participant, p->items[i].field,
                                    p->items[i].value, at, exp};
-            if (a2__table_add(t, cells) != 0) {
-                a2__table_free(t);
-                return a2__cli_fail(cli, "out of memory");
-            }
+            a2__table_add(t, cells);
         }
-        a2__table_print(t, cli->out);
-        a2__table_free(t);
+        if ((rc = a2__cli_print_table(cli, t)) != A2__CLI_OK)
+            return rc;
     }
     if (follow)
         a2__cli_line(cli->out, "-- following %s after %" PRIu64 "\n", ns,
@@ -451,12 +435,11 @@ done:
 int a2__cli_cmd_presence(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
-            {"follow", no_argument, NULL, 'f'},
-            {"connect", required_argument, NULL, 'C'},
-            {"token-file", required_argument, NULL, 'T'},
-            {"reap", no_argument, NULL, 'r'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
+            A2__CLI_FLAG("follow", 'f'),
+            A2__CLI_ARG("connect", 'C'),
+            A2__CLI_ARG("token-file", 'T'),
+            A2__CLI_FLAG("reap", 'r'),
+            A2__CLI_OPTS_END,
     };
     static const char help[] =
             "usage: a2 presence NS [--follow [--connect ADDR] [--token-file "
@@ -490,12 +473,8 @@ int a2__cli_cmd_presence(a2__cli *cli, int argc, char **argv)
     }
     if (reap && follow_on)
         return a2__cli_usage(cli, "--reap and --follow do not go together");
-    if (argc - optind != 1)
-        return argc - optind < 1
-                       ? a2__cli_usage(cli, "presence needs a namespace")
-                       : a2__cli_usage(cli,
-                                       "presence: unexpected argument '%s'",
-                                       argv[optind + 1]);
+    if (a2__cli_positionals(cli, argc, argv, 1, 1, "a namespace", &rc) != 0)
+        return rc;
     const char *ns = argv[optind];
     if (follow_on) {
         if (!addr || !*addr)

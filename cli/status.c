@@ -134,13 +134,9 @@ static const metric *metrics_find(const metrics *ms, const char *name)
 static char *fetch_metrics(const char *spec, char *err, size_t errlen)
 {
     char path[256] = "/metrics";
-    const char *s = spec;
-    if (strncmp(s, "tcp:", 4) == 0)
-        s += 4;
-    else if (strncmp(s, "http://", 7) == 0)
-        s += 7;
-    const char *slash = strchr(s, '/');
-    size_t hp_len = slash ? (size_t)(slash - s) : strlen(s);
+    const char *slash;
+    size_t hp_len;
+    const char *s = a2__cli_http_hostport(spec, &hp_len, &slash);
     if (slash)
         snprintf(path, sizeof path, "%s", slash);
     char hp[300];
@@ -163,7 +159,6 @@ static char *fetch_metrics(const char *spec, char *err, size_t errlen)
     char name[1024];
     snprintf(name, sizeof name, "metrics at %s", spec);
     char *body = NULL, *buf = NULL;
-    size_t used = 0, cap = 0;
     int64_t deadline = a2__mono_ms() + METRICS_TIMEOUT_MS;
     int fd = a2__addr_dial(&a, name, 0, err, errlen);
     if (fd < 0) {
@@ -180,50 +175,29 @@ static char *fetch_metrics(const char *spec, char *err, size_t errlen)
                  strerror(errno));
         goto done;
     }
-    for (;;) {
-        int64_t left = deadline - a2__mono_ms();
-        if (left <= 0) {
-            snprintf(err, errlen, "metrics at %s did not answer in %d ms", spec,
-                     METRICS_TIMEOUT_MS);
-            goto done;
-        }
-        struct pollfd pfd = {fd, POLLIN, 0};
-        int pr = poll(&pfd, 1, (int)left);
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr <= 0)
-            continue;
-        if (used + 4097 > cap) {
-            if (cap >= METRICS_MAX_BYTES) {
-                snprintf(err, errlen, "metrics at %s: answer too large", spec);
-                goto done;
-            }
-            size_t ncap = cap ? cap * 2 : 16384;
-            char *nb = realloc(buf, ncap);
-            if (!nb) {
-                snprintf(err, errlen, "out of memory");
-                goto done;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        ssize_t n = recv(fd, buf + used, cap - used - 1, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            snprintf(err, errlen, "could not read metrics at %s: %s", spec,
-                     strerror(errno));
-            goto done;
-        }
-        if (n == 0)
-            break;
-        used += (size_t)n;
+    int errnum = 0;
+    switch (a2__cli_http_read(fd, deadline, METRICS_MAX_BYTES, &buf, &errnum)) {
+    case A2__CLI_HTTP_ETIMEOUT:
+        snprintf(err, errlen, "metrics at %s did not answer in %d ms", spec,
+                 METRICS_TIMEOUT_MS);
+        goto done;
+    case A2__CLI_HTTP_ETOOBIG:
+        snprintf(err, errlen, "metrics at %s: answer too large", spec);
+        goto done;
+    case A2__CLI_HTTP_ENOMEM:
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    case A2__CLI_HTTP_EREAD:
+        snprintf(err, errlen, "could not read metrics at %s: %s", spec,
+                 strerror(errnum));
+        goto done;
+    default:
+        break;
     }
     if (!buf) {
         snprintf(err, errlen, "metrics at %s: empty answer", spec);
         goto done;
     }
-    buf[used] = '\0';
     if (strncmp(buf, "HTTP/", 5) != 0 || !strstr(buf, " 200")) {
         char *eol = strpbrk(buf, "\r\n");
         if (eol)
@@ -231,10 +205,7 @@ static char *fetch_metrics(const char *spec, char *err, size_t errlen)
         snprintf(err, errlen, "metrics at %s answered '%.80s'", spec, buf);
         goto done;
     }
-    char *sep = strstr(buf, "\r\n\r\n");
-    body = strdup(sep ? sep + 4 : "");
-    if (!body)
-        snprintf(err, errlen, "out of memory");
+    body = a2__cli_http_body(buf, err, errlen);
 done:
     free(buf);
     close(fd);
@@ -253,42 +224,38 @@ static const metric *find_any(const metrics *ms, const char *const *names)
     return NULL;
 }
 
+/* "what: " and the first line of conn's error: A2__CLI_RUNTIME. */
+static int pg_failed(a2__cli *cli, PGconn *conn, const char *what)
+{
+    const char *m = PQerrorMessage(conn);
+    return a2__cli_fail(cli, "%s: %.*s", what, (int)strcspn(m, "\n"), m);
+}
+
 int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
-            {"slot", required_argument, NULL, 's'},
-            {"metrics", required_argument, NULL, 'm'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
+            A2__CLI_ARG("slot", 's'),
+            A2__CLI_ARG("metrics", 'm'),
+            A2__CLI_OPTS_END,
     };
+    static const char help[] =
+            "usage: a2 [--db CONNINFO] [--json] status [--slot NAME] "
+            "[--metrics HOST:PORT]\n"
+            "  the database's logical slots: lag, confirmed LSN, retained "
+            "WAL;\n"
+            "  with --metrics (or A2_METRICS), a2-consumer's workers and "
+            "lag\n";
     const char *slot = NULL;
     const char *metrics_at = getenv("A2_METRICS");
-    int c;
+    int c, rc = A2__CLI_OK;
     optind = 0;
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (c) {
-        case 's':
+    while ((c = a2__cli_next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
+        if (c == -2)
+            return rc;
+        if (c == 's')
             slot = optarg;
-            break;
-        case 'm':
+        else if (c == 'm')
             metrics_at = optarg;
-            break;
-        case 'h':
-            fputs("usage: a2 [--db CONNINFO] [--json] status [--slot NAME] "
-                  "[--metrics HOST:PORT]\n"
-                  "  the database's logical slots: lag, confirmed LSN, "
-                  "retained WAL;\n"
-                  "  with --metrics (or A2_METRICS), a2-consumer's workers "
-                  "and lag\n",
-                  cli->out);
-            return A2__CLI_OK;
-        case ':':
-            return a2__cli_usage(cli, "option %s needs a value",
-                                 argv[optind - 1]);
-        default:
-            return a2__cli_usage(cli, "unknown option %s for status",
-                                 argv[optind - 1]);
-        }
     }
     if (optind < argc)
         return a2__cli_usage(cli, "status takes no argument (got '%s')",
@@ -296,27 +263,19 @@ int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
     if (metrics_at && !*metrics_at)
         metrics_at = NULL;
 
-    int rc = A2__CLI_OK;
     PGresult *res = NULL;
     char *body = NULL;
     metrics ms = {0};
     json_t *doc = NULL;
-    a2__table *t = NULL;
     PGconn *conn = a2__connect(cli->db);
     if (PQstatus(conn) != CONNECTION_OK) {
-        char *m = PQerrorMessage(conn);
-        size_t n = strcspn(m, "\n");
-        rc = a2__cli_fail(cli, "could not connect to the database: %.*s",
-                          (int)n, m);
+        rc = pg_failed(cli, conn, "could not connect to the database");
         goto done;
     }
     const char *params[1] = {slot};
     res = PQexecParams(conn, slots_sql, 1, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        char *m = PQerrorMessage(conn);
-        size_t n = strcspn(m, "\n");
-        rc = a2__cli_fail(cli, "could not read pg_replication_slots: %.*s",
-                          (int)n, m);
+        rc = pg_failed(cli, conn, "could not read pg_replication_slots");
         goto done;
     }
     char merr[512] = "";
@@ -417,12 +376,8 @@ int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
             static const char *const titles[] = {
                     "SLOT",       "ACTIVE",   "CONFIRMED",  "CURRENT",  "LAG",
                     "REPLAY LAG", "RETAINED", "WAL STATUS", "SAFE LEFT"};
-            t = a2__table_new(9, titles, "llllrrrlr");
-            if (!t) {
-                rc = a2__cli_fail(cli, "out of memory");
-                goto done;
-            }
-            for (int i = 0; i < nslots; i++) {
+            a2__table *t = a2__table_new(9, titles, "llllrrrlr");
+            for (int i = 0; t && i < nslots; i++) {
                 char lag[32], ret[32], safe[32], replay[32];
                 human_bytes(PQgetvalue(res, i, 7), lag, sizeof lag);
                 human_bytes(PQgetvalue(res, i, 8), ret, sizeof ret);
@@ -448,12 +403,10 @@ int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
                         PQgetisnull(res, i, 8) ? NULL : ret,
                         PQgetisnull(res, i, 9) ? NULL : PQgetvalue(res, i, 9),
                         safe};
-                if (a2__table_add(t, cells) != 0) {
-                    rc = a2__cli_fail(cli, "out of memory");
-                    goto done;
-                }
+                a2__table_add(t, cells);
             }
-            a2__table_print(t, cli->out);
+            if ((rc = a2__cli_print_table(cli, t)) != A2__CLI_OK)
+                goto done;
             fprintf(cli->out, "max_slot_wal_keep_size: %s\n",
                     PQgetvalue(res, 0, 12));
         }
@@ -486,7 +439,6 @@ int a2__cli_cmd_status(a2__cli *cli, int argc, char **argv)
     if (metrics_at && !body)
         rc = a2__cli_fail(cli, "%s", merr);
 done:
-    a2__table_free(t);
     json_decref(doc);
     metrics_free(&ms);
     free(body);

@@ -1,44 +1,20 @@
 /*
- * The store-backed commands of `a2`: append, read, cursors, dead-letters,
- * redrive, clear, reclaim. Each opens one store connection, runs its
+ * The store-backed commands of `a2` over one session: append, read,
+ * cursors, clear, reclaim. Each opens one store connection, runs its
  * operation(s) and prints an aligned table, or JSON with --json.
  */
 #include "cli.h"
 
+#include "../common/clock.h"
 #include "a2/store.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MAX_TARGETS A2_STORE_MAX_TARGETS
-
-int a2__cli_store_open(a2__cli *cli, a2_store **out)
-{
-    a2_store_error err = {0};
-    if (a2_store_open(out, cli->db, &err) == 0)
-        return A2__CLI_OK;
-    if (err.code == A2_EINVALID_ARGUMENT) /* A2_STORE_TIMEOUT_MS */
-        return a2__cli_usage(cli, "%s", err.message);
-    return a2__cli_fail(cli, "%s",
-                        err.message[0] ? err.message
-                                       : "could not connect to the database");
-}
-
-int a2__cli_store_failed(a2__cli *cli, a2_store *store, const char *what)
-{
-    const a2_store_error *e = a2_store_last_error(store);
-    int code = e ? e->code : A2_ESTORE_FAILED;
-    const char *msg = e && e->message[0] ? e->message : "unknown error";
-    if (code == A2_EINVALID_ARGUMENT)
-        return a2__cli_usage(cli, "%s: %s", what, msg);
-    return a2__cli_fail(cli, "%s failed: %s (%s)", what, msg,
-                        a2_store_code_name(code));
-}
 
 static void fmt_i64(int64_t v, char *buf, size_t len)
 {
@@ -46,55 +22,6 @@ static void fmt_i64(int64_t v, char *buf, size_t len)
         snprintf(buf, len, "-");
     else
         snprintf(buf, len, "%lld", (long long)v);
-}
-
-void a2__cli_fmt_time(int64_t ms, char *buf, size_t len)
-{
-    if (ms == A2_STORE_NONE)
-        snprintf(buf, len, "-");
-    else
-        a2__cli_fmt_ms(ms, buf, len);
-}
-
-json_t *a2__cli_json_i64(int64_t v)
-{
-    return v == A2_STORE_NONE ? json_null() : json_integer((json_int_t)v);
-}
-
-json_t *a2__cli_json_str(const char *s)
-{
-    return s ? json_string(s) : json_null();
-}
-
-/* A JSON value from the server's jsonb text (a string when unparseable). */
-static json_t *json_from_text(const char *text)
-{
-    if (!text)
-        return json_null();
-    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
-    return v ? v : json_string(text);
-}
-
-json_t *a2__cli_event_json(const a2_event *e)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "session", json_string(e->session_id));
-    json_object_set_new(o, "index", json_integer(e->index));
-    json_object_set_new(o, "type", json_string(e->type));
-    json_object_set_new(o, "id", json_string(e->id));
-    json_object_set_new(o, "created_at", json_integer(e->created_at));
-    json_object_set_new(o, "payload", json_from_text(e->payload));
-    if (e->has_cause) {
-        json_t *c = json_object();
-        json_object_set_new(c, "consumer", a2__cli_json_str(e->cause.consumer));
-        json_object_set_new(c, "lane", a2__cli_json_str(e->cause.lane));
-        json_object_set_new(c, "index", json_integer(e->cause.index));
-        json_object_set_new(c, "attempt", json_integer(e->cause.attempt));
-        json_object_set_new(o, "cause", c);
-    } else {
-        json_object_set_new(o, "cause", json_null());
-    }
-    return o;
 }
 
 static void cause_text(const a2_event *e, char *buf, size_t len)
@@ -120,9 +47,7 @@ static int print_events(a2__cli *cli, const a2_events *ev, int with_payload)
     static const char *const titles[] = {"INDEX",   "TYPE",  "ID",
                                          "CREATED", "CAUSE", "PAYLOAD"};
     a2__table *t = a2__table_new(with_payload ? 6 : 5, titles, "rllll");
-    if (!t)
-        return a2__cli_fail(cli, "out of memory");
-    for (size_t i = 0; i < ev->count; i++) {
+    for (size_t i = 0; t && i < ev->count; i++) {
         const a2_event *e = &ev->items[i];
         char idx[32], created[40], cause[300], payload[200];
         fmt_i64(e->index, idx, sizeof idx);
@@ -134,64 +59,10 @@ static int print_events(a2__cli *cli, const a2_events *ev, int with_payload)
         else
             snprintf(payload, sizeof payload, "%s", p);
         const char *cells[] = {idx, e->type, e->id, created, cause, payload};
-        if (a2__table_add(t, cells) != 0) {
-            a2__table_free(t);
-            return a2__cli_fail(cli, "out of memory");
-        }
+        a2__table_add(t, cells);
     }
-    a2__table_print(t, cli->out);
-    a2__table_free(t);
-    return A2__CLI_OK;
+    return a2__cli_print_table(cli, t);
 }
-
-/*
- * Parses options of a command. longopts entries; returns -1 after all
- * options, or the val of an option, or sets *rc and returns -2 on error or
- * --help (help is printed from help_text).
- */
-int a2__cli_next_opt(a2__cli *cli, int argc, char **argv,
-                     const struct option *longopts, const char *help_text,
-                     int *rc)
-{
-    int c = getopt_long(argc, argv, ":h", longopts, NULL);
-    switch (c) {
-    case 'h':
-        fputs(help_text, cli->out);
-        *rc = A2__CLI_OK;
-        return -2;
-    case ':':
-        *rc = a2__cli_usage(cli, "option %s needs a value", argv[optind - 1]);
-        return -2;
-    case '?':
-        *rc = a2__cli_usage(cli, "unknown option %s for %s", argv[optind - 1],
-                            argv[0]);
-        return -2;
-    default:
-        return c;
-    }
-}
-
-/* Checks the positional count; returns 0 or sets the usage error in *rc. */
-int a2__cli_positionals(a2__cli *cli, int argc, char **argv, int min, int max,
-                       const char *what, int *rc)
-{
-    int n = argc - optind;
-    if (n < min) {
-        *rc = a2__cli_usage(cli, "%s needs %s", argv[0], what);
-        return -1;
-    }
-    if (n > max) {
-        *rc = a2__cli_usage(cli, "%s: unexpected argument '%s'", argv[0],
-                            argv[optind + max]);
-        return -1;
-    }
-    return 0;
-}
-
-const struct option a2__cli_help_only[] = {
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-};
 
 /* ── append ───────────────────────────────────────────────────────────── */
 
@@ -232,112 +103,12 @@ static int parse_log_consumer(const char *arg, a2_consumer *c, a2_log_spec *l,
     return l->ntypes ? 0 : -1;
 }
 
-/* --at: epoch milliseconds, or a time like 2026-12-02T09:00:00Z (seconds
- * and a fraction optional; Z or an offset +HH:MM required). 0 or -1. */
-int a2__cli_parse_at(const char *s, int64_t *ms)
-{
-    char *end;
-    if (*s >= '0' && *s <= '9' && strspn(s, "0123456789") == strlen(s)) {
-        errno = 0;
-        long long v = strtoll(s, &end, 10);
-        if (errno || v > 253402300799999LL)
-            return -1;
-        *ms = v;
-        return 0;
-    }
-    struct tm tm = {0};
-    const char *p = strptime(s, "%Y-%m-%dT%H:%M", &tm);
-    if (!p)
-        return -1;
-    int64_t frac = 0;
-    if (*p == ':') {
-        if (p[1] < '0' || p[1] > '9' || p[2] < '0' || p[2] > '9')
-            return -1;
-        tm.tm_sec = (p[1] - '0') * 10 + (p[2] - '0');
-        if (tm.tm_sec > 60)
-            return -1;
-        p += 3;
-        if (*p == '.') {
-            int digits = 0;
-            for (p++; *p >= '0' && *p <= '9'; p++, digits++)
-                if (digits < 3)
-                    frac = frac * 10 + (*p - '0');
-            if (digits == 0)
-                return -1;
-            for (; digits < 3; digits++)
-                frac *= 10;
-        }
-    }
-    int64_t offset = 0;
-    if (*p == 'Z') {
-        p++;
-    } else if ((*p == '+' || *p == '-') && strlen(p) == 6 && p[3] == ':' &&
-               strspn(p + 1, "0123456789") == 2 &&
-               strspn(p + 4, "0123456789") == 2) {
-        int h = (p[1] - '0') * 10 + (p[2] - '0');
-        int m = (p[4] - '0') * 10 + (p[5] - '0');
-        if (h > 23 || m > 59)
-            return -1;
-        offset = (*p == '+' ? 1 : -1) * (h * 3600 + m * 60);
-        p += 6;
-    } else {
-        return -1;
-    }
-    if (*p)
-        return -1;
-    time_t t = timegm(&tm);
-    if (t == (time_t)-1 || t - offset < 0 || t - offset > 253402300799LL)
-        return -1;
-    *ms = ((int64_t)t - offset) * 1000 + frac;
-    return 0;
-}
-
-/* --in: a whole number with a unit (ms, s, m, h, d). 0 or -1. */
-int a2__cli_parse_in(const char *s, int64_t *ms)
-{
-    char *end;
-    if (*s < '0' || *s > '9')
-        return -1;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno)
-        return -1;
-    static const struct {
-        const char *unit;
-        int64_t ms;
-    } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000},
-                 {"d", 86400000}};
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (strcmp(end, units[i].unit) == 0) {
-            if (v > 100LL * 365 * 86400000 / units[i].ms)
-                return -1; /* more than a century */
-            *ms = v * units[i].ms;
-            return 0;
-        }
-    return -1;
-}
-
-/* Epoch ms as 2026-12-02T09:00:00.000Z. */
-static void format_utc_ms(int64_t ms, char *buf, size_t len)
-{
-    time_t t = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    char day[32];
-    strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf, len, "%s.%03dZ", day, (int)(ms % 1000));
-}
-
 int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
-            {"id", required_argument, NULL, 'i'},
-            {"target", required_argument, NULL, 't'},
-            {"log-consumer", required_argument, NULL, 'g'},
-            {"at", required_argument, NULL, 'a'},
-            {"in", required_argument, NULL, 'n'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
+            A2__CLI_ARG("id", 'i'),           A2__CLI_ARG("target", 't'),
+            A2__CLI_ARG("log-consumer", 'g'), A2__CLI_ARG("at", 'a'),
+            A2__CLI_ARG("in", 'n'),           A2__CLI_OPTS_END,
     };
     static const char help[] =
             "usage: a2 append SESSION TYPE [PAYLOAD] [--id ID] "
@@ -401,9 +172,7 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
                                        optarg);
                     goto done;
                 }
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                v += (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+                v += a2__real_ms();
             }
             not_before = v;
         } else if (c == 'g') {
@@ -502,7 +271,7 @@ int a2__cli_cmd_append(a2__cli *cli, int argc, char **argv)
         char at[64] = "";
         if (not_before) {
             char utc[40];
-            format_utc_ms(not_before, utc, sizeof utc);
+            a2__cli_fmt_ms(not_before, utc, sizeof utc);
             snprintf(at, sizeof at, ", not before %s", utc);
         }
         for (size_t i = 0; i < out.count; i++)
@@ -528,10 +297,9 @@ done:
 int a2__cli_cmd_read(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
-            {"after", required_argument, NULL, 'a'},
-            {"limit", required_argument, NULL, 'l'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
+            A2__CLI_ARG("after", 'a'),
+            A2__CLI_ARG("limit", 'l'),
+            A2__CLI_OPTS_END,
     };
     static const char help[] =
             "usage: a2 read SESSION [--after N] [--limit N]\n"
@@ -580,25 +348,23 @@ done:
     return rc;
 }
 
-/* ── cursors ──────────────────────────────────────────────────────────── */
-
-json_t *a2__cli_dispatch_json(json_t *o, const a2_dispatch *d)
+/* A command over one SESSION that takes no option but --help: its
+ * arguments, then fn on the store, opened for it. */
+static int
+session_command(a2__cli *cli, int argc, char **argv, const char *help,
+                int (*fn)(a2__cli *cli, a2_store *store, const char *session))
 {
-    json_object_set_new(o, "consumer", a2__cli_json_str(d->consumer));
-    json_object_set_new(o, "lane", a2__cli_json_str(d->lane));
-    json_object_set_new(o, "cursor", a2__cli_json_str(d->cursor_key));
-    json_object_set_new(o, "kind", a2__cli_json_str(d->kind));
-    json_object_set_new(o, "epoch", a2__cli_json_i64(d->epoch));
-    json_object_set_new(o, "attempt", json_integer(d->attempt_count));
-    json_object_set_new(o, "holder", a2__cli_json_str(d->claim_holder));
-    json_object_set_new(o, "expires_at", a2__cli_json_i64(d->claim_expires_at));
-    json_object_set_new(o, "failures", json_integer(d->failure_count));
-    json_object_set_new(o, "last_failed_at",
-                        a2__cli_json_i64(d->last_failed_at));
-    json_object_set_new(o, "error", a2__cli_json_str(d->last_error));
-    json_object_set_new(o, "failed_at", a2__cli_json_i64(d->failed_at));
-    return o;
+    int rc = A2__CLI_OK;
+    if (a2__cli_no_options(cli, argc, argv, help, 1, 1, "a SESSION", &rc) != 0)
+        return rc;
+    a2_store *store = NULL;
+    if ((rc = a2__cli_store_open(cli, &store)) == A2__CLI_OK)
+        rc = fn(cli, store, argv[optind]);
+    a2_store_close(store);
+    return rc;
 }
+
+/* ── cursors ──────────────────────────────────────────────────────────── */
 
 static const char *cursor_state(const a2_cursor *cur, char *buf, size_t len)
 {
@@ -616,55 +382,30 @@ static const char *cursor_state(const a2_cursor *cur, char *buf, size_t len)
     return "pending";
 }
 
-int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv)
+static int print_cursors(a2__cli *cli, const a2_cursors *out)
 {
-    static const char help[] =
-            "usage: a2 cursors SESSION\n"
-            "  the session's current cursor runs: position, head, claim, "
-            "failures\n";
-    int rc = A2__CLI_OK, c;
-    a2_store *store = NULL;
-    a2_cursors out = {0};
-    a2__table *t = NULL;
-    optind = 0;
-    while ((c = a2__cli_next_opt(cli, argc, argv, a2__cli_help_only, help, &rc)) != -1)
-        if (c == -2)
-            return rc;
-    if (a2__cli_positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
-        return rc;
-    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
-        goto done;
-    if (a2_store_cursors(store, argv[optind], &out) != 0) {
-        rc = a2__cli_store_failed(cli, store, "cursors");
-        goto done;
-    }
     if (cli->json) {
         json_t *arr = json_array();
-        for (size_t i = 0; i < out.count; i++) {
-            const a2_cursor *cur = &out.items[i];
+        for (size_t i = 0; i < out->count; i++) {
+            const a2_cursor *cur = &out->items[i];
             json_t *o = a2__cli_dispatch_json(json_object(), &cur->dispatch);
             json_object_set_new(o, "position", json_integer(cur->position));
             json_object_set_new(o, "head", a2__cli_json_i64(cur->head));
-            json_object_set_new(o, "types", json_from_text(cur->types));
+            json_object_set_new(o, "types", a2__cli_json_text(cur->types));
             json_array_append_new(arr, o);
         }
-        rc = a2__cli_print_json(cli, arr);
-        goto done;
+        return a2__cli_print_json(cli, arr);
     }
-    if (out.count == 0) {
+    if (out->count == 0) {
         fprintf(cli->out, "no cursors\n");
-        goto done;
+        return A2__CLI_OK;
     }
     static const char *const titles[] = {
             "CONSUMER", "KIND",     "CURSOR", "POSITION", "HEAD",
             "ATTEMPT",  "FAILURES", "STATE",  "EXPIRES",  "LAST ERROR"};
-    t = a2__table_new(10, titles, "lllrrrrlll");
-    if (!t) {
-        rc = a2__cli_fail(cli, "out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < out.count; i++) {
-        const a2_cursor *cur = &out.items[i];
+    a2__table *t = a2__table_new(10, titles, "lllrrrrlll");
+    for (size_t i = 0; t && i < out->count; i++) {
+        const a2_cursor *cur = &out->items[i];
         const a2_dispatch *d = &cur->dispatch;
         char pos[32], head[32], att[16], fails[16], st[300], exp[40], err[100];
         fmt_i64(cur->position, pos, sizeof pos);
@@ -681,22 +422,51 @@ int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv)
                                head,          att,
                                fails,         cursor_state(cur, st, sizeof st),
                                exp,           err};
-        if (a2__table_add(t, cells) != 0) {
-            rc = a2__cli_fail(cli, "out of memory");
-            goto done;
-        }
+        a2__table_add(t, cells);
     }
-    a2__table_print(t, cli->out);
-done:
-    a2__table_free(t);
+    return a2__cli_print_table(cli, t);
+}
+
+static int cursors_of(a2__cli *cli, a2_store *store, const char *session)
+{
+    a2_cursors out = {0};
+    int rc = a2_store_cursors(store, session, &out) != 0
+                     ? a2__cli_store_failed(cli, store, "cursors")
+                     : print_cursors(cli, &out);
     a2_cursors_free(&out);
-    a2_store_close(store);
     return rc;
 }
 
-/* ── dead-letters ─────────────────────────────────────────────────────── */
+int a2__cli_cmd_cursors(a2__cli *cli, int argc, char **argv)
+{
+    static const char help[] =
+            "usage: a2 cursors SESSION\n"
+            "  the session's current cursor runs: position, head, claim, "
+            "failures\n";
+    return session_command(cli, argc, argv, help, cursors_of);
+}
 
 /* ── clear ────────────────────────────────────────────────────────────── */
+
+static int clear_session(a2__cli *cli, a2_store *store, const char *session)
+{
+    a2_clear_result out = {0};
+    if (a2_store_clear(store, session, A2_STORE_NONE, NULL, &out) != 0)
+        return a2__cli_store_failed(cli, store, "clear");
+    if (cli->json)
+        return a2__cli_print_json(
+                cli,
+                json_pack("{s:s,s:b,s:I,s:I}", "session", session, "cleared",
+                          out.cleared, "index", (json_int_t)out.index,
+                          "clear_index", (json_int_t)out.clear_index));
+    if (out.cleared)
+        a2__cli_line(cli->out, "%s cleared at #%lld\n", session,
+                     (long long)out.clear_index);
+    else
+        a2__cli_line(cli->out, "%s not cleared (clear marker at #%lld)\n",
+                     session, (long long)out.clear_index);
+    return A2__CLI_OK;
+}
 
 int a2__cli_cmd_clear(a2__cli *cli, int argc, char **argv)
 {
@@ -705,57 +475,13 @@ int a2__cli_cmd_clear(a2__cli *cli, int argc, char **argv)
             "  appends the session's clear marker: earlier events are gone for "
             "reads\n  and their unfinished work is superseded (a2 reclaim "
             "deletes them)\n";
-    int rc = A2__CLI_OK, c;
-    a2_store *store = NULL;
-    optind = 0;
-    while ((c = a2__cli_next_opt(cli, argc, argv, a2__cli_help_only, help, &rc)) != -1)
-        if (c == -2)
-            return rc;
-    if (a2__cli_positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
-        return rc;
-    const char *session = argv[optind];
-    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
-        goto done;
-    a2_clear_result out = {0};
-    if (a2_store_clear(store, session, A2_STORE_NONE, NULL, &out) != 0) {
-        rc = a2__cli_store_failed(cli, store, "clear");
-        goto done;
-    }
-    if (cli->json)
-        rc = a2__cli_print_json(cli, json_pack("{s:s,s:b,s:I,s:I}", "session", session,
-                                       "cleared", out.cleared, "index",
-                                       (json_int_t)out.index, "clear_index",
-                                       (json_int_t)out.clear_index));
-    else if (out.cleared)
-        a2__cli_line(cli->out, "%s cleared at #%lld\n", session,
-                     (long long)out.clear_index);
-    else
-        a2__cli_line(cli->out, "%s not cleared (clear marker at #%lld)\n",
-                     session, (long long)out.clear_index);
-done:
-    a2_store_close(store);
-    return rc;
+    return session_command(cli, argc, argv, help, clear_session);
 }
 
 /* ── reclaim ──────────────────────────────────────────────────────────── */
 
-int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv)
+static int reclaim_session(a2__cli *cli, a2_store *store, const char *session)
 {
-    static const char help[] =
-            "usage: a2 reclaim SESSION\n"
-            "  deletes, batch by batch, what lies below the session's clear "
-            "marker;\n  progress goes to stderr\n";
-    int rc = A2__CLI_OK, c;
-    a2_store *store = NULL;
-    optind = 0;
-    while ((c = a2__cli_next_opt(cli, argc, argv, a2__cli_help_only, help, &rc)) != -1)
-        if (c == -2)
-            return rc;
-    if (a2__cli_positionals(cli, argc, argv, 1, 1, "a SESSION", &rc) != 0)
-        return rc;
-    const char *session = argv[optind];
-    if ((rc = a2__cli_store_open(cli, &store)) != A2__CLI_OK)
-        goto done;
     int64_t total = 0, batches = 0;
     int tty = isatty(fileno(cli->err));
     for (;;) {
@@ -763,8 +489,7 @@ int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv)
         if (a2_store_reclaim(store, session, &out) != 0) {
             if (tty && batches)
                 fputc('\n', cli->err);
-            rc = a2__cli_store_failed(cli, store, "reclaim");
-            goto done;
+            return a2__cli_store_failed(cli, store, "reclaim");
         }
         total += out.deleted;
         batches++;
@@ -785,13 +510,20 @@ int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv)
     if (tty)
         fputc('\n', cli->err);
     if (cli->json)
-        rc = a2__cli_print_json(cli, json_pack("{s:s,s:I,s:I}", "session", session,
-                                       "deleted", (json_int_t)total, "batches",
-                                       (json_int_t)batches));
-    else
-        a2__cli_line(cli->out, "%s: reclaimed %lld events\n", session,
-                     (long long)total);
-done:
-    a2_store_close(store);
-    return rc;
+        return a2__cli_print_json(cli,
+                                  json_pack("{s:s,s:I,s:I}", "session", session,
+                                            "deleted", (json_int_t)total,
+                                            "batches", (json_int_t)batches));
+    a2__cli_line(cli->out, "%s: reclaimed %lld events\n", session,
+                 (long long)total);
+    return A2__CLI_OK;
+}
+
+int a2__cli_cmd_reclaim(a2__cli *cli, int argc, char **argv)
+{
+    static const char help[] =
+            "usage: a2 reclaim SESSION\n"
+            "  deletes, batch by batch, what lies below the session's clear "
+            "marker;\n  progress goes to stderr\n";
+    return session_command(cli, argc, argv, help, reclaim_session);
 }

@@ -4,6 +4,7 @@
 #include "a2/wire.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,6 +16,7 @@ struct a2__table {
     char **cells; /* (nrows + 1) * ncols; row 0 holds the titles */
     size_t *width;
     char *align;
+    bool failed; /* a row could not be added (out of memory) */
 };
 
 size_t a2__utf8_width(const char *s)
@@ -110,29 +112,7 @@ void a2__cli_line(FILE *out, const char *fmt, ...)
     va_end(ap);
 }
 
-a2__table *a2__table_new(size_t ncols, const char *const *titles,
-                         const char *align)
-{
-    a2__table *t = calloc(1, sizeof *t);
-    if (!t)
-        return NULL;
-    t->ncols = ncols;
-    t->width = calloc(ncols, sizeof *t->width);
-    t->align = calloc(ncols + 1, 1);
-    if (!t->width || !t->align)
-        goto error;
-    for (size_t i = 0; i < ncols; i++)
-        t->align[i] = align && align[i] == 'r' ? 'r' : 'l';
-    t->nrows = (size_t)-1; /* the title row becomes row 0 */
-    if (a2__table_add(t, titles) != 0)
-        goto error;
-    return t;
-error:
-    a2__table_free(t);
-    return NULL;
-}
-
-int a2__table_add(a2__table *t, const char *const *cells)
+static int add_row(a2__table *t, const char *const *cells)
 {
     size_t row = t->nrows + 1;
     if ((row + 1) * t->ncols > t->cap) {
@@ -160,6 +140,49 @@ int a2__table_add(a2__table *t, const char *const *cells)
     }
     t->nrows = row;
     return 0;
+}
+
+a2__table *a2__table_new(size_t ncols, const char *const *titles,
+                         const char *align)
+{
+    a2__table *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->ncols = ncols;
+    t->width = calloc(ncols, sizeof *t->width);
+    t->align = calloc(ncols + 1, 1);
+    if (!t->width || !t->align)
+        goto error;
+    for (size_t i = 0; i < ncols; i++)
+        t->align[i] = align && align[i] == 'r' ? 'r' : 'l';
+    t->nrows = (size_t)-1; /* the title row becomes row 0 */
+    if (add_row(t, titles) != 0)
+        goto error;
+    return t;
+error:
+    a2__table_free(t);
+    return NULL;
+}
+
+int a2__table_add(a2__table *t, const char *const *cells)
+{
+    if (!t)
+        return -1;
+    if (add_row(t, cells) == 0)
+        return 0;
+    t->failed = true;
+    return -1;
+}
+
+int a2__cli_print_table(a2__cli *cli, a2__table *t)
+{
+    int rc = A2__CLI_OK;
+    if (!t || t->failed)
+        rc = a2__cli_fail(cli, "out of memory");
+    else
+        a2__table_print(t, cli->out);
+    a2__table_free(t);
+    return rc;
 }
 
 size_t a2__table_rows(const a2__table *t)

@@ -1,7 +1,9 @@
 /*
- * The clocks of every a2 part.
+ * The clocks of every a2 part, and sleeping on them.
  */
 #include "clock.h"
+
+#include <errno.h>
 
 static int64_t ms_of(clockid_t id)
 {
@@ -17,6 +19,13 @@ static int64_t us_of(clockid_t id)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+static int64_t ns_of(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 int64_t a2__mono_ms(void)
 {
     return ms_of(CLOCK_MONOTONIC);
@@ -27,6 +36,11 @@ int64_t a2__mono_us(void)
     return us_of(CLOCK_MONOTONIC);
 }
 
+int64_t a2__mono_ns(void)
+{
+    return ns_of(CLOCK_MONOTONIC);
+}
+
 int64_t a2__real_ms(void)
 {
     return ms_of(CLOCK_REALTIME);
@@ -35,6 +49,26 @@ int64_t a2__real_ms(void)
 int64_t a2__real_us(void)
 {
     return us_of(CLOCK_REALTIME);
+}
+
+void a2__sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+void a2__sleep_us(int64_t us)
+{
+    if (us <= 0)
+        return;
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+int64_t a2__real_ns(void)
+{
+    return ns_of(CLOCK_REALTIME);
 }
 
 struct timespec a2__mono_timespec(int64_t mono_ms)

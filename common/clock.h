@@ -14,11 +14,24 @@ int64_t a2__mono_ms(void);
 /* CLOCK_MONOTONIC in microseconds. */
 int64_t a2__mono_us(void);
 
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t a2__mono_ns(void);
+
 /* CLOCK_REALTIME in milliseconds since the Unix epoch. */
 int64_t a2__real_ms(void);
 
 /* CLOCK_REALTIME in microseconds since the Unix epoch. */
 int64_t a2__real_us(void);
+
+/* CLOCK_REALTIME in nanoseconds since the Unix epoch. */
+int64_t a2__real_ns(void);
+
+/* Sleeps ms milliseconds; a signal ends the sleep early (so that a loop
+ * can look at its stop flag). */
+void a2__sleep_ms(int ms);
+
+/* Sleeps us microseconds (nothing when us <= 0), resuming after a signal. */
+void a2__sleep_us(int64_t us);
 
 /* mono_ms (an a2__mono_ms value) as a timespec, for pthread_cond_timedwait
  * on a condition variable whose clock is CLOCK_MONOTONIC. */

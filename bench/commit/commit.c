@@ -19,11 +19,13 @@
  * Prints one line: mode writers sessions commits seconds commits_per_s
  * [notifications]. Bounded by --seconds and by --max-commits.
  */
+#include "../common.h"
+
+#include "../../common/clock.h"
 #include "a2/store.h"
 #include "a2/worker.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <libpq-fe.h>
 #include <poll.h>
 #include <pthread.h>
@@ -31,30 +33,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum mode { MODE_STORE, MODE_RAW, MODE_NOTIFY, MODE_FLOOR };
+static const char *const modes[] = {"store", "raw", "notify", "floor", NULL};
 
 /* Raw and floor writers run one prepared statement on a plain connection. */
 #define PLAIN_MODE(m) ((m) == MODE_RAW || (m) == MODE_FLOOR)
 
-struct config {
-    const char *db;
-    enum mode mode;
-    int writers;
-    int sessions;
-    double seconds;
-    long max_commits;
-    const char *prefix;
-    const char *subscribe;
-};
+static const char usage[] =
+        "usage: a2-bench-commit --db CONNINFO [--mode store|raw|notify|floor]\n"
+        "                       [--writers N] [--sessions N] [--seconds S]\n"
+        "                       [--max-commits N] [--prefix P]\n"
+        "                       [--subscribe unix:PATH]\n";
 
-static struct config cfg = {
-        .db = NULL,
-        .mode = MODE_STORE,
+static a2__bench_args cfg = {
+        A2__BENCH_DEFAULTS,
         .writers = 1,
-        .sessions = 64,
-        .seconds = 3.0,
         .max_commits = 5000000,
         .prefix = "b",
 };
@@ -66,10 +60,16 @@ static atomic_int stop_flag;
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)a2__mono_us() / 1e6;
 }
+
+static const a2_target target = {.consumer = "bench", .lane = NULL};
+static const a2_append_event tick = {
+        .type = "bench.tick",
+        .payload = "{\"n\":1}",
+        .targets = &target,
+        .ntargets = 1,
+};
 
 struct writer_arg {
     int id;
@@ -77,54 +77,37 @@ struct writer_arg {
     PGconn *conn;
 };
 
-static void *store_writer(void *arg)
+/* One commit to session: a2_store_append, or the prepared statement on a
+ * plain connection. 0 or -1. */
+static int commit_one(const struct writer_arg *wa, const char *session)
 {
-    const struct writer_arg *wa = arg;
-    int id = wa->id;
-    a2_store *store = wa->store;
-    a2_target target = {.consumer = "bench", .lane = NULL};
-    a2_append_event ev = {
-            .type = "bench.tick",
-            .payload = "{\"n\":1}",
-            .targets = &target,
-            .ntargets = 1,
-    };
-    char session[64];
-    for (long i = 0; !atomic_load(&stop_flag); i++) {
-        int s = (int)((id + i * cfg.writers) % cfg.sessions);
-        snprintf(session, sizeof session, "%s-%d", cfg.prefix, s);
+    if (!PLAIN_MODE(cfg.mode)) {
         a2_events out;
-        if (a2_store_append(store, session, &ev, 1, NULL, &out) == 0) {
-            if (atomic_fetch_add(&total_commits, 1) + 1 >= cfg.max_commits)
-                atomic_store(&stop_flag, 1);
-        } else {
-            atomic_fetch_add(&total_errors, 1);
-        }
+        int rc = a2_store_append(wa->store, session, &tick, 1, NULL, &out);
         a2_events_free(&out);
+        return rc == 0 ? 0 : -1;
     }
-    return NULL;
+    const char *values[2] = {session, tick.payload};
+    PGresult *res = PQexecPrepared(wa->conn, "ins", 2, values, NULL, NULL, 0);
+    int ok = PQresultStatus(res) == PGRES_COMMAND_OK ||
+             PQresultStatus(res) == PGRES_TUPLES_OK;
+    PQclear(res);
+    return ok ? 0 : -1;
 }
 
-static void *raw_writer(void *arg)
+static void *writer(void *arg)
 {
     const struct writer_arg *wa = arg;
-    int id = wa->id;
-    PGconn *conn = wa->conn;
-    PGresult *res;
     char session[64];
     for (long i = 0; !atomic_load(&stop_flag); i++) {
-        int s = (int)((id + i * cfg.writers) % cfg.sessions);
+        int s = (int)((wa->id + i * cfg.writers) % cfg.sessions);
         snprintf(session, sizeof session, "%s-%d", cfg.prefix, s);
-        const char *values[2] = {session, "{\"n\":1}"};
-        res = PQexecPrepared(conn, "ins", 2, values, NULL, NULL, 0);
-        if (PQresultStatus(res) == PGRES_COMMAND_OK ||
-            PQresultStatus(res) == PGRES_TUPLES_OK) {
+        if (commit_one(wa, session) == 0) {
             if (atomic_fetch_add(&total_commits, 1) + 1 >= cfg.max_commits)
                 atomic_store(&stop_flag, 1);
         } else {
             atomic_fetch_add(&total_errors, 1);
         }
-        PQclear(res);
     }
     return NULL;
 }
@@ -168,15 +151,9 @@ static void *subscriber(void *arg)
 static int open_writer(struct writer_arg *wa, int i)
 {
     wa->id = i;
-    if (!PLAIN_MODE(cfg.mode)) {
-        a2_store_error err;
-        if (a2_store_open(&wa->store, cfg.db, &err) != 0) {
-            fprintf(stderr, "a2-bench-commit: could not open store: %s\n",
-                    err.message);
-            return -1;
-        }
-        return 0;
-    }
+    if (!PLAIN_MODE(cfg.mode))
+        return a2__bench_open_stores(cfg.db, &wa->store, 1,
+                                     "a2-bench-commit: could not open store");
     wa->conn = PQconnectdb(cfg.db);
     if (PQstatus(wa->conn) != CONNECTION_OK) {
         fprintf(stderr, "a2-bench-commit: could not connect: %s",
@@ -197,95 +174,21 @@ static int open_writer(struct writer_arg *wa, int i)
     return ok ? 0 : -1;
 }
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: a2-bench-commit --db CONNINFO [--mode "
-               "store|raw|notify|floor]\n"
-               "                       [--writers N] [--sessions N] [--seconds "
-               "S]\n"
-               "                       [--max-commits N] [--prefix P]\n"
-               "                       [--subscribe unix:PATH]\n");
-}
-
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-            {"db", required_argument, NULL, 'd'},
-            {"mode", required_argument, NULL, 'm'},
-            {"writers", required_argument, NULL, 'w'},
-            {"sessions", required_argument, NULL, 's'},
-            {"seconds", required_argument, NULL, 't'},
-            {"max-commits", required_argument, NULL, 'n'},
-            {"prefix", required_argument, NULL, 'p'},
-            {"subscribe", required_argument, NULL, 'S'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
-    };
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            cfg.db = optarg;
-            break;
-        case 'm':
-            if (strcmp(optarg, "store") == 0)
-                cfg.mode = MODE_STORE;
-            else if (strcmp(optarg, "raw") == 0)
-                cfg.mode = MODE_RAW;
-            else if (strcmp(optarg, "notify") == 0)
-                cfg.mode = MODE_NOTIFY;
-            else if (strcmp(optarg, "floor") == 0)
-                cfg.mode = MODE_FLOOR;
-            else {
-                fprintf(stderr, "a2-bench-commit: unknown mode %s\n", optarg);
-                return 2;
-            }
-            break;
-        case 'w':
-            cfg.writers = atoi(optarg);
-            break;
-        case 's':
-            cfg.sessions = atoi(optarg);
-            break;
-        case 't':
-            cfg.seconds = atof(optarg);
-            break;
-        case 'n':
-            cfg.max_commits = atol(optarg);
-            break;
-        case 'p':
-            cfg.prefix = optarg;
-            break;
-        case 'S':
-            cfg.subscribe = optarg;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!cfg.db)
-        cfg.db = getenv("A2_DB");
+    int rc = a2__bench_parse(&cfg, argc, argv, "a2-bench-commit", usage, modes);
+    if (rc >= 0)
+        return rc;
     if (!cfg.db || cfg.writers < 1 || cfg.writers > 256 || cfg.sessions < 1 ||
-        cfg.seconds <= 0 || cfg.seconds > 600) {
-        usage(stderr);
-        return 2;
-    }
+        cfg.seconds <= 0 || cfg.seconds > 600)
+        return a2__bench_usage();
 
     PGconn *lconn = NULL;
     pthread_t lthread;
     if (cfg.mode == MODE_NOTIFY) {
         lconn = PQconnectdb(cfg.db);
-        PGresult *res = PQexec(lconn, "listen a2_events");
-        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-            fprintf(stderr, "a2-bench-commit: could not listen: %s",
-                    PQerrorMessage(lconn));
+        if (a2__bench_listen(lconn, "a2-bench-commit: could not listen") != 0)
             return 1;
-        }
-        PQclear(res);
         pthread_create(&lthread, NULL, listener, lconn);
     }
 
@@ -293,19 +196,12 @@ int main(int argc, char **argv)
     pthread_t sthread;
     if (cfg.subscribe) {
         char err[256];
-        a2_worker_options o = {.connect = cfg.subscribe, .name = "bench"};
-        sub = a2_worker_new(&o, err, sizeof err);
-        if (!sub || a2_worker_subscribe(sub, "bench", 0, NULL, 0) != 0) {
+        sub = a2__bench_subscriber(cfg.subscribe, "bench", err, sizeof err);
+        if (!sub) {
             fprintf(stderr, "a2-bench-commit: subscribe: %s\n", err);
             return 1;
         }
-        /* Wait for the welcome. */
-        for (int i = 0; i < 100 && !a2_worker_connected(sub); i++) {
-            a2_worker_event ev;
-            if (a2_worker_wait(sub, &ev, 50) < 0)
-                break;
-        }
-        if (!a2_worker_connected(sub)) {
+        if (!a2__bench_wait_connected(sub)) {
             fprintf(stderr, "a2-bench-commit: could not reach %s\n",
                     cfg.subscribe);
             return 1;
@@ -322,13 +218,9 @@ int main(int argc, char **argv)
             return 1;
     double t0 = now_s();
     for (int i = 0; i < cfg.writers; i++)
-        pthread_create(&th[i], NULL,
-                       PLAIN_MODE(cfg.mode) ? raw_writer : store_writer,
-                       &wa[i]);
-    while (!atomic_load(&stop_flag) && now_s() - t0 < cfg.seconds) {
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
+        pthread_create(&th[i], NULL, writer, &wa[i]);
+    while (!atomic_load(&stop_flag) && now_s() - t0 < cfg.seconds)
+        a2__sleep_ms(10);
     atomic_store(&stop_flag, 1);
     for (int i = 0; i < cfg.writers; i++)
         pthread_join(th[i], NULL);
@@ -348,8 +240,7 @@ int main(int argc, char **argv)
         PQfinish(lconn);
     }
     long commits = atomic_load(&total_commits);
-    static const char *names[] = {"store", "raw", "notify", "floor"};
-    printf("%s %d %d %ld %.3f %.1f %ld %ld\n", names[cfg.mode], cfg.writers,
+    printf("%s %d %d %ld %.3f %.1f %ld %ld\n", modes[cfg.mode], cfg.writers,
            cfg.sessions, commits, elapsed, (double)commits / elapsed,
            atomic_load(&notifications), atomic_load(&total_errors));
     return atomic_load(&total_errors) > 0 && commits == 0 ? 1 : 0;

@@ -21,11 +21,14 @@
  * queries; runs: a2_worker_runner_run calls; empty_runs: those that claimed
  * nothing.
  */
+#include "../common.h"
+
+#include "../../common/clock.h"
+#include "../../common/stat.h"
 #include "a2/store.h"
 #include "a2/worker.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -36,29 +39,13 @@
 #include <unistd.h>
 
 enum mode { MODE_WAL, MODE_POLL };
+static const char *const modes[] = {"wal", "poll", NULL};
 
-static struct {
-    const char *db;
-    const char *connect;
-    enum mode mode;
-    int workers;
-    int writers;
-    int sessions;
-    int interval_ms;
-    double seconds;
-    double drain_s;
-    double rate;
-    long max_events;
-    char tag[64];
-} cfg = {
-        .mode = MODE_WAL,
+static a2__bench_args cfg = {
+        A2__BENCH_DEFAULTS,
         .workers = 4,
         .writers = 4,
-        .sessions = 64,
-        .interval_ms = 100,
-        .seconds = 3,
         .drain_s = 20,
-        .max_events = 200000,
 };
 
 static int64_t *ack, *done_at;
@@ -66,29 +53,9 @@ static long maxidx;
 static atomic_long appended, completed, polls, runs, empty_runs, errors;
 static atomic_int writers_stop, workers_stop, go;
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-}
-
 static int session_number(const char *s)
 {
-    size_t n = strlen(cfg.tag);
-    if (!s || strncmp(s, cfg.tag, n) != 0 || s[n] != '.')
-        return -1;
-    char *end;
-    long v = strtol(s + n + 1, &end, 10);
-    if (end == s + n + 1 || *end != '\0' || v < 0 || v >= cfg.sessions)
-        return -1;
-    return (int)v;
+    return a2__bench_session_number(cfg.tag, cfg.sessions, s, false);
 }
 
 static void *writer(void *arg)
@@ -102,18 +69,13 @@ static void *writer(void *arg)
     char session[96];
     unsigned seed = (unsigned)((uintptr_t)arg >> 4);
     while (!atomic_load(&go))
-        sleep_ms(1);
-    int64_t start = now_us();
+        a2__sleep_ms(1);
+    int64_t start = a2__mono_us();
     double gap_us = cfg.rate > 0 ? 1e6 * cfg.writers / cfg.rate : 0;
     for (long k = 0; !atomic_load(&writers_stop); k++) {
         if (gap_us > 0) {
             int64_t at = start + (int64_t)(gap_us * (double)k);
-            int64_t left = at - now_us();
-            if (left > 0) {
-                struct timespec ts = {(time_t)(left / 1000000),
-                                      (long)(left % 1000000) * 1000};
-                nanosleep(&ts, NULL);
-            }
+            a2__sleep_us(at - a2__mono_us());
         }
         if (atomic_load(&appended) >= cfg.max_events)
             break;
@@ -121,7 +83,7 @@ static void *writer(void *arg)
         snprintf(session, sizeof session, "%s.%d", cfg.tag, s);
         a2_events out;
         int rc = a2_store_append(store, session, &ev, 1, NULL, &out);
-        int64_t t = now_us();
+        int64_t t = a2__mono_us();
         if (rc == 0 && out.count == 1 && out.items[0].index < maxidx) {
             ack[(size_t)s * (size_t)maxidx + (size_t)out.items[0].index] = t;
             atomic_fetch_add(&appended, 1);
@@ -143,7 +105,7 @@ static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
         int64_t zero = 0;
         if (__atomic_compare_exchange_n(
                     &done_at[(size_t)s * (size_t)maxidx + (size_t)i], &zero,
-                    now_us(), false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+                    a2__mono_us(), false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
             atomic_fetch_add(&completed, 1);
     }
     return 0;
@@ -168,13 +130,6 @@ struct worker_ctx {
     struct job *later; /* to run at their time */
     size_t nlater;
 };
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Adds session to list (unless there), keeping the earliest time. */
 static void add_job(struct job *list, size_t *n, const char *session,
@@ -204,7 +159,7 @@ static void add_job(struct job *list, size_t *n, const char *session,
 /* Milliseconds until the first deferred run (capped at cap). */
 static int later_timeout(const struct worker_ctx *wc, int cap)
 {
-    int64_t now = wall_ms(), t = cap;
+    int64_t now = a2__real_ms(), t = cap;
     for (size_t i = 0; i < wc->nlater; i++)
         if (wc->later[i].at - now < t)
             t = wc->later[i].at - now;
@@ -237,12 +192,12 @@ static void run_job(struct worker_ctx *wc, const struct job *j)
     else if (st.claimed == 0 && !j->xid && j->rechecks >= 0 &&
              j->rechecks < 3)
         add_job(wc->later, &wc->nlater, j->session,
-                wall_ms() + (20 << j->rechecks), j->rechecks + 1, 0);
+                a2__real_ms() + (20 << j->rechecks), j->rechecks + 1, 0);
 }
 
 static void run_todo(struct worker_ctx *wc)
 {
-    int64_t now = wall_ms();
+    int64_t now = a2__real_ms();
     for (size_t i = 0; i < wc->nlater;) {
         if (wc->later[i].at > now) {
             i++;
@@ -273,16 +228,17 @@ static void *worker_main(void *arg)
     struct worker_ctx *wc = arg;
     while (!atomic_load(&workers_stop)) {
         if (cfg.mode == MODE_POLL) {
-            int64_t t = now_us();
+            int64_t t = a2__mono_us();
             atomic_fetch_add(&polls, 1);
             if (a2_worker_runner_pending(wc->runner, on_pending, wc) < 0)
                 atomic_fetch_add(&errors, 1);
             run_todo(wc);
-            int64_t left = (int64_t)cfg.interval_ms * 1000 - (now_us() - t);
+            int64_t left =
+                    (int64_t)cfg.interval_ms * 1000 - (a2__mono_us() - t);
             if (left / 1000 > later_timeout(wc, cfg.interval_ms))
                 left = (int64_t)later_timeout(wc, cfg.interval_ms) * 1000;
             if (left > 0)
-                sleep_ms((int)(left / 1000));
+                a2__sleep_ms((int)(left / 1000));
             continue;
         }
         /* WAL push: coalesce the queued wake-ups by session, then run. */
@@ -303,94 +259,17 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static int cmp64(const void *x, const void *y)
-{
-    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-    return a < b ? -1 : a > b;
-}
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: a2-bench-e2e --db CONNINFO [--mode wal|poll]\n"
-               "         [--connect unix:PATH] [--workers N] [--writers N]\n"
-               "         [--sessions N] [--interval-ms MS] [--seconds S]\n"
-               "         [--drain S] [--max-events N] [--tag T] [--rate R]\n");
-}
+static const char usage[] =
+        "usage: a2-bench-e2e --db CONNINFO [--mode wal|poll]\n"
+        "         [--connect unix:PATH] [--workers N] [--writers N]\n"
+        "         [--sessions N] [--interval-ms MS] [--seconds S]\n"
+        "         [--drain S] [--max-events N] [--tag T] [--rate R]\n";
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-            {"db", required_argument, NULL, 'd'},
-            {"mode", required_argument, NULL, 'm'},
-            {"connect", required_argument, NULL, 'c'},
-            {"workers", required_argument, NULL, 'W'},
-            {"writers", required_argument, NULL, 'w'},
-            {"sessions", required_argument, NULL, 's'},
-            {"interval-ms", required_argument, NULL, 'i'},
-            {"seconds", required_argument, NULL, 't'},
-            {"drain", required_argument, NULL, 'D'},
-            {"max-events", required_argument, NULL, 'n'},
-            {"tag", required_argument, NULL, 'T'},
-            {"rate", required_argument, NULL, 'r'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
-    };
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            cfg.db = optarg;
-            break;
-        case 'c':
-            cfg.connect = optarg;
-            break;
-        case 'W':
-            cfg.workers = atoi(optarg);
-            break;
-        case 'w':
-            cfg.writers = atoi(optarg);
-            break;
-        case 's':
-            cfg.sessions = atoi(optarg);
-            break;
-        case 'i':
-            cfg.interval_ms = atoi(optarg);
-            break;
-        case 't':
-            cfg.seconds = atof(optarg);
-            break;
-        case 'D':
-            cfg.drain_s = atof(optarg);
-            break;
-        case 'n':
-            cfg.max_events = atol(optarg);
-            break;
-        case 'T':
-            snprintf(cfg.tag, sizeof cfg.tag, "%s", optarg);
-            break;
-        case 'r':
-            cfg.rate = atof(optarg);
-            break;
-        case 'm':
-            if (strcmp(optarg, "wal") == 0)
-                cfg.mode = MODE_WAL;
-            else if (strcmp(optarg, "poll") == 0)
-                cfg.mode = MODE_POLL;
-            else {
-                fprintf(stderr, "a2-bench-e2e: unknown mode %s\n", optarg);
-                return 2;
-            }
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!cfg.db)
-        cfg.db = getenv("A2_DB");
+    int rc = a2__bench_parse(&cfg, argc, argv, "a2-bench-e2e", usage, modes);
+    if (rc >= 0)
+        return rc;
     if (!cfg.tag[0])
         snprintf(cfg.tag, sizeof cfg.tag, "e%ld-%ld", (long)getpid(),
                  (long)time(NULL));
@@ -399,10 +278,8 @@ int main(int argc, char **argv)
         cfg.interval_ms < 1 || cfg.seconds <= 0 || cfg.seconds > 600 ||
         cfg.drain_s < 0 || cfg.drain_s > 600 || cfg.rate < 0 ||
         cfg.max_events < 1 || cfg.max_events > 10000000 ||
-        (cfg.mode == MODE_WAL && !cfg.connect)) {
-        usage(stderr);
-        return 2;
-    }
+        (cfg.mode == MODE_WAL && !cfg.connect))
+        return a2__bench_usage();
     maxidx = cfg.max_events + 2; /* one session may take every event */
     if (maxidx > cfg.max_events / cfg.sessions * 8 + 1024)
         maxidx = cfg.max_events / cfg.sessions * 8 + 1024;
@@ -432,49 +309,39 @@ int main(int argc, char **argv)
         }
         if (cfg.mode == MODE_WAL) {
             snprintf(name, sizeof name, "e2e-%d", i);
-            a2_worker_options o = {.connect = cfg.connect, .name = name};
-            wc[i].conn = a2_worker_new(&o, err, sizeof err);
-            if (!wc[i].conn ||
-                a2_worker_subscribe(wc[i].conn, "bench", 0, NULL, 0) != 0) {
+            wc[i].conn =
+                    a2__bench_subscriber(cfg.connect, name, err, sizeof err);
+            if (!wc[i].conn) {
                 fprintf(stderr, "a2-bench-e2e: worker: %s\n", err);
                 return 1;
             }
-            for (int k = 0; k < 100 && !a2_worker_connected(wc[i].conn); k++) {
-                a2_worker_event ev;
-                if (a2_worker_wait(wc[i].conn, &ev, 50) < 0)
-                    break;
-            }
-            if (!a2_worker_connected(wc[i].conn)) {
+            if (!a2__bench_wait_connected(wc[i].conn)) {
                 fprintf(stderr, "a2-bench-e2e: could not reach %s\n",
                         cfg.connect);
                 return 1;
             }
         }
     }
-    for (int i = 0; i < cfg.writers; i++) {
-        a2_store_error err;
-        if (a2_store_open(&stores[i], cfg.db, &err) != 0) {
-            fprintf(stderr, "a2-bench-e2e: store: %s\n", err.message);
-            return 1;
-        }
-    }
+    if (a2__bench_open_stores(cfg.db, stores, cfg.writers,
+                              "a2-bench-e2e: store") != 0)
+        return 1;
     for (int i = 0; i < cfg.workers; i++)
         pthread_create(&wt[i], NULL, worker_main, &wc[i]);
     for (int i = 0; i < cfg.writers; i++)
         pthread_create(&pt[i], NULL, writer, stores[i]);
 
-    int64_t t0 = now_us();
+    int64_t t0 = a2__mono_us();
     atomic_store(&go, 1);
-    while (now_us() - t0 < (int64_t)(cfg.seconds * 1e6))
-        sleep_ms(10);
+    while (a2__mono_us() - t0 < (int64_t)(cfg.seconds * 1e6))
+        a2__sleep_ms(10);
     atomic_store(&writers_stop, 1);
     for (int i = 0; i < cfg.writers; i++)
         pthread_join(pt[i], NULL);
-    int64_t t_app = now_us();
+    int64_t t_app = a2__mono_us();
     int64_t deadline = t_app + (int64_t)(cfg.drain_s * 1e6);
     while (atomic_load(&completed) < atomic_load(&appended) &&
-           now_us() < deadline)
-        sleep_ms(5);
+           a2__mono_us() < deadline)
+        a2__sleep_ms(5);
     atomic_store(&workers_stop, 1);
     for (int i = 0; i < cfg.workers; i++)
         pthread_join(wt[i], NULL);
@@ -494,16 +361,16 @@ int main(int argc, char **argv)
         if (n < atomic_load(&appended))
             lat[n++] = done_at[i] > ack[i] ? done_at[i] - ack[i] : 0;
     }
-    qsort(lat, (size_t)n, sizeof *lat, cmp64);
+    a2__stat_sort_i64(lat, (size_t)n);
     double elapsed = (double)(last - t0) / 1e6;
     double app_s = (double)(t_app - t0) / 1e6;
     long a = atomic_load(&appended), d = atomic_load(&completed);
     printf("%s %d %ld %ld %.3f %.1f %.1f %" PRId64 " %" PRId64 " %ld %ld %ld\n",
-           cfg.mode == MODE_WAL ? "wal" : "poll", cfg.workers, a, d, elapsed,
-           (double)a / app_s, elapsed > 0 ? (double)d / elapsed : 0.0,
-           n ? lat[(size_t)((double)(n - 1) * 0.50 + 0.5)] : -1,
-           n ? lat[(size_t)((double)(n - 1) * 0.99 + 0.5)] : -1,
-           atomic_load(&polls), atomic_load(&runs), atomic_load(&empty_runs));
+           modes[cfg.mode], cfg.workers, a, d, elapsed, (double)a / app_s,
+           elapsed > 0 ? (double)d / elapsed : 0.0,
+           a2__stat_pct_i64(lat, (size_t)n, 0.50),
+           a2__stat_pct_i64(lat, (size_t)n, 0.99), atomic_load(&polls),
+           atomic_load(&runs), atomic_load(&empty_runs));
     if (atomic_load(&errors))
         fprintf(stderr, "a2-bench-e2e: %ld errors\n", atomic_load(&errors));
 

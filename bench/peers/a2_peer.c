@@ -44,6 +44,8 @@
  *       timer_runs: runs started by this worker's own retry_at timers (not
  *       by a wake-up).
  */
+#include "../../common/clock.h"
+#include "../common.h"
 #include "a2/store.h"
 #include "a2/worker.h"
 
@@ -69,23 +71,12 @@
 #define STORE_RETRY_MS 1000
 
 static struct {
-    const char *db;
-    const char *connect;
-    const char *out;
-    const char *expect_file;
-    double rate;
-    double seconds;
-    double drain;
-    double max_seconds;
-    int64_t t0_ms;
-    int64_t spread_ms;
-    int64_t until_ms;
+    const char *db, *connect, *out, *expect_file;
+    double rate, seconds, drain, max_seconds;
+    int64_t t0_ms, spread_ms, until_ms;
+    long max, expect;
+    int producers, sessions, slots;
     int realtime;
-    long max;
-    long expect;
-    int producers;
-    int sessions;
-    int slots;
 } cfg = {
         .seconds = 0,
         .drain = 5,
@@ -96,41 +87,6 @@ static struct {
         .sessions = 64,
         .slots = 4,
 };
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int64_t real_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int64_t mono_ms(void)
-{
-    return mono_ns() / 1000000;
-}
-
-static int64_t real_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ns(int64_t ns)
-{
-    if (ns <= 0)
-        return;
-    struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
 
 /* Writes "seq ns" for every non-zero entry of at[0..n). */
 static int write_times(const char *path, const int64_t *at, long n)
@@ -172,9 +128,10 @@ static void *producer_main(void *arg)
         if (seq >= cfg.max)
             break;
         if (cfg.rate > 0)
-            sleep_ns(produce_t0 + (int64_t)((double)seq * 1e9 / cfg.rate) -
-                     mono_ns());
-        if (mono_ns() >= end)
+            a2__sleep_us((produce_t0 + (int64_t)((double)seq * 1e9 / cfg.rate) -
+                          a2__mono_ns()) /
+                         1000);
+        if (a2__mono_ns() >= end)
             break;
         session_name(session, sizeof session, seq);
         snprintf(payload, sizeof payload, "{\"seq\":%ld}", seq);
@@ -184,7 +141,7 @@ static void *producer_main(void *arg)
                               .ntargets = 1};
         a2_events out = {0};
         if (a2_store_append(st, session, &ev, 1, NULL, &out) == 0) {
-            acks[seq] = mono_ns();
+            acks[seq] = a2__mono_ns();
             atomic_fetch_add(&produced, 1);
         } else {
             if (atomic_fetch_add(&produce_errors, 1) == 0)
@@ -203,14 +160,10 @@ static int run_produce(void)
     acks = calloc((size_t)cfg.max, sizeof *acks);
     if (!acks)
         return 1;
-    for (int i = 0; i < cfg.producers; i++) {
-        a2_store_error err;
-        if (a2_store_open(&stores[i], cfg.db, &err) != 0) {
-            fprintf(stderr, "a2-bench-peers: store: %s\n", err.message);
-            return 1;
-        }
-    }
-    produce_t0 = mono_ns();
+    if (a2__bench_open_stores(cfg.db, stores, cfg.producers,
+                              "a2-bench-peers: store") != 0)
+        return 1;
+    produce_t0 = a2__mono_ns();
     for (int i = 0; i < cfg.producers; i++)
         if (pthread_create(&th[i], NULL, producer_main, stores[i]) != 0) {
             fprintf(stderr, "a2-bench-peers: could not start a producer\n");
@@ -218,7 +171,7 @@ static int run_produce(void)
         }
     for (int i = 0; i < cfg.producers; i++)
         pthread_join(th[i], NULL);
-    double elapsed = (double)(mono_ns() - produce_t0) / 1e9;
+    double elapsed = (double)(a2__mono_ns() - produce_t0) / 1e9;
     for (int i = 0; i < cfg.producers; i++)
         a2_store_close(stores[i]);
     long n = atomic_load(&produced);
@@ -256,7 +209,7 @@ static int run_bulk(bool delayed)
     if (!ev || !payload || (delayed && !due))
         return 1;
     a2_target target = {.consumer = CONSUMER, .lane = NULL};
-    int64_t t0 = mono_ns();
+    int64_t t0 = a2__mono_ns();
     long total = 0;
     int rc = 0;
     for (int s = 0; s < cfg.sessions && rc == 0; s++) {
@@ -293,11 +246,11 @@ static int run_bulk(bool delayed)
     }
     if (delayed)
         printf("delayed %ld elapsed_s %.3f late_s %.3f\n", total,
-               (double)(mono_ns() - t0) / 1e9,
-               (double)(real_ms() - cfg.t0_ms) / 1e3);
+               (double)(a2__mono_ns() - t0) / 1e9,
+               (double)(a2__real_ms() - cfg.t0_ms) / 1e3);
     else
         printf("bulk %ld elapsed_s %.3f\n", total,
-               (double)(mono_ns() - t0) / 1e9);
+               (double)(a2__mono_ns() - t0) / 1e9);
     if (delayed && cfg.out && write_times(cfg.out, due, cfg.max) != 0)
         rc = 1;
     free(ev);
@@ -343,7 +296,7 @@ static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
 {
     (void)ctx;
     (void)reply;
-    int64_t t = cfg.realtime ? real_ns() : mono_ns();
+    int64_t t = cfg.realtime ? a2__real_ns() : a2__mono_ns();
     const char *p = head->event.payload ? strstr(head->event.payload, "seq")
                                         : NULL;
     long seq = -1;
@@ -498,10 +451,10 @@ static void *slot_main(void *arg)
             j->again = 0;
             push_ready(j);
         } else if (failed) {
-            j->at = mono_ms() + STORE_RETRY_MS;
+            j->at = a2__mono_ms() + STORE_RETRY_MS;
         } else if (st.retry_at > 0) {
-            int64_t due = st.retry_at - real_ms();
-            j->at = mono_ms() + (due > 0 ? due : 0) + 5;
+            int64_t due = st.retry_at - a2__real_ms();
+            j->at = a2__mono_ms() + (due > 0 ? due : 0) + 5;
         } else {
             j->used = 0;
         }
@@ -518,7 +471,7 @@ static void *slot_main(void *arg)
 /* Due timers become queued runs; returns ms to the next timer, or -1. */
 static int fire_timers(void)
 {
-    int64_t now = mono_ms(), next = -1;
+    int64_t now = a2__mono_ms(), next = -1;
     pthread_mutex_lock(&sc.mu);
     for (int i = 0; i < MAX_SESSIONS; i++) {
         job *j = &sc.jobs[i];
@@ -648,11 +601,11 @@ static int run_work(void)
 
     a2_store *resync_store = NULL;
     int ready = 0;
-    int64_t t0 = mono_ms(), ready_at = 0, expect_at = 0;
+    int64_t t0 = a2__mono_ms(), ready_at = 0, expect_at = 0;
     long expect = cfg.expect;
     const char *why = "max-seconds";
     for (;;) {
-        int64_t now = mono_ms();
+        int64_t now = a2__mono_ms();
         if (got_signal) {
             why = "signal";
             break;
@@ -677,7 +630,7 @@ static int run_work(void)
             why = "expected";
             break;
         }
-        if (cfg.until_ms > 0 && real_ms() >= cfg.until_ms) {
+        if (cfg.until_ms > 0 && a2__real_ms() >= cfg.until_ms) {
             why = "until";
             break;
         }
@@ -730,7 +683,7 @@ static int run_work(void)
             case A2_WORKER_EV_CONNECTED:
                 if (!ready) {
                     ready = 1;
-                    ready_at = mono_ms();
+                    ready_at = a2__mono_ms();
                     printf("ready\n");
                     fflush(stdout);
                 }
@@ -795,56 +748,73 @@ static int usage(void)
     return 2;
 }
 
+/* Sets option k (each takes a value): 0, or -1 when k is not one or v
+ * not one of its values. */
+static int set_option(const char *k, const char *v)
+{
+    static const struct {
+        const char *name;
+        char kind; /* s: text, d: double, l: long, L: int64_t, i: int */
+        void *at;
+    } opts[] = {
+            {"--db", 's', &cfg.db},
+            {"--connect", 's', &cfg.connect},
+            {"--out", 's', &cfg.out},
+            {"--expect-file", 's', &cfg.expect_file},
+            {"--rate", 'd', &cfg.rate},
+            {"--seconds", 'd', &cfg.seconds},
+            {"--drain", 'd', &cfg.drain},
+            {"--max-seconds", 'd', &cfg.max_seconds},
+            {"--max", 'l', &cfg.max},
+            {"--count", 'l', &cfg.max},
+            {"--t0-ms", 'L', &cfg.t0_ms},
+            {"--spread-ms", 'L', &cfg.spread_ms},
+            {"--until-ms", 'L', &cfg.until_ms},
+            {"--expect", 'l', &cfg.expect},
+            {"--producers", 'i', &cfg.producers},
+            {"--sessions", 'i', &cfg.sessions},
+            {"--slots", 'i', &cfg.slots},
+    };
+    if (strcmp(k, "--clock") == 0) {
+        if (strcmp(v, "realtime") == 0)
+            cfg.realtime = 1;
+        else if (strcmp(v, "monotonic") != 0)
+            return -1;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+        if (strcmp(k, opts[i].name) != 0)
+            continue;
+        switch (opts[i].kind) {
+        case 's':
+            *(const char **)opts[i].at = v;
+            break;
+        case 'd':
+            *(double *)opts[i].at = atof(v);
+            break;
+        case 'l':
+            *(long *)opts[i].at = atol(v);
+            break;
+        case 'L':
+            *(int64_t *)opts[i].at = strtoll(v, NULL, 10);
+            break;
+        default:
+            *(int *)opts[i].at = atoi(v);
+            break;
+        }
+        return 0;
+    }
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
         return usage();
     const char *mode = argv[1];
-    for (int i = 2; i < argc; i++) {
-        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v)
+    for (int i = 2; i < argc; i += 2)
+        if (i + 1 >= argc || set_option(argv[i], argv[i + 1]) != 0)
             return usage();
-        i++;
-        if (strcmp(k, "--db") == 0)
-            cfg.db = v;
-        else if (strcmp(k, "--connect") == 0)
-            cfg.connect = v;
-        else if (strcmp(k, "--out") == 0)
-            cfg.out = v;
-        else if (strcmp(k, "--expect-file") == 0)
-            cfg.expect_file = v;
-        else if (strcmp(k, "--rate") == 0)
-            cfg.rate = atof(v);
-        else if (strcmp(k, "--seconds") == 0)
-            cfg.seconds = atof(v);
-        else if (strcmp(k, "--drain") == 0)
-            cfg.drain = atof(v);
-        else if (strcmp(k, "--max-seconds") == 0)
-            cfg.max_seconds = atof(v);
-        else if (strcmp(k, "--max") == 0 || strcmp(k, "--count") == 0)
-            cfg.max = atol(v);
-        else if (strcmp(k, "--t0-ms") == 0)
-            cfg.t0_ms = strtoll(v, NULL, 10);
-        else if (strcmp(k, "--spread-ms") == 0)
-            cfg.spread_ms = strtoll(v, NULL, 10);
-        else if (strcmp(k, "--until-ms") == 0)
-            cfg.until_ms = strtoll(v, NULL, 10);
-        else if (strcmp(k, "--clock") == 0) {
-            if (strcmp(v, "realtime") == 0)
-                cfg.realtime = 1;
-            else if (strcmp(v, "monotonic") != 0)
-                return usage();
-        } else if (strcmp(k, "--expect") == 0)
-            cfg.expect = atol(v);
-        else if (strcmp(k, "--producers") == 0)
-            cfg.producers = atoi(v);
-        else if (strcmp(k, "--sessions") == 0)
-            cfg.sessions = atoi(v);
-        else if (strcmp(k, "--slots") == 0)
-            cfg.slots = atoi(v);
-        else
-            return usage();
-    }
     if (!cfg.db || cfg.max < 1 || cfg.max > MAX_JOBS || cfg.sessions < 1 ||
         cfg.sessions > MAX_SESSIONS || cfg.producers < 1 ||
         cfg.producers > MAX_PRODUCERS || cfg.slots < 1 ||

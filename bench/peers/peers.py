@@ -425,34 +425,37 @@ def svg(rates, value, npasses):
     width, ph = 900, 300
     out = []
     y = 40
+
+    def per_system(cell, metric):  # the metric of every system
+        return [value(cell, metric, s) for s, _ in SYSTEMS]
+
     groups, rows = [], []
     for r in rates:
         for m in ("p50", "p99"):
             groups.append(f"{m} @{r}/s")
-            rows.append([value(f"lat{r}", m, s) for s, _ in SYSTEMS])
+            rows.append(per_system(f"lat{r}", m))
     panel(out, 0, y, width, ph,
           "pickup latency, commit acknowledged -> handler start "
           "(lower is better; pale: some jobs never started)",
           groups, rows, True, "ms")
     y += ph
-    tg = ["burn-down", "enqueue 16 producers",
-          "enqueue, all from Node pg"]
-    trows = [[value("burn", "per_s", s) for s, _ in SYSTEMS],
-             [value("enq", "per_s", s) for s, _ in SYSTEMS],
-             [value("enq_node", "per_s", s) for s, _ in SYSTEMS]]
-    panel(out, 0, y, width, ph, "throughput (higher is better)", tg, trows,
-          False, "jobs/s")
-    y += ph
-    ig = ["idle statements/s", "idle transactions/s",
-          "burn-down statements/job"]
-    irows = [[value("idle", "stmts_s", s) for s, _ in SYSTEMS],
-             [value("idle", "xacts_s", s) for s, _ in SYSTEMS],
-             [value("burn", "stmts_per_job", s) for s, _ in SYSTEMS]]
-    panel(out, 0, y, width, ph, "database work (lower is better)", ig, irows,
-          False, "per s / per job")
-    y += ph
+    for title, labels, cells, unit in (
+            ("throughput (higher is better)",
+             ["burn-down", "enqueue 16 producers",
+              "enqueue, all from Node pg"],
+             [("burn", "per_s"), ("enq", "per_s"), ("enq_node", "per_s")],
+             "jobs/s"),
+            ("database work (lower is better)",
+             ["idle statements/s", "idle transactions/s",
+              "burn-down statements/job"],
+             [("idle", "stmts_s"), ("idle", "xacts_s"),
+              ("burn", "stmts_per_job")],
+             "per s / per job")):
+        panel(out, 0, y, width, ph, title, labels,
+              [per_system(c, m) for c, m in cells], False, unit)
+        y += ph
     dg = ["p50", "p99", "max"]
-    drows = [[value("delayed", m, s) for s, _ in SYSTEMS] for m in dg]
+    drows = [per_system("delayed", m) for m in dg]
     if any(v is not None for row in drows for v in row):
         panel(out, 0, y, width, ph,
               "delayed jobs: lateness, handler start - due time "

@@ -24,11 +24,14 @@
  * --dump FILE writes every event: slot, commit time from the start and
  * latency (µs; -1: never arrived).
  */
+#include "../common.h"
+
+#include "../../common/clock.h"
+#include "../../common/stat.h"
 #include "a2/store.h"
 #include "a2/worker.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
 #include <math.h>
@@ -42,35 +45,19 @@
 #include <unistd.h>
 
 enum mode { MODE_WAL, MODE_LISTEN, MODE_POLL };
+static const char *const modes[] = {"wal", "listen", "poll", NULL};
 
-static struct {
-    const char *db;
-    const char *connect;
-    enum mode mode;
-    double rate;
-    double seconds;
-    long max_events;
-    int writers;
-    int sessions;
-    int workers;
-    int interval_ms;
-    int batch;
-    double drain_s;
-    unsigned seed;
-    char tag[64];
-    const char *dump;
-} cfg = {
-        .mode = MODE_WAL,
-        .rate = 10,
-        .seconds = 3,
-        .max_events = 200000,
-        .writers = 0,
-        .sessions = 64,
-        .workers = 1,
-        .interval_ms = 100,
-        .batch = 1,
-        .drain_s = 2,
-        .seed = 1,
+static const char usage[] =
+        "usage: a2-bench-wake --db CONNINFO [--mode wal|listen|poll]\n"
+        "         [--connect unix:PATH] [--workers N] [--rate R]\n"
+        "         [--seconds S] [--writers N] [--sessions N]\n"
+        "         [--interval-ms MS] [--max-events N] [--drain S]\n"
+        "         [--batch N] [--tag T] [--dump FILE]\n";
+
+#define SEED 1 /* of the Poisson schedule */
+
+static a2__bench_args cfg = {
+        A2__BENCH_DEFAULTS, .rate = 10, .workers = 1, .batch = 1, .drain_s = 2,
 };
 
 static long nevents;   /* scheduled events */
@@ -90,34 +77,10 @@ static atomic_int ready;
 static atomic_int go; /* t0_us is set */
 static int64_t t0_us;
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static void sleep_us(int64_t us)
-{
-    if (us <= 0)
-        return;
-    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-/* "<tag>.<s>" -> s, or -1 (another run's session). */
+/* "<tag>.<s>" (or "<tag>.<s>:<idx>") -> s, or -1 (another run's session). */
 static int session_number(const char *s)
 {
-    size_t n = strlen(cfg.tag);
-    if (!s || strncmp(s, cfg.tag, n) != 0 || s[n] != '.')
-        return -1;
-    char *end;
-    long v = strtol(s + n + 1, &end, 10);
-    if (end == s + n + 1 || (*end != '\0' && *end != ':') || v < 0 ||
-        v >= cfg.sessions)
-        return -1;
-    return (int)v;
+    return a2__bench_session_number(cfg.tag, cfg.sessions, s, true);
 }
 
 static void mark_arrival(int s, int64_t idx, int64_t t)
@@ -146,7 +109,7 @@ static void *writer(void *arg)
                 .ntargets = 1,
         };
     while (!atomic_load(&go))
-        sleep_us(1000);
+        a2__sleep_us(1000);
     char session[96];
     for (;;) {
         long t = atomic_fetch_add(&next_ticket, 1);
@@ -155,15 +118,15 @@ static void *writer(void *arg)
         int64_t at = t0_us + sched[t],
                 end = t0_us + (int64_t)(cfg.seconds * 1e6);
         /* Behind schedule (an overloaded machine): the cell still ends. */
-        if (at > end || now_us() > end)
+        if (at > end || a2__mono_us() > end)
             break;
-        sleep_us(at - now_us());
+        a2__sleep_us(at - a2__mono_us());
         int s = (int)(t % cfg.sessions);
         snprintf(session, sizeof session, "%s.%d", cfg.tag, s);
         a2_events out;
         int rc = a2_store_append(store, session, ev, (size_t)cfg.batch, NULL,
                                  &out);
-        int64_t done = now_us();
+        int64_t done = a2__mono_us();
         if (rc == 0 && out.count == (size_t)cfg.batch) {
             for (size_t k = 0; k < out.count; k++) {
                 if (out.items[k].index >= maxidx)
@@ -185,7 +148,7 @@ static void *writer(void *arg)
 
 static int64_t drain_deadline(void)
 {
-    return now_us() + (int64_t)(cfg.drain_s * 1e6);
+    return a2__mono_us() + (int64_t)(cfg.drain_s * 1e6);
 }
 
 /* True once the writers finished and everything arrived or time ran out. */
@@ -197,7 +160,8 @@ static bool receiver_finished(int64_t *deadline)
         return false;
     if (*deadline == 0)
         *deadline = drain_deadline();
-    return atomic_load(&received) >= atomic_load(&sent) || now_us() > *deadline;
+    return atomic_load(&received) >= atomic_load(&sent) ||
+           a2__mono_us() > *deadline;
 }
 
 static void *wal_receiver(void *arg)
@@ -215,10 +179,10 @@ static void *wal_receiver(void *arg)
     }
     int64_t deadline = 0;
     int connected = 0;
-    int64_t connect_deadline = now_us() + 20 * 1000000LL;
+    int64_t connect_deadline = a2__mono_us() + 20 * 1000000LL;
     while (!receiver_finished(&deadline)) {
         int n = 0, timeout = 20;
-        int64_t t = now_us();
+        int64_t t = a2__mono_us();
         for (int i = 0; i < cfg.workers; i++) {
             int to = a2_worker_timeout(w[i]);
             due[i] = to >= 0 ? t + (int64_t)to * 1000 : INT64_MAX;
@@ -236,7 +200,7 @@ static void *wal_receiver(void *arg)
         int rc = poll(pfd, (nfds_t)n, timeout);
         if (rc < 0 && errno != EINTR)
             break;
-        t = now_us();
+        t = a2__mono_us();
         /* The ready ones, and those whose timer (reconnect, ping) is due. */
         for (int i = 0; i < cfg.workers; i++) {
             bool ready_fd = slot[i] >= 0 && rc > 0 && pfd[slot[i]].revents;
@@ -258,7 +222,7 @@ static void *wal_receiver(void *arg)
         }
         if (!atomic_load(&ready) && connected >= cfg.workers)
             atomic_store(&ready, 1);
-        if (!atomic_load(&ready) && now_us() > connect_deadline) {
+        if (!atomic_load(&ready) && a2__mono_us() > connect_deadline) {
             fprintf(stderr, "a2-bench-wake: %d of %d workers connected\n",
                     connected, cfg.workers);
             for (int i = 0, shown = 0; i < cfg.workers && shown < 3; i++)
@@ -282,90 +246,76 @@ static void *wal_receiver(void *arg)
     return NULL;
 }
 
-static void *listen_receiver(void *arg)
+/* --mode listen: waits up to 20 ms for notifications and takes them; -1
+ * when the connection failed. */
+static int listen_once(PGconn *conn)
 {
-    PGconn *conn = arg;
-    int64_t deadline = 0;
-    atomic_store(&ready, 1);
-    while (!receiver_finished(&deadline)) {
-        struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
-        int rc = poll(&pfd, 1, 20);
-        if (rc < 0 && errno != EINTR)
-            break;
-        int64_t t = now_us();
-        if (!PQconsumeInput(conn))
-            break;
-        PGnotify *n;
-        while ((n = PQnotifies(conn)) != NULL) {
-            const char *colon = strchr(n->extra, ':');
-            if (colon)
-                mark_arrival(session_number(n->extra), atoll(colon + 1), t);
-            PQfreemem(n);
-        }
+    struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
+    int rc = poll(&pfd, 1, 20);
+    if (rc < 0 && errno != EINTR)
+        return -1;
+    int64_t t = a2__mono_us();
+    if (!PQconsumeInput(conn))
+        return -1;
+    PGnotify *n;
+    while ((n = PQnotifies(conn)) != NULL) {
+        const char *colon = strchr(n->extra, ':');
+        if (colon)
+            mark_arrival(session_number(n->extra), atoll(colon + 1), t);
+        PQfreemem(n);
     }
-    return NULL;
+    return 0;
 }
 
-static int64_t wall_ms(void)
+/* --mode poll: at *next, one query for the events created since the last
+ * one. */
+static void poll_once(PGconn *conn, int64_t *next)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    a2__sleep_us(*next - a2__mono_us());
+    *next += (int64_t)cfg.interval_ms * 1000;
+    /* created_at is the store's clock (epoch ms); a margin covers the
+     * commits still in flight when the previous poll ran. */
+    char since[32];
+    snprintf(since, sizeof since, "%" PRId64, a2__real_ms() - 10000);
+    char like[80];
+    snprintf(like, sizeof like, "%s.%%", cfg.tag);
+    const char *params[2] = {since, like};
+    PGresult *res = PQexecParams(conn,
+                                 "select session_id, idx from a2_events "
+                                 "where created_at >= $1 and session_id "
+                                 "like $2",
+                                 2, NULL, params, NULL, NULL, 0);
+    int64_t t = a2__mono_us();
+    atomic_fetch_add(&queries, 1);
+    if (PQresultStatus(res) == PGRES_TUPLES_OK) {
+        for (int r = 0; r < PQntuples(res); r++)
+            mark_arrival(session_number(PQgetvalue(res, r, 0)),
+                         atoll(PQgetvalue(res, r, 1)), t);
+    } else {
+        fprintf(stderr, "a2-bench-wake: poll: %s", PQerrorMessage(conn));
+    }
+    PQclear(res);
+    if (a2__mono_us() > *next)
+        *next = a2__mono_us();
 }
 
-static void *poll_receiver(void *arg)
+/* The receiver of --mode listen and --mode poll. */
+static void *pg_receiver(void *arg)
 {
     PGconn *conn = arg;
     int64_t deadline = 0;
     atomic_store(&ready, 1);
-    int64_t next = now_us();
+    int64_t next = a2__mono_us();
     while (!receiver_finished(&deadline)) {
-        sleep_us(next - now_us());
-        next += (int64_t)cfg.interval_ms * 1000;
-        /* created_at is the store's clock (epoch ms); a margin covers the
-         * commits still in flight when the previous poll ran. */
-        char since[32];
-        snprintf(since, sizeof since, "%" PRId64, wall_ms() - 10000);
-        char like[80];
-        snprintf(like, sizeof like, "%s.%%", cfg.tag);
-        const char *params[2] = {since, like};
-        PGresult *res = PQexecParams(conn,
-                                     "select session_id, idx from a2_events "
-                                     "where created_at >= $1 and session_id "
-                                     "like $2",
-                                     2, NULL, params, NULL, NULL, 0);
-        int64_t t = now_us();
-        atomic_fetch_add(&queries, 1);
-        if (PQresultStatus(res) == PGRES_TUPLES_OK) {
-            for (int r = 0; r < PQntuples(res); r++)
-                mark_arrival(session_number(PQgetvalue(res, r, 0)),
-                             atoll(PQgetvalue(res, r, 1)), t);
-        } else {
-            fprintf(stderr, "a2-bench-wake: poll: %s", PQerrorMessage(conn));
-        }
-        PQclear(res);
-        if (now_us() > next)
-            next = now_us();
+        if (cfg.mode == MODE_POLL)
+            poll_once(conn, &next);
+        else if (listen_once(conn) != 0)
+            break;
     }
     return NULL;
 }
 
 /* ── main ─────────────────────────────────────────────────────────────── */
-
-static int cmp64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: a2-bench-wake --db CONNINFO [--mode wal|listen|poll]\n"
-               "         [--connect unix:PATH] [--workers N] [--rate R]\n"
-               "         [--seconds S] [--writers N] [--sessions N]\n"
-               "         [--interval-ms MS] [--max-events N] [--drain S]\n"
-               "         [--batch N] [--tag T] [--dump FILE]\n");
-}
 
 static PGconn *connect_db(void)
 {
@@ -380,88 +330,9 @@ static PGconn *connect_db(void)
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-            {"db", required_argument, NULL, 'd'},
-            {"mode", required_argument, NULL, 'm'},
-            {"connect", required_argument, NULL, 'c'},
-            {"workers", required_argument, NULL, 'W'},
-            {"rate", required_argument, NULL, 'r'},
-            {"seconds", required_argument, NULL, 't'},
-            {"writers", required_argument, NULL, 'w'},
-            {"sessions", required_argument, NULL, 's'},
-            {"interval-ms", required_argument, NULL, 'i'},
-            {"max-events", required_argument, NULL, 'n'},
-            {"drain", required_argument, NULL, 'D'},
-            {"batch", required_argument, NULL, 'b'},
-            {"tag", required_argument, NULL, 'T'},
-            {"dump", required_argument, NULL, 'F'},
-            {"help", no_argument, NULL, 'h'},
-            {NULL, 0, NULL, 0},
-    };
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            cfg.db = optarg;
-            break;
-        case 'c':
-            cfg.connect = optarg;
-            break;
-        case 'W':
-            cfg.workers = atoi(optarg);
-            break;
-        case 'r':
-            cfg.rate = atof(optarg);
-            break;
-        case 't':
-            cfg.seconds = atof(optarg);
-            break;
-        case 'w':
-            cfg.writers = atoi(optarg);
-            break;
-        case 's':
-            cfg.sessions = atoi(optarg);
-            break;
-        case 'i':
-            cfg.interval_ms = atoi(optarg);
-            break;
-        case 'n':
-            cfg.max_events = atol(optarg);
-            break;
-        case 'D':
-            cfg.drain_s = atof(optarg);
-            break;
-        case 'b':
-            cfg.batch = atoi(optarg);
-            break;
-        case 'T':
-            snprintf(cfg.tag, sizeof cfg.tag, "%s", optarg);
-            break;
-        case 'F':
-            cfg.dump = optarg;
-            break;
-        case 'm':
-            if (strcmp(optarg, "wal") == 0)
-                cfg.mode = MODE_WAL;
-            else if (strcmp(optarg, "listen") == 0)
-                cfg.mode = MODE_LISTEN;
-            else if (strcmp(optarg, "poll") == 0)
-                cfg.mode = MODE_POLL;
-            else {
-                fprintf(stderr, "a2-bench-wake: unknown mode %s\n", optarg);
-                return 2;
-            }
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!cfg.db)
-        cfg.db = getenv("A2_DB");
+    int rc = a2__bench_parse(&cfg, argc, argv, "a2-bench-wake", usage, modes);
+    if (rc >= 0)
+        return rc;
     double appends = cfg.batch >= 1 ? cfg.rate / cfg.batch : cfg.rate;
     if (cfg.writers == 0)
         cfg.writers = appends <= 200 ? 1 : appends <= 2000 ? 8 : 32;
@@ -474,10 +345,8 @@ int main(int argc, char **argv)
         cfg.workers > 5000 || cfg.interval_ms < 1 || cfg.max_events < 1 ||
         cfg.max_events > 10000000 || cfg.drain_s < 0 || cfg.drain_s > 60 ||
         cfg.batch < 1 || cfg.batch > 100 ||
-        (cfg.mode == MODE_WAL && !cfg.connect)) {
-        usage(stderr);
-        return 2;
-    }
+        (cfg.mode == MODE_WAL && !cfg.connect))
+        return a2__bench_usage();
 
     /* The Poisson schedule. */
     nevents = (long)(cfg.rate * cfg.seconds * 1.2) + 16;
@@ -490,7 +359,7 @@ int main(int argc, char **argv)
     arr = calloc((size_t)cfg.sessions * (size_t)maxidx, sizeof *arr);
     if (!sched || !ack || !arr)
         return 1;
-    srand48(cfg.seed);
+    srand48(SEED);
     double t = 0;
     for (long i = 0; i < ntickets; i++) {
         t += -log(1.0 - drand48()) / appends;
@@ -507,9 +376,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < cfg.workers; i++) {
             char err[256], name[32];
             snprintf(name, sizeof name, "bench-%d", i);
-            a2_worker_options o = {.connect = cfg.connect, .name = name};
-            w[i] = a2_worker_new(&o, err, sizeof err);
-            if (!w[i] || a2_worker_subscribe(w[i], "bench", 0, NULL, 0) != 0) {
+            w[i] = a2__bench_subscriber(cfg.connect, name, err, sizeof err);
+            if (!w[i]) {
                 fprintf(stderr, "a2-bench-wake: worker: %s\n", err);
                 return 1;
             }
@@ -519,19 +387,10 @@ int main(int argc, char **argv)
         rconn = connect_db();
         if (!rconn)
             return 1;
-        if (cfg.mode == MODE_LISTEN) {
-            PGresult *res = PQexec(rconn, "listen a2_events");
-            if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-                fprintf(stderr, "a2-bench-wake: listen: %s",
-                        PQerrorMessage(rconn));
-                return 1;
-            }
-            PQclear(res);
-        }
-        pthread_create(&rthread, NULL,
-                       cfg.mode == MODE_LISTEN ? listen_receiver
-                                               : poll_receiver,
-                       rconn);
+        if (cfg.mode == MODE_LISTEN &&
+            a2__bench_listen(rconn, "a2-bench-wake: listen") != 0)
+            return 1;
+        pthread_create(&rthread, NULL, pg_receiver, rconn);
     }
 
     /* The writers' connections, opened one after the other. */
@@ -539,27 +398,23 @@ int main(int argc, char **argv)
     a2_store **stores = calloc((size_t)cfg.writers, sizeof *stores);
     if (!th || !stores)
         return 1;
-    for (int i = 0; i < cfg.writers; i++) {
-        a2_store_error err;
-        if (a2_store_open(&stores[i], cfg.db, &err) != 0) {
-            fprintf(stderr, "a2-bench-wake: could not open store: %s\n",
-                    err.message);
-            atomic_store(&stop_receiver, 1);
-            pthread_join(rthread, NULL);
-            return 1;
-        }
+    if (a2__bench_open_stores(cfg.db, stores, cfg.writers,
+                              "a2-bench-wake: could not open store") != 0) {
+        atomic_store(&stop_receiver, 1);
+        pthread_join(rthread, NULL);
+        return 1;
     }
     for (int i = 0; i < cfg.writers; i++)
         pthread_create(&th[i], NULL, writer, stores[i]);
     while (!atomic_load(&ready))
-        sleep_us(1000);
-    t0_us = now_us() + 200000;
+        a2__sleep_us(1000);
+    t0_us = a2__mono_us() + 200000;
     atomic_store(&go, 1);
     for (int i = 0; i < cfg.writers; i++)
         pthread_join(th[i], NULL);
-    double elapsed = (double)(now_us() - t0_us) / 1e6;
+    double elapsed = (double)(a2__mono_us() - t0_us) / 1e6;
     pthread_join(rthread, NULL);
-    int64_t q_end = now_us();
+    int64_t q_end = a2__mono_us();
 
     /* Latencies of the events that were sent. */
     long ns = atomic_load(&sent), nr = 0, early = 0;
@@ -577,7 +432,7 @@ int main(int argc, char **argv)
         if (nr < ns)
             lat[nr++] = d;
     }
-    qsort(lat, (size_t)nr, sizeof *lat, cmp64);
+    a2__stat_sort_i64(lat, (size_t)nr);
     if (cfg.dump) { /* every event: commit time from the start, latency */
         FILE *f = fopen(cfg.dump, "w");
         for (size_t i = 0; f && i < (size_t)cfg.sessions * (size_t)maxidx; i++)
@@ -587,14 +442,13 @@ int main(int argc, char **argv)
         if (f)
             fclose(f);
     }
-#define PCT(p) (nr ? lat[(size_t)((double)(nr - 1) * (p) + 0.5)] : -1)
+#define PCT(p) a2__stat_pct_i64(lat, (size_t)nr, p)
     double qps =
             (double)atomic_load(&queries) / ((double)(q_end - t0_us) / 1e6);
-    static const char *names[] = {"wal", "listen", "poll"};
     printf("%s %.0f %.1f %ld %ld %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64
            " %.1f %ld\n",
-           names[cfg.mode], cfg.rate, (double)ns / elapsed, ns, nr, PCT(0.50),
-           PCT(0.95), PCT(0.99), nr ? lat[nr - 1] : -1, qps, early);
+           modes[cfg.mode], cfg.rate, (double)ns / elapsed, ns, nr, PCT(0.50),
+           PCT(0.95), PCT(0.99), PCT(1.0), qps, early);
     if (atomic_load(&send_errors))
         fprintf(stderr, "a2-bench-wake: %ld appends failed\n",
                 atomic_load(&send_errors));
