@@ -6,6 +6,8 @@
  */
 #include "apply_int.h"
 
+#include "../common/clock.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -478,12 +480,8 @@ size_t a2__apply_fire_timers(a2__apply *ap, int64_t now_ms)
 int a2__apply_gap(a2__apply *ap, uint64_t from, uint64_t to, const char *reason,
                   char *err, size_t errlen)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
     size_t n = 0;
-    char *text = a2__audit_gap_line(
-            from, to, reason, (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000,
-            &n);
+    char *text = a2__audit_gap_line(from, to, reason, a2__real_us(), &n);
     int rc = -1;
     if (!text) {
         snprintf(err, errlen, "out of memory");

@@ -166,8 +166,7 @@ static void sync_drain(a2__audit *a)
         pthread_mutex_unlock(&sy->mu);
         if (done)
             break;
-        struct timespec ts = {0, 1000000L};
-        nanosleep(&ts, NULL);
+        a2__sleep_ms(1);
     }
 }
 

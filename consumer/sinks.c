@@ -6,17 +6,17 @@
  */
 #include "daemon.h"
 
+#include "../common/log.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 
 void a2__daemon_log(const char *fmt, ...)
 {
-    char buf[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    a2__log_v("a2-consumer", fmt, ap);
     va_end(ap);
-    fprintf(stderr, "a2-consumer: %s\n", buf);
 }
 
 void a2__sinks_server_log(void *arg, const char *line)

@@ -95,8 +95,7 @@ int a2__stream_up(a2__daemon *d, int startup, char *err, size_t errlen)
             return -1;
         if (!strstr(err, "is active for PID") || tries >= 25)
             return -2;
-        struct timespec ts = {0, 200 * 1000000L};
-        nanosleep(&ts, NULL);
+        a2__sleep_ms(200);
     }
     d->repl = a2__repl_connect(d->conninfo, err, errlen);
     if (!d->repl)

@@ -20,22 +20,6 @@
 
 extern char **environ;
 
-void a2__say(const char *fmt, ...)
-{
-    char line[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n > sizeof line - 2)
-        n = (int)sizeof line - 2;
-    line[n++] = '\n';
-    ssize_t w = write(2, line, (size_t)n);
-    (void)w;
-}
-
 /* ── what --exec and --serve share ─────────────────────────────────────── */
 
 static char *event_json(const a2__cmd *cmd, const a2_head *h)
@@ -437,7 +421,7 @@ int a2__exec_event(const a2__cmd *c, const a2_head *h, const char *line,
                 }
                 (*returned)++;
             } else if (*p && !c->quiet) {
-                a2__say("a2-worker: [%s #%lld] %s", e->session_id,
+                a2__log("a2-worker", "[%s #%lld] %s", e->session_id,
                          (long long)e->index, p);
             }
             json_decref(v);

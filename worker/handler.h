@@ -11,6 +11,8 @@
 
 #include "a2/worker.h"
 
+#include "../common/log.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,9 +28,6 @@ typedef struct {
     int quiet;            /* log only problems */
 } a2__cmd;
 
-/* One log line to stderr with a single write, so threads never
- * interleave. */
-void a2__say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The event as the line a handler reads (a JSON object and a newline), its
  * length in *len; NULL on ENOMEM. */

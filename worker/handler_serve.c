@@ -162,10 +162,10 @@ static void proc_errline(proc *p)
     if (n == 0)
         return;
     if (p->cur)
-        a2__say("a2-worker: [handler %d %s #%lld] %.*s", p->slot,
+        a2__log("a2-worker", "[handler %d %s #%lld] %.*s", p->slot,
                  p->cur->session, (long long)p->cur->index, (int)n, p->errline);
     else
-        a2__say("a2-worker: [handler %d] %.*s", p->slot, (int)n, p->errline);
+        a2__log("a2-worker", "[handler %d] %.*s", p->slot, (int)n, p->errline);
 }
 
 /* stderr: kept as the tail of the event in flight, and logged by line. */
@@ -210,7 +210,7 @@ static void proc_line(serve *sv, proc *p, int64_t now)
         p->backoff_ms = SERVE_BACKOFF_MIN_MS;
         proc_settle(sv, p, answer, n, "out of memory");
     } else if (!p->discard) {
-        a2__say("a2-worker: handler %d answered with no event in flight, "
+        a2__log("a2-worker", "handler %d answered with no event in flight, "
                  "ignored: %.*s",
                  p->slot, n > 300 ? 300 : (int)n, p->line);
     }
@@ -352,7 +352,7 @@ static void proc_start(serve *sv, const a2__cmd *c, proc *p, int64_t now)
     free(env);
     free(vars[0]);
     if (pid < 0) {
-        a2__say("a2-worker: could not start handler %d: %s; trying again in "
+        a2__log("a2-worker", "could not start handler %d: %s; trying again in "
                  "%lld ms",
                  p->slot, why, (long long)p->backoff_ms);
         p->start_at = now + p->backoff_ms;
@@ -374,7 +374,7 @@ static void proc_start(serve *sv, const a2__cmd *c, proc *p, int64_t now)
     p->out = fds[1];
     p->err = fds[2];
     if (!c->quiet)
-        a2__say("a2-worker: handler %d started (pid %ld)", p->slot, (long)pid);
+        a2__log("a2-worker", "handler %d started (pid %ld)", p->slot, (long)pid);
 }
 
 /* p's process is gone (status -1: reaped elsewhere): fails the event in
@@ -397,11 +397,10 @@ static void proc_exited(serve *sv, const a2__cmd *c, proc *p, int status,
     int clean = status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (closing) {
         if (!c->quiet || !clean)
-            a2__say("a2-worker: handler %d (pid %ld) %s", p->slot,
+            a2__log("a2-worker", "handler %d (pid %ld) %s", p->slot,
                      (long)p->pid, how);
     } else {
-        a2__say(
-                "a2-worker: handler %d (pid %ld) %s%s%s; restarting in %lld ms",
+        a2__log("a2-worker", "handler %d (pid %ld) %s%s%s; restarting in %lld ms",
                 p->slot, (long)p->pid, how, p->killed ? ": " : "",
                 p->killed ? p->kill_why : "", (long long)p->backoff_ms);
     }
@@ -582,7 +581,7 @@ static void *serve_main(void *arg)
             wait = 60000;
         int n = poll(sv->pfd, np, (int)wait);
         if (n < 0 && errno != EINTR) {
-            a2__say("a2-worker: poll failed: %s", strerror(errno));
+            a2__log("a2-worker", "poll failed: %s", strerror(errno));
             poll(NULL, 0, 100);
         } else if (n > 0) {
             serve_io(sv, a2__mono_ms());
@@ -592,7 +591,7 @@ static void *serve_main(void *arg)
         proc *p = &sv->procs[i];
         if (p->pid <= 0)
             continue;
-        a2__say("a2-worker: handler %d (pid %ld) did not exit; killed",
+        a2__log("a2-worker", "handler %d (pid %ld) did not exit; killed",
                  p->slot, (long)p->pid);
         proc_signal(p, SIGKILL);
         int status;

@@ -146,7 +146,7 @@ static void on_signal(int sig)
 static void lib_log(void *ctx, const char *line)
 {
     (void)ctx;
-    a2__say("a2-worker: %s", line);
+    a2__log("a2-worker", "%s", line);
 }
 
 /* ── the pool's handler ───────────────────────────────────────────────── */
@@ -162,7 +162,7 @@ static int handle(void *ctx, int slot, const a2_head *h, a2_worker_reply *reply)
         return 1;
     }
     if (!a->hc.quiet)
-        a2__say("a2-worker: run %s #%lld %s attempt %d%s%s", e->session_id,
+        a2__log("a2-worker", "run %s #%lld %s attempt %d%s%s", e->session_id,
                  (long long)e->index, e->type, h->dispatch.attempt_count,
                  h->dispatch.lane ? " lane " : "",
                  h->dispatch.lane ? h->dispatch.lane : "");
@@ -177,13 +177,13 @@ static int handle(void *ctx, int slot, const a2_head *h, a2_worker_reply *reply)
     int64_t ms = a2__mono_ms() - start;
     if (rc == 0) {
         if (!a->hc.quiet)
-            a2__say("a2-worker: ok %s #%lld in %lld ms, %zu returned",
+            a2__log("a2-worker", "ok %s #%lld in %lld ms, %zu returned",
                      e->session_id, (long long)e->index, (long long)ms,
                      returned);
     } else {
         a2__utf8_clean(why);
         a2_worker_reply_error(reply, why);
-        a2__say("a2-worker: failed %s #%lld attempt %d in %lld ms: %s",
+        a2__log("a2-worker", "failed %s #%lld attempt %d in %lld ms: %s",
                  e->session_id, (long long)e->index, h->dispatch.attempt_count,
                  (long long)ms, why);
     }
@@ -198,12 +198,12 @@ static void on_event(app *a, const a2_worker_event *ev)
     switch (ev->type) {
     case A2_WORKER_EV_WAKE:
         if (!quiet)
-            a2__say("a2-worker: wake %s %s head %lld", ev->session,
+            a2__log("a2-worker", "wake %s %s head %lld", ev->session,
                      ev->cursor ? ev->cursor : "", (long long)ev->head);
         break;
     case A2_WORKER_EV_LOG:
         if (!quiet)
-            a2__say("a2-worker: log %s #%lld %s", ev->session,
+            a2__log("a2-worker", "log %s #%lld %s", ev->session,
                      (long long)ev->idx, ev->event_type ? ev->event_type : "");
         break;
     case A2_WORKER_EV_RESYNC:
@@ -211,17 +211,17 @@ static void on_event(app *a, const a2_worker_event *ev)
             size_t total = 0;
             (void)a2_worker_pool_resync(a->pool, ev->consumer, &total);
             if (!quiet)
-                a2__say("a2-worker: resync: %zu session%s with pending work",
+                a2__log("a2-worker", "resync: %zu session%s with pending work",
                          total, total == 1 ? "" : "s");
             return;
         }
         if (!quiet)
-            a2__say("a2-worker: resync of %zu session%s", ev->nsessions,
+            a2__log("a2-worker", "resync of %zu session%s", ev->nsessions,
                      ev->nsessions == 1 ? "" : "s");
         break;
     case A2_WORKER_EV_CLEARED:
         if (!quiet)
-            a2__say("a2-worker: cleared %s at #%lld", ev->session,
+            a2__log("a2-worker", "cleared %s at #%lld", ev->session,
                      (long long)ev->clear_index);
         break;
     default:
@@ -235,12 +235,10 @@ static int usage_error(const char *fmt, ...)
         __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
 {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    a2__log_v("a2-worker", fmt, ap);
     va_end(ap);
-    fprintf(stderr, "a2-worker: %s\n", msg);
     return 2;
 }
 
@@ -395,7 +393,7 @@ static int parse_args(app *a, int argc, char **argv)
         char err[512];
         a->token = a2_wire_read_token(token_file, err, sizeof err);
         if (!a->token) {
-            fprintf(stderr, "a2-worker: %s\n", err);
+            a2__log("a2-worker", "%s", err);
             return 1;
         }
     }
@@ -461,7 +459,7 @@ int main(int argc, char **argv)
         a.cons.log = &a.log_spec;
     }
     if (pipe2(a.sigpipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-        fprintf(stderr, "a2-worker: could not create a pipe: %s\n",
+        a2__log("a2-worker", "could not create a pipe: %s",
                 strerror(errno));
         rc = 1;
         goto done;
@@ -478,7 +476,7 @@ int main(int argc, char **argv)
     a2_store *store = NULL;
     a2_store_error serr = {0};
     if (a2_store_open(&store, a.db, &serr) != 0) {
-        fprintf(stderr, "a2-worker: %s\n",
+        a2__log("a2-worker", "%s",
                 serr.message[0] ? serr.message
                                 : "could not connect to the database");
         rc = serr.code == A2_EINVALID_ARGUMENT ? 2 : 1;
@@ -488,7 +486,7 @@ int main(int argc, char **argv)
     int64_t ttl = a.ttl_ms ? a.ttl_ms : A2_WORKER_DEFAULT_TTL_MS;
     if (a.serve_mode &&
         !(a.srv = a2__serve_start(&a.hc, a.concurrency, ttl))) {
-        fprintf(stderr, "a2-worker: could not start the handlers' thread\n");
+        a2__log("a2-worker", "could not start the handlers' thread");
         rc = 1;
         goto done;
     }
@@ -509,7 +507,7 @@ int main(int argc, char **argv)
     };
     a.pool = a2_worker_pool_new(&po, err, sizeof err);
     if (!a.pool) {
-        fprintf(stderr, "a2-worker: %s\n", err);
+        a2__log("a2-worker", "%s", err);
         rc = 1;
         goto done;
     }
@@ -525,7 +523,7 @@ int main(int argc, char **argv)
     };
     w = a2_worker_new(&wo, err, sizeof err);
     if (!w) {
-        fprintf(stderr, "a2-worker: %s\n", err);
+        a2__log("a2-worker", "%s", err);
         rc = 1;
         goto done;
     }
@@ -533,7 +531,7 @@ int main(int argc, char **argv)
                         : A2_WIRE_LOG_NONE;
     if (a2_worker_subscribe(w, a.consumer, lf, (const char *const *)a.log_types,
                             a.nlog_types) != 0) {
-        fprintf(stderr, "a2-worker: could not subscribe to %s\n", a.consumer);
+        a2__log("a2-worker", "could not subscribe to %s", a.consumer);
         rc = 1;
         goto done;
     }
@@ -547,7 +545,7 @@ int main(int argc, char **argv)
                 break;
             off += (size_t)n;
         }
-        a2__say("a2-worker: serving %s%s with %d %shandler%s, ttl %lld ms, %s",
+        a2__log("a2-worker", "serving %s%s with %d %shandler%s, ttl %lld ms, %s",
                  a.consumer, a.cons.log ? " (log consumer)" : "", a.concurrency,
                  a.serve_mode ? "long-lived " : "",
                  a.concurrency == 1 ? "" : "s", (long long)ttl,
@@ -557,7 +555,7 @@ int main(int argc, char **argv)
     while (!got_signal) {
         int prc = a2_worker_process(w);
         if (prc != 0) {
-            a2__say("a2-worker: %s",
+            a2__log("a2-worker", "%s",
                      prc == A2_WORKER_ENOMEM ? "out of memory" : "poll failed");
             rc = 1;
             break;
@@ -581,7 +579,7 @@ int main(int argc, char **argv)
     if (got_signal) {
         a2_worker_pool_stats st;
         a2_worker_pool_get_stats(a.pool, &st);
-        a2__say("a2-worker: %s received, draining %zu running handler%s",
+        a2__log("a2-worker", "%s received, draining %zu running handler%s",
                  got_signal == SIGTERM ? "SIGTERM" : "SIGINT", st.running,
                  st.running == 1 ? "" : "s");
     }
@@ -589,14 +587,14 @@ done:
     a2_worker_pool_stop(a.pool);
     if (a.srv) {
         if (!quiet)
-            a2__say("a2-worker: closing %d handler%s", a.concurrency,
+            a2__log("a2-worker", "closing %d handler%s", a.concurrency,
                      a.concurrency == 1 ? "" : "s");
         a2__serve_stop(a.srv);
     }
     if (a.pool && !quiet) {
         a2_worker_pool_stats st;
         a2_worker_pool_get_stats(a.pool, &st);
-        a2__say("a2-worker: stopped after %llu handler runs",
+        a2__log("a2-worker", "stopped after %llu handler runs",
                  (unsigned long long)(st.completed + st.failed +
                                       st.dead_lettered));
     }

@@ -9,6 +9,8 @@
  */
 #include "a2/decoder.h"
 
+#include "../../common/clock.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,9 +19,7 @@
 
 static double now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)a2__mono_us() / 1e6;
 }
 
 static double cpu(void)

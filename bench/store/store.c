@@ -22,6 +22,8 @@
  */
 #include "a2/store.h"
 
+#include "../../common/clock.h"
+
 #include <inttypes.h>
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -38,9 +40,7 @@ static double seconds = 3;
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)a2__mono_us() / 1e6;
 }
 
 static void die(const char *what, const char *msg)
@@ -174,8 +174,7 @@ static double run_cell(op_kind op, int conns, int nsessions, int *errors)
             die("thread", "could not start");
     }
     /* Connections are open before the clock starts. */
-    struct timespec pause = {0, 300 * 1000 * 1000};
-    nanosleep(&pause, NULL);
+    a2__sleep_ms(300);
     double start = now_s();
     for (int i = 0; i < conns; i++)
         jobs[i].deadline = start + seconds;

@@ -113,6 +113,9 @@ checks=$((checks + 1))
 printf '{"lsn":"0/1","at":"2026-01-01T00:00:00.000Z","transition":"failed","session":"a\\u001b[31m\\u009b","consumer":"c\\u0007","cursor":"#1","before":null,"after":{"head":1,"attempt":1,"error":"bad\\u001b]0;x\\u0007"}}\n' >"$TMP/evil.jsonl"
 printf '\xff\xfe{"lsn":"0/2"}\n' >>"$TMP/evil.jsonl"
 expect 1 "$A2" audit "$TMP/evil.jsonl"; clean audit; contains 'a\x1b[31m\u009b'; contains 'error: bad\x1b]0;x\x07'; contains 'evil.jsonl:2: not a JSON object' err
+# Emptied here, before the start: the child's own redirection may come after
+# wait_out has read the previous command's output.
+: >"$TMP/out"
 "$A2" audit "$TMP/evil.jsonl" --follow >"$TMP/out" 2>"$TMP/err" &
 fpid=$!
 wait_out "$TMP/out" 'a\\x1b' 15
