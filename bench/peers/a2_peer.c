@@ -42,7 +42,10 @@
  *       line of counters (a2_worker_run_stats summed), among them
  *       empty_woken: woken runs that claimed nothing, visibility_waits, and
  *       timer_runs: runs started by this worker's own retry_at timers (not
- *       by a wake-up).
+ *       by a wake-up). With --wakes W (and the producer's --sessions K),
+ *       W gets "seq ns" per event from the first wake-up that named its
+ *       head (session s<seq % K>, head seq / K + 1: one append per
+ *       session, one event cursor per event), on the same clock.
  */
 #include "../../common/clock.h"
 #include "../common.h"
@@ -71,7 +74,7 @@
 #define STORE_RETRY_MS 1000
 
 static struct {
-    const char *db, *connect, *out, *expect_file;
+    const char *db, *connect, *out, *expect_file, *wakes;
     double rate, seconds, drain, max_seconds;
     int64_t t0_ms, spread_ms, until_ms;
     long max, expect;
@@ -287,6 +290,7 @@ static struct {
 } sc = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static int64_t *starts;
+static int64_t *wake_at; /* --wakes: first wake-up per seq (loop thread) */
 static atomic_long started, runs, woken_runs, empty_woken, empty_runs,
         claimed, completed, failed_heads, run_errors, resyncs, wakes,
         visibility_waits, timer_runs;
@@ -553,11 +557,27 @@ static void on_signal(int sig)
     got_signal = 1;
 }
 
+/* Records when the first wake-up for an event's head arrived (--wakes). */
+static void note_wake(const a2_worker_event *ev)
+{
+    if (!wake_at || !ev->session || ev->session[0] != 's' || ev->head < 1)
+        return;
+    char *end;
+    long s = strtol(ev->session + 1, &end, 10);
+    if (*end || s < 0 || s >= cfg.sessions)
+        return;
+    long seq = s + (long)(ev->head - 1) * cfg.sessions;
+    if (seq < cfg.max && !wake_at[seq])
+        wake_at[seq] = cfg.realtime ? a2__real_ns() : a2__mono_ns();
+}
+
 static int run_work(void)
 {
     starts = calloc((size_t)cfg.max, sizeof *starts);
     slot *slots = calloc((size_t)cfg.slots, sizeof *slots);
-    if (!starts || !slots)
+    if (cfg.wakes)
+        wake_at = calloc((size_t)cfg.max, sizeof *wake_at);
+    if (!starts || !slots || (cfg.wakes && !wake_at))
         return 1;
     if (pipe(sc.pipe_fd) != 0)
         return 1;
@@ -666,6 +686,7 @@ static int run_work(void)
             switch (ev.type) {
             case A2_WORKER_EV_WAKE:
                 atomic_fetch_add(&wakes, 1);
+                note_wake(&ev);
                 if (ev.session)
                     schedule(ev.session, 1, ev.xid);
                 break;
@@ -720,6 +741,9 @@ static int run_work(void)
            atomic_load(&resyncs), atomic_load(&visibility_waits),
            atomic_load(&timer_runs), why);
     int rc = cfg.out ? write_times(cfg.out, starts, cfg.max) : 0;
+    if (cfg.wakes && write_times(cfg.wakes, wake_at, cfg.max) != 0)
+        rc = 1;
+    free(wake_at);
     for (int i = 0; i < cfg.slots; i++)
         a2_worker_runner_free(slots[i].runner);
     a2_worker_free(w);
@@ -744,7 +768,8 @@ static int usage(void)
             "  work:    --connect ADDR --slots M --out FILE --max N\n"
             "           [--expect N | --expect-file F] [--drain S] "
             "[--seconds S] [--max-seconds S]\n"
-            "           [--until-ms T] [--clock monotonic|realtime]\n");
+            "           [--until-ms T] [--clock monotonic|realtime]\n"
+            "           [--wakes FILE --sessions K]\n");
     return 2;
 }
 
@@ -760,6 +785,7 @@ static int set_option(const char *k, const char *v)
             {"--db", 's', &cfg.db},
             {"--connect", 's', &cfg.connect},
             {"--out", 's', &cfg.out},
+            {"--wakes", 's', &cfg.wakes},
             {"--expect-file", 's', &cfg.expect_file},
             {"--rate", 'd', &cfg.rate},
             {"--seconds", 'd', &cfg.seconds},
