@@ -1,3 +1,8 @@
+/*
+ * The helpers of a2test.h: SQL on the test database, lock-wait polling,
+ * auto_explain plans, clocks, files, temporary folders and the TCP
+ * settings of sockets.
+ */
 #include "a2test.h"
 
 #include <setjmp.h>
@@ -34,6 +39,13 @@ PGconn *a2_test_connect(void)
     return conn;
 }
 
+PGconn *a2_test_connect_reset(const char *sql)
+{
+    PGconn *conn = a2_test_connect();
+    a2_test_exec(conn, sql);
+    return conn;
+}
+
 void a2_test_exec(PGconn *conn, const char *sql)
 {
     PGresult *res = PQexec(conn, sql);
@@ -61,6 +73,29 @@ int64_t a2_test_int(PGconn *conn, const char *sql)
     int64_t v = s ? strtoll(s, NULL, 10) : 0;
     free(s);
     return v;
+}
+
+/* Formats the arguments after fmt into the array sql. */
+#define FORMAT_SQL(sql, fmt)                                                   \
+    do {                                                                       \
+        va_list ap;                                                            \
+        va_start(ap, fmt);                                                     \
+        vsnprintf(sql, sizeof sql, fmt, ap);                                   \
+        va_end(ap);                                                            \
+    } while (0)
+
+void a2_test_execf(PGconn *conn, const char *fmt, ...)
+{
+    char sql[4096];
+    FORMAT_SQL(sql, fmt);
+    a2_test_exec(conn, sql);
+}
+
+int64_t a2_test_intf(PGconn *conn, const char *fmt, ...)
+{
+    char sql[4096];
+    FORMAT_SQL(sql, fmt);
+    return a2_test_int(conn, sql);
 }
 
 typedef struct plans_buf {
@@ -123,11 +158,87 @@ int64_t a2_test_lock_waiters(PGconn *conn, const char *where, int64_t n,
     }
 }
 
+int64_t a2_test_lock_waiters_probe(const char *where, int64_t n, int timeout_ms)
+{
+    PGconn *probe = a2_test_connect();
+    int64_t seen = a2_test_lock_waiters(probe, where, n, timeout_ms);
+    PQfinish(probe);
+    return seen;
+}
+
 int64_t a2_test_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t a2_test_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void a2_test_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+char *a2_test_read_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    buf[got] = '\0';
+    fclose(f);
+    return buf;
+}
+
+int a2_test_count_in_file(const char *path, const char *needle)
+{
+    char *t = a2_test_read_file(path);
+    int n = 0;
+    if (t) {
+        for (char *p = t; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+            n++;
+        free(t);
+    }
+    return n;
+}
+
+int a2_test_wait_in_file(const char *path, const char *needle, int n,
+                         int timeout_ms)
+{
+    int64_t end = a2_test_now_ms() + timeout_ms;
+    for (;;) {
+        int got = a2_test_count_in_file(path, needle);
+        if (got >= n || a2_test_now_ms() >= end)
+            return got;
+        a2_test_sleep_ms(20);
+    }
+}
+
+int a2_test_tmpdir(char *dir, size_t dlen, const char *prefix, char *path,
+                   size_t plen, const char *name)
+{
+    snprintf(dir, dlen, "%sXXXXXX", prefix);
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(path, plen, "%s/%s", dir, name);
+    return 0;
+}
+
+int a2_test_tmpdir_remove(const char *dir, const char *path)
+{
+    unlink(path);
+    return rmdir(dir) == 0 ? 0 : -1;
 }
 
 const char *a2_test_bin(const char *name)

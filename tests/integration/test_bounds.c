@@ -15,9 +15,15 @@
 
 #include <cmocka.h>
 
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-#include "test_consumer_util.h"
+#include "consumer_harness.h"
 
 /* The bound this test holds a2-consumer to (release build). */
 #define BOUND_MIB    64
@@ -34,7 +40,7 @@
 #define ROUTE_CPU_ASAN    1.0
 
 static PGconn *db;
-static tc_daemon d;
+static a2_test_consumer d;
 static long conns; /* worker connections open at the peak */
 /* Set by each test as it ends; when unset, teardown shows the consumer's
  * log. */
@@ -87,7 +93,7 @@ static void sample_for(int ms)
 {
     for (int t = 0; t < ms; t += 50) {
         sample();
-        tc_sleep_ms(50);
+        a2_test_sleep_ms(50);
     }
 }
 
@@ -131,7 +137,7 @@ static int n_live;
 
 /* A wake-up for the live worker arrives within timeout_ms of the commit;
  * returns the delay. */
-static int64_t live_wake(tc_worker *live, int timeout_ms)
+static int64_t live_wake(a2_test_worker *live, int timeout_ms)
 {
     char sql[512];
     n_live++;
@@ -143,10 +149,10 @@ static int64_t live_wake(tc_worker *live, int timeout_ms)
     a2_test_exec(db, sql);
     char want[64];
     snprintf(want, sizeof want, "live-%d", n_live);
-    tc_msg m;
+    a2_test_msg m;
     while (a2_test_now_ms() - t0 < timeout_ms) {
         sample();
-        int rc = tc_next(live, 100, &m);
+        int rc = a2_test_worker_next(live, 100, &m);
         if (rc < 0)
             fail_msg("the consumer closed the live worker's connection");
         if (rc == 1 && strcmp(m.t, "wake") == 0 && strcmp(m.session, want) == 0)
@@ -179,8 +185,7 @@ static int setup(void **state)
     a2_test_exec(db, "insert into a2_cursors(session_id, consumer, "
                      "cursor_key, epoch, kind, types) values ('seed', "
                      "'biglog', 'lane:log', 0, 'log', '[\"big\"]')");
-    tc_init(&d, "bounds");
-    tc_start(&d);
+    a2_test_consumer_run(&d, "bounds");
     passed = 0;
     peak = 0;
     conns = 0;
@@ -191,23 +196,23 @@ static int teardown(void **state)
 {
     (void)state;
     if (!passed) {
-        char *log = tc_read_file(d.log);
+        char *log = a2_test_read_file(d.log);
         size_t n = log ? strlen(log) : 0;
         fprintf(stderr, "a2-consumer's log (end):\n%s\n",
                 log ? log + (n > 3000 ? n - 3000 : 0) : "(none)");
         free(log);
     }
-    tc_cleanup(&d);
-    tc_kill_leftovers();
+    a2_test_consumer_cleanup(&d);
+    a2_test_kill_leftovers();
     PQfinish(db);
     return 0;
 }
 
-static void open_live(tc_worker *live)
+static void open_live(a2_test_worker *live)
 {
-    tc_msg m;
-    tc_worker_open(live, d.sock, "live", "live", NULL);
-    assert_true(tc_wait_for(live, "welcome", 10000, &m));
+    a2_test_msg m;
+    a2_test_worker_open(live, d.sock, "live", "live", NULL);
+    assert_true(a2_test_worker_wait_for(live, "welcome", 10000, &m));
 }
 
 /* One transaction of N rows: the applier drops its wake-ups past its bound
@@ -218,12 +223,12 @@ static void test_million_row_transaction(void **state)
     (void)state;
     const char *env = getenv("A2_BOUNDS_ROWS");
     long rows = env ? atol(env) : 1000000;
-    tc_worker live, logw;
-    tc_msg m;
+    a2_test_worker live, logw;
+    a2_test_msg m;
     open_live(&live);
-    tc_worker_open(&logw, d.sock, "biglog", "biglog", "*");
-    assert_true(tc_wait_for(&logw, "welcome", 10000, &m));
-    assert_true(tc_wait_for(&logw, "resync", 10000, &m));
+    a2_test_worker_open(&logw, d.sock, "biglog", "biglog", "*");
+    assert_true(a2_test_worker_wait_for(&logw, "welcome", 10000, &m));
+    assert_true(a2_test_worker_wait_for(&logw, "resync", 10000, &m));
     int64_t t0 = a2_test_now_ms();
     char sql[512];
     snprintf(sql, sizeof sql,
@@ -236,7 +241,7 @@ static void test_million_row_transaction(void **state)
     int64_t wake = live_wake(&live, budget_ms(600000));
     /* The log worker: its log wake-ups were dropped for one resync. */
     int resyncs = 0, logs = 0;
-    while (tc_next(&logw, 200, &m) == 1) {
+    while (a2_test_worker_next(&logw, 200, &m) == 1) {
         if (strcmp(m.t, "resync") == 0)
             resyncs++;
         if (strcmp(m.t, "log") == 0)
@@ -250,9 +255,9 @@ static void test_million_row_transaction(void **state)
         assert_true(logs < 100000);
     }
     assert_bounded("big transaction");
-    tc_worker_close(&logw);
-    tc_worker_close(&live);
-    assert_int_equal(tc_stop(&d), 0);
+    a2_test_worker_close(&logw);
+    a2_test_worker_close(&live);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     passed = 1;
 }
 
@@ -271,7 +276,7 @@ static void test_million_delayed_heads(void **state)
     (void)state;
     const char *env = getenv("A2_BOUNDS_ROWS");
     long rows = env ? atol(env) : DELAYED_HEADS;
-    tc_worker live;
+    a2_test_worker live;
     open_live(&live);
     sample();
     long before = peak;
@@ -300,24 +305,24 @@ static void test_million_delayed_heads(void **state)
     if (grown > bound)
         fail_msg("%ld delayed heads grew the consumer by %ld KiB, over %ld KiB",
                  rows, grown, bound);
-    tc_worker_close(&live);
+    a2_test_worker_close(&live);
     /* The restart reads them back. */
-    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     peak = 0;
-    tc_start(&d);
+    a2_test_consumer_start(&d);
     open_live(&live);
     wake = live_wake(&live, budget_ms(600000));
     sample_for(500);
     char want[64];
     snprintf(want, sizeof want, "ready: %ld timers", rows);
-    assert_int_equal(tc_count_in_file(d.log, want), 1);
+    assert_int_equal(a2_test_count_in_file(d.log, want), 1);
     printf("  after a restart: %s, peak RSS %ld KiB, next wake-up %lld ms\n",
            want, peak, (long long)wake);
     if (peak > bound + BOUND_MIB * 1024L)
         fail_msg("the restart with %ld delayed heads peaked at %ld KiB", rows,
                  peak);
-    tc_worker_close(&live);
-    assert_int_equal(tc_stop(&d), 0);
+    a2_test_worker_close(&live);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     passed = 1;
 }
 
@@ -326,11 +331,11 @@ static void test_million_delayed_heads(void **state)
 static void test_ten_megabyte_payload(void **state)
 {
     (void)state;
-    tc_worker live, logw;
-    tc_msg m;
+    a2_test_worker live, logw;
+    a2_test_msg m;
     open_live(&live);
-    tc_worker_open(&logw, d.sock, "biglog", "biglog", "*");
-    assert_true(tc_wait_for(&logw, "welcome", 10000, &m));
+    a2_test_worker_open(&logw, d.sock, "biglog", "biglog", "*");
+    assert_true(a2_test_worker_wait_for(&logw, "welcome", 10000, &m));
     for (int i = 1; i <= 3; i++) {
         char sql[512];
         snprintf(sql, sizeof sql,
@@ -346,14 +351,14 @@ static void test_ten_megabyte_payload(void **state)
     }
     /* The log worker heard of each of them. */
     int logs = 0;
-    while (logs < 3 && tc_wait_for(&logw, "log", 10000, &m))
+    while (logs < 3 && a2_test_worker_wait_for(&logw, "log", 10000, &m))
         if (strcmp(m.session, "huge") == 0)
             logs++;
     assert_int_equal(logs, 3);
     assert_bounded("10 MB payloads");
-    tc_worker_close(&logw);
-    tc_worker_close(&live);
-    assert_int_equal(tc_stop(&d), 0);
+    a2_test_worker_close(&logw);
+    a2_test_worker_close(&live);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     passed = 1;
 }
 
@@ -363,7 +368,7 @@ static void test_ten_thousand_idle_connections(void **state)
 {
     (void)state;
     enum { N = 10000 };
-    tc_worker live;
+    a2_test_worker live;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < N + 200) {
         printf("  skipped: RLIMIT_NOFILE is %ld, %d connections need %d\n",
@@ -376,10 +381,10 @@ static void test_ten_thousand_idle_connections(void **state)
     conns = N + 1;
     int64_t t0 = a2_test_now_ms();
     for (int i = 0; i < N; i++) {
-        tc_worker w;
+        a2_test_worker w;
         char name[32];
         snprintf(name, sizeof name, "idle-%d", i);
-        tc_worker_open(&w, d.sock, name, i % 2 ? "idle" : "quiet", NULL);
+        a2_test_worker_open(&w, d.sock, name, i % 2 ? "idle" : "quiet", NULL);
         fds[i] = w.fd;
         msgpack_unpacker_destroy(&w.up);
         if (i % 500 == 0)
@@ -431,8 +436,8 @@ static void test_ten_thousand_idle_connections(void **state)
     for (int i = 0; i < N; i++)
         close(fds[i]);
     free(fds);
-    tc_worker_close(&live);
-    assert_int_equal(tc_stop(&d), 0);
+    a2_test_worker_close(&live);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     passed = 1;
 }
 
@@ -443,13 +448,13 @@ static void test_ten_thousand_idle_connections(void **state)
 static void test_worker_that_never_reads(void **state)
 {
     (void)state;
-    tc_worker live, slow;
-    tc_msg m;
+    a2_test_worker live, slow;
+    a2_test_msg m;
     open_live(&live);
-    int fd = tc_connect(d.sock);
+    int fd = a2_test_connect_unix(d.sock);
     int small = 4096;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    tc_worker_open_fd(&slow, fd, "slow", NULL, "slow", NULL);
+    a2_test_worker_open_fd(&slow, fd, "slow", NULL, "slow", NULL);
     /* 60 000 wake-ups for the slow worker, in transactions of 5000. */
     for (int b = 0; b < 12; b++) {
         char sql[512];
@@ -467,7 +472,7 @@ static void test_worker_that_never_reads(void **state)
     int wakes = 0, resync = 0;
     int64_t t0 = a2_test_now_ms();
     while (!resync && a2_test_now_ms() - t0 < 30000) {
-        int rc = tc_next(&slow, 1000, &m);
+        int rc = a2_test_worker_next(&slow, 1000, &m);
         if (rc < 0)
             fail_msg("the consumer dropped the slow worker");
         if (rc == 1 && strcmp(m.t, "wake") == 0)
@@ -482,9 +487,9 @@ static void test_worker_that_never_reads(void **state)
     assert_true(resync);
     assert_true(wakes < 60000);
     assert_bounded("worker that never reads");
-    tc_worker_close(&slow);
-    tc_worker_close(&live);
-    assert_int_equal(tc_stop(&d), 0);
+    a2_test_worker_close(&slow);
+    a2_test_worker_close(&live);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     passed = 1;
 }
 
@@ -497,30 +502,30 @@ static void test_descriptor_limit(void **state)
 {
     (void)state;
     enum { LIMIT = 160, CAP = LIMIT - 96, EXTRA = 20 };
-    static tc_worker ws[CAP + EXTRA];
-    tc_worker live;
-    tc_msg m;
+    static a2_test_worker ws[CAP + EXTRA];
+    a2_test_worker live;
+    a2_test_msg m;
     char metrics[64], want[128];
-    int port = tc_free_port();
+    int port = a2_test_free_port();
 
-    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     snprintf(metrics, sizeof metrics, "tcp:127.0.0.1:%d", port);
     const char *extra[] = {"--metrics", metrics, NULL};
-    tc_child_nofile = LIMIT;
-    tc_start_args(&d, 0, extra);
-    tc_child_nofile = 0;
+    a2_test_consumer_set_nofile(LIMIT);
+    a2_test_consumer_start_args(&d, 0, extra);
+    a2_test_consumer_set_nofile(0);
     snprintf(want, sizeof want,
              "worker connections capped at %d (descriptor limit %d", CAP,
              LIMIT);
-    assert_int_equal(tc_count_in_file(d.log, want), 1);
+    assert_int_equal(a2_test_count_in_file(d.log, want), 1);
 
     open_live(&live);
     int welcomed = 0, refused = 0;
     for (int i = 0; i < CAP - 1 + EXTRA; i++) {
         char name[32];
         snprintf(name, sizeof name, "w-%d", i);
-        tc_worker_open(&ws[i], d.sock, name, "idle", NULL);
-        if (tc_next(&ws[i], 10000, &m) != 1)
+        a2_test_worker_open(&ws[i], d.sock, name, "idle", NULL);
+        if (a2_test_worker_next(&ws[i], 10000, &m) != 1)
             fail_msg("connection %d: no answer", i);
         if (strcmp(m.t, "welcome") == 0) {
             welcomed++;
@@ -529,7 +534,7 @@ static void test_descriptor_limit(void **state)
         assert_string_equal(m.t, "error");
         snprintf(want, sizeof want, "too many connections (at most %d)", CAP);
         assert_string_equal(m.message, want);
-        assert_int_equal(tc_next(&ws[i], 10000, &m), -1);
+        assert_int_equal(a2_test_worker_next(&ws[i], 10000, &m), -1);
         refused++;
     }
     assert_int_equal(welcomed, CAP - 1);
@@ -539,9 +544,9 @@ static void test_descriptor_limit(void **state)
      * a readable listener would burn the whole 2 s. */
     int burst[EXTRA];
     for (int i = 0; i < EXTRA; i++)
-        burst[i] = tc_connect(d.sock);
+        burst[i] = a2_test_connect_unix(d.sock);
     double c0 = cpu_seconds(d.pid);
-    tc_sleep_ms(2000);
+    a2_test_sleep_ms(2000);
     double used = cpu_seconds(d.pid) - c0;
     printf("  at the cap: %d refused, consumer CPU over 2 s: %.2f s\n",
            refused + EXTRA, used);
@@ -550,11 +555,8 @@ static void test_descriptor_limit(void **state)
     for (int i = 0; i < EXTRA; i++)
         close(burst[i]);
 
-    char *h = tc_http_get(port, "/healthz");
-    assert_non_null(h);
-    assert_non_null(strstr(h, "200 OK"));
-    free(h);
-    char *body = tc_http_get(port, "/metrics");
+    a2_test_expect_healthz(port);
+    char *body = a2_test_http_get(port, "/metrics");
     assert_non_null(body);
     snprintf(want, sizeof want, "a2_consumer_connections %d\n", CAP);
     assert_non_null(strstr(body, want));
@@ -565,25 +567,25 @@ static void test_descriptor_limit(void **state)
 
     char lsnpath[160];
     snprintf(lsnpath, sizeof lsnpath, "%s.lsn", d.audit);
-    char *before = tc_read_file(lsnpath);
+    char *before = a2_test_read_file(lsnpath);
     live_wake(&live, 20000);
     snprintf(want, sizeof want, "live-%d", n_live);
-    assert_true(tc_wait_in_file(d.audit, want, 1, 10000) >= 1);
+    assert_true(a2_test_wait_in_file(d.audit, want, 1, 10000) >= 1);
     int moved = 0;
     for (int t = 0; t < 500 && !moved; t++) {
-        char *now = tc_read_file(lsnpath);
+        char *now = a2_test_read_file(lsnpath);
         moved = now && (!before || strcmp(now, before) != 0);
         free(now);
         if (!moved)
-            tc_sleep_ms(20);
+            a2_test_sleep_ms(20);
     }
     free(before);
     assert_true(moved);
 
     for (int i = 0; i < CAP - 1 + EXTRA; i++)
-        tc_worker_close(&ws[i]);
-    tc_worker_close(&live);
-    assert_int_equal(tc_stop(&d), 0);
+        a2_test_worker_close(&ws[i]);
+    a2_test_worker_close(&live);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     passed = 1;
 }
 

@@ -14,7 +14,14 @@
 
 #include <cmocka.h>
 
-#include "test_consumer_util.h"
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "consumer_harness.h"
 
 static PGconn *db;
 
@@ -25,18 +32,9 @@ static PGconn *db;
 
 static int setup(void **state)
 {
-    (void)state;
-    db = a2_test_connect();
-    a2_test_exec(db, "truncate a2_events, a2_cursors, a2_clears, "
-                     "a2_lane_events");
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tc_kill_leftovers();
-    PQfinish(db);
+    *state = db =
+            a2_test_connect_reset("truncate a2_events, a2_cursors, a2_clears, "
+                                  "a2_lane_events");
     return 0;
 }
 
@@ -261,7 +259,7 @@ static void scraped(const char *body, figures *s)
 
 static char *scrape(int port)
 {
-    char *body = tc_http_get(port, "/metrics");
+    char *body = a2_test_http_get(port, "/metrics");
     if (!body)
         fail_msg("no answer on the metrics port %d", port);
     return body;
@@ -317,7 +315,7 @@ static void wait_backlog(int port, figures *out)
         }
         if (a2_test_now_ms() > end)
             fail_msg("the backlog gauges never matched the count: %s", why);
-        tc_sleep_ms(50);
+        a2_test_sleep_ms(50);
     }
     if (out)
         *out = got;
@@ -334,16 +332,16 @@ static int64_t metric(int port, const char *prefix)
 static char metrics_arg[64];
 
 /* Starts (again, after a stop) the consumer with its metrics on port. */
-static void start_consumer(tc_daemon *d, int port)
+static void start_consumer(a2_test_consumer *d, int port)
 {
     snprintf(metrics_arg, sizeof metrics_arg, "tcp:127.0.0.1:%d", port);
     const char *extra[] = {"--metrics", metrics_arg, NULL};
-    tc_start_args(d, 0, extra);
+    a2_test_consumer_start_args(d, 0, extra);
 }
 
-static void start_with_metrics(tc_daemon *d, const char *slot, int port)
+static void start_with_metrics(a2_test_consumer *d, const char *slot, int port)
 {
-    tc_init(d, slot);
+    a2_test_consumer_init(d, slot);
     start_consumer(d, port);
 }
 
@@ -354,17 +352,6 @@ static int same_figures(figures *a, figures *b)
     if (why[0])
         fprintf(stderr, "figures differ: %s\n", why);
     return !why[0];
-}
-
-/* Connects a worker subscribed to consumer, and waits until the
- * subscription is in place (its resync). */
-static void open_worker(tc_worker *w, tc_daemon *d, const char *consumer)
-{
-    tc_msg m;
-    tc_worker_open(w, d->sock, "w1", consumer, NULL);
-    if (!tc_wait_for(w, "welcome", 5000, &m) ||
-        !tc_wait_for(w, "resync", 5000, &m))
-        fail_msg("no welcome and resync");
 }
 
 /* ---- tests ---- */
@@ -399,8 +386,8 @@ static void test_backlog_read_then_streamed(void **state)
     assert_int_equal(find(&want, "billing")->n[2], 1);
     assert_int_equal(find(&want, "mail")->n[0], 1);
 
-    int port = tc_free_port();
-    tc_daemon d;
+    int port = a2_test_free_port();
+    a2_test_consumer d;
     start_with_metrics(&d, "tc_backlog", port);
     figures got;
     wait_backlog(port, &got);
@@ -427,16 +414,16 @@ static void test_backlog_read_then_streamed(void **state)
     free(body);
 
     /* wake-ups: the histogram counts each one written to the worker */
-    tc_worker w;
-    open_worker(&w, &d, "billing");
+    a2_test_worker w;
+    a2_test_worker_join(&w, d.sock, "w1", "billing", NULL, 1);
     int64_t before = metric(port, "a2_consumer_commit_to_wake_seconds_count ");
     assert_true(before >= 0);
     int64_t g1 = append("sG", "billing");
-    tc_msg m;
-    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    a2_test_msg m;
+    assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
     assert_string_equal(m.session, "sG");
     int64_t g2 = append("sG", "billing");
-    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
     int64_t after = metric(port, "a2_consumer_commit_to_wake_seconds_count ");
     assert_true(after >= before + 2);
     body = scrape(port);
@@ -486,11 +473,11 @@ static void test_backlog_read_then_streamed(void **state)
     }
     wait_backlog(port, NULL);
     assert_int_equal(metric(port, "a2_consumer_backlog_clamps_total "), 0);
-    tc_worker_close(&w);
+    a2_test_worker_close(&w);
 
     /* a restart reads the same figures */
     wait_backlog(port, &got);
-    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     start_consumer(&d, port);
     figures again;
     wait_backlog(port, &again);
@@ -501,8 +488,7 @@ static void test_backlog_read_then_streamed(void **state)
     wait_backlog(port, &got);
     assert_int_equal(find(&got, HOSTILE)->n[1], 2);
     assert_int_equal(metric(port, "a2_consumer_backlog_clamps_total "), 0);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_consumer_end(&d);
 }
 
 /* In the writer's process: runs sql with text parameters, leaving what it
@@ -525,7 +511,7 @@ static pid_t writer(int ms)
 {
     pid_t pid = fork();
     if (pid != 0) {
-        tc_track(pid);
+        a2_test_track(pid);
         return pid;
     }
     PGconn *c = PQconnectdb(a2_test_db());
@@ -571,16 +557,16 @@ static void wait_writer(pid_t pid)
 {
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
-    tc_untrack(pid);
+    a2_test_untrack(pid);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 static void test_backlog_writes_race_start_and_reconnect(void **state)
 {
     (void)state;
-    int port = tc_free_port();
-    tc_daemon d;
-    tc_init(&d, "tc_backlog_race");
+    int port = a2_test_free_port();
+    a2_test_consumer d;
+    a2_test_consumer_init(&d, "tc_backlog_race");
     /* idle runs that every read scans: a read that takes a while, while
      * the stream applies the writes its snapshot misses */
     a2_test_exec(db,
@@ -590,7 +576,7 @@ static void test_backlog_writes_race_start_and_reconnect(void **state)
                  "from generate_series(1, 300000) i");
     a2_test_exec(db, "analyze a2_cursors");
     pid_t pid = writer(3000);
-    tc_sleep_ms(300);
+    a2_test_sleep_ms(300);
     start_consumer(&d, port);
     wait_writer(pid);
     wait_backlog(port, NULL);
@@ -598,7 +584,7 @@ static void test_backlog_writes_race_start_and_reconnect(void **state)
     /* the stream is cut while writes go on: reconnected, read again */
     int64_t reads = metric(port, "a2_consumer_backlog_reads_total ");
     pid = writer(2000);
-    tc_sleep_ms(300);
+    a2_test_sleep_ms(300);
     char sql[256];
     snprintf(sql, sizeof sql,
              "select count(pg_terminate_backend(active_pid)) from "
@@ -612,16 +598,15 @@ static void test_backlog_writes_race_start_and_reconnect(void **state)
 
     /* a restart in the middle of the writes */
     pid = writer(2000);
-    tc_sleep_ms(300);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_sleep_ms(300);
+    a2_test_sleep_ms(300);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_sleep_ms(300);
     start_consumer(&d, port);
     wait_writer(pid);
     wait_backlog(port, NULL);
     assert_int_equal(metric(port, "a2_consumer_backlog_clamps_total "), 0);
     assert_int_equal(metric(port, "a2_consumer_backlog_dropped_total "), 0);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_consumer_end(&d);
 }
 
 /* A consumer far behind: the read at its start sees what the stream then
@@ -629,12 +614,12 @@ static void test_backlog_writes_race_start_and_reconnect(void **state)
 static void test_backlog_catch_up(void **state)
 {
     (void)state;
-    int port = tc_free_port();
-    tc_daemon d;
+    int port = a2_test_free_port();
+    a2_test_consumer d;
     start_with_metrics(&d, "tc_backlog_behind", port);
     append("s0", "c0");
     wait_backlog(port, NULL);
-    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     /* a backlog of WAL: thousands of transactions for the stream */
     a2_test_exec(db, "do $$ begin for i in 1..40 loop "
                      "perform a2_append('s' || (i % 7), "
@@ -651,20 +636,19 @@ static void test_backlog_catch_up(void **state)
     start_consumer(&d, port);
     wait_backlog(port, NULL);
     assert_int_equal(metric(port, "a2_consumer_backlog_clamps_total "), 0);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_consumer_end(&d);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_backlog_read_then_streamed,
-                                            setup, teardown),
+                                            setup, a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(
                     test_backlog_writes_race_start_and_reconnect, setup,
-                    teardown),
+                    a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_backlog_catch_up, setup,
-                                            teardown),
+                                            a2_test_consumer_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,9 +11,17 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "a2/store.h"
-#include "test_consumer_util.h"
+#include "consumer_harness.h"
+#include "store_fixture.h"
 
 static PGconn *db;
 
@@ -55,7 +63,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    tc_kill_leftovers();
+    a2_test_kill_leftovers();
     a2_test_exec(db, "set client_min_messages = warning");
     a2_test_exec(db, "drop trigger if exists tc_versions on a2_cursors");
     PQfinish(db);
@@ -108,7 +116,7 @@ static const char *jtext(json_t *o, const char *key, char *buf, size_t len)
 /* The audit's row versions, in file order; returns how many. */
 static int audit_sigs(const char *path, char ***out)
 {
-    char *text = tc_read_file(path);
+    char *text = a2_test_read_file(path);
     int cap = 1024, n = 0;
     char **v = calloc((size_t)cap, sizeof *v);
     for (char *line = text ? strtok(text, "\n") : NULL; line;
@@ -151,12 +159,12 @@ static void wait_caught_up(const char *path, int timeout_ms)
     int64_t t0 = a2_test_now_ms();
     for (;;) {
         int want = (int)a2_test_int(db, "select count(*) from tc_versions");
-        int have = tc_count_in_file(path, "\n");
+        int have = a2_test_count_in_file(path, "\n");
         if (have >= want)
             return;
         if (a2_test_now_ms() - t0 > timeout_ms)
             fail_msg("audit has %d lines, the trigger %d", have, want);
-        tc_sleep_ms(50);
+        a2_test_sleep_ms(50);
     }
 }
 
@@ -228,15 +236,16 @@ static void burst(int from, int n)
 static void test_kill9_mid_burst(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_init(&d, "tc_kill9");
-    tc_start(&d);
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_msg m;
+    a2_test_consumer_run(&d, "tc_kill9");
     pid_t child = fork();
     if (child == 0) {
         burst(0, 6000);
         _exit(0);
     }
-    tc_track(child);
+    a2_test_track(child);
     /* kill -9 three times while the burst runs, restarting each time; each
      * kill after the audit grew (the first after its first line reached the
      * file: the audit is written in groups), so that every restart resumes
@@ -244,9 +253,9 @@ static void test_kill9_mid_burst(void **state)
     int delays[] = {150, 300, 250};
     int mid_burst = 0, st = 0, reaped = 0, lines_before = 0;
     for (int k = 0; k < 3; k++) {
-        tc_sleep_ms(delays[k]);
-        int have = tc_wait_in_file(d.audit, "\n", lines_before + 1,
-                                   k == 0 ? 10000 : 5000);
+        a2_test_sleep_ms(delays[k]);
+        int have = a2_test_wait_in_file(d.audit, "\n", lines_before + 1,
+                                        k == 0 ? 10000 : 5000);
         if (k == 0 && have < 1)
             fail_msg("no audit line 10 s into the burst");
         lines_before = have;
@@ -254,41 +263,35 @@ static void test_kill9_mid_burst(void **state)
             pid_t r = waitpid(child, &st, WNOHANG);
             reaped = r == child;
             if (reaped)
-                tc_untrack(child);
+                a2_test_untrack(child);
             mid_burst += r == 0;
         }
-        tc_kill9(&d);
-        tc_sleep_ms(30);
-        tc_start(&d);
+        a2_test_consumer_kill9(&d);
+        a2_test_sleep_ms(30);
+        a2_test_consumer_start(&d);
     }
     if (!reaped)
         waitpid(child, &st, 0);
-    tc_untrack(child);
+    a2_test_untrack(child);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     /* the kills hit the burst, and each restart resumed from the audit */
     assert_true(mid_burst >= 1);
-    assert_int_equal(tc_count_in_file(d.log, "ready:"), 4);
-    assert_int_equal(tc_count_in_file(d.log, "resume after 0/0"), 1);
+    assert_int_equal(a2_test_count_in_file(d.log, "ready:"), 4);
+    assert_int_equal(a2_test_count_in_file(d.log, "resume after 0/0"), 1);
     wait_caught_up(d.audit, 30000);
-    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     assert_exactly_once(d.audit);
 
     /* a restart with nothing new writes nothing */
-    int lines = tc_count_in_file(d.audit, "\n");
-    tc_start(&d);
-    tc_worker w;
-    tc_msg m;
-    tc_worker_open(&w, d.sock, "w1", "c", NULL);
-    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
+    int lines = a2_test_count_in_file(d.audit, "\n");
+    a2_test_consumer_start(&d);
+    a2_test_worker_join(&w, d.sock, "w1", "c", NULL, 0);
     /* after the welcome (a resync) the worker claims every pending head */
     int64_t pending = a2_test_int(
             db, "select count(*) from a2_cursors where head is not null and "
                 "failed_at is null and claim_holder is null");
     assert_true(pending > 0);
-    a2_store *store;
-    a2_store_error se;
-    if (a2_store_open(&store, a2_test_db(), &se) != 0)
-        fail_msg("a2_store_open: %s", se.message);
+    a2_store *store = a2_test_store_open(a2_test_db());
     const char *consumers[] = {"c"};
     a2_sessions ss;
     assert_int_equal(
@@ -311,14 +314,15 @@ static void test_kill9_mid_burst(void **state)
                      0);
     /* and a new head wakes the worker */
     burst(6000, 1);
-    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
     assert_string_equal(m.cursor, "#6000");
-    tc_worker_close(&w);
+    a2_test_worker_close(&w);
     wait_caught_up(d.audit, 10000);
-    assert_int_equal(tc_stop(&d), 0);
-    assert_int_equal(tc_count_in_file(d.audit, "\n"), lines + (int)claimed + 1);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    assert_int_equal(a2_test_count_in_file(d.audit, "\n"),
+                     lines + (int)claimed + 1);
     assert_exactly_once(d.audit);
-    tc_cleanup(&d);
+    a2_test_consumer_cleanup(&d);
 }
 
 static void pg_restart(const char *mode)
@@ -333,16 +337,13 @@ static void pg_restart(const char *mode)
 
 static void restart_under_consumer(const char *mode, const char *slot)
 {
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, slot);
-    tc_start(&d);
-    tc_worker_open(&w, d.sock, "w1", "c", NULL);
-    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_msg m;
+    a2_test_consumer_run_with_worker(&d, slot, &w, 0);
     burst(0, 200);
     wait_caught_up(d.audit, 20000);
-    tc_sleep_ms(300); /* let a status update confirm it */
+    a2_test_sleep_ms(300); /* let a status update confirm it */
     PQfinish(db);
     pg_restart(mode);
     db = a2_test_connect();
@@ -353,21 +354,22 @@ static void restart_under_consumer(const char *mode, const char *slot)
     int64_t t0 = a2_test_now_ms();
     int found = 0;
     while (!found && a2_test_now_ms() - t0 < 10000) {
-        if (!tc_wait_for(&w, "wake", 10000, &m))
+        if (!a2_test_worker_wait_for(&w, "wake", 10000, &m))
             break;
         found = strcmp(m.cursor, "#400") == 0;
     }
     assert_true(found);
-    tc_worker_close(&w);
+    a2_test_worker_close(&w);
     wait_caught_up(d.audit, 10000);
-    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     assert_exactly_once(d.audit);
-    assert_true(tc_count_in_file(d.log, "streaming from slot") >= 2);
-    assert_true(tc_count_in_file(d.log, "reconnecting in") >= 1);
+    assert_true(a2_test_count_in_file(d.log, "streaming from slot") >= 2);
+    assert_true(a2_test_count_in_file(d.log, "reconnecting in") >= 1);
     /* the checks after the restart ran on a new connection, not on the one
      * the restart ended */
-    assert_int_equal(tc_count_in_file(d.log, "could not read wal_level"), 0);
-    tc_cleanup(&d);
+    assert_int_equal(a2_test_count_in_file(d.log, "could not read wal_level"),
+                     0);
+    a2_test_consumer_cleanup(&d);
 }
 
 static void test_postgres_fast_restart(void **state)
@@ -386,31 +388,30 @@ static void test_postgres_crash_restart(void **state)
 static void test_walsender_terminated(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_init(&d, "tc_terminated");
-    tc_start(&d);
+    a2_test_consumer d;
+    a2_test_consumer_run(&d, "tc_terminated");
     burst(0, 100);
     a2_test_exec(db, "select pg_terminate_backend(active_pid) from "
                      "pg_replication_slots where slot_name = 'tc_terminated'");
     burst(100, 100);
     wait_caught_up(d.audit, 30000);
-    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     assert_exactly_once(d.audit);
-    assert_true(tc_count_in_file(d.log, "reconnecting in") >= 1);
-    assert_true(tc_count_in_file(d.log, "streaming from slot") >= 2);
-    tc_cleanup(&d);
+    assert_true(a2_test_count_in_file(d.log, "reconnecting in") >= 1);
+    assert_true(a2_test_count_in_file(d.log, "streaming from slot") >= 2);
+    a2_test_consumer_cleanup(&d);
 }
 
 /* Waits until the file holds needle; fails after timeout_ms. */
 static void wait_for_text(const char *path, const char *needle, int timeout_ms)
 {
     int64_t t0 = a2_test_now_ms();
-    while (tc_count_in_file(path, needle) == 0) {
+    while (a2_test_count_in_file(path, needle) == 0) {
         if (a2_test_now_ms() - t0 > timeout_ms) {
-            char *t = tc_read_file(path);
+            char *t = a2_test_read_file(path);
             fail_msg("no \"%s\" in %d ms: %s", needle, timeout_ms, t ? t : "");
         }
-        tc_sleep_ms(50);
+        a2_test_sleep_ms(50);
     }
 }
 
@@ -424,23 +425,24 @@ static void wait_for_text(const char *path, const char *needle, int timeout_ms)
 static void test_walsender_stopped(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_init(&d, "tc_stopped");
+    a2_test_consumer d;
+    a2_test_consumer_init(&d, "tc_stopped");
     /* 3 s: a walsender of a busy host answers a reply request (sent at half
      * the timeout) well within the other half */
     const char *extra[] = {"--stream-timeout", "3000", NULL};
-    tc_start_args(&d, 0, extra);
+    a2_test_consumer_start_args(&d, 0, extra);
     /* idle for more than twice the timeout: kept */
-    tc_sleep_ms(7000);
-    assert_int_equal(tc_count_in_file(d.log, "sent nothing"), 0);
+    a2_test_sleep_ms(7000);
+    assert_int_equal(a2_test_count_in_file(d.log, "sent nothing"), 0);
     burst(0, 50);
     wait_caught_up(d.audit, 20000);
-    tc_stop_process(db, "select active_pid from pg_replication_slots where "
-                        "slot_name = 'tc_stopped'");
+    a2_test_stop_process(db,
+                         "select active_pid from pg_replication_slots where "
+                         "slot_name = 'tc_stopped'");
     burst(50, 50);
     wait_for_text(d.log, "the server sent nothing for", 20000);
     /* the silence it names is at least the timeout */
-    char *log = tc_read_file(d.log);
+    char *log = a2_test_read_file(d.log);
     double quiet = 0;
     assert_int_equal(sscanf(strstr(log, "the server sent nothing for"),
                             "the server sent nothing for %lf s", &quiet),
@@ -451,12 +453,12 @@ static void test_walsender_stopped(void **state)
                   "is still held by the walsender of this consumer's "
                   "last stream",
                   20000);
-    tc_continue_process();
+    a2_test_continue_process();
     wait_caught_up(d.audit, 30000);
-    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     assert_exactly_once(d.audit);
-    assert_int_equal(tc_count_in_file(d.log, "streaming from slot"), 2);
-    tc_cleanup(&d);
+    assert_int_equal(a2_test_count_in_file(d.log, "streaming from slot"), 2);
+    a2_test_consumer_cleanup(&d);
 }
 
 /* The backend that answered the consumer's last heartbeat. */
@@ -468,21 +470,21 @@ static void test_walsender_stopped(void **state)
 /* Starts the consumer with a stream timeout and a heartbeat interval (ms),
  * applies a first burst, waits for an idle heartbeat, then stops the
  * backend that answered it (SIGSTOP). */
-static void start_and_stop_heartbeats(tc_daemon *d, const char *timeout,
+static void start_and_stop_heartbeats(a2_test_consumer *d, const char *timeout,
                                       const char *interval)
 {
     const char *extra[] = {"--stream-timeout", timeout, "--heartbeat-interval",
                            interval, NULL};
-    tc_start_args(d, 0, extra);
+    a2_test_consumer_start_args(d, 0, extra);
     burst(0, 20);
     wait_caught_up(d->audit, 20000);
     int i = 0;
     while (a2_test_int(db, HEARTBEAT_BACKEND_SQL) <= 0) {
         if (++i > 200)
             fail_msg("no heartbeat was sent in 10 s");
-        tc_sleep_ms(50);
+        a2_test_sleep_ms(50);
     }
-    tc_stop_process(db, HEARTBEAT_BACKEND_SQL);
+    a2_test_stop_process(db, HEARTBEAT_BACKEND_SQL);
 }
 
 /*
@@ -494,24 +496,26 @@ static void start_and_stop_heartbeats(tc_daemon *d, const char *timeout,
 static void test_query_unanswered(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_init(&d, "tc_unanswered");
+    a2_test_consumer d;
+    a2_test_consumer_init(&d, "tc_unanswered");
     start_and_stop_heartbeats(&d, "3000", "300");
     wait_for_text(d.log, "a heartbeat got no answer from the server in 3.0 s",
                   20000);
-    tc_continue_process();
+    a2_test_continue_process();
     burst(20, 20);
     wait_caught_up(d.audit, 20000);
     /* the heartbeats after it go out on a new connection and are answered:
      * none is given up for longer than the timeout */
-    tc_sleep_ms(4500);
-    assert_int_equal(tc_count_in_file(d.log, "got no answer"), 1);
-    assert_int_equal(tc_count_in_file(d.log, "could not send a heartbeat"), 0);
-    assert_int_equal(tc_stop(&d), 0);
+    a2_test_sleep_ms(4500);
+    assert_int_equal(a2_test_count_in_file(d.log, "got no answer"), 1);
+    assert_int_equal(a2_test_count_in_file(d.log, "could not send a heartbeat"),
+                     0);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     assert_exactly_once(d.audit);
-    assert_int_equal(tc_count_in_file(d.log, "the server sent nothing"), 0);
-    assert_int_equal(tc_count_in_file(d.log, "streaming from slot"), 1);
-    tc_cleanup(&d);
+    assert_int_equal(a2_test_count_in_file(d.log, "the server sent nothing"),
+                     0);
+    assert_int_equal(a2_test_count_in_file(d.log, "streaming from slot"), 1);
+    a2_test_consumer_cleanup(&d);
 }
 
 /*
@@ -522,21 +526,21 @@ static void test_query_unanswered(void **state)
 static void test_heartbeat_not_waited_for(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_init(&d, "tc_hbwait");
+    a2_test_consumer d;
+    a2_test_consumer_init(&d, "tc_hbwait");
     start_and_stop_heartbeats(&d, "60000", "200");
     /* idle past the interval: the next heartbeat goes to the stopped
      * backend and gets no answer */
-    tc_sleep_ms(800);
+    a2_test_sleep_ms(800);
     burst(20, 20);
     /* well under the 60 s a wait for the heartbeat would take */
     wait_caught_up(d.audit, 20000);
-    tc_continue_process();
-    assert_int_equal(tc_stop(&d), 0);
+    a2_test_continue_process();
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     assert_exactly_once(d.audit);
-    assert_int_equal(tc_count_in_file(d.log, "got no answer"), 0);
-    assert_int_equal(tc_count_in_file(d.log, "streaming from slot"), 1);
-    tc_cleanup(&d);
+    assert_int_equal(a2_test_count_in_file(d.log, "got no answer"), 0);
+    assert_int_equal(a2_test_count_in_file(d.log, "streaming from slot"), 1);
+    a2_test_consumer_cleanup(&d);
 }
 
 /*
@@ -548,32 +552,32 @@ static void test_heartbeat_not_waited_for(void **state)
 static void test_audit_write_fails(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_init(&d, "tc_auditfull");
-    tc_child_file_limit = 16384;
-    tc_start(&d);
-    tc_child_file_limit = 0;
+    a2_test_consumer d;
+    a2_test_consumer_init(&d, "tc_auditfull");
+    a2_test_consumer_set_file_limit(16384);
+    a2_test_consumer_start(&d);
+    a2_test_consumer_set_file_limit(0);
     burst(0, 300);
     int64_t t0 = a2_test_now_ms();
     int st = 0;
     while (waitpid(d.pid, &st, WNOHANG) == 0) {
         if (a2_test_now_ms() - t0 > 20000)
             fail_msg("a2-consumer did not stop on a failed audit write");
-        tc_sleep_ms(20);
+        a2_test_sleep_ms(20);
     }
-    tc_untrack(d.pid);
+    a2_test_untrack(d.pid);
     d.pid = 0;
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 1);
-    assert_int_equal(tc_count_in_file(d.log, "File too large"), 1);
+    assert_int_equal(a2_test_count_in_file(d.log, "File too large"), 1);
     struct stat sb;
     assert_int_equal(stat(d.audit, &sb), 0);
     assert_true(sb.st_size <= 16384);
-    tc_start(&d);
+    a2_test_consumer_start(&d);
     wait_caught_up(d.audit, 30000);
-    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     assert_exactly_once(d.audit);
-    tc_cleanup(&d);
+    a2_test_consumer_cleanup(&d);
 }
 
 /*
@@ -583,14 +587,13 @@ static void test_audit_write_fails(void **state)
 static void test_invalidated_slot_gap(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_lost");
-    tc_start(&d);
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_msg m;
+    a2_test_consumer_run(&d, "tc_lost");
     burst(0, 1);
     wait_caught_up(d.audit, 10000);
-    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
 
     a2_test_exec(db, "alter system set max_slot_wal_keep_size = '1MB'");
     a2_test_exec(db, "select pg_reload_conf()");
@@ -613,27 +616,28 @@ static void test_invalidated_slot_gap(void **state)
     assert_string_equal(status, "lost");
     free(status);
 
-    tc_start(&d);
+    a2_test_consumer_start(&d);
     assert_int_equal(
-            tc_wait_in_file(d.log, "was invalidated; recreated", 1, 10000), 1);
+            a2_test_wait_in_file(d.log, "was invalidated; recreated", 1, 10000),
+            1);
     /* the gap record reaches the file with the next group write */
     assert_int_equal(
-            tc_wait_in_file(d.audit, "\"transition\":\"gap\"", 1, 10000), 1);
-    tc_worker_open(&w, d.sock, "w1", "c", NULL);
-    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
+            a2_test_wait_in_file(d.audit, "\"transition\":\"gap\"", 1, 10000),
+            1);
+    a2_test_worker_join(&w, d.sock, "w1", "c", NULL, 0);
     burst(4, 1);
-    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
     assert_string_equal(m.cursor, "#4");
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
+    a2_test_worker_close(&w);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     /* the line after the gap is the new change */
-    char *text = tc_read_file(d.audit);
+    char *text = a2_test_read_file(d.audit);
     char *gap = strstr(text, "\"transition\":\"gap\"");
     assert_non_null(gap);
     assert_non_null(strstr(gap, "\"cursor\":\"#4\""));
     free(text);
     a2_test_exec(db, "drop table if exists tc_filler");
-    tc_cleanup(&d);
+    a2_test_consumer_cleanup(&d);
 }
 
 /* Switches WAL segments and checkpoints until the slot is lost. */
@@ -672,16 +676,12 @@ static void invalidate_slot(const char *slot)
 static void test_slot_lost_while_running(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_lostrun");
-    tc_start(&d);
-    tc_worker_open(&w, d.sock, "w1", "c", NULL);
-    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
-    assert_true(tc_wait_for(&w, "resync", 5000, &m)); /* subscribe's answer */
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_consumer_run_with_worker(&d, "tc_lostrun", &w, 1);
     burst(0, 1);
-    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    a2_test_msg m;
+    assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
 
     kill(d.pid, SIGSTOP);
     a2_test_exec(db, "select pg_terminate_backend(active_pid) from "
@@ -690,22 +690,24 @@ static void test_slot_lost_while_running(void **state)
         if (a2_test_int(db, "select count(*) from pg_replication_slots where "
                             "slot_name = 'tc_lostrun' and active") == 0)
             break;
-        tc_sleep_ms(20);
+        a2_test_sleep_ms(20);
     }
     invalidate_slot("tc_lostrun");
     kill(d.pid, SIGCONT);
 
     /* every worker gets a resync, then streaming goes on */
-    assert_true(tc_wait_for(&w, "resync", 10000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "resync", 10000, &m));
     assert_true(m.all_sessions);
     burst(4, 1);
-    assert_true(tc_wait_for(&w, "wake", 10000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "wake", 10000, &m));
     assert_string_equal(m.cursor, "#4");
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"gap\""), 1);
-    assert_int_equal(tc_count_in_file(d.log, "was invalidated; recreated"), 1);
-    tc_cleanup(&d);
+    a2_test_worker_close(&w);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    assert_int_equal(a2_test_count_in_file(d.audit, "\"transition\":\"gap\""),
+                     1);
+    assert_int_equal(a2_test_count_in_file(d.log, "was invalidated; recreated"),
+                     1);
+    a2_test_consumer_cleanup(&d);
 }
 
 int main(void)

@@ -10,7 +10,13 @@
 
 #include <cmocka.h>
 
-#include "test_consumer_util.h"
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "consumer_harness.h"
 
 #define A2C_TABLES                                                             \
     "public.a2_events,public.a2_cursors,public.a2_lane_events,"                \
@@ -20,17 +26,7 @@ static PGconn *db;
 
 static int setup(void **state)
 {
-    (void)state;
-    db = a2_test_connect();
-    a2_test_exec(db, "truncate a2_events, a2_cursors");
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tc_kill_leftovers();
-    PQfinish(db);
+    *state = db = a2_test_connect_reset("truncate a2_events, a2_cursors");
     return 0;
 }
 
@@ -48,10 +44,10 @@ static int cmp64(const void *a, const void *b)
 }
 
 /* n inserts, one at a time; returns the sorted latencies (µs). */
-static void measure(tc_worker *w, int base, int n, int64_t *lat)
+static void measure(a2_test_worker *w, int base, int n, int64_t *lat)
 {
     char sql[512];
-    tc_msg m;
+    a2_test_msg m;
     for (int i = 0; i < n; i++) {
         snprintf(sql, sizeof sql,
                  "insert into a2_cursors(session_id, consumer, cursor_key, "
@@ -60,7 +56,7 @@ static void measure(tc_worker *w, int base, int n, int64_t *lat)
                  base + i, base + i, base + i);
         int64_t t0 = now_us();
         a2_test_exec(db, sql);
-        if (!tc_wait_for(w, "wake", 5000, &m))
+        if (!a2_test_worker_wait_for(w, "wake", 5000, &m))
             fail_msg("wake %d missing", base + i);
         lat[i] = now_us() - t0;
         assert_int_equal(m.head, base + i);
@@ -73,21 +69,17 @@ static void test_latency_and_throughput(void **state)
     (void)state;
     enum { N = 200 };
     int64_t on[N], off[N];
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_latency");
-    tc_start(&d);
-    tc_worker_open(&w, d.sock, "w1", "c", NULL);
-    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_consumer_run_with_worker(&d, "tc_latency", &w, 0);
 
     measure(&w, 1, N, on);
     a2_test_exec(db, "set synchronous_commit = off");
     measure(&w, 1 + N, 20, off);
     a2_test_exec(db, "set synchronous_commit = on");
 
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
+    a2_test_worker_close(&w);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
 
     printf("a2-consumer wake-up latency, commit to worker socket (µs):\n");
     printf("  %-26s %8s %8s %8s\n", "", "p50", "p99", "max");
@@ -97,7 +89,7 @@ static void test_latency_and_throughput(void **state)
            "synchronous_commit=off", off[10], off[19], off[19]);
     /* loose bounds for a shared machine */
     assert_true(on[N / 2] < 50000);
-    tc_cleanup(&d);
+    a2_test_consumer_cleanup(&d);
 }
 
 /*
@@ -111,10 +103,9 @@ static void test_backlog_catch_up(void **state)
 {
     (void)state;
     enum { BACKLOG = 20000 };
-    tc_daemon d;
-    tc_init(&d, "tc_backlog");
-    tc_start(&d);
-    assert_int_equal(tc_stop(&d), 0);
+    a2_test_consumer d;
+    a2_test_consumer_run(&d, "tc_backlog");
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     a2_test_exec(db,
                  "select pg_drop_replication_slot(slot_name) from "
                  "pg_replication_slots where slot_name = 'tc_backlog_base'");
@@ -126,7 +117,7 @@ static void test_backlog_catch_up(void **state)
                      "epoch, kind, head) values ('k' || i, 'c', '#1', 1, "
                      "'event', 1); commit; end loop; end $$");
     char *end = a2_test_scalar(db, "select pg_current_wal_lsn()::text");
-    int before = tc_count_in_file(d.audit, "\n");
+    int before = a2_test_count_in_file(d.audit, "\n");
     char sql[256];
     snprintf(sql, sizeof sql,
              "select count(*) from pg_replication_slots where slot_name = "
@@ -136,15 +127,15 @@ static void test_backlog_catch_up(void **state)
     /* caught up: the flush position it confirms (durable audit lines only)
      * reached the end of the backlog */
     int64_t t0 = now_us();
-    tc_start(&d);
+    a2_test_consumer_start(&d);
     while (a2_test_int(db, sql) == 0) {
         if (now_us() - t0 > 120000000)
             fail_msg("did not catch up in 120 s");
-        tc_sleep_ms(10);
+        a2_test_sleep_ms(10);
     }
     int64_t ours = now_us() - t0;
-    assert_int_equal(tc_stop(&d), 0);
-    assert_int_equal(tc_count_in_file(d.audit, "\n"), before + BACKLOG);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    assert_int_equal(a2_test_count_in_file(d.audit, "\n"), before + BACKLOG);
 
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
@@ -166,16 +157,16 @@ static void test_backlog_catch_up(void **state)
            BACKLOG / (ours / 1e6));
     printf("  %-44s %8.2f %10.0f\n", "pg_recvlogical wal2json -> /dev/null",
            base / 1e6, BACKLOG / (base / 1e6));
-    tc_cleanup(&d);
+    a2_test_consumer_cleanup(&d);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_latency_and_throughput, setup,
-                                            teardown),
+                                            a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_backlog_catch_up, setup,
-                                            teardown),
+                                            a2_test_consumer_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

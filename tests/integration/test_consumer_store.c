@@ -11,31 +11,28 @@
 
 #include <cmocka.h>
 
+#include <inttypes.h>
+
 #include "a2/store.h"
-#include "test_consumer_util.h"
+#include "consumer_harness.h"
+#include "store_fixture.h"
 
 static a2_store *store;
 static PGconn *db;
 
 static int setup(void **state)
 {
-    (void)state;
-    db = a2_test_connect();
-    a2_test_exec(db, "truncate a2_events, a2_cursors, a2_clears, "
-                     "a2_lane_events");
-    a2_store_error err;
-    if (a2_store_open(&store, a2_test_db(), &err) != 0)
-        fail_msg("a2_store_open: %s", err.message);
+    *state = db =
+            a2_test_connect_reset("truncate a2_events, a2_cursors, a2_clears, "
+                                  "a2_lane_events");
+    store = a2_test_store_open(a2_test_db());
     return 0;
 }
 
 static int teardown(void **state)
 {
-    (void)state;
-    tc_kill_leftovers();
     a2_store_close(store);
-    PQfinish(db);
-    return 0;
+    return a2_test_consumer_teardown(state);
 }
 
 static void check(int rc, const char *what)
@@ -78,18 +75,15 @@ static int claim(const char *session, const char *holder, int64_t ttl,
 static void test_store_operations_wake(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_store");
-    tc_start(&d);
-    tc_worker_open(&w, d.sock, "w1", "c", NULL);
-    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_consumer_run_with_worker(&d, "tc_store", &w, 0);
 
     /* append to a lane → wake for its head */
     int64_t i1 = append("s1", "job", "c", "main");
     int64_t i2 = append("s1", "job", "c", "main");
-    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    a2_test_msg m;
+    assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
     assert_string_equal(m.session, "s1");
     assert_string_equal(m.cursor, "lane:main");
     assert_int_equal(m.head, i1);
@@ -104,7 +98,7 @@ static void test_store_operations_wake(void **state)
           "complete");
     assert_int_equal(cr.outcome, A2_ATTEMPT_COMPLETED);
     a2_complete_result_free(&cr);
-    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
     assert_string_equal(m.cursor, "lane:main");
     assert_int_equal(m.head, i2);
 
@@ -117,21 +111,21 @@ static void test_store_operations_wake(void **state)
     a2_fail_request fr = {
             .error = "boom", .max_failures = 5, .retry_after_ms = 300};
     a2_fail_result fres;
-    int64_t t_fail = tc_wall_ms();
+    int64_t t_fail = a2_test_wall_ms();
     check(a2_store_fail(store, "s1", &ref, &fr, &fres), "fail");
     assert_int_equal(fres.outcome, A2_ATTEMPT_FAILED);
-    assert_true(tc_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
-    int64_t waited = tc_wall_ms() - t_fail;
+    assert_true(a2_test_worker_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
+    int64_t waited = a2_test_wall_ms() - t_fail;
     assert_int_equal(m.head, i2);
     if (waited < 300 || waited > 300 + TIMER_LATE_MS)
         fail_msg("retry wake after %" PRId64 " ms, wanted 300..%d", waited,
                  300 + TIMER_LATE_MS);
 
     /* a 300 ms lease left to lapse → takeover wake */
-    int64_t t_claim = tc_wall_ms();
+    int64_t t_claim = a2_test_wall_ms();
     claim("s1", "w2", 300, NULL);
-    assert_true(tc_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
-    waited = tc_wall_ms() - t_claim;
+    assert_true(a2_test_worker_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
+    waited = a2_test_wall_ms() - t_claim;
     if (waited < 300 || waited > 300 + TIMER_LATE_MS)
         fail_msg("takeover wake after %" PRId64 " ms, wanted 300..%d", waited,
                  300 + TIMER_LATE_MS);
@@ -142,33 +136,33 @@ static void test_store_operations_wake(void **state)
     a2_clear_result clr;
     check(a2_store_clear(store, "s1", A2_STORE_NONE, NULL, &clr), "clear");
     assert_true(clr.cleared);
-    assert_true(tc_wait_for(&w, "cleared", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "cleared", 5000, &m));
     assert_string_equal(m.session, "s1");
     assert_int_equal(m.clear_index, clr.clear_index);
 
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"started\""),
-                     1);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"completed\""),
-                     1);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"failed\""), 1);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"taken_over\""),
-                     1);
-    assert_true(tc_count_in_file(d.audit, "\"transition\":\"claimed\"") >= 2);
-    tc_cleanup(&d);
+    a2_test_worker_close(&w);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    assert_int_equal(
+            a2_test_count_in_file(d.audit, "\"transition\":\"started\""), 1);
+    assert_int_equal(
+            a2_test_count_in_file(d.audit, "\"transition\":\"completed\""), 1);
+    assert_int_equal(
+            a2_test_count_in_file(d.audit, "\"transition\":\"failed\""), 1);
+    assert_int_equal(
+            a2_test_count_in_file(d.audit, "\"transition\":\"taken_over\""), 1);
+    assert_true(a2_test_count_in_file(d.audit, "\"transition\":\"claimed\"") >=
+                2);
+    a2_test_consumer_cleanup(&d);
 }
 
 static void test_store_log_consumer(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_storelog");
-    tc_start(&d);
-    tc_worker_open(&w, d.sock, "lw", "lg", "user_msg");
-    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_msg m;
+    a2_test_consumer_run(&d, "tc_storelog");
+    a2_test_worker_join(&w, d.sock, "lw", "lg", "user_msg", 0);
     const char *types[] = {"user_msg"};
     a2_log_spec spec = {.lane = "log", .types = types, .ntypes = 1};
     a2_consumer lg = {"lg", &spec};
@@ -179,15 +173,14 @@ static void test_store_log_consumer(void **state)
     check(a2_store_append(store, "s5", ev, 2, &opts, &out), "append");
     int64_t user_idx = out.items[1].index;
     a2_events_free(&out);
-    assert_true(tc_wait_for(&w, "log", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "log", 5000, &m));
     assert_string_equal(m.consumer, "lg");
     assert_string_equal(m.session, "s5");
     assert_int_equal(m.idx, user_idx);
     assert_string_equal(m.type, "user_msg");
-    assert_int_equal(tc_wait_for(&w, "log", 400, &m), 0);
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    assert_int_equal(a2_test_worker_wait_for(&w, "log", 400, &m), 0);
+    a2_test_worker_close(&w);
+    a2_test_consumer_end(&d);
 }
 
 int main(void)

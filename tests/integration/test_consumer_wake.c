@@ -10,13 +10,21 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "a2/version.h"
-#include "test_consumer_util.h"
+#include "consumer_harness.h"
 
 static PGconn *db;
 /* Set to end the dripping clients of test_metrics_slow_client. */
@@ -24,104 +32,84 @@ static atomic_int drip_stop;
 
 static int setup(void **state)
 {
-    (void)state;
-    db = a2_test_connect();
-    a2_test_exec(db, "truncate a2_events, a2_cursors, a2_clears, a2_presence");
+    *state = db = a2_test_connect_reset(
+            "truncate a2_events, a2_cursors, a2_clears, a2_presence");
     return 0;
 }
 
 static int teardown(void **state)
 {
-    (void)state;
     atomic_store(&drip_stop, 1);
-    tc_kill_leftovers();
-    PQfinish(db);
-    return 0;
-}
-
-static void sqlf(const char *fmt, ...)
-{
-    char sql[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sql, sizeof sql, fmt, ap);
-    va_end(ap);
-    a2_test_exec(db, sql);
-}
-
-/* Connects a worker and waits for its welcome and, when it subscribes, for
- * the resync the consumer answers the subscription with: from then on the
- * subscription is in place. */
-static void open_worker(tc_worker *w, tc_daemon *d, const char *name,
-                        const char *consumer, const char *log_type)
-{
-    tc_msg m;
-    tc_worker_open(w, d->sock, name, consumer, log_type);
-    if (!tc_wait_for(w, "welcome", 5000, &m))
-        fail_msg("no welcome");
-    if (consumer && !tc_wait_for(w, "resync", 5000, &m))
-        fail_msg("no resync after the subscription of %s", name);
+    return a2_test_consumer_teardown(state);
 }
 
 /* Inserts event idx of session and an event cursor run for it. */
 static void append_event(const char *session, int idx, const char *consumer)
 {
-    sqlf("insert into a2_events(session_id, idx, event_type, event_id, "
-         "created_at) values ('%s', %d, 'job', 'e%d', 1)",
-         session, idx, idx);
-    sqlf("insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
-         "kind, head) values ('%s', '%s', '#%d', %d, 'event', %d)",
-         session, consumer, idx, idx, idx);
+    a2_test_execf(
+            db,
+            "insert into a2_events(session_id, idx, event_type, event_id, "
+            "created_at) values ('%s', %d, 'job', 'e%d', 1)",
+            session, idx, idx);
+    a2_test_execf(
+            db,
+            "insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
+            "kind, head) values ('%s', '%s', '#%d', %d, 'event', %d)",
+            session, consumer, idx, idx, idx);
 }
 
 static void test_append_and_complete_wake(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_wake");
-    tc_start(&d);
-    open_worker(&w, &d, "w1", "c", NULL);
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_consumer_run_with_worker(&d, "tc_wake", &w, 1);
 
     /* append → wake */
     append_event("s1", 1, "c");
-    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    a2_test_msg m;
+    assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
     assert_string_equal(m.consumer, "c");
     assert_string_equal(m.session, "s1");
     assert_string_equal(m.cursor, "#1");
     assert_int_equal(m.head, 1);
 
     /* a lane: started at head 2, completed → wake for its next head 3 */
-    sqlf("insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
-         "kind, lane, head) values ('s1', 'c', 'lane:main', 2, 'lane', "
-         "'main', 2)");
-    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    a2_test_execf(
+            db,
+            "insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
+            "kind, lane, head) values ('s1', 'c', 'lane:main', 2, 'lane', "
+            "'main', 2)");
+    assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
     assert_string_equal(m.cursor, "lane:main");
     assert_int_equal(m.head, 2);
-    sqlf("update a2_cursors set claim_holder = 'w1', attempt_count = 1, "
-         "first_claimed_at = 1, last_claimed_at = 1, "
-         "claim_expires_at = %" PRId64 " where cursor_key = 'lane:main'",
-         tc_wall_ms() + 60000);
-    sqlf("update a2_cursors set claim_holder = null, claim_expires_at = null, "
-         "attempt_count = 0, first_claimed_at = null, last_claimed_at = null, "
-         "position = 2, head = 3 where cursor_key = 'lane:main'");
-    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    a2_test_execf(
+            db,
+            "update a2_cursors set claim_holder = 'w1', attempt_count = 1, "
+            "first_claimed_at = 1, last_claimed_at = 1, "
+            "claim_expires_at = %" PRId64 " where cursor_key = 'lane:main'",
+            a2_test_wall_ms() + 60000);
+    a2_test_execf(db, "update a2_cursors set claim_holder = null, "
+                      "claim_expires_at = null, "
+                      "attempt_count = 0, first_claimed_at = null, "
+                      "last_claimed_at = null, "
+                      "position = 2, head = 3 where cursor_key = 'lane:main'");
+    assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
     assert_string_equal(m.cursor, "lane:main");
     assert_int_equal(m.head, 3);
     /* the claim's lease timer was cancelled by the completion: no wake */
-    assert_int_equal(tc_next(&w, 300, &m), 0);
+    assert_int_equal(a2_test_worker_next(&w, 300, &m), 0);
 
     /* the audit has the four transitions, named */
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"started\""),
-                     2);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"claimed\""),
-                     1);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"completed\""),
-                     1);
-    tc_cleanup(&d);
+    a2_test_worker_close(&w);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    assert_int_equal(
+            a2_test_count_in_file(d.audit, "\"transition\":\"started\""), 2);
+    assert_int_equal(
+            a2_test_count_in_file(d.audit, "\"transition\":\"claimed\""), 1);
+    assert_int_equal(
+            a2_test_count_in_file(d.audit, "\"transition\":\"completed\""), 1);
+    a2_test_consumer_cleanup(&d);
 }
 
 /*
@@ -130,43 +118,46 @@ static void test_append_and_complete_wake(void **state)
  */
 static int64_t hold(const char *holder, int ms)
 {
-    int64_t at = tc_wall_ms() + ms;
+    int64_t at = a2_test_wall_ms() + ms;
     if (holder)
-        sqlf("update a2_cursors set claim_holder = '%s', attempt_count = "
-             "attempt_count + 1, claim_expires_at = %" PRId64 ", "
-             "first_claimed_at = coalesce(first_claimed_at, 1), "
-             "last_claimed_at = %" PRId64
-             " where session_id = 's1' and cursor_key = '#1'",
-             holder, at, tc_wall_ms());
+        a2_test_execf(
+                db,
+                "update a2_cursors set claim_holder = '%s', attempt_count = "
+                "attempt_count + 1, claim_expires_at = %" PRId64 ", "
+                "first_claimed_at = coalesce(first_claimed_at, 1), "
+                "last_claimed_at = %" PRId64
+                " where session_id = 's1' and cursor_key = '#1'",
+                holder, at, a2_test_wall_ms());
     else
-        sqlf("update a2_cursors set claim_holder = null, failure_count = "
-             "failure_count + 1, last_error = 'boom', last_failed_at = 1, "
-             "last_failed_attempt = attempt_count, claim_expires_at = "
-             "%" PRId64 " where session_id = 's1' and cursor_key = '#1'",
-             at);
+        a2_test_execf(
+                db,
+                "update a2_cursors set claim_holder = null, failure_count = "
+                "failure_count + 1, last_error = 'boom', last_failed_at = 1, "
+                "last_failed_attempt = attempt_count, claim_expires_at = "
+                "%" PRId64 " where session_id = 's1' and cursor_key = '#1'",
+                at);
     return at;
 }
 
 static int64_t renew(int ms)
 {
-    int64_t at = tc_wall_ms() + ms;
-    sqlf("update a2_cursors set claim_expires_at = %" PRId64
-         " where session_id = 's1' and cursor_key = '#1'",
-         at);
+    int64_t at = a2_test_wall_ms() + ms;
+    a2_test_execf(db,
+                  "update a2_cursors set claim_expires_at = %" PRId64
+                  " where session_id = 's1' and cursor_key = '#1'",
+                  at);
     return at;
 }
 
 static void test_retry_after_and_lease_lapse(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_timers");
-    tc_start(&d);
-    open_worker(&w, &d, "w1", "c", NULL);
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_consumer_run_with_worker(&d, "tc_timers", &w, 1);
     append_event("s1", 1, "c");
-    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    a2_test_msg m;
+    assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
 
     /* claimed, then failed with retry-after 300 ms: never early, and late
      * by at most TIMER_LATE_MS (a busy host delays the loop; a timer that
@@ -174,8 +165,8 @@ static void test_retry_after_and_lease_lapse(void **state)
     enum { TIMER_LATE_MS = 3000, TIMER_WAIT_MS = 10000 };
     hold("w1", 60000);
     int64_t due = hold(NULL, 300);
-    assert_true(tc_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
-    int64_t got = tc_wall_ms();
+    assert_true(a2_test_worker_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
+    int64_t got = a2_test_wall_ms();
     assert_int_equal(m.head, 1);
     assert_string_equal(m.cursor, "#1");
     if (got < due)
@@ -185,8 +176,8 @@ static void test_retry_after_and_lease_lapse(void **state)
 
     /* claimed with a 300 ms lease left to lapse → takeover wake */
     due = hold("w2", 300);
-    assert_true(tc_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
-    got = tc_wall_ms();
+    assert_true(a2_test_worker_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
+    got = a2_test_wall_ms();
     if (got < due)
         fail_msg("takeover wake %" PRId64 " ms early", due - got);
     if (got > due + TIMER_LATE_MS)
@@ -194,125 +185,130 @@ static void test_retry_after_and_lease_lapse(void **state)
 
     /* claimed again and renewed twice: one timer, at the last expiry */
     due = hold(NULL, 0);
-    assert_true(tc_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
+    assert_true(a2_test_worker_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
     hold("w3", 60000);
     renew(5000);
     due = renew(400);
-    assert_true(tc_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
-    got = tc_wall_ms();
+    assert_true(a2_test_worker_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
+    got = a2_test_wall_ms();
     assert_true(got >= due);
-    assert_int_equal(tc_next(&w, 300, &m), 0);
+    assert_int_equal(a2_test_worker_next(&w, 300, &m), 0);
 
     /* dead-lettered: no wake; retried (failed_at cleared) → wake */
-    sqlf("update a2_cursors set claim_holder = null, claim_expires_at = null, "
-         "failed_at = 1 where cursor_key = '#1'");
-    assert_int_equal(tc_next(&w, 500, &m), 0);
-    sqlf("update a2_cursors set failed_at = null, failure_count = 0 "
-         "where cursor_key = '#1'");
-    assert_true(tc_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
+    a2_test_execf(db, "update a2_cursors set claim_holder = null, "
+                      "claim_expires_at = null, "
+                      "failed_at = 1 where cursor_key = '#1'");
+    assert_int_equal(a2_test_worker_next(&w, 500, &m), 0);
+    a2_test_execf(db,
+                  "update a2_cursors set failed_at = null, failure_count = 0 "
+                  "where cursor_key = '#1'");
+    assert_true(a2_test_worker_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
     assert_int_equal(m.head, 1);
 
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"failed\""), 2);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"claimed\""),
-                     3);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"renewed\""),
-                     2);
-    assert_int_equal(tc_count_in_file(d.audit, "\"transition\":\"retried\""),
-                     1);
-    tc_cleanup(&d);
+    a2_test_worker_close(&w);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    assert_int_equal(
+            a2_test_count_in_file(d.audit, "\"transition\":\"failed\""), 2);
+    assert_int_equal(
+            a2_test_count_in_file(d.audit, "\"transition\":\"claimed\""), 3);
+    assert_int_equal(
+            a2_test_count_in_file(d.audit, "\"transition\":\"renewed\""), 2);
+    assert_int_equal(
+            a2_test_count_in_file(d.audit, "\"transition\":\"retried\""), 1);
+    a2_test_consumer_cleanup(&d);
 }
 
 /* A claim made while the consumer is down is found by the startup query. */
 static void test_timers_rebuilt_on_start(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_rebuild");
-    tc_start(&d);
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_msg m;
+    a2_test_consumer_run(&d, "tc_rebuild");
     append_event("s1", 1, "c");
     /* applied before the stop (else the restart streams the insert again,
      * and its wake-up comes at once) */
-    assert_int_equal(tc_wait_in_file(d.audit, "\"session\":\"s1\"", 1, 20000),
-                     1);
-    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(
+            a2_test_wait_in_file(d.audit, "\"session\":\"s1\"", 1, 20000), 1);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     /* far enough that the worker is subscribed before it fires, even
      * after a slow start (a wake-up with no subscriber is not sent) */
     int64_t due = hold("gone", 8000);
-    tc_start(&d);
-    open_worker(&w, &d, "w1", "c", NULL);
-    assert_true(tc_wait_for(&w, "wake", 20000, &m));
-    assert_true(tc_wall_ms() >= due);
+    a2_test_consumer_start(&d);
+    a2_test_worker_join(&w, d.sock, "w1", "c", NULL, 1);
+    assert_true(a2_test_worker_wait_for(&w, "wake", 20000, &m));
+    assert_true(a2_test_wall_ms() >= due);
     assert_string_equal(m.cursor, "#1");
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    assert_true(tc_count_in_file(d.log, "ready: 1 timers") == 1);
-    tc_cleanup(&d);
+    a2_test_worker_close(&w);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    assert_true(a2_test_count_in_file(d.log, "ready: 1 timers") == 1);
+    a2_test_consumer_cleanup(&d);
 }
 
 /* A consumer that comes back to old transactions says it is behind. */
 static void test_says_when_behind(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_init(&d, "tc_behind");
-    tc_start(&d);
-    assert_int_equal(tc_stop(&d), 0);
+    a2_test_consumer d;
+    a2_test_consumer_run(&d, "tc_behind");
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     append_event("s1", 1, "c");
-    tc_sleep_ms(10500);
-    tc_start(&d);
+    a2_test_sleep_ms(10500);
+    a2_test_consumer_start(&d);
     int64_t t0 = a2_test_now_ms();
-    while (tc_count_in_file(d.log, "falling behind") == 0 &&
+    while (a2_test_count_in_file(d.log, "falling behind") == 0 &&
            a2_test_now_ms() - t0 < 5000)
-        tc_sleep_ms(50);
-    assert_int_equal(tc_stop(&d), 0);
-    assert_int_equal(tc_count_in_file(d.log, "falling behind: the commit at"),
-                     1);
-    tc_cleanup(&d);
+        a2_test_sleep_ms(50);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    assert_int_equal(
+            a2_test_count_in_file(d.log, "falling behind: the commit at"), 1);
+    a2_test_consumer_cleanup(&d);
 }
 
 static void test_log_and_cleared(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker lw, ew;
-    tc_msg m;
-    tc_init(&d, "tc_log");
-    tc_start(&d);
-    open_worker(&lw, &d, "logw", "lg", "user_msg");
-    open_worker(&ew, &d, "evw", "c", NULL);
+    a2_test_consumer d;
+    a2_test_worker lw, ew;
+    a2_test_msg m;
+    a2_test_consumer_run(&d, "tc_log");
+    a2_test_worker_join(&lw, d.sock, "logw", "lg", "user_msg", 1);
+    a2_test_worker_join(&ew, d.sock, "evw", "c", NULL, 1);
     /* the log consumer's cursor exists (the store starts it on append) */
-    sqlf("insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
-         "kind, lane, head, types) values ('s2', 'lg', 'lane:log', 0, 'log', "
-         "'log', null, '[\"user_msg\"]')");
-    sqlf("insert into a2_events(session_id, idx, event_type, event_id, "
-         "created_at) values ('s2', 1, 'noise', 'n1', 1), ('s2', 2, "
-         "'user_msg', 'u2', 1)");
-    assert_true(tc_wait_for(&lw, "log", 5000, &m));
+    a2_test_execf(
+            db,
+            "insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
+            "kind, lane, head, types) values ('s2', 'lg', 'lane:log', 0, "
+            "'log', "
+            "'log', null, '[\"user_msg\"]')");
+    a2_test_execf(
+            db, "insert into a2_events(session_id, idx, event_type, event_id, "
+                "created_at) values ('s2', 1, 'noise', 'n1', 1), ('s2', 2, "
+                "'user_msg', 'u2', 1)");
+    assert_true(a2_test_worker_wait_for(&lw, "log", 5000, &m));
     assert_string_equal(m.consumer, "lg");
     assert_string_equal(m.session, "s2");
     assert_int_equal(m.idx, 2);
     assert_string_equal(m.type, "user_msg");
     /* only its types: no log for idx 1 */
-    assert_int_equal(tc_wait_for(&lw, "log", 400, &m), 0);
+    assert_int_equal(a2_test_worker_wait_for(&lw, "log", 400, &m), 0);
 
     /* clear → cleared, to the session's subscribers */
     append_event("s2", 3, "c");
-    assert_true(tc_wait_for(&ew, "wake", 5000, &m));
-    sqlf("begin; insert into a2_events(session_id, idx, event_type, event_id, "
-         "created_at) values ('s2', 4, 'a2.cleared', 'clr4', 1); "
-         "insert into a2_clears values ('s2', 4) on conflict (session_id) do "
-         "update set clear_index = excluded.clear_index; commit");
-    assert_true(tc_wait_for(&ew, "cleared", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&ew, "wake", 5000, &m));
+    a2_test_execf(db, "begin; insert into a2_events(session_id, idx, "
+                      "event_type, event_id, "
+                      "created_at) values ('s2', 4, 'a2.cleared', 'clr4', 1); "
+                      "insert into a2_clears values ('s2', 4) on conflict "
+                      "(session_id) do "
+                      "update set clear_index = excluded.clear_index; commit");
+    assert_true(a2_test_worker_wait_for(&ew, "cleared", 5000, &m));
     assert_string_equal(m.session, "s2");
     assert_int_equal(m.clear_index, 4);
-    tc_worker_close(&lw);
-    tc_worker_close(&ew);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_worker_close(&lw);
+    a2_test_worker_close(&ew);
+    a2_test_consumer_end(&d);
 }
 
 /* A worker subscribed as a log consumer gets `log` wake-ups for its types
@@ -320,57 +316,56 @@ static void test_log_and_cleared(void **state)
 static void test_log_before_cursor(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker lw;
-    tc_msg m;
-    tc_init(&d, "tc_logfresh");
-    tc_start(&d);
-    open_worker(&lw, &d, "freshw", "fresh", "signup");
-    sqlf("insert into a2_events(session_id, idx, event_type, event_id, "
-         "created_at) values ('s9', 1, 'other', 'o1', 1), ('s9', 2, "
-         "'signup', 'g2', 1)");
-    assert_true(tc_wait_for(&lw, "log", 5000, &m));
+    a2_test_consumer d;
+    a2_test_worker lw;
+    a2_test_msg m;
+    a2_test_consumer_run(&d, "tc_logfresh");
+    a2_test_worker_join(&lw, d.sock, "freshw", "fresh", "signup", 1);
+    a2_test_execf(
+            db, "insert into a2_events(session_id, idx, event_type, event_id, "
+                "created_at) values ('s9', 1, 'other', 'o1', 1), ('s9', 2, "
+                "'signup', 'g2', 1)");
+    assert_true(a2_test_worker_wait_for(&lw, "log", 5000, &m));
     assert_string_equal(m.consumer, "fresh");
     assert_string_equal(m.session, "s9");
     assert_int_equal(m.idx, 2);
     assert_string_equal(m.type, "signup");
-    assert_int_equal(tc_wait_for(&lw, "log", 400, &m), 0);
-    tc_worker_close(&lw);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    assert_int_equal(a2_test_worker_wait_for(&lw, "log", 400, &m), 0);
+    a2_test_worker_close(&lw);
+    a2_test_consumer_end(&d);
 }
 
 static void test_presence_patch(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w, other;
-    tc_msg m;
-    tc_init(&d, "tc_presence");
-    tc_start(&d);
-    open_worker(&w, &d, "pw", "c", NULL);
-    open_worker(&other, &d, "ow", "c", NULL);
-    tc_presence_sub(&w, "room");
-    tc_presence_sub(&other, "hall");
-    tc_sync(&w, 1, 5000);
-    tc_sync(&other, 1, 5000);
-    sqlf("begin; insert into a2_presence values ('room', 'p1', 'status', "
-         "'\"online\"', null, 1, 9999999999999), ('room', 'p1', 'typing', "
-         "'\"yes\"', null, 1, 9999999999999); commit");
-    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    a2_test_consumer d;
+    a2_test_worker w, other;
+    a2_test_msg m;
+    a2_test_consumer_run(&d, "tc_presence");
+    a2_test_worker_join(&w, d.sock, "pw", "c", NULL, 1);
+    a2_test_worker_join(&other, d.sock, "ow", "c", NULL, 1);
+    a2_test_worker_presence(&w, "room");
+    a2_test_worker_presence(&other, "hall");
+    a2_test_worker_sync(&w, 1, 5000);
+    a2_test_worker_sync(&other, 1, 5000);
+    a2_test_execf(
+            db,
+            "begin; insert into a2_presence values ('room', 'p1', 'status', "
+            "'\"online\"', null, 1, 9999999999999), ('room', 'p1', 'typing', "
+            "'\"yes\"', null, 1, 9999999999999); commit");
+    assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
     assert_string_equal(m.ns, "room");
     assert_string_equal(m.participant, "p1");
     assert_string_equal(m.fields, "status=online;typing=yes;");
     /* a field expired (deleted) → nil */
-    sqlf("delete from a2_presence where field = 'typing'");
-    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    a2_test_execf(db, "delete from a2_presence where field = 'typing'");
+    assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
     assert_string_equal(m.fields, "typing=nil;");
     /* the other namespace's worker got nothing */
-    assert_int_equal(tc_wait_for(&other, "presence", 300, &m), 0);
-    tc_worker_close(&w);
-    tc_worker_close(&other);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    assert_int_equal(a2_test_worker_wait_for(&other, "presence", 300, &m), 0);
+    a2_test_worker_close(&w);
+    a2_test_worker_close(&other);
+    a2_test_consumer_end(&d);
 }
 
 /* Expiry is pushed at its time, with nobody reading or reaping: for fields
@@ -380,36 +375,43 @@ static void test_presence_patch(void **state)
 static void test_presence_expiry_pushed(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_expiry");
-    sqlf("truncate a2_presence");
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_msg m;
+    a2_test_consumer_init(&d, "tc_expiry");
+    a2_test_execf(db, "truncate a2_presence");
     /* far enough that the worker subscribes before it expires, even after
      * a slow start */
-    sqlf("insert into a2_presence values ('hall', 'p0', 'seat', '1', null, 1, "
-         "(extract(epoch from clock_timestamp()) * 1000)::bigint + 8000)");
-    tc_start(&d);
-    open_worker(&w, &d, "xw", "c", NULL);
-    tc_presence_sub(&w, "room");
-    tc_presence_sub(&w, "hall");
-    tc_sync(&w, 1, 5000);
-    int64_t written = tc_wall_ms();
-    sqlf("insert into a2_presence values ('room', 'p1', 'typing', '\"yes\"', "
-         "null, 1, (extract(epoch from clock_timestamp()) * 1000)::bigint + "
-         "1000), ('room', 'p1', 'status', '\"online\"', null, 1, "
-         "9999999999999), ('room', 'p1', 'old', 'null', null, 1, "
-         "(extract(epoch from clock_timestamp()) * 1000)::bigint + 300), "
-         "('room', 'p1', 'cursor', '7', null, 1, (extract(epoch from "
-         "clock_timestamp()) * 1000)::bigint + 1300)");
-    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    a2_test_execf(
+            db,
+            "insert into a2_presence values ('hall', 'p0', 'seat', '1', null, "
+            "1, "
+            "(extract(epoch from clock_timestamp()) * 1000)::bigint + 8000)");
+    a2_test_consumer_start(&d);
+    a2_test_worker_join(&w, d.sock, "xw", "c", NULL, 1);
+    a2_test_worker_presence(&w, "room");
+    a2_test_worker_presence(&w, "hall");
+    a2_test_worker_sync(&w, 1, 5000);
+    int64_t written = a2_test_wall_ms();
+    a2_test_execf(
+            db,
+            "insert into a2_presence values ('room', 'p1', 'typing', "
+            "'\"yes\"', "
+            "null, 1, (extract(epoch from clock_timestamp()) * 1000)::bigint + "
+            "1000), ('room', 'p1', 'status', '\"online\"', null, 1, "
+            "9999999999999), ('room', 'p1', 'old', 'null', null, 1, "
+            "(extract(epoch from clock_timestamp()) * 1000)::bigint + 300), "
+            "('room', 'p1', 'cursor', '7', null, 1, (extract(epoch from "
+            "clock_timestamp()) * 1000)::bigint + 1300)");
+    assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
     assert_string_equal(m.fields, "typing=yes;status=online;old=nil;cursor=7;");
     uint64_t write_lsn = m.lsn;
     assert_true(write_lsn > 0);
     int typing = 0, cursor = 0, seat = 0, other = 0;
     int64_t until = a2_test_now_ms() + 15000;
     while ((!typing || !cursor || !seat) && a2_test_now_ms() < until &&
-           tc_wait_for(&w, "presence", (int)(until - a2_test_now_ms()), &m)) {
+           a2_test_worker_wait_for(&w, "presence",
+                                   (int)(until - a2_test_now_ms()), &m)) {
         /* typing's and cursor's expiries 300 ms apart: normally two ticks,
          * one if the first was held up that long */
         if (!strcmp(m.ns, "room") &&
@@ -419,12 +421,12 @@ static void test_presence_expiry_pushed(void **state)
             assert_true(m.lsn > write_lsn);
             if (strstr(m.fields, "typing")) {
                 typing = 1;
-                assert_true(tc_wall_ms() - written >= 950);
+                assert_true(a2_test_wall_ms() - written >= 950);
             }
             if (strstr(m.fields, "cursor")) {
                 assert_true(typing);
                 cursor = 1;
-                assert_true(tc_wall_ms() - written >= 1250);
+                assert_true(a2_test_wall_ms() - written >= 1250);
             }
         } else if (!strcmp(m.ns, "hall") && !strcmp(m.fields, "seat=nil;")) {
             seat = 1;
@@ -437,14 +439,13 @@ static void test_presence_expiry_pushed(void **state)
     assert_true(seat);
     assert_int_equal(other, 0);
     /* nothing more: the tombstone's expiry is not news, status lives on */
-    assert_int_equal(tc_wait_for(&w, "presence", 700, &m), 0);
+    assert_int_equal(a2_test_worker_wait_for(&w, "presence", 700, &m), 0);
     /* the rows are still there: the consumer pushed, nobody deleted */
     PGresult *r = PQexec(db, "select count(*) from a2_presence");
     assert_string_equal(PQgetvalue(r, 0, 0), "5");
     PQclear(r);
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_worker_close(&w);
+    a2_test_consumer_end(&d);
 }
 
 /*
@@ -455,43 +456,46 @@ static void test_presence_expiry_pushed(void **state)
 static void test_presence_expiry_tick_retried(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_tickretry");
-    sqlf("truncate a2_presence");
-    tc_start(&d);
-    open_worker(&w, &d, "xw", "c", NULL);
-    tc_presence_sub(&w, "room");
-    tc_sync(&w, 1, 5000);
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_msg m;
+    a2_test_consumer_init(&d, "tc_tickretry");
+    a2_test_execf(db, "truncate a2_presence");
+    a2_test_consumer_start(&d);
+    a2_test_worker_join(&w, d.sock, "xw", "c", NULL, 1);
+    a2_test_worker_presence(&w, "room");
+    a2_test_worker_sync(&w, 1, 5000);
     /* a first expiry opens the tick connection */
-    sqlf("insert into a2_presence values ('room', 'p1', 'typing', '\"yes\"', "
-         "null, 1, %" PRId64 ")",
-         tc_wall_ms() + 100);
-    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    a2_test_execf(db,
+                  "insert into a2_presence values ('room', 'p1', 'typing', "
+                  "'\"yes\"', "
+                  "null, 1, %" PRId64 ")",
+                  a2_test_wall_ms() + 100);
+    assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
     assert_string_equal(m.fields, "typing=yes;");
-    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
     assert_string_equal(m.fields, "typing=nil;");
     assert_true(a2_test_int(db, "select count(pg_terminate_backend(pid)) "
                                 "from pg_stat_activity where "
                                 "application_name = 'a2-consumer' and "
                                 "backend_type = 'client backend' and "
                                 "datname = current_database()") >= 2);
-    int64_t due = tc_wall_ms() + 300;
-    sqlf("insert into a2_presence values ('room', 'p1', 'status', '\"away\"', "
-         "null, 2, %" PRId64 ")",
-         due);
-    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    int64_t due = a2_test_wall_ms() + 300;
+    a2_test_execf(db,
+                  "insert into a2_presence values ('room', 'p1', 'status', "
+                  "'\"away\"', "
+                  "null, 2, %" PRId64 ")",
+                  due);
+    assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
     assert_string_equal(m.fields, "status=away;");
-    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
     assert_string_equal(m.fields, "status=nil;");
-    assert_true(tc_wall_ms() >= due);
-    assert_int_equal(
-            tc_count_in_file(d.log, "could not commit a presence expiry tick"),
-            1);
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    assert_true(a2_test_wall_ms() >= due);
+    assert_int_equal(a2_test_count_in_file(
+                             d.log, "could not commit a presence expiry tick"),
+                     1);
+    a2_test_worker_close(&w);
+    a2_test_consumer_end(&d);
 }
 
 /* The consumer's connections notice a server that vanished without
@@ -500,9 +504,8 @@ static void test_presence_expiry_tick_retried(void **state)
 static void test_connection_keepalives(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_init(&d, "tc_keepalive");
-    tc_start(&d);
+    a2_test_consumer d;
+    a2_test_consumer_run(&d, "tc_keepalive");
     a2_test_tcp t[8];
     int n = a2_test_tcp_sockets(d.pid, atoi(PQport(db)), NULL, 0, t, 8);
     /* the stream, the normal connection and the active lock's */
@@ -514,8 +517,7 @@ static void test_connection_keepalives(void **state)
         assert_int_equal(t[i].count, 3);
         assert_int_equal(t[i].user_timeout_ms, 60000);
     }
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_consumer_end(&d);
 }
 
 /* The backend of the tick connection stops answering: the tick in flight
@@ -523,66 +525,66 @@ static void test_connection_keepalives(void **state)
 static void test_presence_expiry_tick_unanswered(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_tickhung");
-    sqlf("truncate a2_presence");
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_msg m;
+    a2_test_consumer_init(&d, "tc_tickhung");
+    a2_test_execf(db, "truncate a2_presence");
     const char *extra[] = {"--stream-timeout", "3000", NULL};
-    tc_start_args(&d, 0, extra);
-    open_worker(&w, &d, "xw", "c", NULL);
-    tc_presence_sub(&w, "room");
-    tc_sync(&w, 1, 5000);
+    a2_test_consumer_start_args(&d, 0, extra);
+    a2_test_worker_join(&w, d.sock, "xw", "c", NULL, 1);
+    a2_test_worker_presence(&w, "room");
+    a2_test_worker_sync(&w, 1, 5000);
     /* a first expiry opens the tick connection */
-    sqlf("insert into a2_presence values ('room', 'p1', 'typing', '\"yes\"', "
-         "null, 1, %" PRId64 ")",
-         tc_wall_ms() + 100);
-    assert_true(tc_wait_for(&w, "presence", 5000, &m));
-    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    a2_test_execf(db,
+                  "insert into a2_presence values ('room', 'p1', 'typing', "
+                  "'\"yes\"', "
+                  "null, 1, %" PRId64 ")",
+                  a2_test_wall_ms() + 100);
+    assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
     assert_string_equal(m.fields, "typing=nil;");
-    tc_stop_process(db,
-                    "select pid from pg_stat_activity where application_name = "
-                    "'a2-consumer' and backend_type = 'client backend' and "
-                    "query like '%emit_message(true%'");
-    int64_t due = tc_wall_ms() + 300;
-    sqlf("insert into a2_presence values ('room', 'p1', 'status', '\"away\"', "
-         "null, 2, %" PRId64 ")",
-         due);
-    assert_true(tc_wait_for(&w, "presence", 5000, &m));
+    a2_test_stop_process(
+            db, "select pid from pg_stat_activity where application_name = "
+                "'a2-consumer' and backend_type = 'client backend' and "
+                "query like '%emit_message(true%'");
+    int64_t due = a2_test_wall_ms() + 300;
+    a2_test_execf(db,
+                  "insert into a2_presence values ('room', 'p1', 'status', "
+                  "'\"away\"', "
+                  "null, 2, %" PRId64 ")",
+                  due);
+    assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
     assert_string_equal(m.fields, "status=away;");
-    assert_true(tc_wait_for(&w, "presence", 20000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "presence", 20000, &m));
     assert_string_equal(m.fields, "status=nil;");
     /* not before the hung tick was given up */
-    assert_true(tc_wall_ms() >= due + 3000);
-    assert_int_equal(tc_count_in_file(d.log, "tick got no answer"), 1);
-    tc_continue_process();
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    assert_true(a2_test_wall_ms() >= due + 3000);
+    assert_int_equal(a2_test_count_in_file(d.log, "tick got no answer"), 1);
+    a2_test_continue_process();
+    a2_test_worker_close(&w);
+    a2_test_consumer_end(&d);
 }
 
 static void test_metrics_heartbeat_and_stop(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    int port = tc_free_port();
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_msg m;
+    int port = a2_test_free_port();
     char metrics[64];
     snprintf(metrics, sizeof metrics, "tcp:127.0.0.1:%d", port);
     const char *extra[] = {"--metrics", metrics, "--heartbeat-interval", "200",
                            NULL};
-    tc_init(&d, "tc_metrics");
-    tc_start_args(&d, 0, extra);
-    open_worker(&w, &d, "w1", "c", NULL);
+    a2_test_consumer_init(&d, "tc_metrics");
+    a2_test_consumer_start_args(&d, 0, extra);
+    a2_test_worker_join(&w, d.sock, "w1", "c", NULL, 1);
     append_event("s1", 1, "c");
-    assert_true(tc_wait_for(&w, "wake", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
 
-    char *h = tc_http_get(port, "/healthz");
-    assert_non_null(h);
-    assert_non_null(strstr(h, "200 OK"));
-    free(h);
-    char *body = tc_http_get(port, "/metrics");
+    a2_test_expect_healthz(port);
+    char *body = a2_test_http_get(port, "/metrics");
     assert_non_null(body);
     assert_non_null(strstr(body, "a2_consumer_up 1"));
     assert_non_null(strstr(body, "a2_consumer_build_info{version=\"" A2_VERSION
@@ -596,7 +598,7 @@ static void test_metrics_heartbeat_and_stop(void **state)
     assert_non_null(strstr(body, "a2_consumer_lag_bytes "));
     assert_non_null(strstr(body, "a2_consumer_timers_pending 0"));
     free(body);
-    h = tc_http_get(port, "/nope");
+    char *h = a2_test_http_get(port, "/nope");
     assert_non_null(strstr(h, "404"));
     free(h);
 
@@ -614,7 +616,7 @@ static void test_metrics_heartbeat_and_stop(void **state)
     for (int64_t t0 = a2_test_now_ms();
          after <= before && a2_test_now_ms() - t0 < 10000;
          after = a2_test_int(db, sql))
-        tc_sleep_ms(100);
+        a2_test_sleep_ms(100);
     if (after <= before)
         fail_msg("slot did not move past %" PRId64 " while idle in 10 s: "
                  "%" PRId64,
@@ -625,20 +627,20 @@ static void test_metrics_heartbeat_and_stop(void **state)
     snprintf(rotated, sizeof rotated, "%s.1", d.audit);
     assert_int_equal(rename(d.audit, rotated), 0);
     kill(d.pid, SIGHUP);
-    assert_int_equal(tc_wait_in_file(d.log, "reopened audit file", 1, 10000),
-                     1);
+    assert_int_equal(
+            a2_test_wait_in_file(d.log, "reopened audit file", 1, 10000), 1);
     append_event("s1", 2, "c");
-    assert_true(tc_wait_for(&w, "wake", 5000, &m));
-    assert_int_equal(tc_wait_in_file(d.audit, "\"cursor\":\"#2\"", 1, 10000),
-                     1);
-    assert_int_equal(tc_count_in_file(rotated, "\"cursor\":\"#1\""), 1);
-    assert_int_equal(tc_count_in_file(rotated, "\"cursor\":\"#2\""), 0);
-    assert_int_equal(tc_count_in_file(d.audit, "\"cursor\":\"#2\""), 1);
+    assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
+    assert_int_equal(
+            a2_test_wait_in_file(d.audit, "\"cursor\":\"#2\"", 1, 10000), 1);
+    assert_int_equal(a2_test_count_in_file(rotated, "\"cursor\":\"#1\""), 1);
+    assert_int_equal(a2_test_count_in_file(rotated, "\"cursor\":\"#2\""), 0);
+    assert_int_equal(a2_test_count_in_file(d.audit, "\"cursor\":\"#2\""), 1);
 
     /* clean stop: final feedback confirms the last transaction */
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    char *audit = tc_read_file(d.audit);
+    a2_test_worker_close(&w);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    char *audit = a2_test_read_file(d.audit);
     json_t *j = json_loads(audit, JSON_DISABLE_EOF_CHECK, NULL);
     free(audit);
     assert_non_null(j);
@@ -650,8 +652,8 @@ static void test_metrics_heartbeat_and_stop(void **state)
     char *ok = a2_test_scalar(db, sql);
     assert_string_equal(ok, "t");
     free(ok);
-    assert_int_equal(tc_count_in_file(d.log, "stopped at"), 1);
-    tc_cleanup(&d);
+    assert_int_equal(a2_test_count_in_file(d.log, "stopped at"), 1);
+    a2_test_consumer_cleanup(&d);
 }
 
 /* A client that sends its request a byte every 40 ms. */
@@ -685,12 +687,12 @@ static void *drip(void *arg)
             for (int i = 0; i < a->bytes && !atomic_load(&drip_stop); i++) {
                 if (send(fd, &req[i % (sizeof req - 1)], 1, MSG_NOSIGNAL) != 1)
                     break;
-                tc_sleep_ms(40);
+                a2_test_sleep_ms(40);
             }
         }
         close(fd);
         if (!atomic_load(&drip_stop))
-            tc_sleep_ms(10);
+            a2_test_sleep_ms(10);
     }
     return NULL;
 }
@@ -702,31 +704,31 @@ static void *drip(void *arg)
 static void test_metrics_slow_client(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    int port = tc_free_port();
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_msg m;
+    int port = a2_test_free_port();
     char metrics[64];
     snprintf(metrics, sizeof metrics, "tcp:127.0.0.1:%d", port);
     const char *extra[] = {"--metrics", metrics, NULL};
-    tc_init(&d, "tc_drip");
-    tc_start_args(&d, 0, extra);
-    open_worker(&w, &d, "w1", "c", NULL);
+    a2_test_consumer_init(&d, "tc_drip");
+    a2_test_consumer_start_args(&d, 0, extra);
+    a2_test_worker_join(&w, d.sock, "w1", "c", NULL, 1);
     pthread_t th[4];
     drip_arg a = {.port = port, .bytes = 100}; /* 4 s each */
     atomic_store(&drip_stop, 0);
     for (int i = 0; i < 4; i++)
         assert_int_equal(pthread_create(&th[i], NULL, drip, &a), 0);
-    tc_sleep_ms(200);
+    a2_test_sleep_ms(200);
     enum { N = 20 };
     int64_t late[N];
     for (int i = 1; i <= N; i++) {
         append_event("drip", i, "c");
         int64_t committed = a2_test_now_ms();
-        assert_true(tc_wait_for(&w, "wake", 10000, &m));
+        assert_true(a2_test_worker_wait_for(&w, "wake", 10000, &m));
         assert_int_equal(m.head, i);
         late[i - 1] = a2_test_now_ms() - committed;
-        tc_sleep_ms(100);
+        a2_test_sleep_ms(100);
     }
     qsort(late, N, sizeof late[0], cmp_i64);
     /* Before: a dripping request held the loop for all its reads (4 s),
@@ -738,20 +740,16 @@ static void test_metrics_slow_client(void **state)
                   late[N / 2], late[N - 1]);
     assert_true(late[N / 2] < 1500);
     assert_true(late[N - 1] < 5000);
-    char *h = tc_http_get(port, "/healthz");
-    assert_non_null(h);
-    assert_non_null(strstr(h, "200 OK"));
-    free(h);
-    char *body = tc_http_get(port, "/metrics");
+    a2_test_expect_healthz(port);
+    char *body = a2_test_http_get(port, "/metrics");
     assert_non_null(body);
     assert_non_null(strstr(body, "a2_consumer_up 1"));
     free(body);
     atomic_store(&drip_stop, 1);
     for (int i = 0; i < 4; i++)
         pthread_join(th[i], NULL);
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_worker_close(&w);
+    a2_test_consumer_end(&d);
 }
 
 /* The outcome and retry_at of a claim of session for consumer c by holder,
@@ -778,16 +776,18 @@ static char *claim_c(const char *session, const char *consumer,
 static void test_delayed_head_woken_on_time(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_delay");
-    tc_start(&d);
-    open_worker(&w, &d, "w1", "dc", NULL);
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_msg m;
+    a2_test_consumer_run(&d, "tc_delay");
+    a2_test_worker_join(&w, d.sock, "w1", "dc", NULL, 1);
     /* 300 ms from the server's clock */
-    sqlf("select a2_append(session => 'dl-1', events => jsonb_build_array("
-         "jsonb_build_object('type', 'job', 'not_before', a2__now_ms() + 300, "
-         "'targets', '[{\"consumer\": \"dc\"}]'::jsonb)))");
+    a2_test_execf(
+            db,
+            "select a2_append(session => 'dl-1', events => jsonb_build_array("
+            "jsonb_build_object('type', 'job', 'not_before', a2__now_ms() + "
+            "300, "
+            "'targets', '[{\"consumer\": \"dc\"}]'::jsonb)))");
     int64_t due = a2_test_int(db, "select claim_expires_at from a2_cursors "
                                   "where session_id = 'dl-1'");
     int64_t retry_at;
@@ -797,8 +797,8 @@ static void test_delayed_head_woken_on_time(void **state)
                  ": %s",
                  due, r);
     free(r);
-    assert_true(tc_wait_for(&w, "wake", 20000, &m));
-    int64_t woke = tc_wall_ms();
+    assert_true(a2_test_worker_wait_for(&w, "wake", 20000, &m));
+    int64_t woke = a2_test_wall_ms();
     assert_string_equal(m.session, "dl-1");
     assert_string_equal(m.cursor, "#1");
     if (woke < due)
@@ -814,21 +814,25 @@ static void test_delayed_head_woken_on_time(void **state)
 
     /* a lane: the first event now, the second in 5 s (its completion comes
      * before that, even on a slow host) */
-    sqlf("select a2_append(session => 'dl-2', events => jsonb_build_array("
-         "jsonb_build_object('type', 'a', 'targets', "
-         "'[{\"consumer\": \"dc\", \"lane\": \"L\"}]'::jsonb), "
-         "jsonb_build_object('type', 'b', 'targets', jsonb_build_array("
-         "jsonb_build_object('consumer', 'dc', 'lane', 'L', 'not_before', "
-         "a2__now_ms() + 5000)))))");
-    assert_true(tc_wait_for(&w, "wake", 20000, &m));
+    a2_test_execf(
+            db,
+            "select a2_append(session => 'dl-2', events => jsonb_build_array("
+            "jsonb_build_object('type', 'a', 'targets', "
+            "'[{\"consumer\": \"dc\", \"lane\": \"L\"}]'::jsonb), "
+            "jsonb_build_object('type', 'b', 'targets', jsonb_build_array("
+            "jsonb_build_object('consumer', 'dc', 'lane', 'L', 'not_before', "
+            "a2__now_ms() + 5000)))))");
+    assert_true(a2_test_worker_wait_for(&w, "wake", 20000, &m));
     assert_string_equal(m.session, "dl-2");
     assert_int_equal(m.head, 1);
     r = claim_c("dl-2", "dc", &retry_at);
     assert_non_null(strstr(r, "\"index\": 1"));
     assert_null(strstr(r, "\"index\": 2"));
     free(r);
-    sqlf("select a2_complete(session => 'dl-2', consumer => 'dc', lane => "
-         "'L', index => 1, attempt => 1)");
+    a2_test_execf(
+            db,
+            "select a2_complete(session => 'dl-2', consumer => 'dc', lane => "
+            "'L', index => 1, attempt => 1)");
     int64_t due2 = a2_test_int(db, "select claim_expires_at from a2_cursors "
                                    "where session_id = 'dl-2' and head = 2");
     assert_true(due2 > 0);
@@ -836,8 +840,8 @@ static void test_delayed_head_woken_on_time(void **state)
     assert_non_null(strstr(r, "\"outcome\": \"busy\""));
     assert_int_equal(retry_at, due2);
     free(r);
-    assert_true(tc_wait_for(&w, "wake", 20000, &m));
-    woke = tc_wall_ms();
+    assert_true(a2_test_worker_wait_for(&w, "wake", 20000, &m));
+    woke = a2_test_wall_ms();
     assert_string_equal(m.session, "dl-2");
     assert_int_equal(m.head, 2);
     if (woke < due2)
@@ -845,28 +849,34 @@ static void test_delayed_head_woken_on_time(void **state)
 
     /* redrive --skip of a dead letter ahead of a delayed event: the lane
      * moves on to it held, and its wake-up comes at its time */
-    sqlf("select a2_append(session => 'dl-3', events => jsonb_build_array("
-         "jsonb_build_object('type', 'a', 'targets', "
-         "'[{\"consumer\": \"dc\", \"lane\": \"L\"}]'::jsonb), "
-         "jsonb_build_object('type', 'b', 'not_before', a2__now_ms() + 5000, "
-         "'targets', '[{\"consumer\": \"dc\", \"lane\": \"L\"}]'::jsonb)))");
-    assert_true(tc_wait_for(&w, "wake", 20000, &m));
+    a2_test_execf(
+            db,
+            "select a2_append(session => 'dl-3', events => jsonb_build_array("
+            "jsonb_build_object('type', 'a', 'targets', "
+            "'[{\"consumer\": \"dc\", \"lane\": \"L\"}]'::jsonb), "
+            "jsonb_build_object('type', 'b', 'not_before', a2__now_ms() + "
+            "5000, "
+            "'targets', '[{\"consumer\": \"dc\", \"lane\": \"L\"}]'::jsonb)))");
+    assert_true(a2_test_worker_wait_for(&w, "wake", 20000, &m));
     assert_string_equal(m.session, "dl-3");
     r = claim_c("dl-3", "dc", &retry_at);
     assert_non_null(strstr(r, "\"index\": 1"));
     free(r);
-    sqlf("select a2_fail(session => 'dl-3', consumer => 'dc', lane => 'L', "
-         "index => 1, attempt => 1, error => 'no', max_failures => 1)");
-    sqlf("select a2_redrive(session => 'dl-3', consumer => 'dc', index => 1, "
-         "action => 'skip')");
+    a2_test_execf(
+            db,
+            "select a2_fail(session => 'dl-3', consumer => 'dc', lane => 'L', "
+            "index => 1, attempt => 1, error => 'no', max_failures => 1)");
+    a2_test_execf(db, "select a2_redrive(session => 'dl-3', consumer => 'dc', "
+                      "index => 1, "
+                      "action => 'skip')");
     int64_t due3 = a2_test_int(db, "select claim_expires_at from a2_cursors "
                                    "where session_id = 'dl-3' and head = 2");
     assert_true(due3 > 0);
     r = claim_c("dl-3", "dc", &retry_at);
     assert_non_null(strstr(r, "\"outcome\": \"busy\""));
     free(r);
-    assert_true(tc_wait_for(&w, "wake", 20000, &m));
-    woke = tc_wall_ms();
+    assert_true(a2_test_worker_wait_for(&w, "wake", 20000, &m));
+    woke = a2_test_wall_ms();
     assert_string_equal(m.session, "dl-3");
     assert_int_equal(m.head, 2);
     if (woke < due3)
@@ -874,9 +884,8 @@ static void test_delayed_head_woken_on_time(void **state)
     r = claim_c("dl-3", "dc", &retry_at);
     assert_non_null(strstr(r, "\"index\": 2"));
     free(r);
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_worker_close(&w);
+    a2_test_consumer_end(&d);
 }
 
 /* 1,000 delayed heads, the consumer killed -9 while they wait: after the
@@ -887,26 +896,28 @@ static void test_delayed_heads_survive_kill(void **state)
 {
     (void)state;
     enum { N = 1000 };
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_delaykill");
-    tc_start(&d);
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_msg m;
+    a2_test_consumer_run(&d, "tc_delaykill");
     /* due 8 s from now, 3 ms apart, each in its own session */
     int64_t base = a2_test_int(db, "select a2__now_ms() + 8000");
-    sqlf("select count(a2_append(session => 'dk-' || g, events => "
-         "jsonb_build_array(jsonb_build_object('type', 'job', 'not_before', "
-         "%" PRId64 " + 3 * g, 'targets', '[{\"consumer\": \"kc\"}]'::jsonb)))) "
-         "from generate_series(0, %d) g",
-         base, N - 1);
-    tc_kill9(&d);
+    a2_test_execf(
+            db,
+            "select count(a2_append(session => 'dk-' || g, events => "
+            "jsonb_build_array(jsonb_build_object('type', 'job', 'not_before', "
+            "%" PRId64
+            " + 3 * g, 'targets', '[{\"consumer\": \"kc\"}]'::jsonb)))) "
+            "from generate_series(0, %d) g",
+            base, N - 1);
+    a2_test_consumer_kill9(&d);
     assert_int_equal(a2_test_int(db, "select count(*) from a2_cursors where "
                                      "session_id like 'dk-%' and "
                                      "claim_expires_at is not null"),
                      N);
-    tc_start(&d);
-    open_worker(&w, &d, "kw", "kc", NULL);
-    int64_t subscribed = tc_wall_ms();
+    a2_test_consumer_start(&d);
+    a2_test_worker_join(&w, d.sock, "kw", "kc", NULL, 1);
+    int64_t subscribed = a2_test_wall_ms();
     static char seen[N];
     memset(seen, 0, sizeof seen);
     int woken = 0, expected = 0, early = 0;
@@ -914,10 +925,10 @@ static void test_delayed_heads_survive_kill(void **state)
         expected += base + 3 * i > subscribed;
     int64_t worst = 0;
     while (woken < expected) {
-        if (!tc_wait_for(&w, "wake", 30000, &m))
+        if (!a2_test_worker_wait_for(&w, "wake", 30000, &m))
             fail_msg("%d of %d delayed heads woken after the restart", woken,
                      expected);
-        int64_t now = tc_wall_ms();
+        int64_t now = a2_test_wall_ms();
         int i = atoi(m.session + 3);
         assert_true(strncmp(m.session, "dk-", 3) == 0 && i >= 0 && i < N);
         int64_t due = base + 3 * i;
@@ -935,9 +946,8 @@ static void test_delayed_heads_survive_kill(void **state)
                   woken, N - expected, worst);
     assert_int_equal(early, 0);
     assert_true(expected > 0);
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_worker_close(&w);
+    a2_test_consumer_end(&d);
 }
 
 int main(void)

@@ -10,23 +10,20 @@
 
 #include <cmocka.h>
 
-#include "test_consumer_util.h"
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "consumer_harness.h"
 
 static PGconn *db;
 
 static int setup(void **state)
 {
-    (void)state;
-    db = a2_test_connect();
-    a2_test_exec(db, "truncate a2_events, a2_cursors, a2_clears");
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tc_kill_leftovers();
-    PQfinish(db);
+    *state = db =
+            a2_test_connect_reset("truncate a2_events, a2_cursors, a2_clears");
     return 0;
 }
 
@@ -46,7 +43,7 @@ static void new_head(int session, int head)
  * Reads wakes from both workers until n arrived; owner[s] gets the index of
  * the worker that got session s (checks it never changes when set).
  */
-static void collect(tc_worker *w, int nw, int n, int *owner)
+static void collect(a2_test_worker *w, int nw, int n, int *owner)
 {
     int got = 0;
     int64_t t0 = a2_test_now_ms();
@@ -54,8 +51,8 @@ static void collect(tc_worker *w, int nw, int n, int *owner)
         if (a2_test_now_ms() - t0 > 10000)
             fail_msg("only %d of %d wakes arrived", got, n);
         for (int i = 0; i < nw; i++) {
-            tc_msg m;
-            if (w[i].fd < 0 || tc_next(&w[i], 20, &m) != 1)
+            a2_test_msg m;
+            if (w[i].fd < 0 || a2_test_worker_next(&w[i], 20, &m) != 1)
                 continue;
             if (strcmp(m.t, "wake") != 0)
                 continue;
@@ -73,18 +70,17 @@ static void collect(tc_worker *w, int nw, int n, int *owner)
 static void test_affinity_and_move(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w[2];
-    tc_msg m;
-    tc_init(&d, "tc_affinity");
-    tc_start(&d);
-    tc_worker_open(&w[0], d.sock, "wa", "c", NULL);
-    tc_worker_open(&w[1], d.sock, "wb", "c", NULL);
-    assert_true(tc_wait_for(&w[0], "welcome", 5000, &m));
-    assert_true(tc_wait_for(&w[1], "welcome", 5000, &m));
+    a2_test_consumer d;
+    a2_test_worker w[2];
+    a2_test_msg m;
+    a2_test_consumer_run(&d, "tc_affinity");
+    a2_test_worker_open(&w[0], d.sock, "wa", "c", NULL);
+    a2_test_worker_open(&w[1], d.sock, "wb", "c", NULL);
+    assert_true(a2_test_worker_wait_for(&w[0], "welcome", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&w[1], "welcome", 5000, &m));
     /* both subscriptions in: the consumer answers each with a resync */
-    assert_true(tc_wait_for(&w[0], "resync", 5000, &m));
-    assert_true(tc_wait_for(&w[1], "resync", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&w[0], "resync", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&w[1], "resync", 5000, &m));
     int owner[NS];
     for (int s = 0; s < NS; s++)
         owner[s] = -1;
@@ -101,8 +97,8 @@ static void test_affinity_and_move(void **state)
         fail_msg("rendezvous hashing put all %d sessions on one worker", NS);
 
     /* worker 0 leaves: worker 1 gets a resync for its sessions */
-    tc_worker_close(&w[0]);
-    assert_true(tc_wait_for(&w[1], "resync", 5000, &m));
+    a2_test_worker_close(&w[0]);
+    assert_true(a2_test_worker_wait_for(&w[1], "resync", 5000, &m));
     assert_string_equal(m.consumer, "c");
     if (!m.all_sessions) {
         int named = 0;
@@ -121,23 +117,22 @@ static void test_affinity_and_move(void **state)
     collect(w, 2, NS, owner);
     for (int s = 0; s < NS; s++)
         assert_int_equal(owner[s], 1);
-    tc_worker_close(&w[1]);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_worker_close(&w[1]);
+    a2_test_consumer_end(&d);
 }
 
 /* Reads until an `error` then the close; returns the error code. */
-static void expect_error_and_close(tc_worker *w, const char *code,
+static void expect_error_and_close(a2_test_worker *w, const char *code,
                                    int timeout_ms)
 {
-    tc_msg m;
+    a2_test_msg m;
     int64_t t0 = a2_test_now_ms();
     int seen = 0;
     for (;;) {
         int left = timeout_ms - (int)(a2_test_now_ms() - t0);
         if (left <= 0)
             fail_msg("no %s", seen ? "close after the error" : "error");
-        int rc = tc_next(w, left, &m);
+        int rc = a2_test_worker_next(w, left, &m);
         if (rc < 0) {
             if (!seen)
                 fail_msg("closed without an error frame");
@@ -154,32 +149,33 @@ static void expect_error_and_close(tc_worker *w, const char *code,
 static void test_bad_workers_are_dropped(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker good, bad;
-    tc_msg m;
+    a2_test_consumer d;
+    a2_test_worker good, bad;
+    a2_test_msg m;
     char tokfile[160];
-    int port = tc_free_port();
+    int port = a2_test_free_port();
     char listen[64];
     snprintf(listen, sizeof listen, "tcp:127.0.0.1:%d", port);
-    tc_init(&d, "tc_badworkers");
+    a2_test_consumer_init(&d, "tc_badworkers");
     snprintf(tokfile, sizeof tokfile, "%s/token", d.dir);
     FILE *f = fopen(tokfile, "w");
     fputs("s3cret\n", f);
     fclose(f);
     chmod(tokfile, 0600);
     const char *extra[] = {"--listen", listen, "--token-file", tokfile, NULL};
-    tc_start_args(&d, 0, extra);
-    tc_worker_open(&good, d.sock, "good", "c", NULL);
-    assert_true(tc_wait_for(&good, "welcome", 5000, &m));
+    a2_test_consumer_start_args(&d, 0, extra);
+    a2_test_worker_join(&good, d.sock, "good", "c", NULL, 0);
 
     /* garbage: a byte msgpack never uses */
-    tc_worker_open_fd(&bad, tc_connect(d.sock), "garbage", NULL, NULL, NULL);
-    tc_send_raw(bad.fd, "\xc1\xc1\xc1", 3);
+    a2_test_worker_open_fd(&bad, a2_test_connect_unix(d.sock), "garbage", NULL,
+                           NULL, NULL);
+    a2_test_send(bad.fd, "\xc1\xc1\xc1", 3);
     expect_error_and_close(&bad, "protocol", 5000);
-    tc_worker_close(&bad);
+    a2_test_worker_close(&bad);
 
     /* an oversize frame: a 100 000-byte string in a map */
-    tc_worker_open_fd(&bad, tc_connect(d.sock), "big", NULL, NULL, NULL);
+    a2_test_worker_open_fd(&bad, a2_test_connect_unix(d.sock), "big", NULL,
+                           NULL, NULL);
     size_t n = 100000;
     char *big = malloc(n + 16);
     big[0] = (char)0x81; /* map of 1 */
@@ -191,42 +187,41 @@ static void test_bad_workers_are_dropped(void **state)
     big[6] = (char)((n >> 8) & 0xff);
     big[7] = (char)(n & 0xff);
     memset(big + 8, 'a', n);
-    tc_send_raw(bad.fd, big, n + 8);
+    a2_test_send(bad.fd, big, n + 8);
     free(big);
     expect_error_and_close(&bad, "too_big", 5000);
-    tc_worker_close(&bad);
+    a2_test_worker_close(&bad);
 
     /* TCP with a wrong token, then the right one */
-    tc_worker_open_fd(&bad, tc_connect_tcp(port), "intruder", "wrong", "c",
-                      NULL);
+    a2_test_worker_open_fd(&bad, a2_test_connect_tcp(port), "intruder", "wrong",
+                           "c", NULL);
     expect_error_and_close(&bad, "auth", 5000);
-    tc_worker_close(&bad);
-    tc_worker tcpw;
-    tc_worker_open_fd(&tcpw, tc_connect_tcp(port), "tcpw", "s3cret", "c2",
-                      NULL);
-    assert_true(tc_wait_for(&tcpw, "welcome", 5000, &m));
+    a2_test_worker_close(&bad);
+    a2_test_worker tcpw;
+    a2_test_worker_open_fd(&tcpw, a2_test_connect_tcp(port), "tcpw", "s3cret",
+                           "c2", NULL);
+    assert_true(a2_test_worker_wait_for(&tcpw, "welcome", 5000, &m));
 
     /* silence: no hello within the hello timeout */
-    bad.fd = tc_connect(d.sock);
+    bad.fd = a2_test_connect_unix(d.sock);
     msgpack_unpacker_init(&bad.up, 1 << 16);
     expect_error_and_close(&bad, "timeout", 15000);
-    tc_worker_close(&bad);
+    a2_test_worker_close(&bad);
 
     /* the good workers kept their connections and still receive */
     new_head(1, 1);
-    assert_true(tc_wait_for(&good, "wake", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&good, "wake", 5000, &m));
     assert_string_equal(m.session, "s1");
     char sql[256];
     snprintf(sql, sizeof sql,
              "insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
              "kind, head) values ('s9', 'c2', '#7', 7, 'event', 7)");
     a2_test_exec(db, sql);
-    assert_true(tc_wait_for(&tcpw, "wake", 5000, &m));
+    assert_true(a2_test_worker_wait_for(&tcpw, "wake", 5000, &m));
     assert_string_equal(m.consumer, "c2");
-    tc_worker_close(&good);
-    tc_worker_close(&tcpw);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_worker_close(&good);
+    a2_test_worker_close(&tcpw);
+    a2_test_consumer_end(&d);
 }
 
 /* A transaction past the applier's bound: its wake-ups are replaced by one
@@ -234,27 +229,22 @@ static void test_bad_workers_are_dropped(void **state)
 static void test_huge_transaction_resyncs(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_huge");
-    tc_start(&d);
-    tc_worker_open(&w, d.sock, "w1", "c", NULL);
-    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
-    /* the answer to subscribe */
-    assert_true(tc_wait_for(&w, "resync", 5000, &m));
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_consumer_run_with_worker(&d, "tc_huge", &w, 1);
     a2_test_exec(db, "insert into a2_cursors(session_id, consumer, "
                      "cursor_key, epoch, kind, head) select 'h' || i, 'c', "
                      "'#1', 1, 'event', 1 from generate_series(1, 100001) i");
-    assert_true(tc_wait_for(&w, "resync", 60000, &m));
+    a2_test_msg m;
+    assert_true(a2_test_worker_wait_for(&w, "resync", 60000, &m));
     assert_string_equal(m.consumer, "c");
     assert_true(m.all_sessions);
     /* no wake-up of that transaction was sent */
-    assert_int_equal(tc_wait_for(&w, "wake", 300, &m), 0);
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    assert_int_equal(tc_count_in_file(d.audit, "\n"), 100001);
-    tc_cleanup(&d);
+    assert_int_equal(a2_test_worker_wait_for(&w, "wake", 300, &m), 0);
+    a2_test_worker_close(&w);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    assert_int_equal(a2_test_count_in_file(d.audit, "\n"), 100001);
+    a2_test_consumer_cleanup(&d);
 }
 
 /*
@@ -266,9 +256,9 @@ static void test_huge_transaction_resyncs(void **state)
 static void test_resync_read_retried(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_msg m;
     a2_test_exec(db, "do $$ begin if exists (select 1 from pg_roles where "
                      "rolname = 'a2_tc_rebuild') then execute 'drop owned by "
                      "a2_tc_rebuild'; execute 'drop role a2_tc_rebuild'; end "
@@ -279,14 +269,12 @@ static void test_resync_read_retried(void **state)
     char conn[1024];
     snprintf(conn, sizeof conn, "%s user=a2_tc_rebuild", a2_test_db());
     const char *extra[] = {"--db", conn, NULL};
-    tc_init(&d, "tc_rebuild");
-    tc_start_args(&d, 0, extra);
-    tc_worker_open(&w, d.sock, "w1", "c", NULL);
-    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
-    assert_true(tc_wait_for(&w, "resync", 5000, &m));
+    a2_test_consumer_init(&d, "tc_rebuild");
+    a2_test_consumer_start_args(&d, 0, extra);
+    a2_test_worker_join(&w, d.sock, "w1", "c", NULL, 1);
 
     a2_test_exec(db, "revoke select on a2_cursors from a2_tc_rebuild");
-    int64_t due = tc_wall_ms() + 3000;
+    int64_t due = a2_test_wall_ms() + 3000;
     char sql[512];
     snprintf(sql, sizeof sql,
              "insert into a2_cursors(session_id, consumer, cursor_key, epoch, "
@@ -296,23 +284,23 @@ static void test_resync_read_retried(void **state)
              "i = 1 then %" PRId64 " end from generate_series(1, 100001) i",
              due);
     a2_test_exec(db, sql);
-    assert_true(tc_wait_for(&w, "resync", 60000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "resync", 60000, &m));
     int64_t t0 = a2_test_now_ms();
-    while (tc_count_in_file(d.log, "could not read the live claims") == 0) {
+    while (a2_test_count_in_file(d.log, "could not read the live claims") ==
+           0) {
         assert_true(a2_test_now_ms() - t0 < 20000);
-        tc_sleep_ms(50);
+        a2_test_sleep_ms(50);
     }
-    assert_int_equal(tc_wait_for(&w, "wake", 300, &m), 0);
+    assert_int_equal(a2_test_worker_wait_for(&w, "wake", 300, &m), 0);
     a2_test_exec(db, "grant select on a2_cursors to a2_tc_rebuild");
     /* the next read finds the lease; it lapses into a wake-up */
-    assert_true(tc_wait_for(&w, "wake", 15000, &m));
+    assert_true(a2_test_worker_wait_for(&w, "wake", 15000, &m));
     assert_string_equal(m.session, "h1");
     assert_string_equal(m.cursor, "#1");
-    assert_true(tc_wall_ms() >= due);
-    assert_true(tc_count_in_file(d.log, "reading again in") >= 1);
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    assert_true(a2_test_wall_ms() >= due);
+    assert_true(a2_test_count_in_file(d.log, "reading again in") >= 1);
+    a2_test_worker_close(&w);
+    a2_test_consumer_end(&d);
     a2_test_exec(db, "drop owned by a2_tc_rebuild");
     a2_test_exec(db, "drop role a2_tc_rebuild");
 }
@@ -321,13 +309,13 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_affinity_and_move, setup,
-                                            teardown),
+                                            a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_bad_workers_are_dropped, setup,
-                                            teardown),
+                                            a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_resync_read_retried, setup,
-                                            teardown),
+                                            a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_huge_transaction_resyncs,
-                                            setup, teardown),
+                                            setup, a2_test_consumer_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

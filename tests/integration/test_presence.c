@@ -7,6 +7,7 @@
 #include "a2/state.h"
 #include "a2/store.h"
 #include "a2test.h"
+#include "store_fixture.h"
 
 /* clang-format off */
 #include <stdarg.h>
@@ -16,70 +17,29 @@
 /* clang-format on */
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-typedef struct fx {
-    a2_store *s;
-    int64_t now;
-    PGconn *db;
-    char ns[64];
-} fx;
-
-static int64_t fx_clock(void *ctx)
-{
-    return ((fx *)ctx)->now;
-}
+typedef a2_test_fx fx;
 
 static int setup(void **state)
 {
-    static int n;
-    fx *f = calloc(1, sizeof *f);
-    assert_non_null(f);
-    a2_store_error err;
-    if (a2_store_open(&f->s, a2_test_db(), &err) != 0)
-        fail_msg("open: %s", err.message);
-    f->now = 5000000;
-    a2_store_set_clock(f->s, fx_clock, f);
-    f->db = a2_test_connect();
-    snprintf(f->ns, sizeof f->ns, "room-%d-%d", (int)getpid(), ++n);
-    *state = f;
+    *state = a2_test_fx_new(NULL, 5000000, "room");
     return 0;
 }
 
-static int teardown(void **state)
-{
-    fx *f = *state;
-    a2_store_close(f->s);
-    PQfinish(f->db);
-    free(f);
-    return 0;
-}
-
-#define OK(expr)                                                               \
-    do {                                                                       \
-        int rc_ = (expr);                                                      \
-        if (rc_ != 0)                                                          \
-            fail_msg("%s: %s (%s)", #expr, a2_store_code_name(rc_),            \
-                     a2_store_last_error(f->s)->message);                      \
-    } while (0)
+#define OK(expr) A2_TEST_OK(f->s, expr)
 
 /* Writes one field (value NULL: delete); returns whether it won. */
 static bool put(fx *f, const char *participant, const char *field,
                 const char *value, int64_t at, int64_t ttl)
 {
     a2_presence_field fl = {.field = field, .value = value};
-    a2_presence_write_req req = {.ns = f->ns,
-                                 .participant = participant,
-                                 .at = at,
-                                 .seen = A2_STORE_NONE,
-                                 .ttl_ms = ttl,
-                                 .fields = &fl,
-                                 .nfields = 1};
+    a2_presence_write_req req =
+            a2_test_presence_req(f->ns, participant, at, ttl, &fl, 1);
     a2_presence out;
     OK(a2_store_presence_write(f->s, &req, &out));
     bool won = out.count == 1;
@@ -137,13 +97,8 @@ static void test_invalid_arguments(void **state)
     a2_presence out;
     a2_presence_field fl[2] = {{.field = "a", .value = "1"},
                                {.field = "a", .value = "2"}};
-    a2_presence_write_req req = {.ns = f->ns,
-                                 .participant = "p",
-                                 .at = 1,
-                                 .seen = A2_STORE_NONE,
-                                 .ttl_ms = 1000,
-                                 .fields = fl,
-                                 .nfields = 2};
+    a2_presence_write_req req =
+            a2_test_presence_req(f->ns, "p", 1, 1000, fl, 2);
     assert_int_equal(a2_store_presence_write(f->s, &req, &out),
                      A2_EINVALID_ARGUMENT);
     assert_non_null(strstr(a2_store_last_error(f->s)->message, "twice"));
@@ -205,13 +160,9 @@ static void test_write_read(void **state)
     a2_presence_field fl[3] = {{.field = "status", .value = "\"online\""},
                                {.field = "cursor", .value = "{\"x\": 1}"},
                                {.field = "gone", .value = NULL}};
-    a2_presence_write_req req = {.ns = f->ns,
-                                 .participant = "ann",
-                                 .at = 100,
-                                 .seen = 42,
-                                 .ttl_ms = 30000,
-                                 .fields = fl,
-                                 .nfields = 3};
+    a2_presence_write_req req =
+            a2_test_presence_req(f->ns, "ann", 100, 30000, fl, 3);
+    req.seen = 42;
     a2_presence out;
     uint64_t trips = a2_store_round_trips(f->s);
     OK(a2_store_presence_write(f->s, &req, &out));
@@ -269,13 +220,8 @@ static void test_lww_and_ties(void **state)
     /* a write of several fields: each decided alone */
     a2_presence_field fl[2] = {{.field = "s", .value = "4"},
                                {.field = "t", .value = "8"}};
-    a2_presence_write_req req = {.ns = f->ns,
-                                 .participant = "p",
-                                 .at = 100,
-                                 .seen = A2_STORE_NONE,
-                                 .ttl_ms = 10000,
-                                 .fields = fl,
-                                 .nfields = 2};
+    a2_presence_write_req req =
+            a2_test_presence_req(f->ns, "p", 100, 10000, fl, 2);
     a2_presence out;
     OK(a2_store_presence_write(f->s, &req, &out));
     assert_int_equal(out.count, 1);
@@ -345,13 +291,7 @@ static void test_reap(void **state)
     a2_presence_field fl[3] = {{.field = "x", .value = "1"},
                                {.field = "y", .value = "1"},
                                {.field = "z", .value = "1"}};
-    a2_presence_write_req req = {.ns = other,
-                                 .participant = "q",
-                                 .at = 1,
-                                 .seen = A2_STORE_NONE,
-                                 .ttl_ms = 100,
-                                 .fields = fl,
-                                 .nfields = 3};
+    a2_presence_write_req req = a2_test_presence_req(other, "q", 1, 100, fl, 3);
     a2_presence out;
     OK(a2_store_presence_write(f->s, &req, &out));
     a2_presence_free(&out);
@@ -384,22 +324,13 @@ static void test_reap(void **state)
 typedef struct {
     fx *f;
     int64_t reaped;
-    int rc;
 } reaper_arg;
 
-static void *reaper(void *p)
+/* Reaps the namespace (an a2_test_call). */
+static int reap(a2_store *s, void *p)
 {
     reaper_arg *r = p;
-    a2_store *s;
-    a2_store_error err;
-    if (a2_store_open(&s, a2_test_db(), &err) != 0) {
-        r->rc = -100;
-        return NULL;
-    }
-    a2_store_set_clock(s, fx_clock, r->f);
-    r->rc = a2_store_presence_reap(s, r->f->ns, 10, &r->reaped);
-    a2_store_close(s);
-    return NULL;
+    return a2_store_presence_reap(s, r->f->ns, 10, &r->reaped);
 }
 
 static void test_reap_waits_for_read(void **state)
@@ -414,17 +345,14 @@ static void test_reap_waits_for_read(void **state)
              A2_PRESENCE_LOCK_CLASS, f->ns);
     free(a2_test_scalar(f->db, sql));
     reaper_arg r = {.f = f};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, reaper, &r), 0);
-    PGconn *probe = a2_test_connect();
-    int waited =
-            a2_test_lock_waiters(probe, "wait_event = 'advisory'", 1, 3000) > 0;
-    PQfinish(probe);
+    a2_test_call t;
+    int waited = a2_test_call_start_blocked(&t, reap, &r, f,
+                                            "wait_event = 'advisory'", 3000);
     assert_true(waited);
     assert_int_equal(rows_of(f), 1); /* not reaped while the read holds it */
     a2_test_exec(f->db, "commit");
-    pthread_join(t, NULL);
-    assert_int_equal(r.rc, 0);
+    a2_test_call_join(&t);
+    assert_int_equal(t.rc, 0);
     assert_int_equal(r.reaped, 1);
     assert_int_equal(rows_of(f), 0);
 }
@@ -433,22 +361,13 @@ static void test_reap_waits_for_read(void **state)
 typedef struct {
     fx *f;
     a2_presence out;
-    int rc;
 } reader_arg;
 
-static void *reader(void *p)
+/* Reads the namespace (an a2_test_call). */
+static int read_ns(a2_store *s, void *p)
 {
     reader_arg *r = p;
-    a2_store *s;
-    a2_store_error err;
-    if (a2_store_open(&s, a2_test_db(), &err) != 0) {
-        r->rc = -100;
-        return NULL;
-    }
-    a2_store_set_clock(s, fx_clock, r->f);
-    r->rc = a2_store_presence_read(s, r->f->ns, &r->out);
-    a2_store_close(s);
-    return NULL;
+    return a2_store_presence_read(s, r->f->ns, &r->out);
 }
 
 static void test_read_waits_for_writers(void **state)
@@ -468,8 +387,8 @@ static void test_read_waits_for_writers(void **state)
              f->ns, f->now + 60000);
     a2_test_exec(f->db, sql);
     reader_arg r = {.f = f};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, reader, &r), 0);
+    a2_test_call t;
+    a2_test_call_start(&t, read_ns, &r, f);
     PGconn *probe = a2_test_connect();
     int waited =
             a2_test_lock_waiters(probe, "wait_event = 'advisory'", 1, 3000) > 0;
@@ -477,9 +396,9 @@ static void test_read_waits_for_writers(void **state)
     a2_test_exec(f->db, "commit");
     char *commit_lsn = a2_test_scalar(
             probe, "select (pg_current_wal_insert_lsn() - '0/0')::text");
-    pthread_join(t, NULL);
+    a2_test_call_join(&t);
     PQfinish(probe);
-    assert_int_equal(r.rc, 0);
+    assert_int_equal(t.rc, 0);
     assert_int_equal(r.out.count, 1); /* the write it waited for */
     assert_string_equal(r.out.items[0].participant, "w");
     /* the write's commit ends at or below the read's position */
@@ -492,17 +411,21 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_invalid_arguments, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_write_read, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_lww_and_ties, setup, teardown),
+                                            a2_test_fx_teardown),
+            cmocka_unit_test_setup_teardown(test_write_read, setup,
+                                            a2_test_fx_teardown),
+            cmocka_unit_test_setup_teardown(test_lww_and_ties, setup,
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_ttl_on_store_clock, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_tombstones, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_reap, setup, teardown),
+                                            a2_test_fx_teardown),
+            cmocka_unit_test_setup_teardown(test_tombstones, setup,
+                                            a2_test_fx_teardown),
+            cmocka_unit_test_setup_teardown(test_reap, setup,
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_reap_waits_for_read, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_read_waits_for_writers, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

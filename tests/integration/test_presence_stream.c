@@ -11,14 +11,25 @@
 
 #include <cmocka.h>
 
+#include <inttypes.h>
 #include <jansson.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "a2/state.h"
 #include "a2/store.h"
 #include "a2/wire.h"
-#include "test_consumer_util.h"
+#include "consumer_harness.h"
+#include "store_fixture.h"
 
 #define WRITES 300
 
@@ -26,17 +37,7 @@ static PGconn *db;
 
 static int setup(void **state)
 {
-    (void)state;
-    db = a2_test_connect();
-    a2_test_exec(db, "truncate a2_presence");
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tc_kill_leftovers();
-    PQfinish(db);
+    *state = db = a2_test_connect_reset("truncate a2_presence");
     return 0;
 }
 
@@ -67,13 +68,8 @@ static void *writer(void *p)
     for (int i = 1; w->rc == 0 && i < 50 * WRITES; i++) {
         snprintf(v, sizeof v, "%d", i);
         a2_presence_field f = {.field = "n", .value = v};
-        a2_presence_write_req req = {.ns = w->ns,
-                                     .participant = me,
-                                     .at = i,
-                                     .seen = A2_STORE_NONE,
-                                     .ttl_ms = 600000,
-                                     .fields = &f,
-                                     .nfields = 1};
+        a2_presence_write_req req =
+                a2_test_presence_req(w->ns, me, i, 600000, &f, 1);
         a2_presence out;
         w->rc = a2_store_presence_write(s, &req, &out);
         a2_presence_free(&out);
@@ -91,7 +87,7 @@ static void *writer(void *p)
             after_stop++;
         if (i >= WRITES && after_stop >= 20)
             break;
-        tc_sleep_ms(1);
+        a2_test_sleep_ms(1);
     }
     a2_store_close(s);
     atomic_store(&w->finished, 1);
@@ -237,27 +233,33 @@ static pid_t start_subscriber(const char *ns, const char *sock, int *out_fd)
         _exit(127);
     }
     assert_true(pid > 0);
-    tc_track(pid);
+    a2_test_track(pid);
     close(pfd[1]);
     *out_fd = pfd[0];
     return pid;
+}
+
+/* Starts the writers w[0] and w[1] in t and waits until each has
+ * committed a quarter of its writes. */
+static void start_writers(writer_arg *w, pthread_t *t)
+{
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(pthread_create(&t[k], NULL, writer, &w[k]), 0);
+    while (atomic_load(&w[0].done) < WRITES / 4 ||
+           atomic_load(&w[1].done) < WRITES / 4)
+        a2_test_sleep_ms(2);
 }
 
 static void test_two_writers_one_subscriber(void **state)
 {
     (void)state;
     const char *ns = "stream-room";
-    tc_daemon d;
-    tc_init(&d, "tp_stream");
-    tc_start(&d);
+    a2_test_consumer d;
+    a2_test_consumer_run(&d, "tp_stream");
     writer_arg w[2] = {{.k = 0, .ns = ns}, {.k = 1, .ns = ns}};
     pthread_t t[2];
-    for (int k = 0; k < 2; k++)
-        assert_int_equal(pthread_create(&t[k], NULL, writer, &w[k]), 0);
+    start_writers(w, t);
     /* join while they write */
-    while (atomic_load(&w[0].done) < WRITES / 4 ||
-           atomic_load(&w[1].done) < WRITES / 4)
-        tc_sleep_ms(2);
     int fd;
     pid_t sub = start_subscriber(ns, d.sock, &fd);
     view v = {.state = json_object()};
@@ -279,17 +281,10 @@ static void test_two_writers_one_subscriber(void **state)
     assert_int_equal(w[0].rc, 0);
     assert_int_equal(w[1].rc, 0);
     /* a last write marks the end of the stream */
-    a2_store *s;
-    a2_store_error err;
-    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
+    a2_store *s = a2_test_store_open(a2_test_db());
     a2_presence_field f = {.field = "done", .value = "true"};
-    a2_presence_write_req req = {.ns = ns,
-                                 .participant = "end",
-                                 .at = 1,
-                                 .seen = A2_STORE_NONE,
-                                 .ttl_ms = 600000,
-                                 .fields = &f,
-                                 .nfields = 1};
+    a2_presence_write_req req =
+            a2_test_presence_req(ns, "end", 1, 600000, &f, 1);
     a2_presence out;
     assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
     a2_presence_free(&out);
@@ -336,14 +331,13 @@ static void test_two_writers_one_subscriber(void **state)
     kill(sub, SIGTERM);
     int st;
     waitpid(sub, &st, 0);
-    tc_untrack(sub);
+    a2_test_untrack(sub);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     close(fd);
     free(lr);
     json_decref(v.state);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_consumer_end(&d);
 }
 
 /* A subscriber written here on liba2wire, to widen the window between the
@@ -390,24 +384,19 @@ static void test_wide_window(void **state)
 {
     (void)state;
     const char *ns = "window-room";
-    tc_daemon d;
-    tc_init(&d, "tp_window");
-    tc_start(&d);
+    a2_test_consumer d;
+    a2_test_consumer_run(&d, "tp_window");
     writer_arg w[2] = {{.k = 0, .ns = ns}, {.k = 1, .ns = ns}};
     pthread_t t[2];
-    for (int k = 0; k < 2; k++)
-        assert_int_equal(pthread_create(&t[k], NULL, writer, &w[k]), 0);
-    while (atomic_load(&w[0].done) < WRITES / 4 ||
-           atomic_load(&w[1].done) < WRITES / 4)
-        tc_sleep_ms(2);
+    start_writers(w, t);
     /* 1. subscribe, ping, and hold every patch from the pong on */
-    wsub sub = {.fd = tc_connect(d.sock),
+    wsub sub = {.fd = a2_test_connect_unix(d.sock),
                 .rd = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER)};
     a2_wire_buf out = {0};
     assert_int_equal(a2_wire_encode_hello(&out, "window", NULL), 0);
     assert_int_equal(a2_wire_encode_presence_sub(&out, ns), 0);
     assert_int_equal(a2_wire_encode_ping(&out, 7), 0);
-    tc_send_raw(sub.fd, out.data, out.len);
+    a2_test_send(sub.fd, out.data, out.len);
     a2_wire_buf_free(&out);
     a2_wire_msg m;
     int ponged = 0;
@@ -426,9 +415,7 @@ static void test_wide_window(void **state)
             held[nheld++] = patch_line(&m);
         }
     /* 2. the read */
-    a2_store *s;
-    a2_store_error err;
-    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
+    a2_store *s = a2_test_store_open(a2_test_db());
     a2_presence rd;
     assert_int_equal(a2_store_presence_read(s, ns, &rd), 0);
     view v = {.state = json_object()};
@@ -463,13 +450,8 @@ static void test_wide_window(void **state)
     assert_int_equal(w[0].rc, 0);
     assert_int_equal(w[1].rc, 0);
     a2_presence_field f = {.field = "done", .value = "true"};
-    a2_presence_write_req req = {.ns = ns,
-                                 .participant = "end",
-                                 .at = 1,
-                                 .seen = A2_STORE_NONE,
-                                 .ttl_ms = 600000,
-                                 .fields = &f,
-                                 .nfields = 1};
+    a2_presence_write_req req =
+            a2_test_presence_req(ns, "end", 1, 600000, &f, 1);
     a2_presence wo;
     assert_int_equal(a2_store_presence_write(s, &req, &wo), 0);
     a2_presence_free(&wo);
@@ -501,8 +483,7 @@ static void test_wide_window(void **state)
     json_decref(v.state);
     a2_wire_reader_free(sub.rd);
     close(sub.fd);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_consumer_end(&d);
 }
 
 /* Expiry reaches a follower as a patch: it reaps its namespace. */
@@ -510,9 +491,8 @@ static void test_expiry_pushed(void **state)
 {
     (void)state;
     const char *ns = "expiry-room";
-    tc_daemon d;
-    tc_init(&d, "tp_expiry");
-    tc_start(&d);
+    a2_test_consumer d;
+    a2_test_consumer_run(&d, "tp_expiry");
     /* the subscriber first: once it printed its snapshot (an empty
      * namespace) it follows, and whatever comes next is a patch */
     int fd;
@@ -527,18 +507,10 @@ static void test_expiry_pushed(void **state)
                  lr->eof ? " (its output ended)" : "");
     on_line(&v, line);
     assert_true(v.snapshot_seen);
-    a2_store *s;
-    a2_store_error err;
-    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
+    a2_store *s = a2_test_store_open(a2_test_db());
     a2_presence_field f[2] = {{.field = "typing", .value = "true"},
                               {.field = "name", .value = "\"ann\""}};
-    a2_presence_write_req req = {.ns = ns,
-                                 .participant = "ann",
-                                 .at = 1,
-                                 .seen = A2_STORE_NONE,
-                                 .ttl_ms = 1500,
-                                 .fields = f,
-                                 .nfields = 1};
+    a2_presence_write_req req = a2_test_presence_req(ns, "ann", 1, 1500, f, 1);
     a2_presence out;
     int64_t t_before = a2_test_now_ms();
     assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
@@ -569,14 +541,13 @@ static void test_expiry_pushed(void **state)
     kill(sub, SIGTERM);
     int st;
     waitpid(sub, &st, 0);
-    tc_untrack(sub);
+    a2_test_untrack(sub);
     assert_int_equal(WEXITSTATUS(st), 0);
     close(fd);
     free(lr);
     json_decref(v.state);
     a2_store_close(s);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_consumer_end(&d);
 }
 
 /* Any role may emit a logical message: one with the consumer's own prefix
@@ -587,19 +558,16 @@ static void test_forged_tick_ignored(void **state)
 {
     (void)state;
     const char *ns = "forged-room";
-    tc_daemon d;
-    tc_init(&d, "tp_forged");
-    tc_start(&d);
-    a2_store *s;
-    a2_store_error err;
-    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
-    wsub sub = {.fd = tc_connect(d.sock),
+    a2_test_consumer d;
+    a2_test_consumer_run(&d, "tp_forged");
+    a2_store *s = a2_test_store_open(a2_test_db());
+    wsub sub = {.fd = a2_test_connect_unix(d.sock),
                 .rd = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER)};
     a2_wire_buf wb = {0};
     assert_int_equal(a2_wire_encode_hello(&wb, "forged", NULL), 0);
     assert_int_equal(a2_wire_encode_presence_sub(&wb, ns), 0);
     assert_int_equal(a2_wire_encode_ping(&wb, 9), 0);
-    tc_send_raw(sub.fd, wb.data, wb.len);
+    a2_test_send(sub.fd, wb.data, wb.len);
     a2_wire_buf_free(&wb);
     a2_wire_msg m;
     int ponged = 0;
@@ -608,13 +576,8 @@ static void test_forged_tick_ignored(void **state)
         ponged = m.type == A2_WIRE_PONG && m.id == 9;
     }
     a2_presence_field f = {.field = "name", .value = "\"ann\""};
-    a2_presence_write_req req = {.ns = ns,
-                                 .participant = "ann",
-                                 .at = 1,
-                                 .seen = A2_STORE_NONE,
-                                 .ttl_ms = 3600000,
-                                 .fields = &f,
-                                 .nfields = 1};
+    a2_presence_write_req req =
+            a2_test_presence_req(ns, "ann", 1, 3600000, &f, 1);
     a2_presence out;
     assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
     a2_presence_free(&out);
@@ -657,8 +620,7 @@ static void test_forged_tick_ignored(void **state)
     close(sub.fd);
     a2_wire_reader_free(sub.rd);
     a2_store_close(s);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_consumer_end(&d);
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -682,36 +644,28 @@ static void test_push_latency(void **state)
 {
     (void)state;
     const char *ns = "latency-room";
-    tc_daemon d;
-    tc_init(&d, "tp_latency");
-    tc_start(&d);
-    wsub sub = {.fd = tc_connect(d.sock),
+    a2_test_consumer d;
+    a2_test_consumer_run(&d, "tp_latency");
+    wsub sub = {.fd = a2_test_connect_unix(d.sock),
                 .rd = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER)};
     a2_wire_buf out = {0};
     assert_int_equal(a2_wire_encode_hello(&out, "latency", NULL), 0);
     assert_int_equal(a2_wire_encode_presence_sub(&out, ns), 0);
     assert_int_equal(a2_wire_encode_ping(&out, 1), 0);
-    tc_send_raw(sub.fd, out.data, out.len);
+    a2_test_send(sub.fd, out.data, out.len);
     a2_wire_buf_free(&out);
     a2_wire_msg m;
     do
         assert_true(wsub_next(&sub, 5000, &m));
     while (m.type != A2_WIRE_PONG);
-    a2_store *s;
-    a2_store_error err;
-    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
+    a2_store *s = a2_test_store_open(a2_test_db());
     static int64_t ours[PUSHES], notify[PUSHES];
     for (int i = 0; i < PUSHES; i++) {
         char v[32];
         snprintf(v, sizeof v, "%d", i);
         a2_presence_field f = {.field = "n", .value = v};
-        a2_presence_write_req req = {.ns = ns,
-                                     .participant = "p",
-                                     .at = i,
-                                     .seen = A2_STORE_NONE,
-                                     .ttl_ms = 600000,
-                                     .fields = &f,
-                                     .nfields = 1};
+        a2_presence_write_req req =
+                a2_test_presence_req(ns, "p", i, 600000, &f, 1);
         a2_presence wo;
         int64_t t0 = now_us();
         assert_int_equal(a2_store_presence_write(s, &req, &wo), 0);
@@ -769,17 +723,15 @@ static void test_push_latency(void **state)
     a2_store_close(s);
     a2_wire_reader_free(sub.rd);
     close(sub.fd);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_consumer_end(&d);
 }
 
 /* A subscriber whose consumer goes away says so and exits 1. */
 static void test_consumer_gone(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_init(&d, "tp_gone");
-    tc_start(&d);
+    a2_test_consumer d;
+    a2_test_consumer_run(&d, "tp_gone");
     int fd;
     pid_t sub = start_subscriber("gone-room", d.sock, &fd);
     line_reader *lr = calloc(1, sizeof *lr);
@@ -789,30 +741,32 @@ static void test_consumer_gone(void **state)
     const char *line = next_line(lr, 10000);
     assert_non_null(line);
     assert_non_null(strstr(line, "\"snapshot\""));
-    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     int st;
     waitpid(sub, &st, 0);
-    tc_untrack(sub);
+    a2_test_untrack(sub);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 1);
     close(fd);
     free(lr);
-    tc_cleanup(&d);
+    a2_test_consumer_cleanup(&d);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_two_writers_one_subscriber,
-                                            setup, teardown),
-            cmocka_unit_test_setup_teardown(test_wide_window, setup, teardown),
+                                            setup, a2_test_consumer_teardown),
+            cmocka_unit_test_setup_teardown(test_wide_window, setup,
+                                            a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_forged_tick_ignored, setup,
-                                            teardown),
+                                            a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_expiry_pushed, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_push_latency, setup, teardown),
+                                            a2_test_consumer_teardown),
+            cmocka_unit_test_setup_teardown(test_push_latency, setup,
+                                            a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_consumer_gone, setup,
-                                            teardown),
+                                            a2_test_consumer_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,24 +13,19 @@
 
 #include <cmocka.h>
 
-#include "test_consumer_util.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consumer_harness.h"
 
 static PGconn *db;
 
 static int setup(void **state)
 {
-    (void)state;
-    db = a2_test_connect();
-    a2_test_exec(db, "truncate a2_events, a2_cursors, a2_clears, "
-                     "a2_lane_events");
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tc_kill_leftovers();
-    PQfinish(db);
+    *state = db =
+            a2_test_connect_reset("truncate a2_events, a2_cursors, a2_clears, "
+                                  "a2_lane_events");
     return 0;
 }
 
@@ -77,36 +72,33 @@ static void expect_error(PGconn *c, const char *sql, int n,
 
 /* Waits (bounded) until the audit file holds a line about session; 1 when
  * it does. */
-static int audit_has(const tc_daemon *d, const char *session, int timeout_ms)
+static int audit_has(const a2_test_consumer *d, const char *session,
+                     int timeout_ms)
 {
     char needle[160];
     snprintf(needle, sizeof needle, "\"session\":\"%s\"", session);
     for (int64_t end = a2_test_now_ms() + timeout_ms;;) {
-        if (tc_count_in_file(d->audit, needle) > 0)
+        if (a2_test_count_in_file(d->audit, needle) > 0)
             return 1;
         if (a2_test_now_ms() > end)
             return 0;
-        tc_sleep_ms(20);
+        a2_test_sleep_ms(20);
     }
 }
 
 /* The next wake the worker gets (its session in m); fails on timeout. */
-static void next_wake(tc_worker *w, tc_msg *m)
+static void next_wake(a2_test_worker *w, a2_test_msg *m)
 {
-    if (!tc_wait_for(w, "wake", 10000, m))
+    if (!a2_test_worker_wait_for(w, "wake", 10000, m))
         fail_msg("no wake-up within 10 s");
 }
 
 static void test_append_in_application_transaction(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_worker w;
-    tc_msg m;
-    tc_init(&d, "tc_sql_app");
-    tc_start(&d);
-    tc_worker_open(&w, d.sock, "w1", "c", NULL);
-    assert_true(tc_wait_for(&w, "welcome", 5000, &m));
+    a2_test_consumer d;
+    a2_test_worker w;
+    a2_test_consumer_run_with_worker(&d, "tc_sql_app", &w, 0);
     a2_test_exec(db, "create table app_orders (id text primary key)");
     PGconn *app = a2_test_connect();
 
@@ -119,10 +111,11 @@ static void test_append_in_application_transaction(void **state)
     a2_test_exec(app, "rollback");
     const char *vm[] = {"app-marker-1", ONE_EVENT};
     free(value(db, APPEND_SQL, 2, vm));
+    a2_test_msg m;
     next_wake(&w, &m);
     assert_string_equal(m.session, "app-marker-1");
     assert_true(audit_has(&d, "app-marker-1", 10000));
-    assert_int_equal(tc_count_in_file(d.audit, "app-rolled-back"), 0);
+    assert_int_equal(a2_test_count_in_file(d.audit, "app-rolled-back"), 0);
     assert_int_equal(a2_test_int(db, "select count(*) from a2_events where "
                                      "session_id = 'app-rolled-back'"),
                      0);
@@ -140,7 +133,7 @@ static void test_append_in_application_transaction(void **state)
     next_wake(&w, &m);
     assert_string_equal(m.session, "app-marker-2");
     assert_true(audit_has(&d, "app-marker-2", 10000));
-    assert_int_equal(tc_count_in_file(d.audit, "app-committed"), 0);
+    assert_int_equal(a2_test_count_in_file(d.audit, "app-committed"), 0);
     a2_test_exec(app, "commit");
     next_wake(&w, &m);
     assert_string_equal(m.session, "app-committed");
@@ -173,9 +166,8 @@ static void test_append_in_application_transaction(void **state)
     assert_true(got);
     PQfinish(other);
     PQfinish(app);
-    tc_worker_close(&w);
-    assert_int_equal(tc_stop(&d), 0);
-    tc_cleanup(&d);
+    a2_test_worker_close(&w);
+    a2_test_consumer_end(&d);
 }
 
 /* Writes take a fresh snapshot after the session lock: they refuse
@@ -374,16 +366,18 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(
-                    test_append_in_application_transaction, setup, teardown),
+                    test_append_in_application_transaction, setup,
+                    a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_isolation_levels, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_error_codes, setup, teardown),
+                                            a2_test_consumer_teardown),
+            cmocka_unit_test_setup_teardown(test_error_codes, setup,
+                                            a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_batch_results_in_order, setup,
-                                            teardown),
+                                            a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_batch_all_or_nothing, setup,
-                                            teardown),
+                                            a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_batches_in_opposite_orders,
-                                            setup, teardown),
+                                            setup, a2_test_consumer_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

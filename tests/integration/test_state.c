@@ -7,6 +7,7 @@
 #include "a2/state.h"
 #include "a2/store.h"
 #include "a2test.h"
+#include "store_fixture.h"
 
 /* clang-format off */
 #include <stdarg.h>
@@ -16,84 +17,30 @@
 /* clang-format on */
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-typedef struct fx {
-    a2_store *s;
-    int64_t now;
-    PGconn *db;
-    char session[64];
-} fx;
-
-static int64_t fx_clock(void *ctx)
-{
-    return ((fx *)ctx)->now;
-}
+typedef a2_test_fx fx;
 
 static int setup(void **state)
 {
-    static int n;
-    fx *f = calloc(1, sizeof *f);
-    assert_non_null(f);
-    a2_store_error err;
-    if (a2_store_open(&f->s, a2_test_db(), &err) != 0)
-        fail_msg("open: %s", err.message);
-    f->now = 1000000;
-    a2_store_set_clock(f->s, fx_clock, f);
-    f->db = a2_test_connect();
-    snprintf(f->session, sizeof f->session, "state-%d-%d", (int)getpid(), ++n);
-    *state = f;
+    *state = a2_test_fx_new(NULL, 1000000, "state");
     return 0;
 }
 
-static int teardown(void **state)
-{
-    fx *f = *state;
-    a2_store_close(f->s);
-    PQfinish(f->db);
-    free(f);
-    return 0;
-}
-
-#define OK(expr)                                                               \
-    do {                                                                       \
-        int rc_ = (expr);                                                      \
-        if (rc_ != 0)                                                          \
-            fail_msg("%s: %s (%s)", #expr, a2_store_code_name(rc_),            \
-                     a2_store_last_error(f->s)->message);                      \
-    } while (0)
-
-static int64_t count_sql(fx *f, const char *fmt, ...)
-        __attribute__((format(printf, 2, 3)));
-static int64_t count_sql(fx *f, const char *fmt, ...)
-{
-    char sql[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sql, sizeof sql, fmt, ap);
-    va_end(ap);
-    return a2_test_int(f->db, sql);
-}
+#define OK(expr) A2_TEST_OK(f->s, expr)
 
 static int64_t pins_of(fx *f)
 {
-    return count_sql(f,
-                     "select count(*) from a2_snapshot_pins where "
-                     "session_id = '%s'",
-                     f->session);
+    return a2_test_fx_rows(f, "a2_snapshot_pins", NULL);
 }
 
 static int64_t history_of(fx *f)
 {
-    return count_sql(f,
-                     "select count(*) from a2_snapshot_history where "
-                     "session_id = '%s'",
-                     f->session);
+    return a2_test_fx_rows(f, "a2_snapshot_history", NULL);
 }
 
 /* Appends n events of type "e", each targeted at targets. */
@@ -215,11 +162,7 @@ static void test_invalid_arguments(void **state)
                      A2_EINVALID_ARGUMENT);
     /* Refused before any I/O; nothing stored. */
     assert_int_equal(a2_store_round_trips(f->s), trips);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_snapshots where "
-                               "session_id = '%s'",
-                               f->session),
-                     0);
+    assert_int_equal(a2_test_fx_rows(f, "a2_snapshots", NULL), 0);
     a2_state_free(NULL);
 }
 
@@ -459,11 +402,7 @@ static void test_reclaim(void **state)
     assert_true(rr.done);
     assert_int_equal(pins_of(f), 0);
     assert_int_equal(history_of(f), 0);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_snapshots where "
-                               "session_id = '%s'",
-                               f->session),
-                     1);
+    assert_int_equal(a2_test_fx_rows(f, "a2_snapshots", NULL), 1);
 }
 
 /* A completion holding its cursor row makes a pinning write wait; the
@@ -472,27 +411,18 @@ typedef struct {
     fx *f;
     bool unpinned; /* write without the pin on consumer a's head 1 */
     a2_state_write_result wr;
-    int rc;
 } writer_arg;
 
-/* Writes version 1 of reducer "r" on its own connection. */
-static void *state_writer(void *p)
+/* Writes version 1 of reducer "r" (an a2_test_call). */
+static int state_write(a2_store *s, void *p)
 {
     writer_arg *w = p;
-    a2_store *s;
-    a2_store_error err;
-    if (a2_store_open(&s, a2_test_db(), &err) != 0) {
-        w->rc = -100;
-        return NULL;
-    }
     a2_state_pin pin = {.consumer = "a", .index = 1};
     a2_state_write wr = {.up_to_index = 1,
                          .state = "1",
                          .pins = w->unpinned ? NULL : &pin,
                          .npins = w->unpinned ? 0 : 1};
-    w->rc = a2_store_write_state(s, w->f->session, "r", &wr, 1, &w->wr);
-    a2_store_close(s);
-    return NULL;
+    return a2_store_write_state(s, w->f->session, "r", &wr, 1, &w->wr);
 }
 
 static void test_pin_waits_for_completion(void **state)
@@ -507,17 +437,14 @@ static void test_pin_waits_for_completion(void **state)
              f->session);
     a2_test_exec(f->db, sql);
     writer_arg w = {.f = f};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, state_writer, &w), 0);
     /* The writer waits on the row. */
-    PGconn *probe = a2_test_connect();
-    int waited =
-            a2_test_lock_waiters(probe, A2_TEST_STORE_QUERY, 1, 2000) > 0;
-    PQfinish(probe);
+    a2_test_call t;
+    int waited = a2_test_call_start_blocked(&t, state_write, &w, NULL,
+                                            A2_TEST_STORE_QUERY, 2000);
     assert_true(waited);
     a2_test_exec(f->db, "commit");
-    pthread_join(t, NULL);
-    assert_int_equal(w.rc, 0);
+    a2_test_call_join(&t);
+    assert_int_equal(t.rc, 0);
     assert_int_equal(w.wr.pins_accepted, 0);
     assert_int_equal(w.wr.pins_refused, 1);
     assert_int_equal(pins_of(f), 0);
@@ -528,22 +455,14 @@ static void test_pin_waits_for_completion(void **state)
 typedef struct {
     fx *f;
     a2_complete_result cr;
-    int rc;
 } completer_arg;
 
-static void *completer(void *p)
+/* Completes attempt 1 of consumer a's head 1 (an a2_test_call). */
+static int complete(a2_store *s, void *p)
 {
     completer_arg *c = p;
-    a2_store *s;
-    a2_store_error err;
-    if (a2_store_open(&s, a2_test_db(), &err) != 0) {
-        c->rc = -100;
-        return NULL;
-    }
     a2_attempt_ref at = {.consumer = "a", .index = 1, .attempt = 1};
-    c->rc = a2_store_complete(s, c->f->session, &at, NULL, 0, NULL, 0, &c->cr);
-    a2_store_close(s);
-    return NULL;
+    return a2_store_complete(s, c->f->session, &at, NULL, 0, NULL, 0, &c->cr);
 }
 
 static void test_completion_waits_for_pins(void **state)
@@ -565,16 +484,13 @@ static void test_completion_waits_for_pins(void **state)
              f->session, f->session);
     a2_test_exec(f->db, sql);
     completer_arg c = {.f = f};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, completer, &c), 0);
-    PGconn *probe = a2_test_connect();
-    int waited =
-            a2_test_lock_waiters(probe, A2_TEST_STORE_QUERY, 1, 2000) > 0;
-    PQfinish(probe);
+    a2_test_call t;
+    int waited = a2_test_call_start_blocked(&t, complete, &c, NULL,
+                                            A2_TEST_STORE_QUERY, 2000);
     assert_true(waited);
     a2_test_exec(f->db, "commit");
-    pthread_join(t, NULL);
-    assert_int_equal(c.rc, 0);
+    a2_test_call_join(&t);
+    assert_int_equal(t.rc, 0);
     assert_int_equal(c.cr.outcome, A2_ATTEMPT_COMPLETED);
     a2_complete_result_free(&c.cr);
     assert_int_equal(pins_of(f), 0);
@@ -608,20 +524,16 @@ static void test_write_waits_for_clear(void **state)
              f->session, f->session, f->session);
     a2_test_exec(f->db, sql);
     writer_arg w = {.f = f, .unpinned = true};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, state_writer, &w), 0);
+    a2_test_call t;
+    a2_test_call_start(&t, state_write, &w, NULL);
     PGconn *probe = a2_test_connect();
     bool waited = batch_waits_for_session_lock(probe);
     PQfinish(probe);
     a2_test_exec(f->db, "commit");
-    pthread_join(t, NULL);
+    a2_test_call_join(&t);
     assert_true(waited);
-    assert_int_equal(w.rc, A2_ESESSION_CLEARED);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_snapshots where "
-                               "session_id = '%s'",
-                               f->session),
-                     0);
+    assert_int_equal(t.rc, A2_ESESSION_CLEARED);
+    assert_int_equal(a2_test_fx_rows(f, "a2_snapshots", NULL), 0);
     expect_state(f, A2_STORE_NONE, false, 0, NULL);
 }
 
@@ -632,29 +544,25 @@ static void test_pinning_write_under_session_lock(void **state)
 {
     fx *f = *state;
     claimed_head(f);
-    char sql[256];
-    a2_test_exec(f->db, "begin");
-    snprintf(sql, sizeof sql, "select pg_advisory_xact_lock(hashtext('%s'))",
-             f->session);
-    free(a2_test_scalar(f->db, sql));
+    a2_test_hold_session_lock(f->db, f->session);
     writer_arg w = {.f = f};
-    pthread_t tw, tc;
-    assert_int_equal(pthread_create(&tw, NULL, state_writer, &w), 0);
+    a2_test_call tw, tc;
+    a2_test_call_start(&tw, state_write, &w, NULL);
     PGconn *probe = a2_test_connect();
     bool writer_waited = batch_waits_for_session_lock(probe);
     completer_arg c = {.f = f};
-    assert_int_equal(pthread_create(&tc, NULL, completer, &c), 0);
+    a2_test_call_start(&tc, complete, &c, NULL);
     int64_t both =
             a2_test_lock_waiters(probe, A2_TEST_STORE_QUERY, 2, 5000);
     PQfinish(probe);
     a2_test_exec(f->db, "commit");
-    pthread_join(tw, NULL);
-    pthread_join(tc, NULL);
+    a2_test_call_join(&tw);
+    a2_test_call_join(&tc);
     assert_true(writer_waited);
     assert_int_equal(both, 2);
-    assert_int_equal(w.rc, 0);
+    assert_int_equal(tw.rc, 0);
     assert_int_equal(w.wr.pins_accepted, 1);
-    assert_int_equal(c.rc, 0);
+    assert_int_equal(tc.rc, 0);
     assert_int_equal(c.cr.outcome, A2_ATTEMPT_COMPLETED);
     a2_complete_result_free(&c.cr);
     assert_int_equal(pins_of(f), 0);
@@ -664,26 +572,28 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_invalid_arguments, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_latest_and_at, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_pins_only_live_heads, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_release_on_complete, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_release_on_dead_letter, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_release_on_skip, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_reclaim, setup, teardown),
+                                            a2_test_fx_teardown),
+            cmocka_unit_test_setup_teardown(test_reclaim, setup,
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_pin_waits_for_completion,
-                                            setup, teardown),
+                                            setup, a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_completion_waits_for_pins,
-                                            setup, teardown),
+                                            setup, a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_write_waits_for_clear, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(
-                    test_pinning_write_under_session_lock, setup, teardown),
+                    test_pinning_write_under_session_lock, setup,
+                    a2_test_fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

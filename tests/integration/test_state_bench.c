@@ -9,6 +9,7 @@
 #include "a2/state.h"
 #include "a2/store.h"
 #include "a2test.h"
+#include "store_fixture.h"
 
 /* clang-format off */
 #include <stdarg.h>
@@ -79,13 +80,8 @@ static int op_presence_write(bench *b)
     char v[32];
     snprintf(v, sizeof v, "%" PRId64, ++b->i);
     a2_presence_field f = {.field = "cursor", .value = v};
-    a2_presence_write_req req = {.ns = "bench",
-                                 .participant = "p",
-                                 .at = b->i,
-                                 .seen = A2_STORE_NONE,
-                                 .ttl_ms = 60000,
-                                 .fields = &f,
-                                 .nfields = 1};
+    a2_presence_write_req req =
+            a2_test_presence_req("bench", "p", b->i, 60000, &f, 1);
     a2_presence out;
     int rc = a2_store_presence_write(b->s, &req, &out);
     a2_presence_free(&out);
@@ -186,9 +182,7 @@ static void test_bench(void **state)
 {
     (void)state;
     bench b = {0};
-    a2_store_error err;
-    if (a2_store_open(&b.s, a2_test_db(), &err) != 0)
-        fail_msg("open: %s", err.message);
+    b.s = a2_test_store_open(a2_test_db());
     b.raw = a2_test_connect();
     snprintf(b.session, sizeof b.session, "bench-%d", (int)getpid());
     int off = snprintf(b.state, sizeof b.state, "{\"items\": [");
@@ -201,13 +195,8 @@ static void test_bench(void **state)
         char part[16];
         snprintf(part, sizeof part, "p%02d", k);
         a2_presence_field f = {.field = "status", .value = "\"online\""};
-        a2_presence_write_req req = {.ns = "bench-read",
-                                     .participant = part,
-                                     .at = 1,
-                                     .seen = A2_STORE_NONE,
-                                     .ttl_ms = 3600000,
-                                     .fields = &f,
-                                     .nfields = 1};
+        a2_presence_write_req req =
+                a2_test_presence_req("bench-read", part, 1, 3600000, &f, 1);
         a2_presence out;
         assert_int_equal(a2_store_presence_write(b.s, &req, &out), 0);
         a2_presence_free(&out);

@@ -6,6 +6,7 @@
 #include "a2/state.h"
 #include "a2/store.h"
 #include "a2test.h"
+#include "store_fixture.h"
 
 /* clang-format off */
 #include <stdarg.h>
@@ -68,15 +69,6 @@ static int run_a2(char **out, char **err, ...)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-static a2_store *open_store(void)
-{
-    a2_store *s;
-    a2_store_error e;
-    if (a2_store_open(&s, a2_test_db(), &e) != 0)
-        fail_msg("open: %s", e.message);
-    return s;
-}
-
 static void test_state_command(void **state)
 {
     (void)state;
@@ -90,7 +82,7 @@ static void test_state_command(void **state)
     assert_string_equal(out, "null\n");
     free(out);
     free(err);
-    a2_store *s = open_store();
+    a2_store *s = a2_test_store_open(a2_test_db());
     a2_state_write w = {.up_to_index = 4, .state = "{\"total\": 12}"};
     a2_state_write_result wr;
     assert_int_equal(a2_store_write_state(s, "cli-s", "r", &w, 1, &wr), 0);
@@ -136,16 +128,11 @@ static void test_presence_command(void **state)
 {
     (void)state;
     char *out, *err;
-    a2_store *s = open_store();
+    a2_store *s = a2_test_store_open(a2_test_db());
     a2_presence_field f[2] = {{.field = "status", .value = "\"online\""},
                               {.field = "typing", .value = "true"}};
-    a2_presence_write_req req = {.ns = "cli-room",
-                                 .participant = "ann",
-                                 .at = 1,
-                                 .seen = A2_STORE_NONE,
-                                 .ttl_ms = 600000,
-                                 .fields = f,
-                                 .nfields = 2};
+    a2_presence_write_req req =
+            a2_test_presence_req("cli-room", "ann", 1, 600000, f, 2);
     a2_presence p;
     assert_int_equal(a2_store_presence_write(s, &req, &p), 0);
     a2_presence_free(&p);

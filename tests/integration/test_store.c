@@ -3,6 +3,7 @@
  */
 #include "a2/store.h"
 #include "a2test.h"
+#include "store_fixture.h"
 
 /* clang-format off */
 #include <stdarg.h>
@@ -23,70 +24,21 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-typedef struct fx {
-    a2_store *s;
-    int64_t now;
-    PGconn *db;
-    char session[64];
-    int ids;
-} fx;
-
-static int64_t fx_clock(void *ctx)
-{
-    return ((fx *)ctx)->now;
-}
+typedef a2_test_fx fx;
 
 static int setup(void **state)
 {
-    static int n;
-    fx *f = calloc(1, sizeof *f);
-    assert_non_null(f);
-    a2_store_error err;
     /* A2_TEST_STORE_OPTIONS adds conninfo settings, e.g. to run every
      * operation under generic plans (tests/integration/test_store_plans.sh). */
     char conninfo[1024];
     const char *extra = getenv("A2_TEST_STORE_OPTIONS");
     snprintf(conninfo, sizeof conninfo, "%s %s", a2_test_db(),
              extra ? extra : "");
-    int rc = a2_store_open(&f->s, conninfo, &err);
-    if (rc != 0)
-        fail_msg("open: %s", err.message);
-    f->now = 1000000;
-    a2_store_set_clock(f->s, fx_clock, f);
-    f->db = a2_test_connect();
-    snprintf(f->session, sizeof f->session, "sess-%d-%d", (int)getpid(), ++n);
-    *state = f;
+    *state = a2_test_fx_new(conninfo, 1000000, "sess");
     return 0;
 }
 
-static int teardown(void **state)
-{
-    fx *f = *state;
-    a2_store_close(f->s);
-    PQfinish(f->db);
-    free(f);
-    return 0;
-}
-
-#define OK(expr)                                                               \
-    do {                                                                       \
-        int rc_ = (expr);                                                      \
-        if (rc_ != 0)                                                          \
-            fail_msg("%s: %s (%s)", #expr, a2_store_code_name(rc_),            \
-                     a2_store_last_error(f->s)->message);                      \
-    } while (0)
-
-static int64_t count_sql(fx *f, const char *fmt, ...)
-        __attribute__((format(printf, 2, 3)));
-static int64_t count_sql(fx *f, const char *fmt, ...)
-{
-    char sql[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sql, sizeof sql, fmt, ap);
-    va_end(ap);
-    return a2_test_int(f->db, sql);
-}
+#define OK(expr) A2_TEST_OK(f->s, expr)
 
 /* Appends one event (type, payload, id may be NULL) with targets. */
 static int append1(fx *f, const char *session, const char *type,
@@ -194,11 +146,7 @@ static void test_invalid_arguments(void **state)
     /* None of these reached the server, and nothing was written. */
     assert_int_equal(a2_store_round_trips(f->s), trips);
     assert_int_equal(a2_store_last_error(f->s)->code, A2_EINVALID_ARGUMENT);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_events where "
-                               "session_id = '%s'",
-                               f->session),
-                     0);
+    assert_int_equal(a2_test_fx_rows(f, "a2_events", NULL), 0);
 }
 
 static void test_open_unavailable(void **state)
@@ -207,10 +155,7 @@ static void test_open_unavailable(void **state)
     a2_store *s = NULL;
     a2_store_error err;
     int rc = a2_store_open(&s, "host=127.0.0.1 port=1 connect_timeout=2", &err);
-    assert_int_equal(rc, A2_ESTORE_UNAVAILABLE);
-    assert_null(s);
-    assert_int_equal(err.code, A2_ESTORE_UNAVAILABLE);
-    assert_non_null(strstr(err.message, "could not connect"));
+    a2_test_expect_unreachable(rc, s, &err);
 }
 
 /* The store's TCP connection notices a server that vanished without closing
@@ -288,22 +233,12 @@ static void test_connection_lost(void **state)
     a2_events_free(&out);
 }
 
-/* Holds the session's lock from f->db's transaction. */
-static void hold_session_lock(fx *f)
-{
-    char sql[256];
-    snprintf(sql, sizeof sql, "select pg_advisory_xact_lock(hashtext('%s'))",
-             f->session);
-    a2_test_exec(f->db, "begin");
-    a2_test_exec(f->db, sql);
-}
-
 /* An append on s (whose statements time out at 300 ms) that waits for its
  * session's lock fails with the server's SQLSTATE and writes nothing; once
  * the lock is free, the same store appends. */
 static void expect_blocked_append_cancelled(fx *f, a2_store *s)
 {
-    hold_session_lock(f);
+    a2_test_hold_session_lock(f->db, f->session);
     a2_append_event ev = {.type = "t", .payload = "{}"};
     a2_events out;
     int64_t t0 = a2_test_now_ms();
@@ -313,11 +248,7 @@ static void expect_blocked_append_cancelled(fx *f, a2_store *s)
     assert_int_equal(rc, A2_ESTORE_FAILED);
     assert_string_equal(a2_store_last_error(s)->sqlstate, "57014");
     assert_true(took >= 250 && took < 5000);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_events where "
-                               "session_id = '%s'",
-                               f->session),
-                     0);
+    assert_int_equal(a2_test_fx_rows(f, "a2_events", NULL), 0);
     rc = a2_store_append(s, f->session, &ev, 1, NULL, &out);
     if (rc != 0)
         fail_msg("after the lock: %s", a2_store_last_error(s)->message);
@@ -340,10 +271,7 @@ static void test_statement_timeout_bounds_blocked_call(void **state)
 static void test_timeout_bounds_blocked_call(void **state)
 {
     fx *f = *state;
-    a2_store *s = NULL;
-    a2_store_error err;
-    if (a2_store_open(&s, a2_test_db(), &err) != 0)
-        fail_msg("open: %s", err.message);
+    a2_store *s = a2_test_store_open(a2_test_db());
     assert_int_equal(a2_store_set_timeout(s, 300), 0);
     /* The first call, like every other, is one round trip. */
     uint64_t trips = a2_store_round_trips(s);
@@ -371,7 +299,7 @@ static void test_timeout_reset(void **state)
     OK(a2_store_read(f->s, f->session, NULL, &out)); /* sets it */
     a2_events_free(&out);
     OK(a2_store_set_timeout(f->s, 0));
-    hold_session_lock(f);
+    a2_test_hold_session_lock(f->db, f->session);
     /* The lock goes 700 ms from now, without this thread. */
     assert_int_equal(PQsendQuery(f->db, "select pg_sleep(0.7); commit"), 1);
     a2_append_event ev = {.type = "t", .payload = "{}"};
@@ -399,10 +327,7 @@ static void test_timeout_stopped_backend(void **state)
     snprintf(app, sizeof app, "a2t-stopped-%d", (int)getpid());
     snprintf(conninfo, sizeof conninfo, "%s application_name=%s", a2_test_db(),
              app);
-    a2_store *s = NULL;
-    a2_store_error err;
-    if (a2_store_open(&s, conninfo, &err) != 0)
-        fail_msg("open: %s", err.message);
+    a2_store *s = a2_test_store_open(conninfo);
     assert_int_equal(a2_store_set_timeout(s, 200), 0);
     a2_events out;
     if (a2_store_read(s, f->session, NULL, &out) != 0)
@@ -636,11 +561,7 @@ static void test_replay_and_duplicates(void **state)
     assert_string_equal(out.items[1].id, "id-2");
     assert_int_equal(out.items[1].created_at, f->now - 5000);
     a2_events_free(&out);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_events where "
-                               "session_id = '%s'",
-                               f->session),
-                     2);
+    assert_int_equal(a2_test_fx_rows(f, "a2_events", NULL), 2);
 
     /* Some stored, some fresh: mixed. */
     a2_append_event mixed[2] = {{.type = "a", .id = "id-2"},
@@ -661,11 +582,7 @@ static void test_replay_and_duplicates(void **state)
     assert_int_equal(a2_store_append(f->s, f->session, twice, 2, NULL, &out),
                      A2_EPARTIAL_DUPLICATE_BATCH);
     assert_int_equal(a2_store_round_trips(f->s), trips);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_events where "
-                               "session_id = '%s'",
-                               f->session),
-                     2);
+    assert_int_equal(a2_test_fx_rows(f, "a2_events", NULL), 2);
     /* Ids are per session. */
     char other[80];
     snprintf(other, sizeof other, "%s-other", f->session);
@@ -1158,11 +1075,7 @@ static void test_complete_with_children(void **state)
     assert_int_equal(
             a2_store_complete(f->s, f->session, &at, kids, 1, NULL, 0, &comp),
             A2_EPARTIAL_DUPLICATE_BATCH);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_events where "
-                               "session_id = '%s'",
-                               f->session),
-                     3);
+    assert_int_equal(a2_test_fx_rows(f, "a2_events", NULL), 3);
 }
 
 static void test_complete_duplicate_ids(void **state)
@@ -1192,11 +1105,7 @@ static void test_complete_duplicate_ids(void **state)
             a2_store_complete(f->s, f->session, &at, &owned, 1, NULL, 0, &comp),
             A2_EPARTIAL_DUPLICATE_BATCH);
     /* Nothing was written; the head is still held and completes. */
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_events where "
-                               "session_id = '%s'",
-                               f->session),
-                     2);
+    assert_int_equal(a2_test_fx_rows(f, "a2_events", NULL), 2);
     OK(a2_store_complete(f->s, f->session, &at, NULL, 0, NULL, 0, &comp));
     assert_int_equal(comp.outcome, A2_ATTEMPT_COMPLETED);
     a2_complete_result_free(&comp);
@@ -1232,11 +1141,7 @@ static void test_append_pending_probe(void **state)
     OK(a2_store_append(f->s, f->session, &to_c2, 1, &opts, &out));
     assert_false(out.has_pending);
     a2_events_free(&out);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_cursors where "
-                               "session_id = '%s' and head is not null",
-                               f->session),
-                     4);
+    assert_int_equal(a2_test_fx_rows(f, "a2_cursors", "head is not null"), 4);
 
     a2_clear_result clr;
     OK(a2_store_clear(f->s, f->session, A2_STORE_NONE, NULL, &clr));
@@ -1248,16 +1153,8 @@ static void test_append_pending_probe(void **state)
     opts.consumers = &serves_c9;
     assert_int_equal(a2_store_append(f->s, f->session, &to_c1, 1, &opts, &out),
                      A2_ESESSION_CLEARED);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_events where "
-                               "session_id = '%s'",
-                               f->session),
-                     5);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_cursors where "
-                               "session_id = '%s' and epoch > 5",
-                               f->session),
-                     0);
+    assert_int_equal(a2_test_fx_rows(f, "a2_events", NULL), 5);
+    assert_int_equal(a2_test_fx_rows(f, "a2_cursors", "epoch > 5"), 0);
     opts.origin_index = 0;
     opts.consumers = &serves_c1;
     OK(a2_store_append(f->s, f->session, &to_c1, 1, &opts, &out));
@@ -1408,10 +1305,8 @@ static void test_clear_supersedes_claims(void **state)
     OK(a2_store_clear(f->s, f->session, 2, NULL, &clr));
     assert_true(clr.cleared);
     assert_int_equal(clr.clear_index, 3);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_events where "
-                               "session_id = '%s' and event_type = '%s'",
-                               f->session, A2_STORE_CLEAR_TYPE),
+    assert_int_equal(a2_test_fx_rows(f, "a2_events",
+                                     "event_type = '" A2_STORE_CLEAR_TYPE "'"),
                      1);
     /* Every claimed head is superseded. */
     a2_attempt_ref at = {.consumer = "c1", .index = 1, .attempt = 1};
@@ -1484,11 +1379,7 @@ static void test_clear_by_consumer(void **state)
     assert_true(clr.cleared);
     assert_int_equal(clr.clear_index, 2);
     /* Its own head was released. */
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_cursors where "
-                               "session_id = '%s' and head is not null",
-                               f->session),
-                     0);
+    assert_int_equal(a2_test_fx_rows(f, "a2_cursors", "head is not null"), 0);
     /* Clearing with nothing after the marker writes no second marker. */
     OK(a2_store_clear(f->s, f->session, A2_STORE_NONE, NULL, &clr));
     assert_true(clr.cleared);
@@ -1507,11 +1398,7 @@ static void test_id_reuse_below_marker(void **state)
     assert_false(out.replayed);
     assert_int_equal(out.items[0].index, 3);
     a2_events_free(&out);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_events where "
-                               "session_id = '%s' and event_id = 'same'",
-                               f->session),
-                     1);
+    assert_int_equal(a2_test_fx_rows(f, "a2_events", "event_id = 'same'"), 1);
     /* Now it is owned again: a replay. */
     OK(append1(f, f->session, "x", "2", "same", NULL, 0, &out));
     assert_true(out.replayed);
@@ -1576,38 +1463,15 @@ static void test_reclaim(void **state)
     assert_true(rr.done);
     assert_int_equal(total, 300);
     assert_true(calls >= 2); /* batches of 256 */
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_events where "
-                               "session_id = '%s' and idx < 301",
-                               f->session),
-                     0);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_events where "
-                               "session_id = '%s'",
-                               f->session),
-                     3);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_lane_events where "
-                               "session_id = '%s' and idx < 301",
-                               f->session),
-                     0);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_lane_events where "
-                               "session_id = '%s'",
-                               f->session),
-                     2);
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_cursors where "
-                               "session_id = '%s' and coalesce(head, "
-                               "position) < 301",
-                               f->session),
-                     0);
+    assert_int_equal(a2_test_fx_rows(f, "a2_events", "idx < 301"), 0);
+    assert_int_equal(a2_test_fx_rows(f, "a2_events", NULL), 3);
+    assert_int_equal(a2_test_fx_rows(f, "a2_lane_events", "idx < 301"), 0);
+    assert_int_equal(a2_test_fx_rows(f, "a2_lane_events", NULL), 2);
+    assert_int_equal(
+            a2_test_fx_rows(f, "a2_cursors", "coalesce(head, position) < 301"),
+            0);
     /* The work above the marker is intact: #302, #303 and the lane run. */
-    assert_int_equal(count_sql(f,
-                               "select count(*) from a2_cursors where "
-                               "session_id = '%s' and head > 301",
-                               f->session),
-                     3);
+    assert_int_equal(a2_test_fx_rows(f, "a2_cursors", "head > 301"), 3);
     OK(a2_store_read(f->s, f->session, NULL, &out));
     assert_int_equal(out.count, 3);
     a2_events_free(&out);
@@ -1699,64 +1563,70 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_invalid_arguments, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test(test_open_unavailable),
             cmocka_unit_test(test_connection_defaults),
             cmocka_unit_test_setup_teardown(test_schema_missing, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(
                     test_statement_timeout_bounds_blocked_call, setup,
-                    teardown),
+                    a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_connection_lost, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_timeout_bounds_blocked_call,
-                                            setup, teardown),
+                                            setup, a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_timeout_reset, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_timeout_stopped_backend, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test(test_timeout_bounds_connect),
             cmocka_unit_test_setup_teardown(test_timeout_invalid_and_env, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_append_read, setup, teardown),
+                                            a2_test_fx_teardown),
+            cmocka_unit_test_setup_teardown(test_append_read, setup,
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_hostile_values_round_trip,
-                                            setup, teardown),
+                                            setup, a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_replay_and_duplicates, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_injected_ids, setup, teardown),
+                                            a2_test_fx_teardown),
+            cmocka_unit_test_setup_teardown(test_injected_ids, setup,
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(
-                    test_concurrent_target_claim_complete, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_lane_order, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_log_cursor, setup, teardown),
+                    test_concurrent_target_claim_complete, setup,
+                    a2_test_fx_teardown),
+            cmocka_unit_test_setup_teardown(test_lane_order, setup,
+                                            a2_test_fx_teardown),
+            cmocka_unit_test_setup_teardown(test_log_cursor, setup,
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_takeover_and_supersede, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_max_failures_on_takeover,
-                                            setup, teardown),
+                                            setup, a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_fail_retry_dead_letter_redrive,
-                                            setup, teardown),
+                                            setup, a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_no_such_event, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_complete_with_children, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_complete_duplicate_ids, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_append_pending_probe, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_claim_through_exclude_served,
-                                            setup, teardown),
+                                            setup, a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_claim_waits_for_moved_head,
-                                            setup, teardown),
+                                            setup, a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_clear_supersedes_claims, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_clear_by_consumer, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_id_reuse_below_marker, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_id_reuse_held, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_reclaim, setup, teardown),
+                                            a2_test_fx_teardown),
+            cmocka_unit_test_setup_teardown(test_reclaim, setup,
+                                            a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_pending_sessions, setup,
-                                            teardown),
+                                            a2_test_fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 #include "a2/state.h"
 #include "a2/store.h"
 #include "a2test.h"
+#include "store_fixture.h"
 
 /* clang-format off */
 #include <stdarg.h>
@@ -25,27 +26,6 @@
 #include <unistd.h>
 
 static char prefix[64];
-
-static a2_store *open_store(void)
-{
-    a2_store *s = NULL;
-    a2_store_error err;
-    if (a2_store_open(&s, a2_test_db(), &err) != 0)
-        fail_msg("open: %s", err.message);
-    return s;
-}
-
-static int64_t q_int(PGconn *db, const char *fmt, ...)
-        __attribute__((format(printf, 2, 3)));
-static int64_t q_int(PGconn *db, const char *fmt, ...)
-{
-    char sql[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sql, sizeof sql, fmt, ap);
-    va_end(ap);
-    return a2_test_int(db, sql);
-}
 
 /* ── appends ─────────────────────────────────────────────────────────── */
 
@@ -123,37 +103,37 @@ static void run_appenders(int nsessions)
     for (int k = 0; k < nsessions; k++) {
         char session[96];
         snprintf(session, sizeof session, "%s-app%d-%d", prefix, nsessions, k);
-        int64_t n = q_int(db,
-                          "select count(*) from a2_events where "
-                          "session_id = '%s'",
-                          session);
+        int64_t n = a2_test_intf(db,
+                                 "select count(*) from a2_events where "
+                                 "session_id = '%s'",
+                                 session);
         assert_true(n > 0);
         /* Dense 1..n, no duplicates. */
-        assert_int_equal(q_int(db,
-                               "select max(idx) from a2_events where "
-                               "session_id = '%s'",
-                               session),
+        assert_int_equal(a2_test_intf(db,
+                                      "select max(idx) from a2_events where "
+                                      "session_id = '%s'",
+                                      session),
                          n);
-        assert_int_equal(q_int(db,
-                               "select count(distinct idx) from "
-                               "a2_events where session_id = '%s'",
-                               session),
+        assert_int_equal(a2_test_intf(db,
+                                      "select count(distinct idx) from "
+                                      "a2_events where session_id = '%s'",
+                                      session),
                          n);
-        assert_int_equal(q_int(db,
-                               "select min(idx) from a2_events where "
-                               "session_id = '%s'",
-                               session),
+        assert_int_equal(a2_test_intf(db,
+                                      "select min(idx) from a2_events where "
+                                      "session_id = '%s'",
+                                      session),
                          1);
         /* Every event queued in the lane, one run started. */
-        assert_int_equal(q_int(db,
-                               "select count(*) from a2_lane_events "
-                               "where session_id = '%s'",
-                               session),
+        assert_int_equal(a2_test_intf(db,
+                                      "select count(*) from a2_lane_events "
+                                      "where session_id = '%s'",
+                                      session),
                          n);
-        assert_int_equal(q_int(db,
-                               "select count(*) from a2_cursors where "
-                               "session_id = '%s' and head is not null",
-                               session),
+        assert_int_equal(a2_test_intf(db,
+                                      "select count(*) from a2_cursors where "
+                                      "session_id = '%s' and head is not null",
+                                      session),
                          1);
         seen += n;
     }
@@ -242,7 +222,7 @@ static void fence_against_completion(int op)
 {
     char session[96];
     snprintf(session, sizeof session, "%s-fence-%d", prefix, op);
-    a2_store *s = open_store();
+    a2_store *s = a2_test_store_open(a2_test_db());
     a2_target tg = {.consumer = "fc", .lane = "L"};
     a2_append_event ev = {.type = "work", .targets = &tg, .ntargets = 1};
     a2_consumer cons[] = {{.name = "fc"}};
@@ -263,16 +243,16 @@ static void fence_against_completion(int op)
 
     PGconn *db = a2_test_connect();
     PGconn *blocker = a2_test_connect();
-    char sql[256];
-    snprintf(sql, sizeof sql, "select pg_advisory_xact_lock(hashtext('%s'))",
-             session);
-    a2_test_exec(blocker, "begin");
-    a2_test_exec(blocker, sql);
+    a2_test_hold_session_lock(blocker, session);
 
-    fence_call fenced = {
-            .store = open_store(), .session = session, .ref = ref, .op = op};
-    fence_call done = {
-            .store = open_store(), .session = session, .ref = ref, .op = 2};
+    fence_call fenced = {.store = a2_test_store_open(a2_test_db()),
+                         .session = session,
+                         .ref = ref,
+                         .op = op};
+    fence_call done = {.store = a2_test_store_open(a2_test_db()),
+                       .session = session,
+                       .ref = ref,
+                       .op = 2};
     pthread_t tf, td;
     assert_int_equal(pthread_create(&tf, NULL, fence_run, &fenced), 0);
     wait_for(db, 1);
@@ -337,7 +317,7 @@ static void test_claim_loses_race(void **state)
     (void)state;
     char session[96];
     snprintf(session, sizeof session, "%s-lost", prefix);
-    a2_store *s = open_store();
+    a2_store *s = a2_test_store_open(a2_test_db());
     a2_target tg = {.consumer = "lc"};
     a2_append_event ev = {.type = "work", .targets = &tg, .ntargets = 1};
     a2_events out;
@@ -356,7 +336,8 @@ static void test_claim_loses_race(void **state)
              expires, session);
     a2_test_exec(other, "begin");
     a2_test_exec(other, sql);
-    claim_call c = {.store = open_store(), .session = session};
+    claim_call c = {.store = a2_test_store_open(a2_test_db()),
+                    .session = session};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, claim_run, &c), 0);
     wait_for(db, 1);
@@ -435,7 +416,7 @@ static int lane_slot(const a2_head *h)
 static void *claimer(void *arg)
 {
     int no = (int)(intptr_t)arg;
-    a2_store *s = open_store();
+    a2_store *s = a2_test_store_open(a2_test_db());
     char holder[32];
     snprintf(holder, sizeof holder, "holder-%d", no);
     int settled_rounds = 0;
@@ -535,7 +516,7 @@ static void test_claim_race(void **state)
     race_consumers[0] = (a2_consumer){.name = "cc"};
     race_consumers[1] = (a2_consumer){.name = "cl"};
     race_consumers[2] = (a2_consumer){.name = "lg", .log = &race_log};
-    a2_store *s = open_store();
+    a2_store *s = a2_test_store_open(a2_test_db());
     a2_target tcc = {.consumer = "cc"};
     a2_target tl1 = {.consumer = "cl", .lane = "L1"};
     a2_target tl2 = {.consumer = "cl", .lane = "L2"};
@@ -587,16 +568,17 @@ static void test_claim_race(void **state)
             assert_int_equal(R.lanes[sess][l].next, R.lanes[sess][l].n);
     }
     PGconn *db = a2_test_connect();
-    assert_int_equal(q_int(db,
-                           "select count(*) from a2_cursors where "
-                           "session_id like '%s-race-%%' and head is not "
-                           "null",
-                           prefix),
-                     0);
-    assert_int_equal(q_int(db,
-                           "select count(*) from a2_lane_events where "
-                           "session_id like '%s-race-%%' and not done",
-                           prefix),
+    assert_int_equal(
+            a2_test_intf(db,
+                         "select count(*) from a2_cursors where "
+                         "session_id like '%s-race-%%' and head is not "
+                         "null",
+                         prefix),
+            0);
+    assert_int_equal(a2_test_intf(db,
+                                  "select count(*) from a2_lane_events where "
+                                  "session_id like '%s-race-%%' and not done",
+                                  prefix),
                      0);
     PQfinish(db);
     pthread_mutex_destroy(&R.mu);
@@ -620,7 +602,7 @@ static wide W;
 static void *wide_claimer(void *arg)
 {
     int no = (int)(intptr_t)arg;
-    a2_store *s = open_store();
+    a2_store *s = a2_test_store_open(a2_test_db());
     char holder[32], session[96];
     snprintf(holder, sizeof holder, "wide-%d", no);
     snprintf(session, sizeof session, "%s-wide", prefix);
@@ -670,7 +652,7 @@ static void test_many_lanes_no_deadlock(void **state)
     (void)state;
     memset(&W, 0, sizeof W);
     pthread_mutex_init(&W.mu, NULL);
-    a2_store *s = open_store();
+    a2_store *s = a2_test_store_open(a2_test_db());
     char session[96];
     snprintf(session, sizeof session, "%s-wide", prefix);
     static const char *lanes[WIDE_LANES] = {
@@ -736,13 +718,6 @@ static a2_log_spec soak_log = {.lane = "log", .types = soak_types, .ntypes = 1};
 static a2_consumer soak_consumers[3] = {
         {.name = "sc"}, {.name = "sl"}, {.name = "sg", .log = &soak_log}};
 
-static int64_t soak_wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void soak_record(int sess, const a2_head *h, int64_t returned_at)
 {
     pthread_mutex_lock(&S.mu);
@@ -800,7 +775,7 @@ typedef struct held {
 static void *soak_worker(void *arg)
 {
     int no = (int)(intptr_t)arg;
-    a2_store *s = open_store();
+    a2_store *s = a2_test_store_open(a2_test_db());
     unsigned seed = (unsigned)no * 104729u + 17;
     char holder[32];
     snprintf(holder, sizeof holder, "soak-%d", no);
@@ -866,7 +841,7 @@ static void *soak_worker(void *arg)
                                     .max_failures = 4};
             a2_claim_result cr;
             rc = a2_store_claim(s, session, &req, &cr);
-            int64_t returned_at = soak_wall_ms();
+            int64_t returned_at = a2_test_wall_ms();
             soak_check(s, rc, "claim");
             if (rc == 0) {
                 for (size_t i = 0; i < cr.heads.count; i++) {
@@ -1144,59 +1119,62 @@ static void test_mixed_workload(void **state)
     for (int k = 0; k < SOAK_SESSIONS; k++) {
         char session[96];
         snprintf(session, sizeof session, "%s-soak-%d", prefix, k);
-        int64_t clear = q_int(db,
-                              "select coalesce((select clear_index from "
-                              "a2_clears where session_id = '%s'), 0)",
-                              session);
-        int64_t max = q_int(db,
-                            "select coalesce(max(idx), 0) from a2_events "
-                            "where session_id = '%s'",
-                            session);
+        int64_t clear = a2_test_intf(db,
+                                     "select coalesce((select clear_index from "
+                                     "a2_clears where session_id = '%s'), 0)",
+                                     session);
+        int64_t max =
+                a2_test_intf(db,
+                             "select coalesce(max(idx), 0) from a2_events "
+                             "where session_id = '%s'",
+                             session);
         /* Dense from the marker to the head. */
-        assert_int_equal(q_int(db,
-                               "select count(*) from a2_events where "
-                               "session_id = '%s' and idx >= %" PRId64,
-                               session, clear > 0 ? clear : 1),
+        assert_int_equal(a2_test_intf(db,
+                                      "select count(*) from a2_events where "
+                                      "session_id = '%s' and idx >= %" PRId64,
+                                      session, clear > 0 ? clear : 1),
                          max - (clear > 0 ? clear : 1) + 1);
         /* A lane or log cursor runs at most one head. */
-        assert_int_equal(q_int(db,
-                               "select count(*) from (select 1 from "
-                               "a2_cursors where session_id = '%s' and "
-                               "kind <> 'event' and head > %" PRId64
-                               " group by consumer, cursor_key having "
-                               "count(*) > 1) x",
-                               session, clear),
+        assert_int_equal(a2_test_intf(db,
+                                      "select count(*) from (select 1 from "
+                                      "a2_cursors where session_id = '%s' and "
+                                      "kind <> 'event' and head > %" PRId64
+                                      " group by consumer, cursor_key having "
+                                      "count(*) > 1) x",
+                                      session, clear),
                          0);
         /* A dead letter holds no claim; a lane's head is not done. */
-        assert_int_equal(q_int(db,
-                               "select count(*) from a2_cursors where "
-                               "session_id = '%s' and failed_at is not "
-                               "null and claim_holder is not null",
-                               session),
+        assert_int_equal(a2_test_intf(db,
+                                      "select count(*) from a2_cursors where "
+                                      "session_id = '%s' and failed_at is not "
+                                      "null and claim_holder is not null",
+                                      session),
                          0);
-        assert_int_equal(q_int(db,
-                               "select count(*) from a2_cursors cur join "
-                               "a2_lane_events lane on lane.session_id = "
-                               "cur.session_id and lane.consumer = "
-                               "cur.consumer and lane.lane = cur.lane "
-                               "and lane.idx = cur.head where "
-                               "cur.session_id = '%s' and cur.kind = "
-                               "'lane' and lane.done",
-                               session),
-                         0);
+        assert_int_equal(
+                a2_test_intf(db,
+                             "select count(*) from a2_cursors cur join "
+                             "a2_lane_events lane on lane.session_id = "
+                             "cur.session_id and lane.consumer = "
+                             "cur.consumer and lane.lane = cur.lane "
+                             "and lane.idx = cur.head where "
+                             "cur.session_id = '%s' and cur.kind = "
+                             "'lane' and lane.done",
+                             session),
+                0);
         /* No pending lane work without a running lane cursor. */
-        assert_int_equal(q_int(db,
-                               "select count(*) from a2_lane_events lane "
-                               "where lane.session_id = '%s' and not "
-                               "lane.done and lane.idx > %" PRId64
-                               " and not exists (select 1 from a2_cursors "
-                               "cur where cur.session_id = "
-                               "lane.session_id and cur.consumer = "
-                               "lane.consumer and cur.lane = lane.lane "
-                               "and cur.head > %" PRId64
-                               " and cur.head <= lane.idx)",
-                               session, clear, clear),
-                         0);
+        assert_int_equal(
+                a2_test_intf(db,
+                             "select count(*) from a2_lane_events lane "
+                             "where lane.session_id = '%s' and not "
+                             "lane.done and lane.idx > %" PRId64
+                             " and not exists (select 1 from a2_cursors "
+                             "cur where cur.session_id = "
+                             "lane.session_id and cur.consumer = "
+                             "lane.consumer and cur.lane = lane.lane "
+                             "and cur.head > %" PRId64
+                             " and cur.head <= lane.idx)",
+                             session, clear, clear),
+                0);
     }
     PQfinish(db);
     free(S.claims);

@@ -11,6 +11,7 @@
 #include "a2/wire.h"
 #include "a2/worker.h"
 #include "a2test.h"
+#include "store_fixture.h"
 
 // clang-format off
 #include <stdarg.h>
@@ -19,7 +20,7 @@
 #include <cmocka.h>
 // clang-format on
 
-#include "test_consumer_util.h"
+#include "consumer_harness.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -385,9 +386,7 @@ static void test_events(void **state)
 static void append_for(const char *session, const char *consumer,
                        const char *lane)
 {
-    a2_store *s = NULL;
-    a2_store_error err = {0};
-    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
+    a2_store *s = a2_test_store_open(a2_test_db());
     a2_target t = {.consumer = consumer, .lane = lane};
     a2_append_event e = {.type = "job",
                          .payload = "{\"n\":1}",
@@ -397,14 +396,6 @@ static void append_for(const char *session, const char *consumer,
     assert_int_equal(a2_store_append(s, session, &e, 1, NULL, &out), 0);
     a2_events_free(&out);
     a2_store_close(s);
-}
-
-/* CLOCK_REALTIME in ms, the clock a runner's retry_at is on. */
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 typedef struct {
@@ -827,7 +818,7 @@ static void test_connects_standby(void **state)
 static int teardown_daemons(void **state)
 {
     (void)state;
-    tc_kill_leftovers();
+    a2_test_kill_leftovers();
     return 0;
 }
 
@@ -857,9 +848,8 @@ static void expect_event_skip(a2_worker *w, a2_worker_event *ev, int want,
 static void test_connects_real_consumer(void **state)
 {
     (void)state;
-    tc_daemon d;
-    tc_init(&d, "wl_standby");
-    tc_start(&d);
+    a2_test_consumer d;
+    a2_test_consumer_run(&d, "wl_standby");
     standby sb;
     standby_start(&sb);
     char real[160];
@@ -900,12 +890,12 @@ static void test_connects_real_consumer(void **state)
     /* The standby goes, then the active one with its socket; a new one
      * comes up at the first address. */
     standby_stop(&sb);
-    assert_int_equal(tc_stop(&d), 0);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
     unlink(d.sock);
     expect_event(w, &ev, A2_WORKER_EV_DISCONNECTED, 5000);
     assert_non_null(strstr(ev.message, "closed the connection"));
     snprintf(d.sock, sizeof d.sock, "%s", sb.f.path);
-    tc_start(&d);
+    a2_test_consumer_start(&d);
     expect_event_skip(w, &ev, A2_WORKER_EV_CONNECTED, 20000);
     assert_true(a2_worker_connected(w));
     snprintf(want, sizeof want, "connected to a2-consumer at %s", sb.f.spec);
@@ -919,7 +909,7 @@ static void test_connects_real_consumer(void **state)
     assert_int_equal(st.disconnects, 1);
     assert_int_equal(st.standby_refusals, 1);
     a2_worker_free(w);
-    tc_cleanup(&d);
+    a2_test_consumer_cleanup(&d);
     standby_free(&sb);
 }
 
@@ -1030,9 +1020,9 @@ static void test_runner(void **state)
     assert_non_null(r2);
     /* retry_at is the failure's time (CLOCK_REALTIME ms) + 60000, and the
      * failure falls within the run. */
-    int64_t before = wall_ms();
+    int64_t before = a2_test_wall_ms();
     assert_int_equal(a2_worker_runner_run(r2, "run-4", false, &st), 0);
-    int64_t after_run = wall_ms();
+    int64_t after_run = a2_test_wall_ms();
     assert_int_equal(st.failed, 1);
     assert_int_equal(h.calls, 1);
     if (st.retry_at < before + 60000 - 5 ||

@@ -8,6 +8,7 @@
  */
 #include "a2/worker.h"
 #include "a2test.h"
+#include "store_fixture.h"
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,9 +29,7 @@ static int running_now, max_running;
 
 static void append_for(const char *session, const char *consumer)
 {
-    a2_store *s = NULL;
-    a2_store_error err = {0};
-    assert_int_equal(a2_store_open(&s, a2_test_db(), &err), 0);
+    a2_store *s = a2_test_store_open(a2_test_db());
     a2_target t = {.consumer = consumer};
     a2_append_event e = {
             .type = "job", .payload = "{}", .targets = &t, .ntargets = 1};

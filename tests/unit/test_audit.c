@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "../../consumer/audit.h"
+#include "a2test.h"
 
 static char dir[256];
 static char path[300];
@@ -27,10 +28,9 @@ static char spath[310];
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/a2-test-audit.XXXXXX");
-    if (!mkdtemp(dir))
+    if (a2_test_tmpdir(dir, sizeof dir, "/tmp/a2-test-audit.", path,
+                       sizeof path, "audit.jsonl") != 0)
         return -1;
-    snprintf(path, sizeof path, "%s/audit.jsonl", dir);
     snprintf(spath, sizeof spath, "%s.lsn", path);
     return 0;
 }

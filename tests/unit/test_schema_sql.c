@@ -10,29 +10,11 @@
 #include <cmocka.h>
 
 #include "a2/schema.h"
+#include "a2test.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    if (buf)
-        buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
 
 static void test_embedded_matches_file(void **state)
 {
@@ -40,7 +22,7 @@ static void test_embedded_matches_file(void **state)
     const char *top = getenv("A2_TOP");
     char path[4096];
     snprintf(path, sizeof path, "%s/sql/schema.sql", top ? top : ".");
-    char *file = slurp(path);
+    char *file = a2_test_read_file(path);
     assert_non_null(file);
     assert_string_equal(a2_schema_sql, file);
     free(file);

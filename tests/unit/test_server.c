@@ -23,6 +23,7 @@
 #include "../../consumer/route.h"
 #include "../../consumer/server.h"
 #include "a2/wire.h"
+#include "a2test.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -234,18 +235,14 @@ static a2__server *server(a2__route route, size_t qlimit, int hello_ms)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/a2srvXXXXXX");
-    if (!mkdtemp(dir))
-        return -1;
-    snprintf(path, sizeof path, "%s/a2.sock", dir);
-    return 0;
+    return a2_test_tmpdir(dir, sizeof dir, "/tmp/a2srv", path, sizeof path,
+                          "a2.sock");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    unlink(path);
-    rmdir(dir);
+    a2_test_tmpdir_remove(dir, path);
     return 0;
 }
 

@@ -3,6 +3,7 @@
  * calls refused without a store.
  */
 #include "a2/state.h"
+#include "store_fixture.h"
 
 /* clang-format off */
 #include <stdarg.h>
@@ -41,13 +42,7 @@ static void test_refused_without_store(void **state)
     assert_int_equal(a2_store_read_state(NULL, "s", "r", A2_STORE_NONE, &st),
                      A2_EINVALID_ARGUMENT);
     a2_presence_field f = {.field = "f", .value = "1"};
-    a2_presence_write_req req = {.ns = "n",
-                                 .participant = "p",
-                                 .at = 1,
-                                 .seen = A2_STORE_NONE,
-                                 .ttl_ms = 1,
-                                 .fields = &f,
-                                 .nfields = 1};
+    a2_presence_write_req req = a2_test_presence_req("n", "p", 1, 1, &f, 1);
     a2_presence p;
     assert_int_equal(a2_store_presence_write(NULL, &req, &p),
                      A2_EINVALID_ARGUMENT);

@@ -18,6 +18,7 @@
 #include "../../consumer/server.h"
 #include "a2/wire.h"
 #include "a2/worker.h"
+#include "a2test.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,18 +34,14 @@ static char path[96];
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/a2-test-token.XXXXXX");
-    if (!mkdtemp(dir))
-        return -1;
-    snprintf(path, sizeof path, "%s/token", dir);
-    return 0;
+    return a2_test_tmpdir(dir, sizeof dir, "/tmp/a2-test-token.", path,
+                          sizeof path, "token");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    unlink(path);
-    return rmdir(dir) == 0 ? 0 : -1;
+    return a2_test_tmpdir_remove(dir, path);
 }
 
 /* Writes text (n bytes) to path with mode 0600. */
