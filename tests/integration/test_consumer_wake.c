@@ -558,8 +558,12 @@ static void test_presence_expiry_tick_unanswered(void **state)
     assert_string_equal(m.fields, "status=away;");
     assert_true(a2_test_worker_wait_for(&w, "presence", 20000, &m));
     assert_string_equal(m.fields, "status=nil;");
-    /* not before the hung tick was given up */
-    assert_true(a2_test_wall_ms() >= due + 3000);
+    /* Not before the field's time, and only after the hung connection was
+     * given up (its log line is written before the tick goes out again).
+     * The request that hangs may be one sent before `due` (a heartbeat, or
+     * the first tick's answer when the stop came between its commit and its
+     * reply), so the give-up is not timed from `due`. */
+    assert_true(a2_test_wall_ms() >= due);
     assert_int_equal(a2_test_count_in_file(d.log, "tick got no answer"), 1);
     a2_test_continue_process();
     a2_test_worker_close(&w);
