@@ -575,15 +575,7 @@ static int listen_on(const struct addrinfo *ai, const char *spec, int *bound,
         close(fd);
         return -1;
     }
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    *bound = 0;
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
-        if (ss.ss_family == AF_INET)
-            *bound = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        else if (ss.ss_family == AF_INET6)
-            *bound = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    }
+    *bound = a2__addr_bound_port(fd);
     return fd;
 }
 

@@ -3,8 +3,10 @@
  */
 #include "addr.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,4 +151,17 @@ int a2__addr_dial(const a2__addr *a, const char *name, int flags, char *err,
         return dial_tcp(a->host, a->port, name, type, err, errlen);
     snprintf(err, errlen, "could not connect to %s: no address", name);
     return -1;
+}
+
+int a2__addr_bound_port(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
+        return 0;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return 0;
 }

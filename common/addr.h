@@ -64,4 +64,8 @@ void a2__addr_clear(a2__addr *a);
 int a2__addr_dial(const a2__addr *a, const char *name, int flags, char *err,
                   size_t errlen);
 
+/* The TCP port a bound socket listens on (IPv4 or IPv6), 0 when it has
+ * none (not bound, not TCP). */
+int a2__addr_bound_port(int fd);
+
 #endif

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/addr.h"
 #include "../common/clock.h"
 #include "server_int.h"
 
@@ -333,16 +334,7 @@ static int listen_tcp(a2__server *srv, const char *host, const char *port,
         return -1;
     }
     srv->ltcp.fd = fd;
-    {
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
-            if (ss.ss_family == AF_INET)
-                srv->tcp_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-            else if (ss.ss_family == AF_INET6)
-                srv->tcp_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-        }
-    }
+    srv->tcp_port = a2__addr_bound_port(fd);
     return 0;
 }
 
