@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/lsn.h"
 #include "a2/decoder.h"
 
 typedef struct a2__audit a2__audit;
@@ -183,9 +184,6 @@ char *a2__audit_gap_line(uint64_t from, uint64_t to, const char *reason,
 /* Formats microseconds since the Unix epoch as RFC 3339 UTC with ms
  * ("2026-11-29T06:40:48.313Z") into buf (at least 32 bytes). */
 char *a2__format_time_ms(int64_t us, char *buf, size_t len);
-
-/* Parses "X/Y" into *lsn; returns 0 or -1. */
-int a2__lsn_parse(const char *s, uint64_t *lsn);
 
 /* Formats lsn as "X/Y" into buf (at least 24 bytes); returns buf. */
 char *a2__lsn_format(uint64_t lsn, char *buf, size_t len);
