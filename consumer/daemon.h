@@ -83,6 +83,7 @@ typedef struct {
     PGconn *tick_db;         /* heartbeats and presence expiry ticks:
                                 nonblocking, their own connection */
     int tick_busy;           /* a message was sent and has not answered yet */
+    PGresult *tick_res;      /* its answer, as it arrives */
     int tick_kind;           /* which (queries.c) */
     uint64_t server_wal_lsn; /* the server's WAL position, last read */
     char tick_secret[A2C_TICK_SECRET_LEN + 1]; /* carried by its ticks */

@@ -120,18 +120,26 @@ static void drop_tick_db(a2__daemon *d)
     PQfinish(d->tick_db);
     d->tick_db = NULL;
     d->tick_busy = 0;
+    PQclear(d->tick_res);
+    d->tick_res = NULL;
 }
 
 void a2__queries_tick_answer(a2__daemon *d)
 {
-    char err[512], value[64] = "";
-    int rc = a2__db_message_poll(d->tick_db, tick_kinds[d->tick_kind].what,
-                                 value, sizeof value, err, sizeof err);
+    char err[512];
+    int rc = a2__db_result_poll(d->tick_db, tick_kinds[d->tick_kind].what,
+                                &d->tick_res, err, sizeof err);
     if (rc == 0) {
+        /* The answer may have come in an earlier call than its end. */
+        PGresult *res = d->tick_res;
+        d->tick_res = NULL;
         d->tick_busy = 0;
         uint64_t lsn;
-        if (d->tick_kind == TICK_WAL && a2__lsn_parse(value, &lsn) == 0)
+        if (d->tick_kind == TICK_WAL && res && PQntuples(res) > 0 &&
+            PQnfields(res) > 0 &&
+            a2__lsn_parse(PQgetvalue(res, 0, 0), &lsn) == 0)
             d->server_wal_lsn = lsn;
+        PQclear(res);
     } else if (rc < 0) {
         a2__daemon_log("%s", err);
         drop_tick_db(d);

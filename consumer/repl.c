@@ -297,7 +297,7 @@ done:
     return rc;
 }
 
-/* Sends one query without waiting for it (see a2__db_message_poll). */
+/* Sends one query without waiting for it (see a2__db_result_poll). */
 static int send_message(PGconn *db, const char *sql, const char *content,
                         const char *what, char *err, size_t errlen)
 {
@@ -377,40 +377,6 @@ int a2__db_result_poll(PGconn *db, const char *what, PGresult **out, char *err,
     PQclear(res);
     PQclear(*out);
     *out = NULL;
-    return -1;
-}
-
-int a2__db_message_poll(PGconn *db, const char *what, char *value,
-                        size_t valuelen, char *err, size_t errlen)
-{
-    const char *why = NULL;
-    PGresult *res = NULL;
-    if (PQflush(db) < 0 || !PQconsumeInput(db)) {
-        why = PQerrorMessage(db);
-    } else {
-        while (!PQisBusy(db)) {
-            res = PQgetResult(db);
-            if (!res)
-                return 0;
-            if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-                why = PQresultErrorMessage(res);
-                break;
-            }
-            if (value && valuelen)
-                snprintf(value, valuelen, "%s",
-                         PQntuples(res) && PQnfields(res)
-                                 ? PQgetvalue(res, 0, 0)
-                                 : "");
-            PQclear(res);
-            res = NULL;
-        }
-        if (!why)
-            return 1;
-    }
-    char prefix[96];
-    snprintf(prefix, sizeof prefix, "could not %s: ", what);
-    one_line(err, errlen, prefix, why);
-    PQclear(res);
     return -1;
 }
 

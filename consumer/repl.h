@@ -67,7 +67,7 @@ PGresult *a2__db_query(PGconn *db, const char *sql, int nparams,
  * logical messages it emits, and a read of the server's WAL position; on a
  * connection of their own (db is made nonblocking): poll PQsocket(db) for
  * input (and for output while PQflush(db) says more is to be sent), then
- * call a2__db_message_poll. 0 or -1 with the reason in err.
+ * call a2__db_result_poll. 0 or -1 with the reason in err.
  *
  * a2__db_heartbeat_send: pg_logical_emit_message(false, 'a2-hb', now), which
  * moves the slot on a quiet database.
@@ -80,7 +80,7 @@ int a2__db_heartbeat_send(PGconn *db, char *err, size_t errlen);
 int a2__db_expire_tick_send(PGconn *db, const char *secret, int64_t now_ms,
                             char *err, size_t errlen);
 /* pg_current_wal_lsn(), for the lag metric: its value comes back through
- * a2__db_message_poll's value. */
+ * a2__db_result_poll's first value. */
 int a2__db_wal_position_send(PGconn *db, char *err, size_t errlen);
 
 /* The backlog read (consumer/backlog.sql, at most max_markers clear
@@ -88,18 +88,14 @@ int a2__db_wal_position_send(PGconn *db, char *err, size_t errlen);
  * a2__db_result_poll. */
 int a2__db_backlog_send(PGconn *db, long max_markers, char *err, size_t errlen);
 
-/* Reads what arrived for a sent query: 1 while its result is still to come,
- * 0 once it is done (*out: its last result with rows, for the caller to
- * PQclear; NULL when none), -1 when it failed (as a2__db_message_poll). */
+/* Reads what arrived for a sent query or message: 1 while its result is
+ * still to come (*out keeps what came so far: pass the same *out again), 0
+ * once it is done (*out: its last result with rows, for the caller to
+ * PQclear; NULL when none), -1 when it failed (err says "could not <what>:
+ * why", *out is cleared; drop the connection: the rest of the answer is
+ * not read). */
 int a2__db_result_poll(PGconn *db, const char *what, PGresult **out, char *err,
                        size_t errlen);
-
-/* Reads what arrived for a sent message: 1 while its result is still to
- * come, 0 once it is done (the first value of its first row in value, when
- * value is not NULL; "" when none), -1 when it failed (err says "could not
- * <what>: why"; drop the connection: the rest of the answer is not read). */
-int a2__db_message_poll(PGconn *db, const char *what, char *value,
-                        size_t valuelen, char *err, size_t errlen);
 
 /* Drops a slot (for an invalidated one); 0 or -1. */
 int a2__db_drop_slot(PGconn *db, const char *slot, char *err, size_t errlen);
