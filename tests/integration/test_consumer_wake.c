@@ -103,12 +103,9 @@ static void test_append_and_complete_wake(void **state)
     /* the audit has the four transitions, named */
     a2_test_worker_close(&w);
     assert_int_equal(a2_test_consumer_stop(&d), 0);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"started\""), 2);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"claimed\""), 1);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"completed\""), 1);
+    assert_int_equal(a2_test_transitions(d.audit, "started"), 2);
+    assert_int_equal(a2_test_transitions(d.audit, "claimed"), 1);
+    assert_int_equal(a2_test_transitions(d.audit, "completed"), 1);
     a2_test_consumer_cleanup(&d);
 }
 
@@ -207,14 +204,10 @@ static void test_retry_after_and_lease_lapse(void **state)
 
     a2_test_worker_close(&w);
     assert_int_equal(a2_test_consumer_stop(&d), 0);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"failed\""), 2);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"claimed\""), 3);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"renewed\""), 2);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"retried\""), 1);
+    assert_int_equal(a2_test_transitions(d.audit, "failed"), 2);
+    assert_int_equal(a2_test_transitions(d.audit, "claimed"), 3);
+    assert_int_equal(a2_test_transitions(d.audit, "renewed"), 2);
+    assert_int_equal(a2_test_transitions(d.audit, "retried"), 1);
     a2_test_consumer_cleanup(&d);
 }
 
@@ -269,8 +262,7 @@ static void test_says_when_behind(void **state)
 /* Worker lw gets the log of event idx (of type) in session for consumer,
  * then no other log. */
 static void expect_only_log(a2_test_worker *lw, const char *consumer,
-                            const char *session, int64_t idx,
-                            const char *type)
+                            const char *session, int64_t idx, const char *type)
 {
     a2_test_msg m;
     assert_true(a2_test_worker_wait_for(lw, "log", 5000, &m));
@@ -452,9 +444,8 @@ static void test_presence_expiry_pushed(void **state)
     a2_test_consumer_end(&d);
 }
 
-/* Sets up consumer name over an empty a2_presence, starts it with extra
- * (NULL for none), and joins worker w ("xw" of consumer c) to namespace
- * room, in sync. */
+/* Starts consumer name (extra args or NULL) over an empty a2_presence;
+ * worker w ("xw" of consumer c) joins, subscribed to room and in sync. */
 static void start_on_room(a2_test_consumer *d, const char *name,
                           const char *const *extra, a2_test_worker *w)
 {
@@ -466,8 +457,7 @@ static void start_on_room(a2_test_consumer *d, const char *name,
     a2_test_worker_sync(w, 1, 5000);
 }
 
-/* Writes field of p1 in room: value (JSON) at version, expiring at
- * expires_at (wall ms). */
+/* Writes p1's field in room: JSON value, version, expiry (wall ms). */
 static void put_room_field(const char *field, const char *value, int version,
                            int64_t expires_at)
 {
@@ -577,9 +567,8 @@ static void test_presence_expiry_tick_unanswered(void **state)
     a2_test_consumer_end(&d);
 }
 
-/* Sets up consumer name with its metrics on a free port (returned) and a
- * heartbeat interval (ms, NULL for the default), starts it and joins worker
- * w ("w1" of consumer c). */
+/* Starts consumer name, metrics on a free port (returned), heartbeat_ms
+ * (NULL: the default); worker w ("w1" of consumer c) joins it. */
 static int start_with_metrics(a2_test_consumer *d, const char *name,
                               const char *heartbeat_ms, a2_test_worker *w)
 {
@@ -595,8 +584,7 @@ static int start_with_metrics(a2_test_consumer *d, const char *name,
     return port;
 }
 
-/* /healthz answers on port, and /metrics says the consumer is up: its body,
- * for the caller to free. */
+/* /healthz answers, /metrics says up: the body, for the caller to free. */
 static char *healthy_metrics(int port)
 {
     a2_test_expect_healthz(port);
