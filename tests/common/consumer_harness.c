@@ -299,3 +299,10 @@ void a2_test_consumer_end(a2_test_consumer *d)
     assert_int_equal(a2_test_consumer_stop(d), 0);
     a2_test_consumer_cleanup(d);
 }
+
+int a2_test_transitions(const char *audit, const char *name)
+{
+    char needle[96];
+    snprintf(needle, sizeof needle, "\"transition\":\"%s\"", name);
+    return a2_test_count_in_file(audit, needle);
+}

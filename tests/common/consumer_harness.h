@@ -97,4 +97,8 @@ void a2_test_consumer_cleanup(a2_test_consumer *d);
  * test fails), then a2_test_consumer_cleanup. */
 void a2_test_consumer_end(a2_test_consumer *d);
 
+/* How many audit records of transition `name` the audit file holds (the
+ * count of "transition":"name" in it). */
+int a2_test_transitions(const char *audit, const char *name);
+
 #endif

@@ -142,16 +142,11 @@ static void test_store_operations_wake(void **state)
 
     a2_test_worker_close(&w);
     assert_int_equal(a2_test_consumer_stop(&d), 0);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"started\""), 1);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"completed\""), 1);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"failed\""), 1);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"taken_over\""), 1);
-    assert_true(a2_test_count_in_file(d.audit, "\"transition\":\"claimed\"") >=
-                2);
+    assert_int_equal(a2_test_transitions(d.audit, "started"), 1);
+    assert_int_equal(a2_test_transitions(d.audit, "completed"), 1);
+    assert_int_equal(a2_test_transitions(d.audit, "failed"), 1);
+    assert_int_equal(a2_test_transitions(d.audit, "taken_over"), 1);
+    assert_true(a2_test_transitions(d.audit, "claimed") >= 2);
     a2_test_consumer_cleanup(&d);
 }
 

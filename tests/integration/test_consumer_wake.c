@@ -103,12 +103,9 @@ static void test_append_and_complete_wake(void **state)
     /* the audit has the four transitions, named */
     a2_test_worker_close(&w);
     assert_int_equal(a2_test_consumer_stop(&d), 0);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"started\""), 2);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"claimed\""), 1);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"completed\""), 1);
+    assert_int_equal(a2_test_transitions(d.audit, "started"), 2);
+    assert_int_equal(a2_test_transitions(d.audit, "claimed"), 1);
+    assert_int_equal(a2_test_transitions(d.audit, "completed"), 1);
     a2_test_consumer_cleanup(&d);
 }
 
@@ -207,14 +204,10 @@ static void test_retry_after_and_lease_lapse(void **state)
 
     a2_test_worker_close(&w);
     assert_int_equal(a2_test_consumer_stop(&d), 0);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"failed\""), 2);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"claimed\""), 3);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"renewed\""), 2);
-    assert_int_equal(
-            a2_test_count_in_file(d.audit, "\"transition\":\"retried\""), 1);
+    assert_int_equal(a2_test_transitions(d.audit, "failed"), 2);
+    assert_int_equal(a2_test_transitions(d.audit, "claimed"), 3);
+    assert_int_equal(a2_test_transitions(d.audit, "renewed"), 2);
+    assert_int_equal(a2_test_transitions(d.audit, "retried"), 1);
     a2_test_consumer_cleanup(&d);
 }
 
@@ -266,6 +259,20 @@ static void test_says_when_behind(void **state)
     a2_test_consumer_cleanup(&d);
 }
 
+/* Worker lw gets the log of event idx (of type) in session for consumer,
+ * then no other log. */
+static void expect_only_log(a2_test_worker *lw, const char *consumer,
+                            const char *session, int64_t idx, const char *type)
+{
+    a2_test_msg m;
+    assert_true(a2_test_worker_wait_for(lw, "log", 5000, &m));
+    assert_string_equal(m.consumer, consumer);
+    assert_string_equal(m.session, session);
+    assert_int_equal(m.idx, idx);
+    assert_string_equal(m.type, type);
+    assert_int_equal(a2_test_worker_wait_for(lw, "log", 400, &m), 0);
+}
+
 static void test_log_and_cleared(void **state)
 {
     (void)state;
@@ -286,13 +293,8 @@ static void test_log_and_cleared(void **state)
             db, "insert into a2_events(session_id, idx, event_type, event_id, "
                 "created_at) values ('s2', 1, 'noise', 'n1', 1), ('s2', 2, "
                 "'user_msg', 'u2', 1)");
-    assert_true(a2_test_worker_wait_for(&lw, "log", 5000, &m));
-    assert_string_equal(m.consumer, "lg");
-    assert_string_equal(m.session, "s2");
-    assert_int_equal(m.idx, 2);
-    assert_string_equal(m.type, "user_msg");
     /* only its types: no log for idx 1 */
-    assert_int_equal(a2_test_worker_wait_for(&lw, "log", 400, &m), 0);
+    expect_only_log(&lw, "lg", "s2", 2, "user_msg");
 
     /* clear → cleared, to the session's subscribers */
     append_event("s2", 3, "c");
@@ -318,19 +320,13 @@ static void test_log_before_cursor(void **state)
     (void)state;
     a2_test_consumer d;
     a2_test_worker lw;
-    a2_test_msg m;
     a2_test_consumer_run(&d, "tc_logfresh");
     a2_test_worker_join(&lw, d.sock, "freshw", "fresh", "signup", 1);
     a2_test_execf(
             db, "insert into a2_events(session_id, idx, event_type, event_id, "
                 "created_at) values ('s9', 1, 'other', 'o1', 1), ('s9', 2, "
                 "'signup', 'g2', 1)");
-    assert_true(a2_test_worker_wait_for(&lw, "log", 5000, &m));
-    assert_string_equal(m.consumer, "fresh");
-    assert_string_equal(m.session, "s9");
-    assert_int_equal(m.idx, 2);
-    assert_string_equal(m.type, "signup");
-    assert_int_equal(a2_test_worker_wait_for(&lw, "log", 400, &m), 0);
+    expect_only_log(&lw, "fresh", "s9", 2, "signup");
     a2_test_worker_close(&lw);
     a2_test_consumer_end(&d);
 }
@@ -448,6 +444,43 @@ static void test_presence_expiry_pushed(void **state)
     a2_test_consumer_end(&d);
 }
 
+/* Starts consumer name (extra args or NULL) over an empty a2_presence;
+ * worker w ("xw" of consumer c) joins, subscribed to room and in sync. */
+static void start_on_room(a2_test_consumer *d, const char *name,
+                          const char *const *extra, a2_test_worker *w)
+{
+    a2_test_consumer_init(d, name);
+    a2_test_execf(db, "truncate a2_presence");
+    a2_test_consumer_start_args(d, 0, extra);
+    a2_test_worker_join(w, d->sock, "xw", "c", NULL, 1);
+    a2_test_worker_presence(w, "room");
+    a2_test_worker_sync(w, 1, 5000);
+}
+
+/* Writes p1's field in room: JSON value, version, expiry (wall ms). */
+static void put_room_field(const char *field, const char *value, int version,
+                           int64_t expires_at)
+{
+    a2_test_execf(db,
+                  "insert into a2_presence values ('room', 'p1', '%s', '%s', "
+                  "null, %d, %" PRId64 ")",
+                  field, value, version, expires_at);
+}
+
+/* Writes p1's status "away" in room, to expire in 300 ms; w gets its patch,
+ * then (within nil_ms) its expiry. Returns the time it was due. */
+static int64_t away_then_expired(a2_test_worker *w, int nil_ms)
+{
+    a2_test_msg m;
+    int64_t due = a2_test_wall_ms() + 300;
+    put_room_field("status", "\"away\"", 2, due);
+    assert_true(a2_test_worker_wait_for(w, "presence", 5000, &m));
+    assert_string_equal(m.fields, "status=away;");
+    assert_true(a2_test_worker_wait_for(w, "presence", nil_ms, &m));
+    assert_string_equal(m.fields, "status=nil;");
+    return due;
+}
+
 /*
  * An expiry tick that cannot be committed (the consumer's tick connection
  * was ended) is logged and sent again on a new connection: the expiry still
@@ -459,18 +492,9 @@ static void test_presence_expiry_tick_retried(void **state)
     a2_test_consumer d;
     a2_test_worker w;
     a2_test_msg m;
-    a2_test_consumer_init(&d, "tc_tickretry");
-    a2_test_execf(db, "truncate a2_presence");
-    a2_test_consumer_start(&d);
-    a2_test_worker_join(&w, d.sock, "xw", "c", NULL, 1);
-    a2_test_worker_presence(&w, "room");
-    a2_test_worker_sync(&w, 1, 5000);
+    start_on_room(&d, "tc_tickretry", NULL, &w);
     /* a first expiry opens the tick connection */
-    a2_test_execf(db,
-                  "insert into a2_presence values ('room', 'p1', 'typing', "
-                  "'\"yes\"', "
-                  "null, 1, %" PRId64 ")",
-                  a2_test_wall_ms() + 100);
+    put_room_field("typing", "\"yes\"", 1, a2_test_wall_ms() + 100);
     assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
     assert_string_equal(m.fields, "typing=yes;");
     assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
@@ -480,16 +504,7 @@ static void test_presence_expiry_tick_retried(void **state)
                                 "application_name = 'a2-consumer' and "
                                 "backend_type = 'client backend' and "
                                 "datname = current_database()") >= 2);
-    int64_t due = a2_test_wall_ms() + 300;
-    a2_test_execf(db,
-                  "insert into a2_presence values ('room', 'p1', 'status', "
-                  "'\"away\"', "
-                  "null, 2, %" PRId64 ")",
-                  due);
-    assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
-    assert_string_equal(m.fields, "status=away;");
-    assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
-    assert_string_equal(m.fields, "status=nil;");
+    int64_t due = away_then_expired(&w, 5000);
     assert_true(a2_test_wall_ms() >= due);
     assert_int_equal(a2_test_count_in_file(
                              d.log, "could not commit a presence expiry tick"),
@@ -528,19 +543,10 @@ static void test_presence_expiry_tick_unanswered(void **state)
     a2_test_consumer d;
     a2_test_worker w;
     a2_test_msg m;
-    a2_test_consumer_init(&d, "tc_tickhung");
-    a2_test_execf(db, "truncate a2_presence");
     const char *extra[] = {"--stream-timeout", "3000", NULL};
-    a2_test_consumer_start_args(&d, 0, extra);
-    a2_test_worker_join(&w, d.sock, "xw", "c", NULL, 1);
-    a2_test_worker_presence(&w, "room");
-    a2_test_worker_sync(&w, 1, 5000);
+    start_on_room(&d, "tc_tickhung", extra, &w);
     /* a first expiry opens the tick connection */
-    a2_test_execf(db,
-                  "insert into a2_presence values ('room', 'p1', 'typing', "
-                  "'\"yes\"', "
-                  "null, 1, %" PRId64 ")",
-                  a2_test_wall_ms() + 100);
+    put_room_field("typing", "\"yes\"", 1, a2_test_wall_ms() + 100);
     assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
     assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
     assert_string_equal(m.fields, "typing=nil;");
@@ -548,16 +554,7 @@ static void test_presence_expiry_tick_unanswered(void **state)
             db, "select pid from pg_stat_activity where application_name = "
                 "'a2-consumer' and backend_type = 'client backend' and "
                 "query like '%emit_message(true%'");
-    int64_t due = a2_test_wall_ms() + 300;
-    a2_test_execf(db,
-                  "insert into a2_presence values ('room', 'p1', 'status', "
-                  "'\"away\"', "
-                  "null, 2, %" PRId64 ")",
-                  due);
-    assert_true(a2_test_worker_wait_for(&w, "presence", 5000, &m));
-    assert_string_equal(m.fields, "status=away;");
-    assert_true(a2_test_worker_wait_for(&w, "presence", 20000, &m));
-    assert_string_equal(m.fields, "status=nil;");
+    int64_t due = away_then_expired(&w, 20000);
     /* Not before the field's time, and only after the hung connection was
      * given up (its log line is written before the tick goes out again).
      * The request that hangs may be one sent before `due` (a heartbeat, or
@@ -570,27 +567,44 @@ static void test_presence_expiry_tick_unanswered(void **state)
     a2_test_consumer_end(&d);
 }
 
+/* Starts consumer name, metrics on a free port (returned), heartbeat_ms
+ * (NULL: the default); worker w ("w1" of consumer c) joins it. */
+static int start_with_metrics(a2_test_consumer *d, const char *name,
+                              const char *heartbeat_ms, a2_test_worker *w)
+{
+    int port = a2_test_free_port();
+    char metrics[64];
+    snprintf(metrics, sizeof metrics, "tcp:127.0.0.1:%d", port);
+    const char *extra[] = {"--metrics", metrics,
+                           heartbeat_ms ? "--heartbeat-interval" : NULL,
+                           heartbeat_ms, NULL};
+    a2_test_consumer_init(d, name);
+    a2_test_consumer_start_args(d, 0, extra);
+    a2_test_worker_join(w, d->sock, "w1", "c", NULL, 1);
+    return port;
+}
+
+/* /healthz answers, /metrics says up: the body, for the caller to free. */
+static char *healthy_metrics(int port)
+{
+    a2_test_expect_healthz(port);
+    char *body = a2_test_http_get(port, "/metrics");
+    assert_non_null(body);
+    assert_non_null(strstr(body, "a2_consumer_up 1"));
+    return body;
+}
+
 static void test_metrics_heartbeat_and_stop(void **state)
 {
     (void)state;
     a2_test_consumer d;
     a2_test_worker w;
     a2_test_msg m;
-    int port = a2_test_free_port();
-    char metrics[64];
-    snprintf(metrics, sizeof metrics, "tcp:127.0.0.1:%d", port);
-    const char *extra[] = {"--metrics", metrics, "--heartbeat-interval", "200",
-                           NULL};
-    a2_test_consumer_init(&d, "tc_metrics");
-    a2_test_consumer_start_args(&d, 0, extra);
-    a2_test_worker_join(&w, d.sock, "w1", "c", NULL, 1);
+    int port = start_with_metrics(&d, "tc_metrics", "200", &w);
     append_event("s1", 1, "c");
     assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
 
-    a2_test_expect_healthz(port);
-    char *body = a2_test_http_get(port, "/metrics");
-    assert_non_null(body);
-    assert_non_null(strstr(body, "a2_consumer_up 1"));
+    char *body = healthy_metrics(port);
     assert_non_null(strstr(body, "a2_consumer_build_info{version=\"" A2_VERSION
                                  "\",schema=\"" A2_SCHEMA_VERSION
                                  "\",wire=\"1\"} 1\n"));
@@ -711,13 +725,7 @@ static void test_metrics_slow_client(void **state)
     a2_test_consumer d;
     a2_test_worker w;
     a2_test_msg m;
-    int port = a2_test_free_port();
-    char metrics[64];
-    snprintf(metrics, sizeof metrics, "tcp:127.0.0.1:%d", port);
-    const char *extra[] = {"--metrics", metrics, NULL};
-    a2_test_consumer_init(&d, "tc_drip");
-    a2_test_consumer_start_args(&d, 0, extra);
-    a2_test_worker_join(&w, d.sock, "w1", "c", NULL, 1);
+    int port = start_with_metrics(&d, "tc_drip", NULL, &w);
     pthread_t th[4];
     drip_arg a = {.port = port, .bytes = 100}; /* 4 s each */
     atomic_store(&drip_stop, 0);
@@ -744,10 +752,7 @@ static void test_metrics_slow_client(void **state)
                   late[N / 2], late[N - 1]);
     assert_true(late[N / 2] < 1500);
     assert_true(late[N - 1] < 5000);
-    a2_test_expect_healthz(port);
-    char *body = a2_test_http_get(port, "/metrics");
-    assert_non_null(body);
-    assert_non_null(strstr(body, "a2_consumer_up 1"));
+    char *body = healthy_metrics(port);
     free(body);
     atomic_store(&drip_stop, 1);
     for (int i = 0; i < 4; i++)

@@ -316,17 +316,24 @@ static void test_release_on_complete(void **state)
     expect_state(f, A2_STORE_NONE, true, 9, "\"v9\"");
 }
 
+/* Attempt `attempt` of b's lane head fails with no failure left: it is
+ * dead-lettered. */
+static void dead_letter_b(fx *f, int attempt)
+{
+    a2_attempt_ref bt = {
+            .consumer = "b", .lane = "q", .index = 1, .attempt = attempt};
+    a2_fail_request freq = {.error = "x", .max_failures = 1};
+    a2_fail_result fr;
+    OK(a2_store_fail(f->s, f->session, &bt, &freq, &fr));
+    assert_int_equal(fr.outcome, A2_ATTEMPT_DEAD_LETTERED);
+}
+
 static void test_release_on_dead_letter(void **state)
 {
     fx *f = *state;
     pin_two_heads(f);
     /* b's lane head dead-letters through fail. */
-    a2_attempt_ref bt = {
-            .consumer = "b", .lane = "q", .index = 1, .attempt = 1};
-    a2_fail_request freq = {.error = "x", .max_failures = 1};
-    a2_fail_result fr;
-    OK(a2_store_fail(f->s, f->session, &bt, &freq, &fr));
-    assert_int_equal(fr.outcome, A2_ATTEMPT_DEAD_LETTERED);
+    dead_letter_b(f, 1);
     assert_int_equal(pins_of(f), 1);    /* a's */
     assert_int_equal(history_of(f), 1); /* v1, kept by a; v2 went */
     expect_state(f, 1, true, 1, "\"v1\"");
@@ -347,12 +354,7 @@ static void test_release_on_skip(void **state)
 {
     fx *f = *state;
     pin_two_heads(f);
-    a2_attempt_ref bt = {
-            .consumer = "b", .lane = "q", .index = 1, .attempt = 1};
-    a2_fail_request freq = {.error = "x", .max_failures = 1};
-    a2_fail_result fr;
-    OK(a2_store_fail(f->s, f->session, &bt, &freq, &fr));
-    assert_int_equal(fr.outcome, A2_ATTEMPT_DEAD_LETTERED);
+    dead_letter_b(f, 1);
     /* Retried, the head runs again and pins v2 again. */
     a2_redrive_result rd;
     OK(a2_store_redrive(f->s, f->session, "b", 1, A2_REDRIVE_RETRY, NULL, 0,
@@ -363,9 +365,7 @@ static void test_release_on_skip(void **state)
     a2_state_write_result wr = write1(f, 2, "\"v2\"", &b, 1);
     assert_int_equal(wr.pins_accepted, 1);
     assert_int_equal(history_of(f), 2);
-    bt.attempt = 2;
-    OK(a2_store_fail(f->s, f->session, &bt, &freq, &fr));
-    assert_int_equal(fr.outcome, A2_ATTEMPT_DEAD_LETTERED);
+    dead_letter_b(f, 2);
     assert_int_equal(history_of(f), 1);
     /* A pin the dead head still holds (left by a store that did not release
      * it) goes when the head is skipped, with the history only it kept. */
@@ -425,6 +425,20 @@ static int state_write(a2_store *s, void *p)
     return a2_store_write_state(s, w->f->session, "r", &wr, 1, &w->wr);
 }
 
+/* Starts fn(arg) on a store of its own while f->db holds a transaction
+ * open: the call comes to wait on a lock, then, once f->db commits,
+ * returns 0. */
+static void call_waits_for_commit(fx *f, a2_test_call_fn fn, void *arg)
+{
+    a2_test_call t;
+    int waited = a2_test_call_start_blocked(&t, fn, arg, NULL,
+                                            A2_TEST_STORE_QUERY, 2000);
+    assert_true(waited);
+    a2_test_exec(f->db, "commit");
+    a2_test_call_join(&t);
+    assert_int_equal(t.rc, 0);
+}
+
 static void test_pin_waits_for_completion(void **state)
 {
     fx *f = *state;
@@ -438,13 +452,7 @@ static void test_pin_waits_for_completion(void **state)
     a2_test_exec(f->db, sql);
     writer_arg w = {.f = f};
     /* The writer waits on the row. */
-    a2_test_call t;
-    int waited = a2_test_call_start_blocked(&t, state_write, &w, NULL,
-                                            A2_TEST_STORE_QUERY, 2000);
-    assert_true(waited);
-    a2_test_exec(f->db, "commit");
-    a2_test_call_join(&t);
-    assert_int_equal(t.rc, 0);
+    call_waits_for_commit(f, state_write, &w);
     assert_int_equal(w.wr.pins_accepted, 0);
     assert_int_equal(w.wr.pins_refused, 1);
     assert_int_equal(pins_of(f), 0);
@@ -484,13 +492,7 @@ static void test_completion_waits_for_pins(void **state)
              f->session, f->session);
     a2_test_exec(f->db, sql);
     completer_arg c = {.f = f};
-    a2_test_call t;
-    int waited = a2_test_call_start_blocked(&t, complete, &c, NULL,
-                                            A2_TEST_STORE_QUERY, 2000);
-    assert_true(waited);
-    a2_test_exec(f->db, "commit");
-    a2_test_call_join(&t);
-    assert_int_equal(t.rc, 0);
+    call_waits_for_commit(f, complete, &c);
     assert_int_equal(c.cr.outcome, A2_ATTEMPT_COMPLETED);
     a2_complete_result_free(&c.cr);
     assert_int_equal(pins_of(f), 0);

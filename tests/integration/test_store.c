@@ -53,6 +53,22 @@ static int append1(fx *f, const char *session, const char *type,
     return a2_store_append(f->s, session, &ev, 1, NULL, out);
 }
 
+/* Appends the n events of ev to the fixture's session. */
+static void append_all(fx *f, const a2_append_event *ev, size_t n)
+{
+    a2_events out;
+    OK(a2_store_append(f->s, f->session, ev, n, NULL, &out));
+    a2_events_free(&out);
+}
+
+/* Appends one event of type x for tg to the fixture's session. */
+static void append_x(fx *f, const a2_target *tg)
+{
+    a2_events out;
+    OK(append1(f, f->session, "x", NULL, NULL, tg, 1, &out));
+    a2_events_free(&out);
+}
+
 static a2_claim_request claim_req(const char *holder)
 {
     return (a2_claim_request){.holder = holder, .ttl_ms = 30000};
@@ -698,8 +714,7 @@ static void test_lane_order(void **state)
             {.type = "x", .targets = &tg, .ntargets = 1},
     };
     a2_events out;
-    OK(a2_store_append(f->s, f->session, ev, 3, NULL, &out));
-    a2_events_free(&out);
+    append_all(f, ev, 3);
     for (int64_t want = 1; want <= 4; want++) {
         if (want == 3) { /* appended while the lane runs */
             OK(append1(f, f->session, "x", NULL, NULL, &tg, 1, &out));
@@ -734,8 +749,7 @@ static void test_lane_order(void **state)
     assert_int_equal(cs.items[0].position, 4);
     a2_cursors_free(&cs);
     /* An idle lane restarts with a new run on the next append. */
-    OK(append1(f, f->session, "x", NULL, NULL, &tg, 1, &out));
-    a2_events_free(&out);
+    append_x(f, &tg);
     OK(a2_store_cursors(f->s, f->session, &cs));
     assert_int_equal(cs.count, 1);
     assert_int_equal(cs.items[0].head, 5);
@@ -824,8 +838,7 @@ static void test_takeover_and_supersede(void **state)
     fx *f = *state;
     a2_target tg = {.consumer = "c1", .lane = "L"};
     a2_events out;
-    OK(append1(f, f->session, "x", NULL, NULL, &tg, 1, &out));
-    a2_events_free(&out);
+    append_x(f, &tg);
     a2_claim_result cr;
     a2_claim_request req = claim_req("old");
     req.ttl_ms = 1000;
@@ -890,9 +903,7 @@ static void test_max_failures_on_takeover(void **state)
 {
     fx *f = *state;
     a2_target tg = {.consumer = "c1"};
-    a2_events out;
-    OK(append1(f, f->session, "x", NULL, NULL, &tg, 1, &out));
-    a2_events_free(&out);
+    append_x(f, &tg);
     a2_claim_result cr;
     a2_claim_request req = claim_req("a");
     req.ttl_ms = 100;
@@ -926,9 +937,7 @@ static void test_fail_retry_dead_letter_redrive(void **state)
     a2_target tg = {.consumer = "c1", .lane = "L"};
     a2_append_event ev[2] = {{.type = "x", .targets = &tg, .ntargets = 1},
                              {.type = "y", .targets = &tg, .ntargets = 1}};
-    a2_events out;
-    OK(a2_store_append(f->s, f->session, ev, 2, NULL, &out));
-    a2_events_free(&out);
+    append_all(f, ev, 2);
     a2_claim_result cr;
     a2_claim_request req = claim_req("w");
     OK(a2_store_claim(f->s, f->session, &req, &cr));
@@ -1082,11 +1091,9 @@ static void test_complete_duplicate_ids(void **state)
 {
     fx *f = *state;
     a2_target tg = {.consumer = "c1"};
-    a2_events out;
     a2_append_event ev[2] = {{.type = "p", .targets = &tg, .ntargets = 1},
                              {.type = "q", .id = "taken"}};
-    OK(a2_store_append(f->s, f->session, ev, 2, NULL, &out));
-    a2_events_free(&out);
+    append_all(f, ev, 2);
     a2_claim_result cr;
     a2_claim_request req = claim_req("w");
     OK(a2_store_claim(f->s, f->session, &req, &cr));
@@ -1285,8 +1292,7 @@ static void test_clear_supersedes_claims(void **state)
     a2_append_event ev[2] = {{.type = "x", .targets = tg, .ntargets = 2},
                              {.type = "x", .targets = tg, .ntargets = 2}};
     a2_events out;
-    OK(a2_store_append(f->s, f->session, ev, 2, NULL, &out));
-    a2_events_free(&out);
+    append_all(f, ev, 2);
     a2_claim_result cr;
     a2_claim_request req = claim_req("w");
     OK(a2_store_claim(f->s, f->session, &req, &cr));
@@ -1362,9 +1368,7 @@ static void test_clear_by_consumer(void **state)
 {
     fx *f = *state;
     a2_target tg = {.consumer = "c1"};
-    a2_events out;
-    OK(append1(f, f->session, "x", NULL, NULL, &tg, 1, &out));
-    a2_events_free(&out);
+    append_x(f, &tg);
     a2_claim_result cr;
     a2_claim_request req = claim_req("w");
     OK(a2_store_claim(f->s, f->session, &req, &cr));
@@ -1442,8 +1446,7 @@ static void test_reclaim(void **state)
     for (size_t i = 0; i < 300; i++)
         ev[i] = (a2_append_event){.type = "x", .targets = tg, .ntargets = 2};
     a2_events out;
-    OK(a2_store_append(f->s, f->session, ev, 300, NULL, &out));
-    a2_events_free(&out);
+    append_all(f, ev, 300);
     a2_reclaim_result rr;
     OK(a2_store_reclaim(f->s, f->session, &rr)); /* nothing cleared yet */
     assert_int_equal(rr.deleted, 0);

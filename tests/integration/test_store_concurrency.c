@@ -996,38 +996,41 @@ static void *soak_worker(void *arg)
     return NULL;
 }
 
-static int cmp_claim(const void *a, const void *b)
+/* Orders two claim records by session, consumer and cursor key. */
+static int cmp_claim_cursor(const claim_rec *x, const claim_rec *y)
 {
-    const claim_rec *x = a, *y = b;
     if (x->session != y->session)
         return x->session - y->session;
     int c = strcmp(x->consumer, y->consumer);
     if (c)
         return c;
-    c = strcmp(x->key, y->key);
-    if (c)
-        return c;
+    return strcmp(x->key, y->key);
+}
+
+/* Orders two claim records of one cursor by index and attempt. */
+static int cmp_claim_attempt(const claim_rec *x, const claim_rec *y)
+{
     if (x->index != y->index)
         return x->index < y->index ? -1 : 1;
     return x->attempt - y->attempt;
 }
 
+static int cmp_claim(const void *a, const void *b)
+{
+    const claim_rec *x = a, *y = b;
+    int c = cmp_claim_cursor(x, y);
+    return c ? c : cmp_claim_attempt(x, y);
+}
+
 static int cmp_claim_time(const void *a, const void *b)
 {
     const claim_rec *x = a, *y = b;
-    if (x->session != y->session)
-        return x->session - y->session;
-    int c = strcmp(x->consumer, y->consumer);
-    if (c)
-        return c;
-    c = strcmp(x->key, y->key);
+    int c = cmp_claim_cursor(x, y);
     if (c)
         return c;
     if (x->claimed_at != y->claimed_at)
         return x->claimed_at < y->claimed_at ? -1 : 1;
-    if (x->index != y->index)
-        return x->index < y->index ? -1 : 1;
-    return x->attempt - y->attempt;
+    return cmp_claim_attempt(x, y);
 }
 
 static void test_mixed_workload(void **state)

@@ -944,32 +944,31 @@ static void test_dup(void **state)
     a2_change_free(copy);
 }
 
+/* A test on a fresh fixture (setup, teardown). */
+#define T(test) cmocka_unit_test_setup_teardown(test, setup, teardown)
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-            cmocka_unit_test_setup_teardown(test_begin_commit, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_event_insert, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_strings, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_cursor_update_full, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_update_toast, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_other_tables, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_optional_keys_skipped, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_bad_syntax, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_bad_utf8, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_bad_types, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_bad_range, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_bad_values, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_bad_missing, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_shape_fallback, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_depth, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_long_lines, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_args_and_recovery, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_jsonb_errors, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_dup, setup, teardown),
+            T(test_begin_commit),
+            T(test_event_insert),
+            T(test_strings),
+            T(test_cursor_update_full),
+            T(test_update_toast),
+            T(test_other_tables),
+            T(test_optional_keys_skipped),
+            T(test_bad_syntax),
+            T(test_bad_utf8),
+            T(test_bad_types),
+            T(test_bad_range),
+            T(test_bad_values),
+            T(test_bad_missing),
+            T(test_shape_fallback),
+            T(test_depth),
+            T(test_long_lines),
+            T(test_args_and_recovery),
+            T(test_jsonb_errors),
+            T(test_dup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

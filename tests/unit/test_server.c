@@ -1165,31 +1165,25 @@ static void test_listeners(void **state)
     a2__server_free(NULL);
 }
 
+/* A test on a fresh fixture (setup, teardown). */
+#define T(test) cmocka_unit_test_setup_teardown(test, setup, teardown)
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-            cmocka_unit_test_setup_teardown(test_handshake_ping, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_affinity_and_move, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_broadcast, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_log_cleared_presence_resync,
-                                            setup, teardown),
-            cmocka_unit_test_setup_teardown(test_protocol_errors, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_overflow_resync, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_move_unknown, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_log_affinity, setup, teardown),
-            cmocka_unit_test_setup_teardown(test_log_subscription_caps, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_random_garbage, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_connection_limits, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_auth_failures, setup,
-                                            teardown),
-            cmocka_unit_test_setup_teardown(test_listeners, setup, teardown),
+            T(test_handshake_ping),
+            T(test_affinity_and_move),
+            T(test_broadcast),
+            T(test_log_cleared_presence_resync),
+            T(test_protocol_errors),
+            T(test_overflow_resync),
+            T(test_move_unknown),
+            T(test_log_affinity),
+            T(test_log_subscription_caps),
+            T(test_random_garbage),
+            T(test_connection_limits),
+            T(test_auth_failures),
+            T(test_listeners),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
