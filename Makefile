@@ -57,7 +57,7 @@ INTDIRS := consumer cli
 lib_srcs = $(filter-out $(1)/main.c,$(wildcard $(1)/*.c))
 lib_objs = $(patsubst %.c,$(B)/obj/%.o,$(call lib_srcs,$(1)))
 
-# build/gen/schema_sql.c: sql/schema.sql as a C string, for `a2 schema apply`.
+# build/gen/schema_sql.c: the assembled schema as a C string, for `a2 schema apply`.
 GEN_SCHEMA := $(B)/obj/gen/schema_sql.o
 
 LIBS_PRESENT := $(foreach d,$(LIBDIRS),$(if $(call lib_srcs,$(d)),$(d)))
@@ -86,7 +86,7 @@ BENCH_PROGS := $(foreach n,$(BENCH_NAMES),$(B)/bench/a2-bench-$(n))
 # Keep objects that only pattern rules name.
 .SECONDARY:
 
-all: sql/schema.sql $(LIB_ARCHIVES) $(PROGRAMS) $(BENCH_PROGS)
+all: build/gen/schema.sql $(LIB_ARCHIVES) $(PROGRAMS) $(BENCH_PROGS)
 
 tests: all $(UNIT_TESTS) $(INTEG_TESTS)
 
@@ -131,12 +131,13 @@ $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
-# sql/schema.sql is assembled from sql/src/*.sql (committed, so that psql -f
-# sql/schema.sql works from a checkout); edit the files under sql/src.
-sql/schema.sql: $(sort $(wildcard sql/src/*.sql)) deploy/assemble-schema
+# build/gen/schema.sql is sql/src/*.sql as one file (what sql/schema.sql
+# includes with psql's \ir), for the library and `make install`.
+build/gen/schema.sql: $(sort $(wildcard sql/src/*.sql)) deploy/assemble-schema
+	@mkdir -p $(dir $@)
 	deploy/assemble-schema > $@.tmp && mv $@.tmp $@
 
-build/gen/schema_sql.c: sql/schema.sql deploy/embed-sql
+build/gen/schema_sql.c: build/gen/schema.sql deploy/embed-sql
 	@mkdir -p $(dir $@)
 	deploy/embed-sql a2_schema_sql $< > $@.tmp && mv $@.tmp $@
 
@@ -198,7 +199,7 @@ install: all
 	    sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(A2_VERSION)|g' \
 	        deploy/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc; \
 	done
-	install -m 0644 sql/schema.sql $(DESTDIR)$(PREFIX)/share/a2/
+	install -m 0644 build/gen/schema.sql $(DESTDIR)$(PREFIX)/share/a2/
 
 clean:
 	rm -rf build

@@ -24,7 +24,8 @@ ver=$(sed -n 's/^#define A2_VERSION "\(.*\)"$/\1/p' "$top/include/a2/version.h")
 for pc in a2store a2worker; do
     [ -n "$ver" ] && grep -qx "Version: $ver" "$root/lib/pkgconfig/$pc.pc" && ok "$pc.pc version $ver" || bad "$pc.pc version: $(grep Version "$root/lib/pkgconfig/$pc.pc")"
 done
-cmp -s "$top/sql/schema.sql" "$root/share/a2/schema.sql" && ok "schema copied" || bad "schema differs"
+cmp -s <("$top/deploy/assemble-schema") "$root/share/a2/schema.sql" && ok "schema installed whole" || bad "installed schema is not the assembly of sql/src"
+grep -q '^\\ir ' "$root/share/a2/schema.sql" && bad "installed schema includes other files" || ok "installed schema stands alone"
 
 # A consumer of the library, built only from the staged tree.
 cat >"$stage/prog.c" <<'C'
