@@ -98,9 +98,11 @@ deps:
 # The extra checks of the modules (short fuzz runs, the short chaos run) go
 # first, each into its own log under build/check/ with one line of result, so
 # the output ends with the test summaries.
+# Both builds use every core; the tests run one at a time.
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 check: deps
-	$(MAKE) VARIANT=release tests
-	$(MAKE) VARIANT=asan tests
+	$(MAKE) -j$(NPROC) VARIANT=release tests
+	$(MAKE) -j$(NPROC) VARIANT=asan tests
 	@mkdir -p build/check
 	@for t in $(CHECK_EXTRA); do \
 	    start=$$(date +%s); \
