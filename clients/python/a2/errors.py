@@ -44,76 +44,47 @@ class Error(Exception):
         if sqlstate is not None:
             self.sqlstate = sqlstate
 
+    def __init_subclass__(cls, *, sqlstate: str, name: str, **kwargs: object) -> None:
+        """Give a subclass its code and name, and file it under that code."""
+        super().__init_subclass__(**kwargs)
+        cls.sqlstate = sqlstate
+        cls.name = name
+        _BY_SQLSTATE[sqlstate] = cls
 
-class InvalidArgument(Error):
+
+_BY_SQLSTATE: Dict[str, Type[Error]] = {}
+
+
+class InvalidArgument(Error, sqlstate="A2001", name="INVALID_ARGUMENT"):
     """A2001: a bad argument, or a write outside READ COMMITTED."""
 
-    sqlstate = "A2001"
-    name = "INVALID_ARGUMENT"
 
-
-class StoreUnavailable(Error):
+class StoreUnavailable(Error, sqlstate="A2002", name="STORE_UNAVAILABLE"):
     """A2002: an id below the clear marker is still held by a reclaim: retry later."""
 
-    sqlstate = "A2002"
-    name = "STORE_UNAVAILABLE"
 
-
-class SchemaMissing(Error):
+class SchemaMissing(Error, sqlstate="A2003", name="SCHEMA_MISSING"):
     """A2003: the schema is missing or of another version."""
 
-    sqlstate = "A2003"
-    name = "SCHEMA_MISSING"
 
-
-class PartialDuplicateBatch(Error):
+class PartialDuplicateBatch(Error, sqlstate="A2004", name="PARTIAL_DUPLICATE_BATCH"):
     """A2004: a batch mixes stored and fresh ids, or repeats one."""
 
-    sqlstate = "A2004"
-    name = "PARTIAL_DUPLICATE_BATCH"
 
-
-class SupersededAttempt(Error):
+class SupersededAttempt(Error, sqlstate="A2005", name="SUPERSEDED_ATTEMPT"):
     """A2005: a cause no longer holds its head."""
 
-    sqlstate = "A2005"
-    name = "SUPERSEDED_ATTEMPT"
 
-
-class SessionCleared(Error):
+class SessionCleared(Error, sqlstate="A2006", name="SESSION_CLEARED"):
     """A2006: an append's origin is at or below the session's clear marker."""
 
-    sqlstate = "A2006"
-    name = "SESSION_CLEARED"
 
-
-class NoSuchEvent(Error):
+class NoSuchEvent(Error, sqlstate="A2007", name="NO_SUCH_EVENT"):
     """A2007: a completion or failure names an index where no event is."""
 
-    sqlstate = "A2007"
-    name = "NO_SUCH_EVENT"
 
-
-class StoreFailed(Error):
+class StoreFailed(Error, sqlstate="A2008", name="STORE_FAILED"):
     """A2008 (or an A2 code this version does not know): anything else."""
-
-    sqlstate = "A2008"
-    name = "STORE_FAILED"
-
-
-_BY_SQLSTATE: Dict[str, Type[Error]] = {
-    cls.sqlstate: cls
-    for cls in (
-        InvalidArgument,
-        StoreUnavailable,
-        SchemaMissing,
-        PartialDuplicateBatch,
-        SupersededAttempt,
-        SessionCleared,
-        NoSuchEvent,
-        StoreFailed,
-    )
-}
 
 
 def from_psycopg(exc: psycopg.Error) -> Optional[Error]:
