@@ -234,6 +234,17 @@ static a2__con_reply store_failed(a2_store *st, const char *what)
     return r;
 }
 
+/* Gives the slot back after a call that returned rc; when rc is not 0, *fail
+ * first gets the answer to the failed call what. Returns rc. */
+static int pool_give_rc(a2__console *con, int slot, int rc, const char *what,
+                        a2__con_reply *fail)
+{
+    if (rc != 0)
+        *fail = store_failed(con->stores[slot], what);
+    pool_give(con, slot);
+    return rc;
+}
+
 /* ── arguments ───────────────────────────────────────────────────────── */
 
 /* Reads a JSON object's members as a2__con_arg_fn does query parameters:
@@ -358,13 +369,10 @@ static a2__con_reply get_overview(a2__console *con)
         return fail;
     a2_backlog bl;
     int rc = a2_store_backlog(con->stores[slot], NULL, 0, &bl);
-    if (rc != 0) {
-        fail = store_failed(con->stores[slot], "backlog");
-        pool_give(con, slot);
+    if (pool_give_rc(con, slot, rc, "backlog", &fail) != 0) {
         a2_backlog_free(&bl);
         return fail;
     }
-    pool_give(con, slot);
     int64_t now = a2__real_ms();
     json_t *rows = json_object(); /* consumer -> row */
     for (size_t i = 0; i < bl.count; i++) {
@@ -504,9 +512,7 @@ static a2__con_reply get_dead_letters(a2__console *con,
     a2_heads out;
     int rc = a2_store_find_dead_letters(
             con->stores[slot], &f, prc == 0 ? &key : NULL, (size_t)limit, &out);
-    if (rc != 0)
-        fail = store_failed(con->stores[slot], "dead letters");
-    pool_give(con, slot);
+    pool_give_rc(con, slot, rc, "dead letters", &fail);
     json_decref(holder);
     if (rc != 0) {
         a2_heads_free(&out);
@@ -537,10 +543,7 @@ static a2__con_reply get_dead_letter_count(a2__console *con,
         return fail;
     int64_t count = 0;
     int rc = a2_store_count_dead_letters(con->stores[slot], &f, &count);
-    if (rc != 0)
-        fail = store_failed(con->stores[slot], "dead letter count");
-    pool_give(con, slot);
-    if (rc != 0)
+    if (pool_give_rc(con, slot, rc, "dead letter count", &fail) != 0)
         return fail;
     json_t *doc = json_object();
     json_object_set_new(doc, "count", json_integer(count));
@@ -734,10 +737,7 @@ static a2__con_reply post_redrive(a2__console *con, const a2__con_request *req)
     a2_redrive_result out = {0};
     int rc = a2_store_redrive(con->stores[slot], h.session, h.consumer, h.index,
                               action, NULL, 0, &out);
-    if (rc != 0)
-        fail = store_failed(con->stores[slot], "redrive");
-    pool_give(con, slot);
-    if (rc != 0)
+    if (pool_give_rc(con, slot, rc, "redrive", &fail) != 0)
         return fail;
     if (!out.redriven) {
         a2__con_reply r =
@@ -826,10 +826,7 @@ static a2__con_reply post_cancel(a2__console *con, const a2__con_request *req)
     a2_cancel_result out = {0};
     int rc = a2_store_cancel(con->stores[slot], h.session, h.consumer, h.index,
                              reason, NULL, 0, &out);
-    if (rc != 0)
-        fail = store_failed(con->stores[slot], "cancel");
-    pool_give(con, slot);
-    if (rc != 0) {
+    if (pool_give_rc(con, slot, rc, "cancel", &fail) != 0) {
         a2_cancel_result_free(&out);
         return fail;
     }
