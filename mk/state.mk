@@ -11,11 +11,7 @@ STATE_BENCH_SECONDS ?= 3
 
 state-bench:
 	$(MAKE) VARIANT=release build/release/tests/integration/test_state_bench
-	@dir=$$(mktemp -d /tmp/a2-state-bench.XXXXXX); chmod 755 "$$dir"; \
-	trap 'deploy/pg-dev destroy "$$dir/pg" >/dev/null 2>&1; rm -rf "$$dir"' EXIT; \
-	deploy/pg-dev start "$$dir/pg" >/dev/null && \
-	db=$$(deploy/pg-dev url "$$dir/pg") && \
-	psql "$$db" -qf sql/schema.sql && \
+	$(call throwaway_db,a2-state-bench) \
 	printf 'cluster: fsync=%s, %s cores\n' "$${PG_DEV_FSYNC:-off}" "$$(nproc)" && \
 	A2_TEST_DB="$$db" A2_TEST_PGDEV="$$dir/pg" A2_STATE_BENCH_SECONDS=$(STATE_BENCH_SECONDS) \
 	    build/release/tests/integration/test_state_bench
