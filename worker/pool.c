@@ -210,11 +210,7 @@ a2_worker_pool *a2_worker_pool_new(const a2_worker_pool_options *o, char *err,
     }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work_cv, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->timer_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    a2__mono_cond_init(&p->timer_cv);
     p->timer_wait = -1;
     p->handler = o->handler;
     p->ctx = o->ctx;

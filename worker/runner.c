@@ -321,11 +321,7 @@ a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *o,
         return NULL;
     }
     pthread_mutex_init(&r->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&r->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    a2__mono_cond_init(&r->cv);
     char holder[400];
     if (!o->holder) {
         char name[300];
