@@ -293,24 +293,28 @@ static int consumers_copy(a2_worker_runner *r, const a2_consumer *src, size_t n)
     return 0;
 }
 
+int a2__worker_check_names(const a2_consumer *consumers, size_t n, char *err,
+                           size_t errlen)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!consumers[i].name || !*consumers[i].name) {
+            snprintf(err, errlen, "consumer %zu has no name", i);
+            return -1;
+        }
+    return 0;
+}
+
 a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *o,
                                        char *err, size_t errlen)
 {
-    char dummy[8];
-    if (!err || errlen == 0) {
-        err = dummy;
-        errlen = sizeof dummy;
-    }
-    err[0] = '\0';
+    char spare[8];
+    a2__worker_err_init(&err, &errlen, spare, sizeof spare);
     if (!o || !o->handler || !o->consumers || o->nconsumers == 0) {
         snprintf(err, errlen, "a runner needs a handler and consumers");
         return NULL;
     }
-    for (size_t i = 0; i < o->nconsumers; i++)
-        if (!o->consumers[i].name || !*o->consumers[i].name) {
-            snprintf(err, errlen, "consumer %zu has no name", i);
-            return NULL;
-        }
+    if (a2__worker_check_names(o->consumers, o->nconsumers, err, errlen) != 0)
+        return NULL;
     if (o->ttl_ms < 0 || o->max_failures < 0 || (o->holder && !*o->holder)) {
         snprintf(err, errlen, "bad ttl, max_failures or holder");
         return NULL;

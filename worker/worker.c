@@ -126,6 +126,16 @@ void a2__worker_default_name(char *buf, size_t len)
     snprintf(buf, len, "%s:%ld", host, (long)getpid());
 }
 
+void a2__worker_err_init(char **err, size_t *errlen, char *spare,
+                         size_t sparelen)
+{
+    if (!*err || *errlen == 0) {
+        *err = spare;
+        *errlen = sparelen;
+    }
+    (*err)[0] = '\0';
+}
+
 static char *dup_or_null(const char *s)
 {
     return s ? strdup(s) : NULL;
@@ -301,12 +311,8 @@ static int take_addresses(a2_worker *w, const a2_worker_options *opts,
 a2_worker *a2_worker_new(const a2_worker_options *opts, char *err,
                          size_t errlen)
 {
-    char dummy[8];
-    if (!err || errlen == 0) {
-        err = dummy;
-        errlen = sizeof dummy;
-    }
-    err[0] = '\0';
+    char spare[8];
+    a2__worker_err_init(&err, &errlen, spare, sizeof spare);
     if (!opts) {
         snprintf(err, errlen, "no options");
         return NULL;
