@@ -304,6 +304,18 @@ int a2__worker_check_names(const a2_consumer *consumers, size_t n, char *err,
     return 0;
 }
 
+/* Connects *st to db; -1 with the reason in err when it cannot. */
+static int open_store(a2_store **st, const char *db, char *err, size_t errlen)
+{
+    a2_store_error serr = {0};
+    if (a2_store_open(st, db, &serr) != 0) {
+        snprintf(err, errlen, "could not connect to the store: %s",
+                 serr.message);
+        return -1;
+    }
+    return 0;
+}
+
 a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *o,
                                        char *err, size_t errlen)
 {
@@ -352,17 +364,9 @@ a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *o,
     r->ctx = o->ctx;
     r->log = o->log;
     r->log_ctx = o->log_ctx;
-    a2_store_error serr = {0};
-    if (a2_store_open(&r->store, r->db, &serr) != 0) {
-        snprintf(err, errlen, "could not connect to the store: %s",
-                 serr.message);
+    if (open_store(&r->store, r->db, err, errlen) != 0 ||
+        open_store(&r->renew_store, r->db, err, errlen) != 0)
         goto error;
-    }
-    if (a2_store_open(&r->renew_store, r->db, &serr) != 0) {
-        snprintf(err, errlen, "could not connect to the store: %s",
-                 serr.message);
-        goto error;
-    }
     if (pthread_create(&r->thread, NULL, renew_main, r) != 0) {
         snprintf(err, errlen, "could not start the renewal thread");
         goto error;
