@@ -10,7 +10,7 @@
 # Layout conventions (so modules never need to edit this file):
 #   <lib>/*.c                     -> build/<v>/lib/liba2<lib>.a  (lib: decoder wire store worker common)
 #   common/*.c                    -> liba2common.a, internal: what several parts share (clocks,
-#                                    addresses and dialing, libpq connections, UTF-8); its headers stay in common/ and
+#                                    addresses and dialing, libpq connections, UTF-8, hashing); its headers stay in common/ and
 #                                    are not installed, the archive is (liba2store and liba2worker
 #                                    link it)
 #   <dir>/main.c                  -> a program (consumer: a2-consumer, worker: a2-worker, cli: a2)

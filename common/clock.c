@@ -78,3 +78,12 @@ struct timespec a2__mono_timespec(int64_t mono_ms)
     ts.tv_nsec = (long)(mono_ms % 1000) * 1000000L;
     return ts;
 }
+
+void a2__mono_cond_init(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}

@@ -5,6 +5,7 @@
 #ifndef A2_COMMON_CLOCK_H
 #define A2_COMMON_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -36,5 +37,9 @@ void a2__sleep_us(int64_t us);
 /* mono_ms (an a2__mono_ms value) as a timespec, for pthread_cond_timedwait
  * on a condition variable whose clock is CLOCK_MONOTONIC. */
 struct timespec a2__mono_timespec(int64_t mono_ms);
+
+/* Initialises cv with CLOCK_MONOTONIC as its clock, so that its timed
+ * waits take a2__mono_timespec deadlines; destroyed as any other. */
+void a2__mono_cond_init(pthread_cond_t *cv);
 
 #endif

@@ -214,6 +214,16 @@ static void resync(a2__daemon *d)
         a2__server_resync_all(d->srv);
 }
 
+/* What to poll on a connection with a query in flight: its answer, and
+ * room to send what libpq has not sent yet. */
+static struct pollfd busy_pollfd(PGconn *db)
+{
+    short ev = POLLIN;
+    if (PQflush(db) == 1)
+        ev |= POLLOUT;
+    return (struct pollfd){PQsocket(db), ev, 0};
+}
+
 /* The loop itself: 0 on a clean stop, 1 on an error (logged). */
 static int run(a2__daemon *d)
 {
@@ -248,17 +258,11 @@ static int run(a2__daemon *d)
         }
         if (d->tick_busy) {
             itick = n;
-            short ev = POLLIN;
-            if (PQflush(d->tick_db) == 1)
-                ev |= POLLOUT;
-            pfd[n++] = (struct pollfd){PQsocket(d->tick_db), ev, 0};
+            pfd[n++] = busy_pollfd(d->tick_db);
         }
         if (d->backlog_busy) {
             iback = n;
-            short ev = POLLIN;
-            if (PQflush(d->backlog_db) == 1)
-                ev |= POLLOUT;
-            pfd[n++] = (struct pollfd){PQsocket(d->backlog_db), ev, 0};
+            pfd[n++] = busy_pollfd(d->backlog_db);
         }
         if (more)
             timeout =

@@ -175,11 +175,7 @@ a2__metrics *a2__metrics_new(const char *host, const char *port,
     m->ctx = ctx;
     m->efd = -1;
     pthread_mutex_init(&m->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&m->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    a2__mono_cond_init(&m->cv);
     int fd = listen_on(host, port, &m->port, err, errlen);
     if (fd < 0)
         goto fail;

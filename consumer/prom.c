@@ -14,6 +14,21 @@
 
 /* ---- the Prometheus text ---- */
 
+/* Grows *buf to hold need bytes: *cap (4096 at first) doubled until it
+ * does; -1, *buf as it was, when memory ran out. */
+static int reserve(char **buf, size_t *cap, size_t need)
+{
+    size_t ncap = *cap ? *cap : 4096;
+    while (ncap < need)
+        ncap *= 2;
+    char *nb = realloc(*buf, ncap);
+    if (!nb)
+        return -1;
+    *buf = nb;
+    *cap = ncap;
+    return 0;
+}
+
 void a2__metrics_appendf(char **buf, size_t *len, size_t *cap, const char *fmt,
                          ...)
 {
@@ -29,14 +44,8 @@ void a2__metrics_appendf(char **buf, size_t *len, size_t *cap, const char *fmt,
             *len += (size_t)n;
             return;
         }
-        size_t ncap = *cap ? *cap * 2 : 4096;
-        while (ncap < *len + (size_t)n + 1)
-            ncap *= 2;
-        char *nb = realloc(*buf, ncap);
-        if (!nb)
+        if (reserve(buf, cap, *len + (size_t)n + 1) != 0)
             return;
-        *buf = nb;
-        *cap = ncap;
     }
 }
 
@@ -46,16 +55,9 @@ void a2__metrics_append_label(char **buf, size_t *len, size_t *cap,
     size_t n = strlen(v), extra = 0;
     for (size_t i = 0; i < n; i++)
         extra += v[i] == '\\' || v[i] == '"' || v[i] == '\n';
-    if (!*buf || *len + n + extra + 1 > *cap) {
-        size_t ncap = *cap ? *cap : 4096;
-        while (ncap < *len + n + extra + 1)
-            ncap *= 2;
-        char *nb = realloc(*buf, ncap);
-        if (!nb)
-            return;
-        *buf = nb;
-        *cap = ncap;
-    }
+    if ((!*buf || *len + n + extra + 1 > *cap) &&
+        reserve(buf, cap, *len + n + extra + 1) != 0)
+        return;
     char *o = *buf + *len;
     for (size_t i = 0; i < n; i++) {
         char ch = v[i];

@@ -4,6 +4,8 @@
  */
 #include "timers.h"
 
+#include "../common/hash.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,16 +30,6 @@ struct a2__timers {
 
 static entry tomb_entry;
 #define TOMB (&tomb_entry)
-
-static uint64_t fnv(const char *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
 
 static char *make_key(const char *session, const char *consumer,
                       const char *cursor_key, size_t *len)
@@ -203,7 +195,7 @@ int a2__timers_set(a2__timers *t, const char *session, const char *consumer,
     char *key = make_key(session, consumer, cursor_key, &keylen);
     if (!key)
         return -1;
-    uint64_t hash = fnv(key, keylen);
+    uint64_t hash = a2__fnv1a(key, keylen);
     int found;
     size_t ts = lookup(t, key, keylen, hash, &found);
     if (found) {
@@ -267,7 +259,7 @@ int a2__timers_cancel(a2__timers *t, const char *session, const char *consumer,
     char *key = make_key(session, consumer, cursor_key, &keylen);
     if (!key)
         return 0;
-    uint64_t hash = fnv(key, keylen);
+    uint64_t hash = a2__fnv1a(key, keylen);
     int found;
     size_t ts = lookup(t, key, keylen, hash, &found);
     free(key);

@@ -295,20 +295,24 @@ int a2__decoder_scan_columns(a2__decoder_scan *s, a2__decoder_colarray *ca,
 
 /* ---- entries -> rows ---- */
 
+static bool col_named(const colspec *c, const a2_change_text *name)
+{
+    return c->len == name->len &&
+           a2__decoder_same_bytes(c->name, name->ptr, name->len);
+}
+
 /* The spec index of column `name`; wal2json sends columns in table order,
  * so the one after the previous match (*guess) is tried first. */
 static int find_col(const tablespec *t, const a2_change_text *name,
                     size_t *guess)
 {
     size_t g = *guess;
-    if (g < t->ncols && t->cols[g].len == name->len &&
-        a2__decoder_same_bytes(t->cols[g].name, name->ptr, name->len)) {
+    if (g < t->ncols && col_named(&t->cols[g], name)) {
         *guess = g + 1;
         return (int)g;
     }
     for (size_t i = 0; i < t->ncols; i++)
-        if (t->cols[i].len == name->len &&
-            a2__decoder_same_bytes(t->cols[i].name, name->ptr, name->len)) {
+        if (col_named(&t->cols[i], name)) {
             *guess = i + 1;
             return (int)i;
         }

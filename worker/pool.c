@@ -177,11 +177,8 @@ static int check_options(const a2_worker_pool_options *o, char *err,
 {
     if (!o || !o->handler || !o->consumers || o->nconsumers == 0)
         return bad(err, errlen, "a pool needs a handler and consumers");
-    for (size_t i = 0; i < o->nconsumers; i++)
-        if (!o->consumers[i].name || !*o->consumers[i].name) {
-            snprintf(err, errlen, "consumer %zu has no name", i);
-            return -1;
-        }
+    if (a2__worker_check_names(o->consumers, o->nconsumers, err, errlen) != 0)
+        return -1;
     if (o->slots < 0 || o->slots > A2_WORKER_MAX_SLOTS) {
         snprintf(err, errlen, "slots must be 1..%d, not %d",
                  A2_WORKER_MAX_SLOTS, o->slots);
@@ -195,12 +192,8 @@ static int check_options(const a2_worker_pool_options *o, char *err,
 a2_worker_pool *a2_worker_pool_new(const a2_worker_pool_options *o, char *err,
                                    size_t errlen)
 {
-    char dummy[8];
-    if (!err || errlen == 0) {
-        err = dummy;
-        errlen = sizeof dummy;
-    }
-    err[0] = '\0';
+    char spare[8];
+    a2__worker_err_init(&err, &errlen, spare, sizeof spare);
     if (check_options(o, err, errlen) != 0)
         return NULL;
     a2_worker_pool *p = calloc(1, sizeof *p);
@@ -210,11 +203,7 @@ a2_worker_pool *a2_worker_pool_new(const a2_worker_pool_options *o, char *err,
     }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work_cv, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->timer_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    a2__mono_cond_init(&p->timer_cv);
     p->timer_wait = -1;
     p->handler = o->handler;
     p->ctx = o->ctx;

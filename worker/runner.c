@@ -293,24 +293,40 @@ static int consumers_copy(a2_worker_runner *r, const a2_consumer *src, size_t n)
     return 0;
 }
 
+int a2__worker_check_names(const a2_consumer *consumers, size_t n, char *err,
+                           size_t errlen)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!consumers[i].name || !*consumers[i].name) {
+            snprintf(err, errlen, "consumer %zu has no name", i);
+            return -1;
+        }
+    return 0;
+}
+
+/* Connects *st to db; -1 with the reason in err when it cannot. */
+static int open_store(a2_store **st, const char *db, char *err, size_t errlen)
+{
+    a2_store_error serr = {0};
+    if (a2_store_open(st, db, &serr) != 0) {
+        snprintf(err, errlen, "could not connect to the store: %s",
+                 serr.message);
+        return -1;
+    }
+    return 0;
+}
+
 a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *o,
                                        char *err, size_t errlen)
 {
-    char dummy[8];
-    if (!err || errlen == 0) {
-        err = dummy;
-        errlen = sizeof dummy;
-    }
-    err[0] = '\0';
+    char spare[8];
+    a2__worker_err_init(&err, &errlen, spare, sizeof spare);
     if (!o || !o->handler || !o->consumers || o->nconsumers == 0) {
         snprintf(err, errlen, "a runner needs a handler and consumers");
         return NULL;
     }
-    for (size_t i = 0; i < o->nconsumers; i++)
-        if (!o->consumers[i].name || !*o->consumers[i].name) {
-            snprintf(err, errlen, "consumer %zu has no name", i);
-            return NULL;
-        }
+    if (a2__worker_check_names(o->consumers, o->nconsumers, err, errlen) != 0)
+        return NULL;
     if (o->ttl_ms < 0 || o->max_failures < 0 || (o->holder && !*o->holder)) {
         snprintf(err, errlen, "bad ttl, max_failures or holder");
         return NULL;
@@ -321,11 +337,7 @@ a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *o,
         return NULL;
     }
     pthread_mutex_init(&r->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&r->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    a2__mono_cond_init(&r->cv);
     char holder[400];
     if (!o->holder) {
         char name[300];
@@ -352,17 +364,9 @@ a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *o,
     r->ctx = o->ctx;
     r->log = o->log;
     r->log_ctx = o->log_ctx;
-    a2_store_error serr = {0};
-    if (a2_store_open(&r->store, r->db, &serr) != 0) {
-        snprintf(err, errlen, "could not connect to the store: %s",
-                 serr.message);
+    if (open_store(&r->store, r->db, err, errlen) != 0 ||
+        open_store(&r->renew_store, r->db, err, errlen) != 0)
         goto error;
-    }
-    if (a2_store_open(&r->renew_store, r->db, &serr) != 0) {
-        snprintf(err, errlen, "could not connect to the store: %s",
-                 serr.message);
-        goto error;
-    }
     if (pthread_create(&r->thread, NULL, renew_main, r) != 0) {
         snprintf(err, errlen, "could not start the renewal thread");
         goto error;

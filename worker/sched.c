@@ -4,6 +4,8 @@
  */
 #include "sched.h"
 
+#include "../common/hash.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,10 +70,7 @@ a2__next a2__after_run(const a2__ran *r)
 
 static size_t hash_of(const char *s)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return (size_t)h;
+    return (size_t)a2__fnv1a(s, strlen(s));
 }
 
 static a2__job *find_job(const a2__sched *s, const char *session)

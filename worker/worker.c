@@ -126,12 +126,39 @@ void a2__worker_default_name(char *buf, size_t len)
     snprintf(buf, len, "%s:%ld", host, (long)getpid());
 }
 
+void a2__worker_err_init(char **err, size_t *errlen, char *spare,
+                         size_t sparelen)
+{
+    if (!*err || *errlen == 0) {
+        *err = spare;
+        *errlen = sparelen;
+    }
+    (*err)[0] = '\0';
+}
+
 static char *dup_or_null(const char *s)
 {
     return s ? strdup(s) : NULL;
 }
 
 #define WLOG(w, ...) a2__worker_logf((w)->log, (w)->log_ctx, __VA_ARGS__)
+
+/* A wire encoder's result as a2_worker's: 0, A2_WORKER_ENOMEM or
+ * A2_WORKER_EINVAL. */
+static int worker_rc(int wire_rc)
+{
+    if (wire_rc == 0)
+        return 0;
+    return wire_rc == A2_WIRE_ENOMEM ? A2_WORKER_ENOMEM : A2_WORKER_EINVAL;
+}
+
+static void subscription_free(subscription *s)
+{
+    for (size_t j = 0; j < s->ntypes; j++)
+        free(s->types[j]);
+    free(s->types);
+    free(s->consumer);
+}
 
 static void set_error(a2_worker *w, const char *fmt, ...)
         __attribute__((format(printf, 2, 3)));
@@ -301,12 +328,8 @@ static int take_addresses(a2_worker *w, const a2_worker_options *opts,
 a2_worker *a2_worker_new(const a2_worker_options *opts, char *err,
                          size_t errlen)
 {
-    char dummy[8];
-    if (!err || errlen == 0) {
-        err = dummy;
-        errlen = sizeof dummy;
-    }
-    err[0] = '\0';
+    char spare[8];
+    a2__worker_err_init(&err, &errlen, spare, sizeof spare);
     if (!opts) {
         snprintf(err, errlen, "no options");
         return NULL;
@@ -386,12 +409,8 @@ void a2_worker_free(a2_worker *w)
         return;
     close_conn(w);
     a2_store_close(w->store);
-    for (size_t i = 0; i < w->nsubs; i++) {
-        free(w->subs[i].consumer);
-        for (size_t j = 0; j < w->subs[i].ntypes; j++)
-            free(w->subs[i].types[j]);
-        free(w->subs[i].types);
-    }
+    for (size_t i = 0; i < w->nsubs; i++)
+        subscription_free(&w->subs[i]);
     for (size_t i = 0; i < w->npresence; i++)
         free(w->presence[i]);
     qevent_free(w->current);
@@ -418,12 +437,9 @@ void a2_worker_free(a2_worker *w)
 
 static int send_subscription(a2_worker *w, const subscription *s)
 {
-    int rc = a2_wire_encode_subscribe(&w->out, s->consumer,
-                                      (a2_wire_log_filter)s->log_filter,
-                                      (const char *const *)s->types, s->ntypes);
-    return rc == 0 ? 0
-                   : (rc == A2_WIRE_ENOMEM ? A2_WORKER_ENOMEM
-                                           : A2_WORKER_EINVAL);
+    return worker_rc(a2_wire_encode_subscribe(
+            &w->out, s->consumer, (a2_wire_log_filter)s->log_filter,
+            (const char *const *)s->types, s->ntypes));
 }
 
 int a2_worker_subscribe(a2_worker *w, const char *consumer, int log_filter,
@@ -448,10 +464,7 @@ int a2_worker_subscribe(a2_worker *w, const char *consumer, int log_filter,
             goto nomem;
         for (size_t i = 0; i < ntypes; i++) {
             if (!types[i] || !*types[i]) {
-                for (size_t j = 0; j < s.ntypes; j++)
-                    free(s.types[j]);
-                free(s.types);
-                free(s.consumer);
+                subscription_free(&s);
                 return A2_WORKER_EINVAL;
             }
             s.types[i] = strdup(types[i]);
@@ -465,10 +478,7 @@ int a2_worker_subscribe(a2_worker *w, const char *consumer, int log_filter,
         return send_subscription(w, &s);
     return 0;
 nomem:
-    for (size_t j = 0; j < s.ntypes; j++)
-        free(s.types[j]);
-    free(s.types);
-    free(s.consumer);
+    subscription_free(&s);
     return A2_WORKER_ENOMEM;
 }
 
@@ -480,11 +490,8 @@ int a2_worker_watch_presence(a2_worker *w, const char *ns)
     if (!copy)
         return A2_WORKER_ENOMEM;
     w->presence[w->npresence++] = copy;
-    if (w->state == ST_HANDSHAKE || w->state == ST_READY) {
-        int rc = a2_wire_encode_presence_sub(&w->out, copy);
-        if (rc != 0)
-            return rc == A2_WIRE_ENOMEM ? A2_WORKER_ENOMEM : A2_WORKER_EINVAL;
-    }
+    if (w->state == ST_HANDSHAKE || w->state == ST_READY)
+        return worker_rc(a2_wire_encode_presence_sub(&w->out, copy));
     return 0;
 }
 
@@ -567,11 +574,8 @@ static int send_hello(a2_worker *w)
             cur_addr(w)->kind == A2__ADDR_UNIX ? NULL : w->token);
     for (size_t i = 0; rc == 0 && i < w->nsubs; i++)
         rc = send_subscription(w, &w->subs[i]);
-    for (size_t i = 0; rc == 0 && i < w->npresence; i++) {
-        int r2 = a2_wire_encode_presence_sub(&w->out, w->presence[i]);
-        if (r2 != 0)
-            rc = r2 == A2_WIRE_ENOMEM ? A2_WORKER_ENOMEM : A2_WORKER_EINVAL;
-    }
+    for (size_t i = 0; rc == 0 && i < w->npresence; i++)
+        rc = worker_rc(a2_wire_encode_presence_sub(&w->out, w->presence[i]));
     return rc;
 }
 

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "a2/store.h"
+
 /* vsnprintf into buf and, when log is set, hands the line to it. */
 void a2__worker_logf(void (*log)(void *, const char *), void *ctx,
                      const char *fmt, ...)
@@ -13,5 +15,16 @@ void a2__worker_logf(void (*log)(void *, const char *), void *ctx,
 
 /* "<hostname>:<pid>" into buf. */
 void a2__worker_default_name(char *buf, size_t len);
+
+/* The start of a constructor's error reporting: when the caller gave no
+ * buffer (err NULL or errlen 0), *err and *errlen become spare's; then the
+ * buffer is emptied. */
+void a2__worker_err_init(char **err, size_t *errlen, char *spare,
+                         size_t sparelen);
+
+/* 0 when each of the n consumers has a name; else -1 with
+ * "consumer <i> has no name" in err. */
+int a2__worker_check_names(const a2_consumer *consumers, size_t n, char *err,
+                           size_t errlen);
 
 #endif
