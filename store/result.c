@@ -226,51 +226,64 @@ static void decode_head(a2_store_arena *a, const json_t *row,
 
 /* ── lists ───────────────────────────────────────────────────────────── */
 
-/* 0, or out of memory when an allocation of arena failed. */
-static int arena_rc(a2_store *s, const a2_store_arena *arena)
+void *a2__store_decode_rows(a2_store *s, const json_t *list, size_t size,
+                            a2__store_row_fn fn, const void *ctx,
+                            a2_store_arena **arena, size_t *count)
 {
-    return a2__arena_failed(arena) ? a2__store_nomem(s) : 0;
+    size_t n = json_array_size(list);
+    char *items = a2__store_result_init(s, arena, n, size);
+    if (!items)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        fn(*arena, json_array_get(list, i), ctx, items + i * size);
+    *count = n;
+    if (a2__arena_failed(*arena)) {
+        a2__store_nomem(s);
+        return NULL;
+    }
+    return items;
+}
+
+static void cursor_row(a2_store_arena *a, const json_t *row, const void *ctx,
+                       void *item)
+{
+    (void)ctx;
+    a2__store_decode_cursor(a, row, item);
+}
+
+static void event_row(a2_store_arena *a, const json_t *row, const void *session,
+                      void *item)
+{
+    decode_event(a, row, session, item);
+}
+
+static void head_row(a2_store_arena *a, const json_t *row, const void *session,
+                     void *item)
+{
+    decode_head(a, row, session, item);
 }
 
 int a2__store_decode_cursors(a2_store *s, const json_t *list, a2_cursors *out)
 {
-    size_t n = json_array_size(list);
-    out->items = a2__store_result_init(s, &out->arena_, n, sizeof(a2_cursor));
-    if (!out->items)
-        return A2_ESTORE_NOMEM;
-    for (size_t i = 0; i < n; i++)
-        a2__store_decode_cursor(out->arena_, json_array_get(list, i),
-                                &out->items[i]);
-    out->count = n;
-    return arena_rc(s, out->arena_);
+    out->items = a2__store_decode_rows(s, list, sizeof(a2_cursor), cursor_row,
+                                       NULL, &out->arena_, &out->count);
+    return out->items ? 0 : A2_ESTORE_NOMEM;
 }
 
 int a2__store_decode_events(a2_store *s, const json_t *list,
                             const char *session, a2_events *out)
 {
-    size_t n = json_array_size(list);
-    out->items = a2__store_result_init(s, &out->arena_, n, sizeof(a2_event));
-    if (!out->items)
-        return A2_ESTORE_NOMEM;
-    for (size_t i = 0; i < n; i++)
-        decode_event(out->arena_, json_array_get(list, i), session,
-                     &out->items[i]);
-    out->count = n;
-    return arena_rc(s, out->arena_);
+    out->items = a2__store_decode_rows(s, list, sizeof(a2_event), event_row,
+                                       session, &out->arena_, &out->count);
+    return out->items ? 0 : A2_ESTORE_NOMEM;
 }
 
 int a2__store_decode_heads(a2_store *s, const json_t *list,
                            const char *session, a2_heads *out)
 {
-    size_t n = json_array_size(list);
-    out->items = a2__store_result_init(s, &out->arena_, n, sizeof(a2_head));
-    if (!out->items)
-        return A2_ESTORE_NOMEM;
-    for (size_t i = 0; i < n; i++)
-        decode_head(out->arena_, json_array_get(list, i), session,
-                    &out->items[i]);
-    out->count = n;
-    return arena_rc(s, out->arena_);
+    out->items = a2__store_decode_rows(s, list, sizeof(a2_head), head_row,
+                                       session, &out->arena_, &out->count);
+    return out->items ? 0 : A2_ESTORE_NOMEM;
 }
 
 int a2__store_stored_events(a2_store *s, const char *session,
@@ -313,7 +326,7 @@ int a2__store_stored_events(a2_store *s, const char *session,
         }
     }
     out->count = n;
-    return arena_rc(s, a);
+    return a2__arena_failed(a) ? a2__store_nomem(s) : 0;
 }
 
 /* ── release ─────────────────────────────────────────────────────────── */

@@ -190,6 +190,15 @@ int a2__store_as_int(int64_t v);
  * memory, with the store's error set. */
 void *a2__store_result_init(a2_store *s, a2_store_arena **arena, size_t n,
                             size_t size);
+/* Decodes one row of a list into item (ctx: the caller's). */
+typedef void (*a2__store_row_fn)(a2_store_arena *a, const json_t *row,
+                                 const void *ctx, void *item);
+/* The rows of list decoded by fn into a new arena's (*arena) array of items
+ * of size bytes (as a2__store_result_init's), *count their number; NULL
+ * when out of memory, with the store's error set. */
+void *a2__store_decode_rows(a2_store *s, const json_t *list, size_t size,
+                            a2__store_row_fn fn, const void *ctx,
+                            a2_store_arena **arena, size_t *count);
 /* A cursor as a2_cursors reports it (a row, or a2_wake_log's object, whose
  * types are JSON). */
 void a2__store_decode_cursor(a2_store_arena *a, const json_t *row,
