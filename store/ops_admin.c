@@ -62,8 +62,11 @@ int a2_store_reclaim(a2_store *s, const char *session, a2_reclaim_result *out)
     if (!s || !out)
         return A2_EINVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
+    a2__store_params p = {0};
     json_t *res = NULL;
-    int rc = a2__store_run_session(s, SQL_RECLAIM, session, false, &res);
+    int rc = a2__store_param_session(s, &p, session);
+    if (rc == 0)
+        rc = a2__store_run(s, SQL_RECLAIM, &p, false, &res);
     if (rc == 0) {
         out->deleted = a2__row_int(res, "deleted");
         out->done = a2__row_bool(res, "done");
@@ -103,16 +106,9 @@ int a2_store_pending_sessions(a2_store *s, const char *const *consumers,
     a2__store_param_text(&p, after);
     a2__store_param_int(&p, (int64_t)limit);
     a2__store_param_int(&p, a2__store_now(s));
-    json_t *rows = NULL;
-    rc = a2__store_run(s, SQL_PENDING_SESSIONS, &p, true, &rows);
-    if (rc == 0) {
-        out->items = a2__store_decode_rows(s, rows, sizeof(char *), session_row,
-                                           NULL, &out->arena_, &out->count);
-        rc = out->items ? 0 : A2_ESTORE_NOMEM;
-    }
-    if (rc)
-        a2_sessions_free(out);
-    json_decref(rows);
+    out->items = a2__store_run_rows(s, SQL_PENDING_SESSIONS, &p,
+                                    sizeof(char *), session_row, NULL,
+                                    &out->arena_, &out->count, &rc);
     return rc;
 }
 
@@ -209,16 +205,8 @@ int a2_store_backlog(a2_store *s, const char *const *consumers,
     a2__store_param_json(&p, consumers ? a2__store_strings_json(consumers,
                                                                 nconsumers)
                                        : json_null());
-    json_t *rows = NULL;
-    rc = a2__store_run(s, SQL_BACKLOG, &p, true, &rows);
-    if (rc == 0) {
-        out->items = a2__store_decode_rows(s, rows, sizeof(a2_backlog_row),
-                                           backlog_row, NULL, &out->arena_,
-                                           &out->count);
-        rc = out->items ? 0 : A2_ESTORE_NOMEM;
-    }
-    if (rc)
-        a2_backlog_free(out);
-    json_decref(rows);
+    out->items = a2__store_run_rows(s, SQL_BACKLOG, &p, sizeof(a2_backlog_row),
+                                    backlog_row, NULL, &out->arena_,
+                                    &out->count, &rc);
     return rc;
 }

@@ -244,36 +244,50 @@ void *a2__store_decode_rows(a2_store *s, const json_t *list, size_t size,
     return items;
 }
 
-static void cursor_row(a2_store_arena *a, const json_t *row, const void *ctx,
-                       void *item)
+void *a2__store_run_rows(a2_store *s, const char *sql, a2__store_params *p,
+                         size_t size, a2__store_row_fn fn, const void *ctx,
+                         a2_store_arena **arena, size_t *count, int *rc)
+{
+    json_t *rows = NULL;
+    *rc = a2__store_run(s, sql, p, true, &rows);
+    void *items = NULL;
+    if (*rc == 0) {
+        items = a2__store_decode_rows(s, rows, size, fn, ctx, arena, count);
+        *rc = items ? 0 : A2_ESTORE_NOMEM;
+    }
+    json_decref(rows);
+    if (!items) {
+        a2__arena_free(*arena);
+        *arena = NULL;
+        *count = 0;
+    }
+    return items;
+}
+
+void a2__store_cursor_row(a2_store_arena *a, const json_t *row,
+                          const void *ctx, void *item)
 {
     (void)ctx;
     a2__store_decode_cursor(a, row, item);
 }
 
-static void event_row(a2_store_arena *a, const json_t *row, const void *session,
-                      void *item)
+void a2__store_event_row(a2_store_arena *a, const json_t *row,
+                         const void *session, void *item)
 {
     decode_event(a, row, session, item);
 }
 
-static void head_row(a2_store_arena *a, const json_t *row, const void *session,
-                     void *item)
+void a2__store_head_row(a2_store_arena *a, const json_t *row,
+                        const void *session, void *item)
 {
     decode_head(a, row, session, item);
-}
-
-int a2__store_decode_cursors(a2_store *s, const json_t *list, a2_cursors *out)
-{
-    out->items = a2__store_decode_rows(s, list, sizeof(a2_cursor), cursor_row,
-                                       NULL, &out->arena_, &out->count);
-    return out->items ? 0 : A2_ESTORE_NOMEM;
 }
 
 int a2__store_decode_events(a2_store *s, const json_t *list,
                             const char *session, a2_events *out)
 {
-    out->items = a2__store_decode_rows(s, list, sizeof(a2_event), event_row,
+    out->items = a2__store_decode_rows(s, list, sizeof(a2_event),
+                                       a2__store_event_row,
                                        session, &out->arena_, &out->count);
     return out->items ? 0 : A2_ESTORE_NOMEM;
 }
@@ -281,7 +295,8 @@ int a2__store_decode_events(a2_store *s, const json_t *list,
 int a2__store_decode_heads(a2_store *s, const json_t *list,
                            const char *session, a2_heads *out)
 {
-    out->items = a2__store_decode_rows(s, list, sizeof(a2_head), head_row,
+    out->items = a2__store_decode_rows(s, list, sizeof(a2_head),
+                                       a2__store_head_row,
                                        session, &out->arena_, &out->count);
     return out->items ? 0 : A2_ESTORE_NOMEM;
 }
