@@ -113,11 +113,9 @@ int a2_store_cursors(a2_store *s, const char *session, a2_cursors *out)
     if (!s || !out)
         return A2_EINVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
-    a2__store_params p = {0};
-    int rc = a2__store_param_session(s, &p, session);
-    if (rc == 0)
-        out->items = a2__store_run_rows(s, SQL_CURSORS, &p, sizeof(a2_cursor),
-                                        a2__store_cursor_row, NULL,
+    int rc;
+    out->items = a2__store_session_rows(s, SQL_CURSORS, session,
+                                        sizeof(a2_cursor), a2__store_cursor_row,
                                         &out->arena_, &out->count, &rc);
     return rc;
 }

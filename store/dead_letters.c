@@ -36,13 +36,10 @@ int a2_store_dead_letters(a2_store *s, const char *session, a2_heads *out)
     if (!s || !out)
         return A2_EINVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
-    a2__store_params p = {0};
-    int rc = a2__store_param_session(s, &p, session);
-    if (rc == 0)
-        out->items = a2__store_run_rows(s, SQL_DEAD_LETTERS, &p,
+    int rc;
+    out->items = a2__store_session_rows(s, SQL_DEAD_LETTERS, session,
                                         sizeof(a2_head), a2__store_head_row,
-                                        session, &out->arena_, &out->count,
-                                        &rc);
+                                        &out->arena_, &out->count, &rc);
     return rc;
 }
 

@@ -264,6 +264,18 @@ void *a2__store_run_rows(a2_store *s, const char *sql, a2__store_params *p,
     return items;
 }
 
+void *a2__store_session_rows(a2_store *s, const char *sql,
+                             const char *session, size_t size,
+                             a2__store_row_fn fn, a2_store_arena **arena,
+                             size_t *count, int *rc)
+{
+    a2__store_params p = {0};
+    *rc = a2__store_param_session(s, &p, session);
+    return *rc ? NULL
+               : a2__store_run_rows(s, sql, &p, size, fn, session, arena,
+                                    count, rc);
+}
+
 void a2__store_cursor_row(a2_store_arena *a, const json_t *row,
                           const void *ctx, void *item)
 {

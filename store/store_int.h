@@ -205,6 +205,12 @@ void *a2__store_decode_rows(a2_store *s, const json_t *list, size_t size,
 void *a2__store_run_rows(a2_store *s, const char *sql, a2__store_params *p,
                          size_t size, a2__store_row_fn fn, const void *ctx,
                          a2_store_arena **arena, size_t *count, int *rc);
+/* The same call of sql, whose one parameter is the session (checked as a
+ * name first), with the session as fn's ctx. */
+void *a2__store_session_rows(a2_store *s, const char *sql,
+                             const char *session, size_t size,
+                             a2__store_row_fn fn, a2_store_arena **arena,
+                             size_t *count, int *rc);
 /* Rows as a2_cursors, a2_read and a2_dead_letters return them: a cursor;
  * an event of the session ctx; a head of the session ctx (NULL: the row's
  * "session_id"). */
