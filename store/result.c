@@ -295,15 +295,6 @@ void a2__store_head_row(a2_store_arena *a, const json_t *row,
     decode_head(a, row, session, item);
 }
 
-int a2__store_decode_events(a2_store *s, const json_t *list,
-                            const char *session, a2_events *out)
-{
-    out->items = a2__store_decode_rows(s, list, sizeof(a2_event),
-                                       a2__store_event_row,
-                                       session, &out->arena_, &out->count);
-    return out->items ? 0 : A2_ESTORE_NOMEM;
-}
-
 int a2__store_decode_heads(a2_store *s, const json_t *list,
                            const char *session, a2_heads *out)
 {
@@ -321,9 +312,11 @@ int a2__store_stored_events(a2_store *s, const char *session,
     const json_t *list = json_object_get(res, "events");
     if (json_is_true(json_object_get(res, "replayed")) ||
         a2__store_outcome_is(res, "replayed")) {
-        int rc = a2__store_decode_events(s, list, session, out);
+        out->items = a2__store_decode_rows(s, list, sizeof(a2_event),
+                                           a2__store_event_row, session,
+                                           &out->arena_, &out->count);
         out->replayed = true;
-        return rc;
+        return out->items ? 0 : A2_ESTORE_NOMEM;
     }
     if (json_array_size(list) != n)
         return a2__store_fail(s, A2_ESTORE_FAILED,

@@ -224,9 +224,6 @@ void a2__store_head_row(a2_store_arena *a, const json_t *row,
  * types are JSON). */
 void a2__store_decode_cursor(a2_store_arena *a, const json_t *row,
                              a2_cursor *c);
-/* out: the events of a list (a table's rows, or a result's "events"). */
-int a2__store_decode_events(a2_store *s, const json_t *list,
-                            const char *session, a2_events *out);
 /* out: the heads of a list; session NULL: each row's "session_id". */
 int a2__store_decode_heads(a2_store *s, const json_t *list,
                            const char *session, a2_heads *out);
