@@ -106,9 +106,9 @@ int a2_store_pending_sessions(a2_store *s, const char *const *consumers,
     a2__store_param_text(&p, after);
     a2__store_param_int(&p, (int64_t)limit);
     a2__store_param_int(&p, a2__store_now(s));
-    out->items = a2__store_run_rows(s, SQL_PENDING_SESSIONS, &p,
-                                    sizeof(char *), session_row, NULL,
-                                    &out->arena_, &out->count, &rc);
+    out->items = a2__store_run_rows(s, SQL_PENDING_SESSIONS, &p, sizeof(char *),
+                                    session_row, NULL, &out->arena_,
+                                    &out->count, &rc);
     return rc;
 }
 

@@ -264,20 +264,19 @@ void *a2__store_run_rows(a2_store *s, const char *sql, a2__store_params *p,
     return items;
 }
 
-void *a2__store_session_rows(a2_store *s, const char *sql,
-                             const char *session, size_t size,
-                             a2__store_row_fn fn, a2_store_arena **arena,
-                             size_t *count, int *rc)
+void *a2__store_session_rows(a2_store *s, const char *sql, const char *session,
+                             size_t size, a2__store_row_fn fn,
+                             a2_store_arena **arena, size_t *count, int *rc)
 {
     a2__store_params p = {0};
     *rc = a2__store_param_session(s, &p, session);
     return *rc ? NULL
-               : a2__store_run_rows(s, sql, &p, size, fn, session, arena,
-                                    count, rc);
+               : a2__store_run_rows(s, sql, &p, size, fn, session, arena, count,
+                                    rc);
 }
 
-void a2__store_cursor_row(a2_store_arena *a, const json_t *row,
-                          const void *ctx, void *item)
+void a2__store_cursor_row(a2_store_arena *a, const json_t *row, const void *ctx,
+                          void *item)
 {
     (void)ctx;
     a2__store_decode_cursor(a, row, item);
@@ -298,9 +297,9 @@ void a2__store_head_row(a2_store_arena *a, const json_t *row,
 int a2__store_decode_heads(a2_store *s, const json_t *list,
                            const char *session, a2_heads *out)
 {
-    out->items = a2__store_decode_rows(s, list, sizeof(a2_head),
-                                       a2__store_head_row,
-                                       session, &out->arena_, &out->count);
+    out->items =
+            a2__store_decode_rows(s, list, sizeof(a2_head), a2__store_head_row,
+                                  session, &out->arena_, &out->count);
     return out->items ? 0 : A2_ESTORE_NOMEM;
 }
 

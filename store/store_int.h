@@ -207,15 +207,14 @@ void *a2__store_run_rows(a2_store *s, const char *sql, a2__store_params *p,
                          a2_store_arena **arena, size_t *count, int *rc);
 /* The same call of sql, whose one parameter is the session (checked as a
  * name first), with the session as fn's ctx. */
-void *a2__store_session_rows(a2_store *s, const char *sql,
-                             const char *session, size_t size,
-                             a2__store_row_fn fn, a2_store_arena **arena,
-                             size_t *count, int *rc);
+void *a2__store_session_rows(a2_store *s, const char *sql, const char *session,
+                             size_t size, a2__store_row_fn fn,
+                             a2_store_arena **arena, size_t *count, int *rc);
 /* Rows as a2_cursors, a2_read and a2_dead_letters return them: a cursor;
  * an event of the session ctx; a head of the session ctx (NULL: the row's
  * "session_id"). */
-void a2__store_cursor_row(a2_store_arena *a, const json_t *row,
-                          const void *ctx, void *item);
+void a2__store_cursor_row(a2_store_arena *a, const json_t *row, const void *ctx,
+                          void *item);
 void a2__store_event_row(a2_store_arena *a, const json_t *row,
                          const void *session, void *item);
 void a2__store_head_row(a2_store_arena *a, const json_t *row,
