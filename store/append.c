@@ -102,13 +102,9 @@ int a2_store_read(a2_store *s, const char *session, const a2_read_options *opts,
     a2__store_param_json(&p, opts->types ? a2__store_strings_json(opts->types,
                                                                   opts->ntypes)
                                          : json_null());
-    json_t *rows = NULL;
-    rc = a2__store_run(s, SQL_READ, &p, true, &rows);
-    if (rc == 0)
-        rc = a2__store_decode_events(s, rows, session, out);
-    if (rc)
-        a2_events_free(out);
-    json_decref(rows);
+    out->items = a2__store_run_rows(s, SQL_READ, &p, sizeof(a2_event),
+                                    a2__store_event_row, session, &out->arena_,
+                                    &out->count, &rc);
     return rc;
 }
 
@@ -117,13 +113,10 @@ int a2_store_cursors(a2_store *s, const char *session, a2_cursors *out)
     if (!s || !out)
         return A2_EINVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
-    json_t *rows = NULL;
-    int rc = a2__store_run_session(s, SQL_CURSORS, session, true, &rows);
-    if (rc == 0)
-        rc = a2__store_decode_cursors(s, rows, out);
-    if (rc)
-        a2_cursors_free(out);
-    json_decref(rows);
+    int rc;
+    out->items = a2__store_session_rows(s, SQL_CURSORS, session,
+                                        sizeof(a2_cursor), a2__store_cursor_row,
+                                        &out->arena_, &out->count, &rc);
     return rc;
 }
 

@@ -64,16 +64,13 @@ int a2__store_run(a2_store *s, const char *sql, a2__store_params *p,
     return rc;
 }
 
-int a2__store_run_session(a2_store *s, const char *sql, const char *session,
-                          bool rows, json_t **out)
+int a2__store_param_session(a2_store *s, a2__store_params *p,
+                            const char *session)
 {
-    *out = NULL;
     int rc = a2__store_check_name(s, "session", session);
-    if (rc)
-        return rc;
-    a2__store_params p = {0};
-    a2__store_param_text(&p, session);
-    return a2__store_run(s, sql, &p, rows, out);
+    if (rc == 0)
+        a2__store_param_text(p, session);
+    return rc;
 }
 
 /* ── JSON ────────────────────────────────────────────────────────────── */

@@ -36,13 +36,10 @@ int a2_store_dead_letters(a2_store *s, const char *session, a2_heads *out)
     if (!s || !out)
         return A2_EINVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
-    json_t *rows = NULL;
-    int rc = a2__store_run_session(s, SQL_DEAD_LETTERS, session, true, &rows);
-    if (rc == 0)
-        rc = a2__store_decode_heads(s, rows, session, out);
-    if (rc)
-        a2_heads_free(out);
-    json_decref(rows);
+    int rc;
+    out->items = a2__store_session_rows(s, SQL_DEAD_LETTERS, session,
+                                        sizeof(a2_head), a2__store_head_row,
+                                        &out->arena_, &out->count, &rc);
     return rc;
 }
 
@@ -111,13 +108,9 @@ int a2_store_find_dead_letters(a2_store *s, const a2_dead_letter_filter *filter,
     param_filter(&p, filter);
     a2__store_param_json(&p, after ? key_json(after) : json_null());
     a2__store_param_int(&p, (int64_t)limit);
-    json_t *rows = NULL;
-    rc = a2__store_run(s, SQL_FIND_DEAD_LETTERS, &p, true, &rows);
-    if (rc == 0)
-        rc = a2__store_decode_heads(s, rows, NULL, out);
-    if (rc)
-        a2_heads_free(out);
-    json_decref(rows);
+    out->items = a2__store_run_rows(s, SQL_FIND_DEAD_LETTERS, &p,
+                                    sizeof(a2_head), a2__store_head_row, NULL,
+                                    &out->arena_, &out->count, &rc);
     return rc;
 }
 

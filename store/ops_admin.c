@@ -62,14 +62,24 @@ int a2_store_reclaim(a2_store *s, const char *session, a2_reclaim_result *out)
     if (!s || !out)
         return A2_EINVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
+    a2__store_params p = {0};
     json_t *res = NULL;
-    int rc = a2__store_run_session(s, SQL_RECLAIM, session, false, &res);
+    int rc = a2__store_param_session(s, &p, session);
+    if (rc == 0)
+        rc = a2__store_run(s, SQL_RECLAIM, &p, false, &res);
     if (rc == 0) {
         out->deleted = a2__row_int(res, "deleted");
         out->done = a2__row_bool(res, "done");
     }
     json_decref(res);
     return rc;
+}
+
+static void session_row(a2_store_arena *a, const json_t *row, const void *ctx,
+                        void *item)
+{
+    (void)ctx;
+    *(char **)item = (char *)a2__row_str(a, row, "session");
 }
 
 int a2_store_pending_sessions(a2_store *s, const char *const *consumers,
@@ -96,24 +106,9 @@ int a2_store_pending_sessions(a2_store *s, const char *const *consumers,
     a2__store_param_text(&p, after);
     a2__store_param_int(&p, (int64_t)limit);
     a2__store_param_int(&p, a2__store_now(s));
-    json_t *rows = NULL;
-    rc = a2__store_run(s, SQL_PENDING_SESSIONS, &p, true, &rows);
-    size_t n = json_array_size(rows);
-    if (rc == 0) {
-        out->items = a2__store_result_init(s, &out->arena_, n, sizeof(char *));
-        rc = out->items ? 0 : A2_ESTORE_NOMEM;
-    }
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        out->items[i] = (char *)a2__row_str(out->arena_,
-                                            json_array_get(rows, i), "session");
-    if (rc == 0) {
-        out->count = n;
-        if (a2__arena_failed(out->arena_))
-            rc = a2__store_nomem(s);
-    }
-    if (rc)
-        a2_sessions_free(out);
-    json_decref(rows);
+    out->items = a2__store_run_rows(s, SQL_PENDING_SESSIONS, &p, sizeof(char *),
+                                    session_row, NULL, &out->arena_,
+                                    &out->count, &rc);
     return rc;
 }
 
@@ -185,6 +180,18 @@ void a2_backlog_free(a2_backlog *r)
         a2__store_free_result(r->arena_, r, sizeof *r);
 }
 
+static void backlog_row(a2_store_arena *a, const json_t *row, const void *ctx,
+                        void *item)
+{
+    (void)ctx;
+    a2_backlog_row *b = item;
+    b->consumer = a2__row_str(a, row, "consumer");
+    b->pending = a2__row_int(row, "pending");
+    b->running = a2__row_int(row, "running");
+    b->dead_letters = a2__row_int(row, "dead_letters");
+    b->oldest_pending_at = a2__row_int(row, "oldest_pending_at");
+}
+
 int a2_store_backlog(a2_store *s, const char *const *consumers,
                      size_t nconsumers, a2_backlog *out)
 {
@@ -198,30 +205,8 @@ int a2_store_backlog(a2_store *s, const char *const *consumers,
     a2__store_param_json(&p, consumers ? a2__store_strings_json(consumers,
                                                                 nconsumers)
                                        : json_null());
-    json_t *rows = NULL;
-    rc = a2__store_run(s, SQL_BACKLOG, &p, true, &rows);
-    size_t n = json_array_size(rows);
-    if (rc == 0) {
-        out->items = a2__store_result_init(s, &out->arena_, n,
-                                           sizeof(a2_backlog_row));
-        rc = out->items ? 0 : A2_ESTORE_NOMEM;
-    }
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        const json_t *row = json_array_get(rows, i);
-        a2_backlog_row *b = &out->items[i];
-        b->consumer = a2__row_str(out->arena_, row, "consumer");
-        b->pending = a2__row_int(row, "pending");
-        b->running = a2__row_int(row, "running");
-        b->dead_letters = a2__row_int(row, "dead_letters");
-        b->oldest_pending_at = a2__row_int(row, "oldest_pending_at");
-    }
-    if (rc == 0) {
-        out->count = n;
-        if (a2__arena_failed(out->arena_))
-            rc = a2__store_nomem(s);
-    }
-    if (rc)
-        a2_backlog_free(out);
-    json_decref(rows);
+    out->items = a2__store_run_rows(s, SQL_BACKLOG, &p, sizeof(a2_backlog_row),
+                                    backlog_row, NULL, &out->arena_,
+                                    &out->count, &rc);
     return rc;
 }

@@ -226,51 +226,81 @@ static void decode_head(a2_store_arena *a, const json_t *row,
 
 /* ── lists ───────────────────────────────────────────────────────────── */
 
-/* 0, or out of memory when an allocation of arena failed. */
-static int arena_rc(a2_store *s, const a2_store_arena *arena)
-{
-    return a2__arena_failed(arena) ? a2__store_nomem(s) : 0;
-}
-
-int a2__store_decode_cursors(a2_store *s, const json_t *list, a2_cursors *out)
+void *a2__store_decode_rows(a2_store *s, const json_t *list, size_t size,
+                            a2__store_row_fn fn, const void *ctx,
+                            a2_store_arena **arena, size_t *count)
 {
     size_t n = json_array_size(list);
-    out->items = a2__store_result_init(s, &out->arena_, n, sizeof(a2_cursor));
-    if (!out->items)
-        return A2_ESTORE_NOMEM;
+    char *items = a2__store_result_init(s, arena, n, size);
+    if (!items)
+        return NULL;
     for (size_t i = 0; i < n; i++)
-        a2__store_decode_cursor(out->arena_, json_array_get(list, i),
-                                &out->items[i]);
-    out->count = n;
-    return arena_rc(s, out->arena_);
+        fn(*arena, json_array_get(list, i), ctx, items + i * size);
+    *count = n;
+    if (a2__arena_failed(*arena)) {
+        a2__store_nomem(s);
+        return NULL;
+    }
+    return items;
 }
 
-int a2__store_decode_events(a2_store *s, const json_t *list,
-                            const char *session, a2_events *out)
+void *a2__store_run_rows(a2_store *s, const char *sql, a2__store_params *p,
+                         size_t size, a2__store_row_fn fn, const void *ctx,
+                         a2_store_arena **arena, size_t *count, int *rc)
 {
-    size_t n = json_array_size(list);
-    out->items = a2__store_result_init(s, &out->arena_, n, sizeof(a2_event));
-    if (!out->items)
-        return A2_ESTORE_NOMEM;
-    for (size_t i = 0; i < n; i++)
-        decode_event(out->arena_, json_array_get(list, i), session,
-                     &out->items[i]);
-    out->count = n;
-    return arena_rc(s, out->arena_);
+    json_t *rows = NULL;
+    *rc = a2__store_run(s, sql, p, true, &rows);
+    void *items = NULL;
+    if (*rc == 0) {
+        items = a2__store_decode_rows(s, rows, size, fn, ctx, arena, count);
+        *rc = items ? 0 : A2_ESTORE_NOMEM;
+    }
+    json_decref(rows);
+    if (!items) {
+        a2__arena_free(*arena);
+        *arena = NULL;
+        *count = 0;
+    }
+    return items;
+}
+
+void *a2__store_session_rows(a2_store *s, const char *sql, const char *session,
+                             size_t size, a2__store_row_fn fn,
+                             a2_store_arena **arena, size_t *count, int *rc)
+{
+    a2__store_params p = {0};
+    *rc = a2__store_param_session(s, &p, session);
+    return *rc ? NULL
+               : a2__store_run_rows(s, sql, &p, size, fn, session, arena, count,
+                                    rc);
+}
+
+void a2__store_cursor_row(a2_store_arena *a, const json_t *row, const void *ctx,
+                          void *item)
+{
+    (void)ctx;
+    a2__store_decode_cursor(a, row, item);
+}
+
+void a2__store_event_row(a2_store_arena *a, const json_t *row,
+                         const void *session, void *item)
+{
+    decode_event(a, row, session, item);
+}
+
+void a2__store_head_row(a2_store_arena *a, const json_t *row,
+                        const void *session, void *item)
+{
+    decode_head(a, row, session, item);
 }
 
 int a2__store_decode_heads(a2_store *s, const json_t *list,
                            const char *session, a2_heads *out)
 {
-    size_t n = json_array_size(list);
-    out->items = a2__store_result_init(s, &out->arena_, n, sizeof(a2_head));
-    if (!out->items)
-        return A2_ESTORE_NOMEM;
-    for (size_t i = 0; i < n; i++)
-        decode_head(out->arena_, json_array_get(list, i), session,
-                    &out->items[i]);
-    out->count = n;
-    return arena_rc(s, out->arena_);
+    out->items =
+            a2__store_decode_rows(s, list, sizeof(a2_head), a2__store_head_row,
+                                  session, &out->arena_, &out->count);
+    return out->items ? 0 : A2_ESTORE_NOMEM;
 }
 
 int a2__store_stored_events(a2_store *s, const char *session,
@@ -281,9 +311,11 @@ int a2__store_stored_events(a2_store *s, const char *session,
     const json_t *list = json_object_get(res, "events");
     if (json_is_true(json_object_get(res, "replayed")) ||
         a2__store_outcome_is(res, "replayed")) {
-        int rc = a2__store_decode_events(s, list, session, out);
+        out->items = a2__store_decode_rows(s, list, sizeof(a2_event),
+                                           a2__store_event_row, session,
+                                           &out->arena_, &out->count);
         out->replayed = true;
-        return rc;
+        return out->items ? 0 : A2_ESTORE_NOMEM;
     }
     if (json_array_size(list) != n)
         return a2__store_fail(s, A2_ESTORE_FAILED,
@@ -313,7 +345,7 @@ int a2__store_stored_events(a2_store *s, const char *session,
         }
     }
     out->count = n;
-    return arena_rc(s, a);
+    return a2__arena_failed(a) ? a2__store_nomem(s) : 0;
 }
 
 /* ── release ─────────────────────────────────────────────────────────── */

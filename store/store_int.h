@@ -129,10 +129,10 @@ void a2__store_param_event_ref(a2__store_params *p, const char *session,
 /* The call of sql with p (freed here); *out as a2__store_call's. */
 int a2__store_run(a2_store *s, const char *sql, a2__store_params *p,
                   bool rows, json_t **out);
-/* The call of sql with the one parameter session, checked as a name
- * first. */
-int a2__store_run_session(a2_store *s, const char *sql, const char *session,
-                          bool rows, json_t **out);
+/* The session, checked as a name, as the one parameter of p; 0 or the
+ * check's code. */
+int a2__store_param_session(a2_store *s, a2__store_params *p,
+                            const char *session);
 
 /* JSON of the arguments; NULL when out of memory. */
 json_t *a2__store_str_or_null(const char *v);
@@ -190,15 +190,39 @@ int a2__store_as_int(int64_t v);
  * memory, with the store's error set. */
 void *a2__store_result_init(a2_store *s, a2_store_arena **arena, size_t n,
                             size_t size);
+/* Decodes one row of a list into item (ctx: the caller's). */
+typedef void (*a2__store_row_fn)(a2_store_arena *a, const json_t *row,
+                                 const void *ctx, void *item);
+/* The rows of list decoded by fn into a new arena's (*arena) array of items
+ * of size bytes (as a2__store_result_init's), *count their number; NULL
+ * when out of memory, with the store's error set. */
+void *a2__store_decode_rows(a2_store *s, const json_t *list, size_t size,
+                            a2__store_row_fn fn, const void *ctx,
+                            a2_store_arena **arena, size_t *count);
+/* The call of sql, a table function, with p (freed here), its rows decoded
+ * as a2__store_decode_rows does; *rc 0, or the code of the call or of the
+ * decoding, when NULL is returned with *arena freed and *count 0. */
+void *a2__store_run_rows(a2_store *s, const char *sql, a2__store_params *p,
+                         size_t size, a2__store_row_fn fn, const void *ctx,
+                         a2_store_arena **arena, size_t *count, int *rc);
+/* The same call of sql, whose one parameter is the session (checked as a
+ * name first), with the session as fn's ctx. */
+void *a2__store_session_rows(a2_store *s, const char *sql, const char *session,
+                             size_t size, a2__store_row_fn fn,
+                             a2_store_arena **arena, size_t *count, int *rc);
+/* Rows as a2_cursors, a2_read and a2_dead_letters return them: a cursor;
+ * an event of the session ctx; a head of the session ctx (NULL: the row's
+ * "session_id"). */
+void a2__store_cursor_row(a2_store_arena *a, const json_t *row, const void *ctx,
+                          void *item);
+void a2__store_event_row(a2_store_arena *a, const json_t *row,
+                         const void *session, void *item);
+void a2__store_head_row(a2_store_arena *a, const json_t *row,
+                        const void *session, void *item);
 /* A cursor as a2_cursors reports it (a row, or a2_wake_log's object, whose
  * types are JSON). */
 void a2__store_decode_cursor(a2_store_arena *a, const json_t *row,
                              a2_cursor *c);
-/* out: the cursors of a list of rows. */
-int a2__store_decode_cursors(a2_store *s, const json_t *list, a2_cursors *out);
-/* out: the events of a list (a table's rows, or a result's "events"). */
-int a2__store_decode_events(a2_store *s, const json_t *list,
-                            const char *session, a2_events *out);
 /* out: the heads of a list; session NULL: each row's "session_id". */
 int a2__store_decode_heads(a2_store *s, const json_t *list,
                            const char *session, a2_heads *out);

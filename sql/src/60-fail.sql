@@ -103,6 +103,63 @@ begin
 end
 $fn$;
 
+-- The arguments naming a head of a session's consumer, for the writing
+-- call fn: its isolation, both names, index at least 1.
+create or replace function a2__check_head_ref(fn text, session text, consumer text, idx bigint)
+returns void
+language plpgsql
+volatile
+as $fn$
+begin
+    perform a2__writable(fn);
+    perform a2__name('session', session);
+    perform a2__name('consumer', consumer);
+    if idx is null or idx < 1 then
+        perform a2__fail('INVALID_ARGUMENT', 'index must be at least 1');
+    end if;
+end
+$fn$;
+
+-- A redrive's action: 'retry' or 'skip'.
+create or replace function a2__check_action(action text)
+returns void
+language plpgsql
+volatile
+as $fn$
+begin
+    if action is null or action not in ('retry', 'skip') then
+        perform a2__fail('INVALID_ARGUMENT', 'action must be retry or skip');
+    end if;
+end
+$fn$;
+
+-- Passes the head of cur, a run the caller holds for update, as a skip
+-- does: under the session's advisory lock (taken here), unless the clear
+-- marker passed it meanwhile; a log cursor of consumers (see a2__served)
+-- takes its types. Returns the session's clear marker.
+create or replace function a2__skip_head(cur a2_cursors, consumers jsonb)
+returns bigint
+language plpgsql
+volatile
+as $fn$
+declare
+    v_clear bigint;
+    v_retype boolean := false;
+    v_types jsonb;
+begin
+    perform pg_advisory_xact_lock(hashtext(cur.session_id));
+    v_clear := coalesce((select c.clear_index from a2_clears c
+                          where c.session_id = cur.session_id), 0);
+    if cur.head > v_clear then
+        select true, l.types into v_retype, v_types
+          from a2__log_consumers(consumers) l
+         where l.consumer = cur.consumer limit 1;
+        perform a2__advance(cur, false, null, null, coalesce(v_retype, false), v_types);
+    end if;
+    return v_clear;
+end
+$fn$;
+
 -- a2_redrive(session, consumer, index, action, consumers)
 --
 -- Retries (action 'retry': the head runs again, failures reset) or skips
@@ -129,18 +186,9 @@ declare
     v_served text[];
     v_clear bigint;
     v_cur a2_cursors;
-    v_retype boolean := false;
-    v_types jsonb;
 begin
-    perform a2__writable('a2_redrive');
-    perform a2__name('session', v_session);
-    perform a2__name('consumer', v_consumer);
-    if v_idx is null or v_idx < 1 then
-        perform a2__fail('INVALID_ARGUMENT', 'index must be at least 1');
-    end if;
-    if a2_redrive.action is null or a2_redrive.action not in ('retry', 'skip') then
-        perform a2__fail('INVALID_ARGUMENT', 'action must be retry or skip');
-    end if;
+    perform a2__check_head_ref('a2_redrive', v_session, v_consumer, v_idx);
+    perform a2__check_action(a2_redrive.action);
     v_served := a2__served(a2_redrive.consumers);
     v_clear := coalesce((select c.clear_index from a2_clears c where c.session_id = v_session), 0);
     if v_idx > v_clear then
@@ -159,15 +207,7 @@ begin
          where cur.session_id = v_session and cur.cursor_key = v_cur.cursor_key
            and cur.consumer = v_consumer and cur.epoch = v_cur.epoch;
     else
-        perform pg_advisory_xact_lock(hashtext(v_session));
-        v_clear := coalesce((select c.clear_index from a2_clears c
-                              where c.session_id = v_session), 0);
-        if v_idx > v_clear then
-            select true, l.types into v_retype, v_types
-              from a2__log_consumers(a2_redrive.consumers) l
-             where l.consumer = v_consumer limit 1;
-            perform a2__advance(v_cur, false, null, null, coalesce(v_retype, false), v_types);
-        end if;
+        v_clear := a2__skip_head(v_cur, a2_redrive.consumers);
     end if;
     return jsonb_build_object('redriven', true,
                               'has_pending', a2__has_pending(v_session, v_served, v_clear));

@@ -225,9 +225,7 @@ declare
     v_more boolean;
 begin
     perform a2__writable('a2_redrive_matching');
-    if a2_redrive_matching.action is null or a2_redrive_matching.action not in ('retry', 'skip') then
-        perform a2__fail('INVALID_ARGUMENT', 'action must be retry or skip');
-    end if;
+    perform a2__check_action(a2_redrive_matching.action);
     perform a2__check_filter(v_consumer, v_type, a2_redrive_matching.error_text);
     if v_limit is null or v_limit < 1 or v_limit > 10000 then
         perform a2__fail('INVALID_ARGUMENT', 'max_rows must be between 1 and 10000');
@@ -331,15 +329,8 @@ declare
     v_served text[];
     v_clear bigint;
     v_cur a2_cursors;
-    v_retype boolean := false;
-    v_types jsonb;
 begin
-    perform a2__writable('a2_cancel');
-    perform a2__name('session', v_session);
-    perform a2__name('consumer', v_consumer);
-    if v_idx is null or v_idx < 1 then
-        perform a2__fail('INVALID_ARGUMENT', 'index must be at least 1');
-    end if;
+    perform a2__check_head_ref('a2_cancel', v_session, v_consumer, v_idx);
     if octet_length(a2_cancel.reason) > 65536 then
         perform a2__fail('INVALID_ARGUMENT', 'reason is too long');
     end if;
@@ -368,14 +359,7 @@ begin
      where cur.session_id = v_session and cur.cursor_key = v_cur.cursor_key
        and cur.consumer = v_consumer and cur.epoch = v_cur.epoch
     returning cur.* into v_cur;
-    perform pg_advisory_xact_lock(hashtext(v_session));
-    v_clear := coalesce((select c.clear_index from a2_clears c where c.session_id = v_session), 0);
-    if v_idx > v_clear then
-        select true, l.types into v_retype, v_types
-          from a2__log_consumers(a2_cancel.consumers) l
-         where l.consumer = v_consumer limit 1;
-        perform a2__advance(v_cur, false, null, null, coalesce(v_retype, false), v_types);
-    end if;
+    v_clear := a2__skip_head(v_cur, a2_cancel.consumers);
     return jsonb_build_object('outcome', 'cancelled',
                               'has_pending', a2__has_pending(v_session, v_served, v_clear));
 end

@@ -112,6 +112,24 @@ begin
 end
 $fn$;
 
+-- Whether a2_reclaim deletes cursor run cur, given the session's clear
+-- marker clr: an event or lane cursor's run of an epoch below the marker,
+-- or a run with no head above the marker that a later epoch of its cursor
+-- superseded.
+create or replace function a2__retired_run(cur a2_cursors, clr bigint)
+returns boolean
+language sql
+stable
+as $fn$
+select (cur.epoch < clr and cur.kind <> 'log')
+       or ((cur.head is null or cur.head <= clr)
+           and exists (select 1 from a2_cursors later
+                        where later.session_id = cur.session_id
+                          and later.cursor_key = cur.cursor_key
+                          and later.consumer = cur.consumer
+                          and later.epoch > cur.epoch))
+$fn$;
+
 -- a2_reclaim(session)
 --
 -- Deletes one batch (256 events) of what lies below the session's clear
@@ -176,14 +194,7 @@ begin
            for update of lane skip locked),
     cursors as materialized (
         select cur.ctid from a2_cursors cur
-         where cur.session_id = v_session
-           and ((cur.epoch < v_clear and cur.kind <> 'log')
-                or ((cur.head is null or cur.head <= v_clear)
-                    and exists (select 1 from a2_cursors later
-                                 where later.session_id = cur.session_id
-                                   and later.cursor_key = cur.cursor_key
-                                   and later.consumer = cur.consumer
-                                   and later.epoch > cur.epoch)))
+         where cur.session_id = v_session and a2__retired_run(cur, v_clear)
            for update of cur skip locked),
     pins as materialized (
         select pin.ctid from a2_snapshot_pins pin
@@ -207,14 +218,7 @@ begin
     select (select count(*) from a2_lane_events lane
              where lane.session_id = v_session and lane.idx < v_clear)
          + (select count(*) from a2_cursors cur
-             where cur.session_id = v_session
-               and ((cur.epoch < v_clear and cur.kind <> 'log')
-                    or ((cur.head is null or cur.head <= v_clear)
-                        and exists (select 1 from a2_cursors later
-                                     where later.session_id = cur.session_id
-                                       and later.cursor_key = cur.cursor_key
-                                       and later.consumer = cur.consumer
-                                       and later.epoch > cur.epoch))))
+             where cur.session_id = v_session and a2__retired_run(cur, v_clear))
          + (select count(*) from a2_snapshot_pins pin
              where pin.session_id = v_session and pin.up_to_index < v_clear)
          + (select count(*) from a2_snapshot_history h
