@@ -227,6 +227,10 @@ static int cleared_before(const a2__apply *ap, size_t i)
 /* Consumes the transaction's actions in order. */
 static int push_actions(a2__apply *ap, uint64_t end, char *err, size_t errlen)
 {
+    const int64_t trace[A2_WIRE_TRACE_N] = {
+            [A2_WIRE_TRACE_COMMIT] = ap->commit_us,
+            [A2_WIRE_TRACE_SENT] = ap->msg_sent_us,
+            [A2_WIRE_TRACE_RECV] = ap->msg_recv_us};
     for (size_t i = 0; i < ap->nacts; i++) {
         a2__apply_act *a = &ap->acts[i];
         switch (a->kind) {
@@ -234,7 +238,7 @@ static int push_actions(a2__apply *ap, uint64_t end, char *err, size_t errlen)
             if (ap->sink.wake)
                 ap->sink.wake(ap->sink.ctx, a->wake.key.consumer,
                               a->wake.key.session, a->wake.key.cursor_key,
-                              a->wake.head, end, ap->xid_n, ap->commit_us);
+                              a->wake.head, end, ap->xid_n, trace);
             ap->stats.wakes++;
             break;
         case A2C_ACT_ARM:
@@ -461,6 +465,12 @@ void a2__apply_note_position(a2__apply *ap, uint64_t lsn)
         ap->applied = lsn;
     if (ap->audit)
         a2__audit_mark(ap->audit, ap->applied);
+}
+
+void a2__apply_note_times(a2__apply *ap, int64_t sent_us, int64_t recv_us)
+{
+    ap->msg_sent_us = sent_us;
+    ap->msg_recv_us = recv_us;
 }
 
 size_t a2__apply_fire_timers(a2__apply *ap, int64_t now_ms)

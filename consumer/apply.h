@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "a2/decoder.h"
+#include "a2/wire.h"
 #include "audit.h"
 #include "backlog.h"
 #include "timers.h"
@@ -28,14 +29,14 @@
 
 /* Where the applier pushes; every callback may be NULL. Strings are borrowed
  * for the call. lsn is the commit's end LSN, xid its transaction's id (0
- * when unknown, and for a timer's wake-up), commit_us the commit's time
- * from the stream (µs since the Unix epoch; 0 when unknown, and for a
- * timer's wake-up). */
+ * when unknown, and for a timer's wake-up), trace_us the commit's times on
+ * its way (A2_WIRE_TRACE_COMMIT, _SENT and _RECV, µs since the Unix epoch,
+ * 0 when unknown; _PUSH is 0). */
 typedef struct {
     void *ctx;
     void (*wake)(void *ctx, const char *consumer, const char *session,
                  const char *cursor_key, int64_t head, uint64_t lsn,
-                 uint64_t xid, int64_t commit_us);
+                 uint64_t xid, const int64_t *trace_us);
     /* An event inserted (not a clear marker): once per event; the sink
      * routes it to the log consumers that follow its type. */
     void (*log)(void *ctx, const char *session, int64_t idx, const char *type,
@@ -137,6 +138,11 @@ void a2__apply_set_tick_secret(a2__apply *ap, const char *secret);
  * non-transactional message): applied moves up to it. Ignored while a
  * transaction is open. */
 void a2__apply_note_position(a2__apply *ap, uint64_t lsn);
+
+/* The times of the message the next a2__apply_change comes from: the
+ * walsender's send time and when a2-consumer read it (µs since the Unix
+ * epoch). A commit's wake-ups carry its message's (A2_WIRE_TRACE_*). */
+void a2__apply_note_times(a2__apply *ap, int64_t sent_us, int64_t recv_us);
 
 /* Pushes the wake-ups of every timer due at now_ms; returns how many. */
 size_t a2__apply_fire_timers(a2__apply *ap, int64_t now_ms);

@@ -90,6 +90,9 @@ struct a2__apply {
     int overflow;
 
     int64_t commit_us; /* the open transaction's commit time, 0: unknown */
+    /* the last message's: the walsender's send time and its reading (µs
+     * since the Unix epoch), a2__apply_note_times */
+    int64_t msg_sent_us, msg_recv_us;
     a2__backlog *backlog;
 
     char tick_secret[A2C_TICK_SECRET_LEN + 1]; /* "": none */

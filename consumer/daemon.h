@@ -46,6 +46,7 @@ typedef struct {
     char *metrics_host, *metrics_port;
     char *token;
     a2__route route;
+    int trace_wakes; /* --trace-wakes */
     int status_interval_ms;
     int heartbeat_ms;
     int stream_timeout_ms; /* 0: never give up on a silent stream */

@@ -44,6 +44,10 @@ static void usage(FILE *f)
             "its position\n"
             "  --metrics tcp:HOST:PORT  Prometheus /metrics and /healthz\n"
             "  --route affinity|broadcast  wake-up routing (default affinity)\n"
+            "  --trace-wakes          a commit's wake-up carries its times "
+            "(commit,\n"
+            "                         walsender send, read, push: "
+            "docs/protocol.md)\n"
             "  --status-interval MS   standby status update interval (default "
             "10000)\n"
             "  --heartbeat-interval MS  heartbeat when the stream is idle "
@@ -197,6 +201,7 @@ int main(int argc, char **argv)
         O_STREAM_TIMEOUT,
         O_PLUGIN,
         O_MAX_CONN,
+        O_TRACE,
         O_HELP,
         O_VERSION
     };
@@ -213,6 +218,7 @@ int main(int argc, char **argv)
             {"stream-timeout", required_argument, NULL, O_STREAM_TIMEOUT},
             {"plugin", required_argument, NULL, O_PLUGIN},
             {"max-connections", required_argument, NULL, O_MAX_CONN},
+            {"trace-wakes", no_argument, NULL, O_TRACE},
             {"help", no_argument, NULL, O_HELP},
             {"version", no_argument, NULL, O_VERSION},
             {NULL, 0, NULL, 0},
@@ -265,6 +271,9 @@ int main(int argc, char **argv)
                                  optarg);
                 goto done;
             }
+            break;
+        case O_TRACE:
+            d.trace_wakes = 1;
             break;
         case O_ROUTE:
             if (strcmp(optarg, "affinity") == 0)
@@ -379,6 +388,7 @@ int main(int argc, char **argv)
             .tcp_port = d.tcp_port,
             .token = d.token,
             .route = d.route,
+            .trace_wakes = d.trace_wakes,
             .log = a2__sinks_server_log,
             .max_connections = fit_connections(
                     d.max_connections ? d.max_connections

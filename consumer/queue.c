@@ -17,7 +17,8 @@ typedef struct entry {
     int64_t head;
     uint64_t lsn;
     uint64_t xid;
-    int64_t commit_us; /* the earliest commit it stands for; 0: none */
+    /* the earliest commit it stands for (A2_WIRE_TRACE_*); commit 0: none */
+    int64_t trace_us[A2_WIRE_TRACE_N];
     size_t klen;
     /* other types: the encoded frame */
     size_t len;
@@ -32,6 +33,7 @@ struct a2__queue {
     int overflowed;
     a2__map *wakes; /* key -> queued wake entry */
     a2__hist *latency;
+    int trace;
 };
 
 a2__queue *a2__queue_new(size_t limit)
@@ -121,18 +123,37 @@ void a2__queue_set_latency(a2__queue *q, struct a2__hist *h)
         q->latency = h;
 }
 
+void a2__queue_set_trace(a2__queue *q, int on)
+{
+    if (q)
+        q->trace = on;
+}
+
+/* Keeps trace_us in e when it is of an earlier commit than e's (or e has
+ * none). */
+static void keep_earliest(entry *e, const int64_t *trace_us)
+{
+    if (!trace_us || trace_us[A2_WIRE_TRACE_COMMIT] <= 0)
+        return;
+    if (e->trace_us[A2_WIRE_TRACE_COMMIT] &&
+        e->trace_us[A2_WIRE_TRACE_COMMIT] <= trace_us[A2_WIRE_TRACE_COMMIT])
+        return;
+    memcpy(e->trace_us, trace_us, sizeof e->trace_us);
+    e->trace_us[A2_WIRE_TRACE_PUSH] = 0;
+}
+
 int a2__queue_push_wake(a2__queue *q, const char *consumer, const char *session,
                         const char *cursor, int64_t head, uint64_t lsn,
                         uint64_t xid)
 {
     return a2__queue_push_wake_at(q, consumer, session, cursor, head, lsn, xid,
-                                  0);
+                                  NULL);
 }
 
 int a2__queue_push_wake_at(a2__queue *q, const char *consumer,
                            const char *session, const char *cursor,
                            int64_t head, uint64_t lsn, uint64_t xid,
-                           int64_t commit_us)
+                           const int64_t *trace_us)
 {
     size_t lc, ls, lk, klen;
     entry *e;
@@ -162,8 +183,7 @@ int a2__queue_push_wake_at(a2__queue *q, const char *consumer,
              * another under its lock. A timer's wake-up has none. */
             if (xid)
                 e->xid = xid;
-            if (commit_us > 0 && (!e->commit_us || commit_us < e->commit_us))
-                e->commit_us = commit_us;
+            keep_earliest(e, trace_us);
             return A2C_QUEUE_COALESCED;
         }
         if ((rc = admit(q)) != A2C_QUEUE_QUEUED)
@@ -176,7 +196,7 @@ int a2__queue_push_wake_at(a2__queue *q, const char *consumer,
         e->head = head;
         e->lsn = lsn;
         e->xid = xid;
-        e->commit_us = commit_us > 0 ? commit_us : 0;
+        keep_earliest(e, trace_us);
         e->klen = klen;
         memcpy(e->data, key, klen + 1);
         if (a2__map_put(q->wakes, e->data, klen, e, NULL) != 0) {
@@ -245,16 +265,20 @@ int a2__queue_drain(a2__queue *q, a2_wire_buf *out, size_t max_bytes,
                              .head = e->head,
                              .lsn = e->lsn,
                              .xid = e->xid};
+            int64_t commit_us = e->trace_us[A2_WIRE_TRACE_COMMIT];
+            if (commit_us > 0 && !now_us)
+                now_us = a2__real_us();
+            if (q->trace && commit_us > 0) {
+                memcpy(w.trace_us, e->trace_us, sizeof w.trace_us);
+                w.trace_us[A2_WIRE_TRACE_PUSH] = now_us;
+            }
             int rc = a2_wire_encode(out, &w);
             if (rc == A2_WIRE_ENOMEM)
                 return moved ? moved : A2C_QUEUE_ENOMEM;
             a2__map_del(q->wakes, e->data, e->klen);
             /* other encode errors cannot happen (lengths were checked) */
-            if (q->latency && e->commit_us > 0) {
-                if (!now_us)
-                    now_us = a2__real_us();
-                a2__hist_observe(q->latency, now_us - e->commit_us);
-            }
+            if (q->latency && commit_us > 0)
+                a2__hist_observe(q->latency, now_us - commit_us);
         } else {
             size_t before = out->len;
             a2_wire_buf one = {e->data, e->len, e->len};

@@ -42,18 +42,22 @@ void a2__queue_free(a2__queue *q); /* NULL-safe */
 int a2__queue_push_wake(a2__queue *q, const char *consumer, const char *session,
                         const char *cursor, int64_t head, uint64_t lsn,
                         uint64_t xid);
-/* The same for a wake-up of the commit made at commit_us (µs since the Unix
- * epoch; 0: none, a timer's): a coalesced wake keeps the earliest commit
- * time it stands for. */
+/* The same for a wake-up of a commit whose times on its way are trace_us
+ * (A2_WIRE_TRACE_COMMIT, _SENT, _RECV, µs since the Unix epoch; NULL or a
+ * 0 commit time: none, a timer's): a coalesced wake keeps the earliest
+ * commit it stands for, and its times. */
 int a2__queue_push_wake_at(a2__queue *q, const char *consumer,
                            const char *session, const char *cursor,
                            int64_t head, uint64_t lsn, uint64_t xid,
-                           int64_t commit_us);
+                           const int64_t *trace_us);
 
 /* Where a2__queue_drain counts, for each wake frame it moves that carries a
  * commit time, the time from that commit to the move (NULL: nowhere). */
 struct a2__hist;
 void a2__queue_set_latency(a2__queue *q, struct a2__hist *h);
+/* When on, each wake frame that stands for a commit carries that commit's
+ * `trace`, its _PUSH time the frame's move. */
+void a2__queue_set_trace(a2__queue *q, int on);
 /* Any other message, encoded now. */
 int a2__queue_push(a2__queue *q, const a2_wire_msg *m);
 

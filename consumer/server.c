@@ -129,6 +129,7 @@ static void on_accept(a2__server *srv, a2__server_handle *l)
         w->rd = a2_wire_reader_new(A2_WIRE_FROM_WORKER);
         w->q = a2__queue_new(srv->queue_limit);
         a2__queue_set_latency(w->q, &srv->wake_latency);
+        a2__queue_set_trace(w->q, srv->trace_wakes);
         w->routed = a2__map_new();
         ev.events = EPOLLIN;
         ev.data.ptr = &w->h;
@@ -381,6 +382,7 @@ a2__server *a2__server_new(const a2__server_options *opts, char *err,
     srv->timer = (a2__server_handle){H_TIMER, -1};
     srv->reserve_fd = -1;
     srv->route = opts->route;
+    srv->trace_wakes = opts->trace_wakes;
     srv->queue_limit =
             opts->queue_limit ? opts->queue_limit : DEFAULT_QUEUE_LIMIT;
     srv->hello_timeout_ms = opts->hello_timeout_ms > 0

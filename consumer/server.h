@@ -79,6 +79,8 @@ typedef struct {
      * at most one in auth_spacing_ms; 0 = 1000 and 100. */
     int auth_delay_ms;
     int auth_spacing_ms;
+    /* Wake-ups of commits carry their `trace` (a2-consumer --trace-wakes). */
+    int trace_wakes;
 } a2__server_options;
 
 #define A2C_DEFAULT_MAX_CONNECTIONS 16384
@@ -160,14 +162,16 @@ void a2__server_wake(a2__server *srv, const char *consumer, const char *session,
                      const char *cursor_key, int64_t head, uint64_t lsn,
                      uint64_t xid);
 
-/* a2__server_wake for a commit made at commit_us (µs since the Unix epoch,
- * from the stream; 0: none), whose time to the socket stats.wake_latency
- * counts. A wake coalesced in a worker's queue counts once, from the
- * earliest commit it stands for. */
+/* a2__server_wake for a commit whose times on its way are trace_us
+ * (A2_WIRE_TRACE_COMMIT, _SENT, _RECV: µs since the Unix epoch, 0 unknown;
+ * NULL: none), whose time from the commit to the socket
+ * stats.wake_latency counts. A wake coalesced in a worker's queue counts
+ * once, from the earliest commit it stands for, and carries that commit's
+ * trace when the server traces wake-ups (trace_wakes). */
 void a2__server_wake_at(a2__server *srv, const char *consumer,
                         const char *session, const char *cursor_key,
                         int64_t head, uint64_t lsn, uint64_t xid,
-                        int64_t commit_us);
+                        const int64_t *trace_us);
 
 /* `log`, for an event of type: to every log consumer that a live worker
  * follows type for (nil log_types = every type; a subscriber without

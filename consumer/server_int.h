@@ -108,6 +108,7 @@ struct a2__server {
     int tcp_port;
     char *token;
     a2__route route;
+    int trace_wakes; /* a2__server_options.trace_wakes */
     size_t queue_limit;
     int hello_timeout_ms;
     int subscribe_timeout_ms;

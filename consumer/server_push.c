@@ -184,44 +184,46 @@ void a2__server_depart(a2__server *srv, a2__server_worker *w)
     }
 }
 
-/* Queues the wake m of the commit made at commit_us for w. */
+/* Queues the wake m of the commit whose times are trace_us for w. */
 static void push_wake(a2__server *srv, a2__server_worker *w,
-                      const a2_wire_msg *m, int64_t commit_us)
+                      const a2_wire_msg *m, const int64_t *trace_us)
 {
     (void)a2__server_queued(
             srv, w,
             a2__queue_push_wake_at(w->q, m->consumer, m->session, m->cursor,
-                                   m->head, m->lsn, m->xid, commit_us));
+                                   m->head, m->lsn, m->xid, trace_us));
 }
 
 /* A wake to one candidate by rendezvous (remembering the session), or to
  * all. */
-static void route_wake(a2__server *srv, const a2_wire_msg *m, int64_t commit_us)
+static void route_wake(a2__server *srv, const a2_wire_msg *m,
+                       const int64_t *trace_us)
 {
     size_t n = candidates(srv, m->consumer, NULL);
     if (n == 0)
         return;
     if (srv->route == A2C_ROUTE_BROADCAST) {
         for (size_t k = 0; k < n; k++)
-            push_wake(srv, srv->cw[k], m, commit_us);
+            push_wake(srv, srv->cw[k], m, trace_us);
         return;
     }
     size_t k = a2__route_pick(srv->cands, n, m->session);
     a2__server_note_routed(srv->cw[k], m->consumer, m->session);
-    push_wake(srv, srv->cw[k], m, commit_us);
+    push_wake(srv, srv->cw[k], m, trace_us);
 }
 
 void a2__server_wake(a2__server *srv, const char *consumer, const char *session,
                      const char *cursor_key, int64_t head, uint64_t lsn,
                      uint64_t xid)
 {
-    a2__server_wake_at(srv, consumer, session, cursor_key, head, lsn, xid, 0);
+    a2__server_wake_at(srv, consumer, session, cursor_key, head, lsn, xid,
+                       NULL);
 }
 
 void a2__server_wake_at(a2__server *srv, const char *consumer,
                         const char *session, const char *cursor_key,
                         int64_t head, uint64_t lsn, uint64_t xid,
-                        int64_t commit_us)
+                        const int64_t *trace_us)
 {
     a2_wire_msg m = {.type = A2_WIRE_WAKE,
                      .consumer = consumer,
@@ -232,7 +234,7 @@ void a2__server_wake_at(a2__server *srv, const char *consumer,
                      .xid = xid};
     if (!srv || !consumer || !session || !cursor_key)
         return;
-    route_wake(srv, &m, commit_us);
+    route_wake(srv, &m, trace_us);
 }
 
 void a2__server_cleared(a2__server *srv, const char *session,

@@ -27,11 +27,11 @@ void a2__sinks_server_log(void *arg, const char *line)
 
 static void sink_wake(void *ctx, const char *consumer, const char *session,
                       const char *cursor_key, int64_t head, uint64_t lsn,
-                      uint64_t xid, int64_t commit_us)
+                      uint64_t xid, const int64_t *trace_us)
 {
     a2__daemon *d = ctx;
     a2__server_wake_at(d->srv, consumer, session, cursor_key, head, lsn, xid,
-                       commit_us);
+                       trace_us);
 }
 
 static void sink_log(void *ctx, const char *session, int64_t idx,

@@ -221,6 +221,7 @@ static int handle_message(a2__daemon *d, const a2__msg *m, int *reply,
             a2__backlog_taint(d->backlog);
         return 0;
     }
+    a2__apply_note_times(d->apply, m->send_time_us, a2__real_us());
     int rc = a2__apply_change(d->apply, c, m->data_start, err, errlen);
     if (rc < 0)
         return -1;

@@ -218,6 +218,15 @@ static int required(const char *s)
     return s != NULL;
 }
 
+/* Whether a wake carries its trace (any time set). */
+static int has_trace(const a2_wire_msg *m)
+{
+    for (int i = 0; i < A2_WIRE_TRACE_N; i++)
+        if (m->trace_us[i])
+            return 1;
+    return 0;
+}
+
 int a2_wire_encode(a2_wire_buf *b, const a2_wire_msg *m)
 {
     packctx c = {b, 0};
@@ -293,7 +302,7 @@ int a2_wire_encode(a2_wire_buf *b, const a2_wire_msg *m)
         if (!required(m->consumer) || !required(m->session) ||
             !required(m->cursor))
             return A2_WIRE_EINVAL;
-        msgpack_pack_map(&pk, m->xid ? 7 : 6);
+        msgpack_pack_map(&pk, 6 + (m->xid != 0) + has_trace(m));
         pack_kv_str(&pk, &c, "t", "wake");
         pack_kv_str(&pk, &c, "consumer", m->consumer);
         pack_kv_str(&pk, &c, "session", m->session);
@@ -302,6 +311,12 @@ int a2_wire_encode(a2_wire_buf *b, const a2_wire_msg *m)
         pack_kv_u64(&pk, &c, "lsn", m->lsn);
         if (m->xid)
             pack_kv_u64(&pk, &c, "xid", m->xid);
+        if (has_trace(m)) {
+            pack_str(&pk, &c, "trace");
+            msgpack_pack_array(&pk, A2_WIRE_TRACE_N);
+            for (int i = 0; i < A2_WIRE_TRACE_N; i++)
+                msgpack_pack_int64(&pk, m->trace_us[i]);
+        }
         break;
     case A2_WIRE_LOG:
         if (!required(m->consumer) || !required(m->session) ||

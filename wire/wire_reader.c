@@ -234,6 +234,32 @@ static int get_i64(frame *f, const char *key, int64_t *out)
     return 0;
 }
 
+/* A wake's optional `trace`: an array of A2_WIRE_TRACE_N signed integers;
+ * absent leaves out as it is. */
+static int get_trace(frame *f, int64_t *out)
+{
+    const msgpack_object *o = lookup(f, "trace");
+    if (!o)
+        return 0;
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != A2_WIRE_TRACE_N)
+        return fail(f->r, A2_WIRE_ETYPE,
+                    "%s: key trace is not an array of %d integers", f->t,
+                    A2_WIRE_TRACE_N);
+    for (uint32_t i = 0; i < A2_WIRE_TRACE_N; i++) {
+        const msgpack_object *e = &o->via.array.ptr[i];
+        if (e->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+            out[i] = e->via.i64;
+        else if (e->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+                 e->via.u64 <= INT64_MAX)
+            out[i] = (int64_t)e->via.u64;
+        else
+            return fail(f->r, A2_WIRE_ETYPE,
+                        "%s: key trace is not an array of %d integers", f->t,
+                        A2_WIRE_TRACE_N);
+    }
+    return 0;
+}
+
 /* An array of strings, or nil (*is_nil = 1). Absent gives *present = 0. */
 static int get_strs(frame *f, const char *key, int *present, int *is_nil,
                     const char *const **out, size_t *n)
@@ -418,7 +444,7 @@ static int decode(frame *f, a2_wire_msg *m)
             (rc = get_str(f, "session", &m->session)) ||
             (rc = get_str(f, "cursor", &m->cursor)) ||
             (rc = get_i64(f, "head", &m->head)) ||
-            (rc = get_u64(f, "lsn", &m->lsn)))
+            (rc = get_u64(f, "lsn", &m->lsn)) || (rc = get_trace(f, m->trace_us)))
             return rc;
         /* xid: absent from a timer's wake-up and from older consumers */
         return lookup(f, "xid") ? get_u64(f, "xid", &m->xid) : 0;

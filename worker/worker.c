@@ -21,6 +21,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+_Static_assert(sizeof((a2_worker_event *)0)->trace_us ==
+                       sizeof((a2_wire_msg *)0)->trace_us,
+               "a wake-up event holds every time of its trace");
+
 #define HANDSHAKE_TIMEOUT_MS 5000
 #define READ_CHUNK           65536
 #define SWEEP_PAGE           1000
@@ -638,6 +642,7 @@ static int on_frame(a2_worker *w, const a2_wire_msg *m)
         ev.head = m->head;
         ev.lsn = m->lsn;
         ev.xid = m->xid;
+        memcpy(ev.trace_us, m->trace_us, sizeof ev.trace_us);
         return enqueue(w, &ev);
     case A2_WIRE_LOG:
         ev.type = A2_WORKER_EV_LOG;

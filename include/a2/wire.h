@@ -125,6 +125,15 @@ typedef enum {
     A2_WIRE_ERROR,
 } a2_wire_type;
 
+/* The times a wake-up's `trace` carries, in order. */
+enum {
+    A2_WIRE_TRACE_COMMIT = 0, /* the commit (its timestamp in the stream) */
+    A2_WIRE_TRACE_SENT = 1,   /* the walsender sent its commit record */
+    A2_WIRE_TRACE_RECV = 2,   /* a2-consumer read that message */
+    A2_WIRE_TRACE_PUSH = 3,   /* a2-consumer moved the frame to the socket */
+    A2_WIRE_TRACE_N = 4,
+};
+
 /* What `log_types` of a subscribe said. */
 typedef enum {
     A2_WIRE_LOG_NONE = 0,  /* key absent: not a log consumer */
@@ -168,6 +177,10 @@ typedef struct {
     const char *fields_json;
     const char *code;    /* error: A2_WIRE_CODE_* */
     const char *message; /* error: one line for humans */
+    /* wake: optional key `trace`, times of the wake-up's commit on its way
+     * (µs since the Unix epoch, A2_WIRE_TRACE_*); all 0: absent. Sent by an
+     * a2-consumer started with --trace-wakes. */
+    int64_t trace_us[A2_WIRE_TRACE_N];
 } a2_wire_msg;
 
 /* A growable byte buffer that encoders append frames to. Zero-initialise it

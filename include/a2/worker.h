@@ -170,6 +170,11 @@ typedef struct a2_worker_event {
     const char *participant;
     const char *fields_json;
     const char *message;
+    /* WAKE from an a2-consumer started with --trace-wakes: its commit's
+     * times on the way (a2_wire_msg.trace_us, index A2_WIRE_TRACE_* of
+     * <a2/wire.h>: commit, walsender send, read, push; µs since the Unix
+     * epoch); all 0 otherwise. */
+    int64_t trace_us[4];
 } a2_worker_event;
 
 /*

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 // clang-format on
 
+#include "../../common/clock.h"
 #include "consumer_harness.h"
 
 #include <errno.h>
@@ -913,6 +914,58 @@ static void test_connects_real_consumer(void **state)
     standby_free(&sb);
 }
 
+/*
+ * A real a2-consumer started with --trace-wakes: a commit's wake-up carries
+ * its times in order (commit, walsender send, read by a2-consumer, moved to
+ * the socket), none before the append began nor after the wake-up was
+ * taken; without the option a wake-up carries none.
+ */
+static void test_wake_trace(void **state)
+{
+    (void)state;
+    for (int traced = 1; traced >= 0; traced--) {
+        a2_test_consumer d;
+        a2_test_consumer_init(&d, traced ? "wl_trace" : "wl_untraced");
+        const char *with[] = {"--trace-wakes", NULL}, *without[] = {NULL};
+        assert_int_equal(
+                a2_test_consumer_start_args(&d, 0, traced ? with : without), 0);
+        char addr[160];
+        snprintf(addr, sizeof addr, "unix:%s", d.sock);
+        const char *addrs[] = {addr};
+        char err[256];
+        a2_worker_options o = {.connects = addrs, .nconnects = 1, .name = "t-trace"};
+        a2_worker *w = a2_worker_new(&o, err, sizeof err);
+        assert_non_null(w);
+        assert_int_equal(a2_worker_subscribe(w, "tr-consumer", 0, NULL, 0), 0);
+        a2_worker_event ev;
+        expect_event(w, &ev, A2_WORKER_EV_CONNECTED, 5000);
+        expect_event(w, &ev, A2_WORKER_EV_RESYNC, 5000);
+        int64_t before = a2__real_us();
+        append_for(traced ? "tr-1" : "tr-2", "tr-consumer", NULL);
+        expect_event_skip(w, &ev, A2_WORKER_EV_WAKE, 10000);
+        int64_t after = a2__real_us();
+        assert_string_equal(ev.session, traced ? "tr-1" : "tr-2");
+        const int64_t *t = ev.trace_us;
+        if (traced) {
+            print_message("trace: commit %+" PRId64 " sent %+" PRId64
+                          " read %+" PRId64 " push %+" PRId64 " us\n",
+                          t[A2_WIRE_TRACE_COMMIT] - before,
+                          t[A2_WIRE_TRACE_SENT] - t[A2_WIRE_TRACE_COMMIT],
+                          t[A2_WIRE_TRACE_RECV] - t[A2_WIRE_TRACE_SENT],
+                          t[A2_WIRE_TRACE_PUSH] - t[A2_WIRE_TRACE_RECV]);
+            assert_true(before <= t[A2_WIRE_TRACE_COMMIT]);
+            for (int i = A2_WIRE_TRACE_COMMIT; i < A2_WIRE_TRACE_PUSH; i++)
+                assert_true(t[i] <= t[i + 1]);
+            assert_true(t[A2_WIRE_TRACE_PUSH] <= after);
+        } else {
+            for (int i = 0; i < A2_WIRE_TRACE_N; i++)
+                assert_int_equal(t[i], 0);
+        }
+        a2_worker_free(w);
+        a2_test_consumer_end(&d);
+    }
+}
+
 /* ── the runner ───────────────────────────────────────────────────────── */
 
 typedef struct {
@@ -1165,6 +1218,7 @@ int main(void)
             cmocka_unit_test(test_connects_standby),
             cmocka_unit_test_teardown(test_connects_real_consumer,
                                       teardown_daemons),
+            cmocka_unit_test_teardown(test_wake_trace, teardown_daemons),
             cmocka_unit_test(test_runner),
             cmocka_unit_test(test_runner_woken),
             cmocka_unit_test(test_runner_pending),

@@ -38,10 +38,10 @@ static uint64_t last_wake_xid, last_log_xid;
 
 static void s_wake(void *ctx, const char *consumer, const char *session,
                    const char *cursor_key, int64_t head, uint64_t lsn,
-                   uint64_t xid, int64_t commit_us)
+                   uint64_t xid, const int64_t *trace_us)
 {
     (void)ctx;
-    (void)commit_us;
+    (void)trace_us;
     last_wake_xid = xid;
     rec("wake %s %s %s %" PRId64 " %" PRIX64, consumer, session, cursor_key,
         head, lsn);

@@ -757,6 +757,114 @@ static void test_wake_xid(void **state)
     msgpack_sbuffer_destroy(&sb);
 }
 
+/* A wake frame with head, lsn and then what extra packs into its map
+ * (extra_keys more keys). */
+static void pack_wake(msgpack_sbuffer *sb, int extra_keys,
+                      void (*extra)(msgpack_packer *pk))
+{
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 6 + (uint32_t)extra_keys);
+    const char *kv[][2] = {{"t", "wake"},
+                           {"consumer", "c"},
+                           {"session", "s"},
+                           {"cursor", "#1"}};
+    for (size_t i = 0; i < 4; i++) {
+        msgpack_pack_str_with_body(&pk, kv[i][0], strlen(kv[i][0]));
+        msgpack_pack_str_with_body(&pk, kv[i][1], strlen(kv[i][1]));
+    }
+    msgpack_pack_str_with_body(&pk, "head", 4);
+    msgpack_pack_int64(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "lsn", 3);
+    msgpack_pack_uint64(&pk, 1);
+    extra(&pk);
+}
+
+static void trace_string(msgpack_packer *pk)
+{
+    msgpack_pack_str_with_body(pk, "trace", 5);
+    msgpack_pack_str_with_body(pk, "1,2,3,4", 7);
+}
+
+static void trace_short(msgpack_packer *pk)
+{
+    msgpack_pack_str_with_body(pk, "trace", 5);
+    msgpack_pack_array(pk, 3);
+    for (int i = 0; i < 3; i++)
+        msgpack_pack_int64(pk, i);
+}
+
+static void trace_bad_element(msgpack_packer *pk)
+{
+    msgpack_pack_str_with_body(pk, "trace", 5);
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_int64(pk, 1);
+    msgpack_pack_str_with_body(pk, "2", 1);
+    msgpack_pack_int64(pk, 3);
+    msgpack_pack_int64(pk, 4);
+}
+
+static void trace_too_big(msgpack_packer *pk)
+{
+    msgpack_pack_str_with_body(pk, "trace", 5);
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_int64(pk, 1);
+    msgpack_pack_int64(pk, 2);
+    msgpack_pack_int64(pk, 3);
+    msgpack_pack_uint64(pk, UINT64_MAX);
+}
+
+/* A wake's trace: sent only when set, read back, and refused with the key
+ * named when it is not an array of four 64-bit integers. */
+static void test_wake_trace(void **state)
+{
+    (void)state;
+    a2_wire_buf b = {0};
+    a2_wire_msg w = {.type = A2_WIRE_WAKE,
+                     .consumer = "c",
+                     .session = "s",
+                     .cursor = "#1",
+                     .head = 1,
+                     .lsn = 5,
+                     .trace_us = {1764700000000001, 1764700000000002,
+                                  1764700000000003, -4}};
+    a2_wire_msg plain = w;
+    memset(plain.trace_us, 0, sizeof plain.trace_us);
+    assert_int_equal(a2_wire_encode(&b, &w), 0);
+    size_t traced_len = b.len;
+    assert_int_equal(a2_wire_encode(&b, &plain), 0);
+    /* the key, the array and its integers (three of 9 bytes, -4 of one)
+     * are absent from the untraced frame */
+    assert_int_equal(traced_len, (b.len - traced_len) + 6 + 1 + 3 * 9 + 1);
+    a2_wire_reader *r = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
+    assert_int_equal(a2_wire_reader_feed(r, b.data, b.len), 0);
+    a2_wire_msg m;
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_WAKE);
+    for (int i = 0; i < A2_WIRE_TRACE_N; i++)
+        assert_true(m.trace_us[i] == w.trace_us[i]);
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_WAKE);
+    for (int i = 0; i < A2_WIRE_TRACE_N; i++)
+        assert_int_equal(m.trace_us[i], 0);
+    a2_wire_reader_free(r);
+    a2_wire_buf_free(&b);
+
+    void (*bad[])(msgpack_packer *) = {trace_string, trace_short,
+                                       trace_bad_element, trace_too_big};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        pack_wake(&sb, 1, bad[i]);
+        r = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
+        assert_int_equal(a2_wire_reader_feed(r, sb.data, sb.size), 0);
+        assert_true(a2_wire_reader_next(r, &m) < 0);
+        assert_non_null(strstr(a2_wire_reader_error(r), "trace"));
+        a2_wire_reader_free(r);
+        msgpack_sbuffer_destroy(&sb);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -771,6 +879,7 @@ int main(void)
             cmocka_unit_test(test_consumer_limits),
             cmocka_unit_test(test_utf8),
             cmocka_unit_test(test_wake_xid),
+            cmocka_unit_test(test_wake_trace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
