@@ -67,6 +67,14 @@ static void collect(a2_test_worker *w, int nw, int n, int *owner)
     }
 }
 
+/* A new head (index head) in every session, then its NS wakes collected. */
+static void heads_and_collect(a2_test_worker *w, int head, int *owner)
+{
+    for (int s = 0; s < NS; s++)
+        new_head(s, head);
+    collect(w, 2, NS, owner);
+}
+
 static void test_affinity_and_move(void **state)
 {
     (void)state;
@@ -84,12 +92,8 @@ static void test_affinity_and_move(void **state)
     int owner[NS];
     for (int s = 0; s < NS; s++)
         owner[s] = -1;
-    for (int s = 0; s < NS; s++)
-        new_head(s, 1);
-    collect(w, 2, NS, owner);
-    for (int s = 0; s < NS; s++)
-        new_head(s, 2);
-    collect(w, 2, NS, owner); /* same worker per session */
+    heads_and_collect(w, 1, owner);
+    heads_and_collect(w, 2, owner); /* same worker per session */
     int on0 = 0;
     for (int s = 0; s < NS; s++)
         on0 += owner[s] == 0;
@@ -112,9 +116,7 @@ static void test_affinity_and_move(void **state)
     /* and from now on every session's wake-ups */
     for (int s = 0; s < NS; s++)
         owner[s] = -1;
-    for (int s = 0; s < NS; s++)
-        new_head(s, 3);
-    collect(w, 2, NS, owner);
+    heads_and_collect(w, 3, owner);
     for (int s = 0; s < NS; s++)
         assert_int_equal(owner[s], 1);
     a2_test_worker_close(&w[1]);

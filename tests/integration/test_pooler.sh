@@ -128,19 +128,11 @@ sock=$TMP/a2.sock
 "$C" --db "$A2_TEST_DB" --slot "pool_$$" --listen "unix:$sock" --audit "$TMP/audit.jsonl" \
     >"$TMP/consumer.log" 2>&1 &
 pids+=($!)
-deadline=$((SECONDS + 20))
-until grep -q "ready" "$TMP/consumer.log" 2>/dev/null; do
-    [ $SECONDS -gt $deadline ] && { fail "a2-consumer did not start: $(tail -3 "$TMP/consumer.log")"; break; }
-    sleep 0.1
-done
+wait_out "$TMP/consumer.log" ready 20
 A2_DB=$pooled A2_STORE_TIMEOUT_MS=30000 "$W" --consumer pooled --connect "unix:$sock" \
     --exec 'cat >/dev/null' --concurrency 4 --name pw >"$TMP/worker.out" 2>"$TMP/worker.log" &
 pids+=($!)
-deadline=$((SECONDS + 20))
-until grep -q "connected to a2-consumer" "$TMP/worker.log" 2>/dev/null; do
-    [ $SECONDS -gt $deadline ] && { fail "a2-worker did not connect: $(tail -3 "$TMP/worker.log")"; break; }
-    sleep 0.1
-done
+wait_out "$TMP/worker.log" "connected to a2-consumer" 20
 psql "$pooled" -XAtqc "select count(*) from (select a2_append(session => 'pool-' || i,
     events => '[{\"type\": \"job\", \"targets\": [{\"consumer\": \"pooled\"}]}]') from generate_series(1, 200) i) s" \
     >/dev/null || fail "appends through pgbouncer failed"

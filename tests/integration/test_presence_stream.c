@@ -215,6 +215,15 @@ static const char *next_line(line_reader *lr, int timeout_ms)
     }
 }
 
+/* A line reader of fd (freed with free). */
+static line_reader *line_reader_new(int fd)
+{
+    line_reader *lr = calloc(1, sizeof *lr);
+    assert_non_null(lr);
+    lr->fd = fd;
+    return lr;
+}
+
 static pid_t start_subscriber(const char *ns, const char *sock, int *out_fd)
 {
     int pfd[2];
@@ -237,6 +246,36 @@ static pid_t start_subscriber(const char *ns, const char *sock, int *out_fd)
     close(pfd[1]);
     *out_fd = pfd[0];
     return pid;
+}
+
+/* Waits for the subscriber to exit; returns its wait status. */
+static int wait_subscriber(pid_t sub)
+{
+    int st;
+    waitpid(sub, &st, 0);
+    a2_test_untrack(sub);
+    return st;
+}
+
+/* Writes field of participant in ns on s (sent at 1, living ttl_ms). */
+static void put_field(a2_store *s, const char *ns, const char *participant,
+                      const char *field, const char *value, int64_t ttl_ms)
+{
+    a2_presence_field f = {.field = field, .value = value};
+    a2_presence_write_req req =
+            a2_test_presence_req(ns, participant, 1, ttl_ms, &f, 1);
+    a2_presence out;
+    assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
+    a2_presence_free(&out);
+}
+
+/* Joins the writers w[0] and w[1] (threads t): both ended without error. */
+static void join_writers(writer_arg *w, pthread_t *t)
+{
+    for (int k = 0; k < 2; k++)
+        pthread_join(t[k], NULL);
+    assert_int_equal(w[0].rc, 0);
+    assert_int_equal(w[1].rc, 0);
 }
 
 /* Starts the writers w[0] and w[1] in t and waits until each has
@@ -263,9 +302,7 @@ static void test_two_writers_one_subscriber(void **state)
     int fd;
     pid_t sub = start_subscriber(ns, d.sock, &fd);
     view v = {.state = json_object()};
-    line_reader *lr = calloc(1, sizeof *lr);
-    assert_non_null(lr);
-    lr->fd = fd;
+    line_reader *lr = line_reader_new(fd);
     const char *line;
     /* its read, then the writers wind down while it follows */
     while (!v.snapshot_seen && (line = next_line(lr, 10000)) != NULL)
@@ -276,18 +313,10 @@ static void test_two_writers_one_subscriber(void **state)
     while (!atomic_load(&w[0].finished) || !atomic_load(&w[1].finished))
         if ((line = next_line(lr, 50)) != NULL)
             on_line(&v, line);
-    for (int k = 0; k < 2; k++)
-        pthread_join(t[k], NULL);
-    assert_int_equal(w[0].rc, 0);
-    assert_int_equal(w[1].rc, 0);
+    join_writers(w, t);
     /* a last write marks the end of the stream */
     a2_store *s = a2_test_store_open(a2_test_db());
-    a2_presence_field f = {.field = "done", .value = "true"};
-    a2_presence_write_req req =
-            a2_test_presence_req(ns, "end", 1, 600000, &f, 1);
-    a2_presence out;
-    assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
-    a2_presence_free(&out);
+    put_field(s, ns, "end", "done", "true", 600000);
     int64_t until = a2_test_now_ms() + 30000;
     while (!v.end_seen) {
         int64_t left = until - a2_test_now_ms();
@@ -312,6 +341,7 @@ static void test_two_writers_one_subscriber(void **state)
         fprintf(stderr, "snapshot at w0=%d w1=%d, %d patches\n",
                 v.seen_in_snapshot[0], v.seen_in_snapshot[1], v.patches);
     /* and ends where the store is */
+    a2_presence out;
     assert_int_equal(a2_store_presence_read(s, ns, &out), 0);
     assert_int_equal(json_object_size(v.state), out.count);
     for (size_t i = 0; i < out.count; i++) {
@@ -329,9 +359,7 @@ static void test_two_writers_one_subscriber(void **state)
     a2_store_close(s);
     /* SIGTERM ends the follow cleanly */
     kill(sub, SIGTERM);
-    int st;
-    waitpid(sub, &st, 0);
-    a2_test_untrack(sub);
+    int st = wait_subscriber(sub);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     close(fd);
@@ -367,6 +395,39 @@ static int wsub_next(wsub *w, int timeout_ms, a2_wire_msg *m)
     }
 }
 
+/* A subscriber connected to sock as name, its subscription to the patches
+ * of ns and a ping (id ping) sent. */
+static wsub wsub_open(const char *sock, const char *name, const char *ns,
+                      uint64_t ping)
+{
+    wsub w = {.fd = a2_test_connect_unix(sock),
+              .rd = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER)};
+    a2_wire_buf out = {0};
+    assert_int_equal(a2_wire_encode_hello(&out, name, NULL), 0);
+    assert_int_equal(a2_wire_encode_presence_sub(&out, ns), 0);
+    assert_int_equal(a2_wire_encode_ping(&out, ping), 0);
+    a2_test_send(w.fd, out.data, out.len);
+    a2_wire_buf_free(&out);
+    return w;
+}
+
+/* Reads until the pong of ping id (each message within 5 s). */
+static void wsub_await_pong(wsub *w, uint64_t id, a2_wire_msg *m)
+{
+    int ponged = 0;
+    while (!ponged) {
+        assert_true(wsub_next(w, 5000, m));
+        ponged = m->type == A2_WIRE_PONG && m->id == id;
+    }
+}
+
+/* Closes the subscriber's connection and frees its reader. */
+static void wsub_close(wsub *w)
+{
+    a2_wire_reader_free(w->rd);
+    close(w->fd);
+}
+
 /* A patch as the line `a2 presence --follow --json` prints. */
 static char *patch_line(const a2_wire_msg *m)
 {
@@ -390,20 +451,9 @@ static void test_wide_window(void **state)
     pthread_t t[2];
     start_writers(w, t);
     /* 1. subscribe, ping, and hold every patch from the pong on */
-    wsub sub = {.fd = a2_test_connect_unix(d.sock),
-                .rd = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER)};
-    a2_wire_buf out = {0};
-    assert_int_equal(a2_wire_encode_hello(&out, "window", NULL), 0);
-    assert_int_equal(a2_wire_encode_presence_sub(&out, ns), 0);
-    assert_int_equal(a2_wire_encode_ping(&out, 7), 0);
-    a2_test_send(sub.fd, out.data, out.len);
-    a2_wire_buf_free(&out);
+    wsub sub = wsub_open(d.sock, "window", ns, 7);
     a2_wire_msg m;
-    int ponged = 0;
-    while (!ponged) {
-        assert_true(wsub_next(&sub, 5000, &m));
-        ponged = m.type == A2_WIRE_PONG && m.id == 7;
-    }
+    wsub_await_pong(&sub, 7, &m);
     char *held[4 * WRITES];
     uint64_t held_lsn[4 * WRITES];
     size_t nheld = 0;
@@ -445,16 +495,8 @@ static void test_wide_window(void **state)
             discarded++;
         free(held[i]);
     }
-    for (int k = 0; k < 2; k++)
-        pthread_join(t[k], NULL);
-    assert_int_equal(w[0].rc, 0);
-    assert_int_equal(w[1].rc, 0);
-    a2_presence_field f = {.field = "done", .value = "true"};
-    a2_presence_write_req req =
-            a2_test_presence_req(ns, "end", 1, 600000, &f, 1);
-    a2_presence wo;
-    assert_int_equal(a2_store_presence_write(s, &req, &wo), 0);
-    a2_presence_free(&wo);
+    join_writers(w, t);
+    put_field(s, ns, "end", "done", "true", 600000);
     while (!v.end_seen) {
         assert_true(wsub_next(&sub, 10000, &m));
         if (m.type != A2_WIRE_PRESENCE)
@@ -481,8 +523,7 @@ static void test_wide_window(void **state)
     a2_presence_free(&rd);
     a2_store_close(s);
     json_decref(v.state);
-    a2_wire_reader_free(sub.rd);
-    close(sub.fd);
+    wsub_close(&sub);
     a2_test_consumer_end(&d);
 }
 
@@ -497,9 +538,7 @@ static void test_expiry_pushed(void **state)
      * namespace) it follows, and whatever comes next is a patch */
     int fd;
     pid_t sub = start_subscriber(ns, d.sock, &fd);
-    line_reader *lr = calloc(1, sizeof *lr);
-    assert_non_null(lr);
-    lr->fd = fd;
+    line_reader *lr = line_reader_new(fd);
     view v = {.state = json_object()};
     const char *line = next_line(lr, 20000);
     if (!line)
@@ -508,17 +547,9 @@ static void test_expiry_pushed(void **state)
     on_line(&v, line);
     assert_true(v.snapshot_seen);
     a2_store *s = a2_test_store_open(a2_test_db());
-    a2_presence_field f[2] = {{.field = "typing", .value = "true"},
-                              {.field = "name", .value = "\"ann\""}};
-    a2_presence_write_req req = a2_test_presence_req(ns, "ann", 1, 1500, f, 1);
-    a2_presence out;
     int64_t t_before = a2_test_now_ms();
-    assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
-    a2_presence_free(&out);
-    req.ttl_ms = 600000;
-    req.fields = &f[1];
-    assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
-    a2_presence_free(&out);
+    put_field(s, ns, "ann", "typing", "true", 1500);
+    put_field(s, ns, "ann", "name", "\"ann\"", 600000);
     /* the field's patch, then the one of its expiry */
     int typing = 0, expired = 0;
     int64_t until = a2_test_now_ms() + 20000;
@@ -539,9 +570,7 @@ static void test_expiry_pushed(void **state)
         fail_msg("expired %" PRId64 " ms after the write, ttl 1500 ms", after);
     assert_non_null(json_object_get(v.state, "ann\x1fname"));
     kill(sub, SIGTERM);
-    int st;
-    waitpid(sub, &st, 0);
-    a2_test_untrack(sub);
+    int st = wait_subscriber(sub);
     assert_int_equal(WEXITSTATUS(st), 0);
     close(fd);
     free(lr);
@@ -561,26 +590,10 @@ static void test_forged_tick_ignored(void **state)
     a2_test_consumer d;
     a2_test_consumer_run(&d, "tp_forged");
     a2_store *s = a2_test_store_open(a2_test_db());
-    wsub sub = {.fd = a2_test_connect_unix(d.sock),
-                .rd = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER)};
-    a2_wire_buf wb = {0};
-    assert_int_equal(a2_wire_encode_hello(&wb, "forged", NULL), 0);
-    assert_int_equal(a2_wire_encode_presence_sub(&wb, ns), 0);
-    assert_int_equal(a2_wire_encode_ping(&wb, 9), 0);
-    a2_test_send(sub.fd, wb.data, wb.len);
-    a2_wire_buf_free(&wb);
+    wsub sub = wsub_open(d.sock, "forged", ns, 9);
     a2_wire_msg m;
-    int ponged = 0;
-    while (!ponged) {
-        assert_true(wsub_next(&sub, 5000, &m));
-        ponged = m.type == A2_WIRE_PONG && m.id == 9;
-    }
-    a2_presence_field f = {.field = "name", .value = "\"ann\""};
-    a2_presence_write_req req =
-            a2_test_presence_req(ns, "ann", 1, 3600000, &f, 1);
-    a2_presence out;
-    assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
-    a2_presence_free(&out);
+    wsub_await_pong(&sub, 9, &m);
+    put_field(s, ns, "ann", "name", "\"ann\"", 3600000);
     /* ann's own patch: her write has come through the stream, so anything
      * about her after the forged tick would be its doing */
     int seen_ann = 0;
@@ -604,11 +617,7 @@ static void test_forged_tick_ignored(void **state)
     PQfinish(forger);
     a2_test_exec(db, "drop role a2_test_forger");
     /* A change after it: the first patch the subscriber gets. */
-    a2_presence_field g = {.field = "seat", .value = "3"};
-    req.participant = "bob";
-    req.fields = &g;
-    assert_int_equal(a2_store_presence_write(s, &req, &out), 0);
-    a2_presence_free(&out);
+    put_field(s, ns, "bob", "seat", "3", 3600000);
     int got = 0;
     while (!got) {
         assert_true(wsub_next(&sub, 10000, &m));
@@ -617,8 +626,7 @@ static void test_forged_tick_ignored(void **state)
         assert_string_equal(m.participant, "bob");
         got = 1;
     }
-    close(sub.fd);
-    a2_wire_reader_free(sub.rd);
+    wsub_close(&sub);
     a2_store_close(s);
     a2_test_consumer_end(&d);
 }
@@ -646,14 +654,7 @@ static void test_push_latency(void **state)
     const char *ns = "latency-room";
     a2_test_consumer d;
     a2_test_consumer_run(&d, "tp_latency");
-    wsub sub = {.fd = a2_test_connect_unix(d.sock),
-                .rd = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER)};
-    a2_wire_buf out = {0};
-    assert_int_equal(a2_wire_encode_hello(&out, "latency", NULL), 0);
-    assert_int_equal(a2_wire_encode_presence_sub(&out, ns), 0);
-    assert_int_equal(a2_wire_encode_ping(&out, 1), 0);
-    a2_test_send(sub.fd, out.data, out.len);
-    a2_wire_buf_free(&out);
+    wsub sub = wsub_open(d.sock, "latency", ns, 1);
     a2_wire_msg m;
     do
         assert_true(wsub_next(&sub, 5000, &m));
@@ -721,8 +722,7 @@ static void test_push_latency(void **state)
     /* generous: a push that takes seconds is broken, not slow */
     assert_true(ours[PUSHES / 2] < 1000000);
     a2_store_close(s);
-    a2_wire_reader_free(sub.rd);
-    close(sub.fd);
+    wsub_close(&sub);
     a2_test_consumer_end(&d);
 }
 
@@ -734,17 +734,13 @@ static void test_consumer_gone(void **state)
     a2_test_consumer_run(&d, "tp_gone");
     int fd;
     pid_t sub = start_subscriber("gone-room", d.sock, &fd);
-    line_reader *lr = calloc(1, sizeof *lr);
-    assert_non_null(lr);
-    lr->fd = fd;
+    line_reader *lr = line_reader_new(fd);
     /* its snapshot line comes first */
     const char *line = next_line(lr, 10000);
     assert_non_null(line);
     assert_non_null(strstr(line, "\"snapshot\""));
     assert_int_equal(a2_test_consumer_stop(&d), 0);
-    int st;
-    waitpid(sub, &st, 0);
-    a2_test_untrack(sub);
+    int st = wait_subscriber(sub);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 1);
     close(fd);

@@ -16,15 +16,7 @@ if [ $rc -ne 0 ] || [ "$steps" -ne "$want" ]; then
     exit 1
 fi
 # The same check with a wrong expectation fails, naming the step.
-bad=$(psql "$A2_TEST_DB" -X -q -At -v ON_ERROR_STOP=1 2>&1 <<'SQL'
-create function pg_temp.expect(got jsonb, want jsonb, step text) returns text
-language plpgsql as $$
-begin
-    if got is null or not got @> want then
-        raise exception 'step "%": got %, expected it to contain %', step, got, want;
-    end if;
-    return step || ': ok';
-end $$;
+bad=$(psql "$A2_TEST_DB" -X -q -At -v ON_ERROR_STOP=1 -f "$top/tests/sql/expect.sql" -f - 2>&1 <<'SQL'
 select pg_temp.expect(a2_reclaim(session => 'shop-1'), '{"deleted": 7}', 'wrong');
 SQL
 )

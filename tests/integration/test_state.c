@@ -100,6 +100,15 @@ static void expect_state(fx *f, int64_t at, bool found, int64_t up_to,
     a2_state_free(&st); /* idempotent */
 }
 
+/* Writing w (n writes) to reducer "r" of the fixture's session is refused
+ * as an invalid argument. */
+static void expect_invalid_write(fx *f, const a2_state_write *w, size_t n)
+{
+    a2_state_write_result wr;
+    assert_int_equal(a2_store_write_state(f->s, f->session, "r", w, n, &wr),
+                     A2_EINVALID_ARGUMENT);
+}
+
 static void test_invalid_arguments(void **state)
 {
     fx *f = *state;
@@ -118,40 +127,31 @@ static void test_invalid_arguments(void **state)
     assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, NULL),
                      A2_EINVALID_ARGUMENT);
     w.state = "{\"a\":";
-    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
-                     A2_EINVALID_ARGUMENT);
+    expect_invalid_write(f, &w, 1);
     assert_non_null(strstr(a2_store_last_error(f->s)->message, "JSON"));
     w.state = "\"a\\u0000b\"";
-    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
-                     A2_EINVALID_ARGUMENT);
+    expect_invalid_write(f, &w, 1);
     w.state = NULL;
-    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
-                     A2_EINVALID_ARGUMENT);
+    expect_invalid_write(f, &w, 1);
     w.state = "{}";
     w.up_to_index = -1;
-    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
-                     A2_EINVALID_ARGUMENT);
+    expect_invalid_write(f, &w, 1);
     w.up_to_index = 1;
     a2_state_pin pin = {.consumer = "c", .index = 0};
     w.pins = &pin;
     w.npins = 1;
-    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
-                     A2_EINVALID_ARGUMENT);
+    expect_invalid_write(f, &w, 1);
     pin.index = 1;
     pin.consumer = "";
-    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
-                     A2_EINVALID_ARGUMENT);
+    expect_invalid_write(f, &w, 1);
     pin.consumer = "c";
     pin.lane = "";
-    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
-                     A2_EINVALID_ARGUMENT);
+    expect_invalid_write(f, &w, 1);
     w.pins = NULL;
-    assert_int_equal(a2_store_write_state(f->s, f->session, "r", &w, 1, &wr),
-                     A2_EINVALID_ARGUMENT);
+    expect_invalid_write(f, &w, 1);
     w.npins = 0;
     a2_state_write two[2] = {w, w};
-    assert_int_equal(a2_store_write_state(f->s, f->session, "r", two, 2, &wr),
-                     A2_EINVALID_ARGUMENT);
+    expect_invalid_write(f, two, 2);
     assert_non_null(strstr(a2_store_last_error(f->s)->message, "two writes"));
     a2_state st;
     assert_int_equal(a2_store_read_state(f->s, f->session, "", 1, &st),
@@ -370,13 +370,11 @@ static void test_release_on_skip(void **state)
     /* A pin the dead head still holds (left by a store that did not release
      * it) goes when the head is skipped, with the history only it kept. */
     a2_test_exec(f->db, "begin");
-    char sql[1024];
-    snprintf(sql, sizeof sql,
-             "insert into a2_snapshot_history values ('%s', 'r', 2, '\"v2\"', "
-             "0); insert into a2_snapshot_pins values ('%s', 1, 'b', "
-             "'lane:q', 'r', 2)",
-             f->session, f->session);
-    a2_test_exec(f->db, sql);
+    a2_test_execf(f->db,
+                  "insert into a2_snapshot_history values ('%s', 'r', 2, "
+                  "'\"v2\"', 0); insert into a2_snapshot_pins values ('%s', "
+                  "1, 'b', 'lane:q', 'r', 2)",
+                  f->session, f->session);
     a2_test_exec(f->db, "commit");
     assert_int_equal(pins_of(f), 2);
     OK(a2_store_redrive(f->s, f->session, "b", 1, A2_REDRIVE_SKIP, NULL, 0,
@@ -443,13 +441,11 @@ static void test_pin_waits_for_completion(void **state)
 {
     fx *f = *state;
     claimed_head(f);
-    char sql[512];
     a2_test_exec(f->db, "begin");
-    snprintf(sql, sizeof sql,
-             "update a2_cursors set head = null, position = 1 where "
-             "session_id = '%s' and consumer = 'a'",
-             f->session);
-    a2_test_exec(f->db, sql);
+    a2_test_execf(f->db,
+                  "update a2_cursors set head = null, position = 1 where "
+                  "session_id = '%s' and consumer = 'a'",
+                  f->session);
     writer_arg w = {.f = f};
     /* The writer waits on the row. */
     call_waits_for_commit(f, state_write, &w);
@@ -485,12 +481,11 @@ static void test_completion_waits_for_pins(void **state)
              "= 'a' and cursor_key = '#1' and head = 1 for share",
              f->session);
     free(a2_test_scalar(f->db, sql));
-    snprintf(sql, sizeof sql,
-             "insert into a2_snapshot_history values ('%s', 'r', 1, '1', 0); "
-             "insert into a2_snapshot_pins values ('%s', 1, 'a', '#1', 'r', "
-             "1)",
-             f->session, f->session);
-    a2_test_exec(f->db, sql);
+    a2_test_execf(f->db,
+                  "insert into a2_snapshot_history values ('%s', 'r', 1, '1', "
+                  "0); insert into a2_snapshot_pins values ('%s', 1, 'a', "
+                  "'#1', 'r', 1)",
+                  f->session, f->session);
     completer_arg c = {.f = f};
     call_waits_for_commit(f, complete, &c);
     assert_int_equal(c.cr.outcome, A2_ATTEMPT_COMPLETED);
@@ -515,16 +510,14 @@ static void test_write_waits_for_clear(void **state)
     append_n(f, 1, NULL, 0);
     /* What a clear does under the session lock, held open: the marker
      * event at 2 and the clear index. */
-    char sql[1024];
     a2_test_exec(f->db, "begin");
-    snprintf(sql, sizeof sql,
-             "select pg_advisory_xact_lock(hashtext('%s')); insert into "
-             "a2_events (session_id, idx, event_type, payload, event_id, "
-             "created_at) values ('%s', 2, '" A2_STORE_CLEAR_TYPE
-             "', 'null', 'marker', 0); insert into a2_clears values ('%s', "
-             "2)",
-             f->session, f->session, f->session);
-    a2_test_exec(f->db, sql);
+    a2_test_execf(f->db,
+                  "select pg_advisory_xact_lock(hashtext('%s')); insert into "
+                  "a2_events (session_id, idx, event_type, payload, event_id, "
+                  "created_at) values ('%s', 2, '" A2_STORE_CLEAR_TYPE
+                  "', 'null', 'marker', 0); insert into a2_clears values "
+                  "('%s', 2)",
+                  f->session, f->session, f->session);
     writer_arg w = {.f = f, .unpinned = true};
     a2_test_call t;
     a2_test_call_start(&t, state_write, &w, NULL);

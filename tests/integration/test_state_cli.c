@@ -22,9 +22,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Runs a2 with args (NULL-terminated, after --db); returns the exit status,
- * stdout in out (a new string), stderr in err. */
-static int run_a2(char **out, char **err, ...)
+/* Runs a2 with the arguments in ap (NULL-terminated, after --db); returns
+ * the exit status, stdout in out (a new string), stderr in err. */
+static int run_a2v(char **out, char **err, va_list ap)
 {
     const char *argv[32];
     int n = 0;
@@ -33,12 +33,9 @@ static int run_a2(char **out, char **err, ...)
     argv[n++] = bin;
     argv[n++] = "--db";
     argv[n++] = a2_test_db();
-    va_list ap;
-    va_start(ap, err);
     const char *a;
     while ((a = va_arg(ap, const char *)) != NULL && n < 31)
         argv[n++] = a;
-    va_end(ap);
     argv[n] = NULL;
     char outp[] = "/tmp/a2-state-cli-out.XXXXXX";
     char errp[] = "/tmp/a2-state-cli-err.XXXXXX";
@@ -67,6 +64,31 @@ static int run_a2(char **out, char **err, ...)
     *out = bufs[0];
     *err = bufs[1];
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* run_a2v with args (NULL-terminated). */
+static int run_a2(char **out, char **err, ...)
+{
+    va_list ap;
+    va_start(ap, err);
+    int rc = run_a2v(out, err, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* Runs a2 with args (NULL-terminated): it exits want, and its stderr holds
+ * in_err unless that is NULL. */
+static void expect_exit(int want, const char *in_err, ...)
+{
+    char *out, *err;
+    va_list ap;
+    va_start(ap, in_err);
+    assert_int_equal(run_a2v(&out, &err, ap), want);
+    va_end(ap);
+    if (in_err)
+        assert_non_null(strstr(err, in_err));
+    free(out);
+    free(err);
 }
 
 static void test_state_command(void **state)
@@ -110,18 +132,9 @@ static void test_state_command(void **state)
     free(out);
     free(err);
     /* usage errors: 2, one line naming the cause */
-    assert_int_equal(run_a2(&out, &err, "state", "cli-s", NULL), 2);
-    assert_non_null(strstr(err, "SESSION and a REDUCER"));
-    free(out);
-    free(err);
-    assert_int_equal(
-            run_a2(&out, &err, "state", "cli-s", "r", "--at", "x", NULL), 2);
-    free(out);
-    free(err);
-    assert_int_equal(run_a2(&out, &err, "state", "", "r", NULL), 2);
-    assert_non_null(strstr(err, "session must not be empty"));
-    free(out);
-    free(err);
+    expect_exit(2, "SESSION and a REDUCER", "state", "cli-s", NULL);
+    expect_exit(2, NULL, "state", "cli-s", "r", "--at", "x", NULL);
+    expect_exit(2, "session must not be empty", "state", "", "r", NULL);
 }
 
 static void test_presence_command(void **state)
@@ -168,27 +181,13 @@ static void test_presence_command(void **state)
     free(err);
     a2_store_close(s);
     /* usage and runtime errors */
-    assert_int_equal(run_a2(&out, &err, "presence", NULL), 2);
-    free(out);
-    free(err);
-    assert_int_equal(run_a2(&out, &err, "presence", "r", "--follow",
-                            "--connect", "ftp:x", NULL),
-                     2);
-    assert_non_null(strstr(err, "unix:PATH"));
-    free(out);
-    free(err);
-    assert_int_equal(run_a2(&out, &err, "presence", "r", "--follow",
-                            "--connect", "tcp:127.0.0.1:1", NULL),
-                     2);
-    assert_non_null(strstr(err, "--token-file"));
-    free(out);
-    free(err);
-    assert_int_equal(run_a2(&out, &err, "presence", "r", "--follow",
-                            "--connect", "unix:/nonexistent/a2.sock", NULL),
-                     1);
-    assert_non_null(strstr(err, "could not connect"));
-    free(out);
-    free(err);
+    expect_exit(2, NULL, "presence", NULL);
+    expect_exit(2, "unix:PATH", "presence", "r", "--follow", "--connect",
+                "ftp:x", NULL);
+    expect_exit(2, "--token-file", "presence", "r", "--follow", "--connect",
+                "tcp:127.0.0.1:1", NULL);
+    expect_exit(1, "could not connect", "presence", "r", "--follow",
+                "--connect", "unix:/nonexistent/a2.sock", NULL);
 }
 
 int main(void)

@@ -76,6 +76,15 @@ static a2_claim_request claim_req(const char *holder)
 
 /* ── input checks ────────────────────────────────────────────────────── */
 
+/* Completes attempt at, returning no events: its outcome is want. */
+static void complete_expect(fx *f, const a2_attempt_ref *at, int want)
+{
+    a2_complete_result comp;
+    OK(a2_store_complete(f->s, f->session, at, NULL, 0, NULL, 0, &comp));
+    assert_int_equal(comp.outcome, want);
+    a2_complete_result_free(&comp);
+}
+
 static void test_invalid_arguments(void **state)
 {
     fx *f = *state;
@@ -687,21 +696,15 @@ static void test_concurrent_target_claim_complete(void **state)
     assert_int_equal(cr.retry_at, f->now + 30000);
     a2_claim_result_free(&cr);
     at.index = 2;
-    OK(a2_store_complete(f->s, f->session, &at, NULL, 0, NULL, 0, &comp));
-    assert_int_equal(comp.outcome, A2_ATTEMPT_COMPLETED);
-    a2_complete_result_free(&comp);
+    complete_expect(f, &at, A2_ATTEMPT_COMPLETED);
     OK(a2_store_claim(f->s, f->session, &req, &cr));
     assert_int_equal(cr.outcome, A2_CLAIM_SETTLED);
     a2_claim_result_free(&cr);
     /* Completing again: the head is done, the attempt superseded... unless
      * it is the same completion retried, which replays (no events). */
-    OK(a2_store_complete(f->s, f->session, &at, NULL, 0, NULL, 0, &comp));
-    assert_int_equal(comp.outcome, A2_ATTEMPT_COMPLETED);
-    a2_complete_result_free(&comp);
+    complete_expect(f, &at, A2_ATTEMPT_COMPLETED);
     at.attempt = 2;
-    OK(a2_store_complete(f->s, f->session, &at, NULL, 0, NULL, 0, &comp));
-    assert_int_equal(comp.outcome, A2_ATTEMPT_SUPERSEDED);
-    a2_complete_result_free(&comp);
+    complete_expect(f, &at, A2_ATTEMPT_SUPERSEDED);
 }
 
 static void test_lane_order(void **state)
@@ -735,12 +738,9 @@ static void test_lane_order(void **state)
         OK(a2_store_claim(f->s, f->session, &req, &cr));
         assert_int_equal(cr.outcome, A2_CLAIM_BUSY);
         a2_claim_result_free(&cr);
-        a2_complete_result comp;
         a2_attempt_ref at = {
                 .consumer = "c1", .lane = "L", .index = want, .attempt = 1};
-        OK(a2_store_complete(f->s, f->session, &at, NULL, 0, NULL, 0, &comp));
-        assert_int_equal(comp.outcome, A2_ATTEMPT_COMPLETED);
-        a2_complete_result_free(&comp);
+        complete_expect(f, &at, A2_ATTEMPT_COMPLETED);
     }
     a2_cursors cs;
     OK(a2_store_cursors(f->s, f->session, &cs));
@@ -869,10 +869,7 @@ static void test_takeover_and_supersede(void **state)
     assert_int_equal(rr.nrenewed, 0);
     assert_int_equal(rr.nsuperseded, 1);
     a2_renew_result_free(&rr);
-    a2_complete_result comp;
-    OK(a2_store_complete(f->s, f->session, &old, NULL, 0, NULL, 0, &comp));
-    assert_int_equal(comp.outcome, A2_ATTEMPT_SUPERSEDED);
-    a2_complete_result_free(&comp);
+    complete_expect(f, &old, A2_ATTEMPT_SUPERSEDED);
     a2_fail_result fr;
     a2_fail_request freq = {.error = "boom", .max_failures = 5};
     OK(a2_store_fail(f->s, f->session, &old, &freq, &fr));
@@ -894,9 +891,7 @@ static void test_takeover_and_supersede(void **state)
     a2_events_free(&out);
     a2_attempt_ref cur = old;
     cur.attempt = 2;
-    OK(a2_store_complete(f->s, f->session, &cur, NULL, 0, NULL, 0, &comp));
-    assert_int_equal(comp.outcome, A2_ATTEMPT_COMPLETED);
-    a2_complete_result_free(&comp);
+    complete_expect(f, &cur, A2_ATTEMPT_COMPLETED);
 }
 
 static void test_max_failures_on_takeover(void **state)
@@ -1113,9 +1108,7 @@ static void test_complete_duplicate_ids(void **state)
             A2_EPARTIAL_DUPLICATE_BATCH);
     /* Nothing was written; the head is still held and completes. */
     assert_int_equal(a2_test_fx_rows(f, "a2_events", NULL), 2);
-    OK(a2_store_complete(f->s, f->session, &at, NULL, 0, NULL, 0, &comp));
-    assert_int_equal(comp.outcome, A2_ATTEMPT_COMPLETED);
-    a2_complete_result_free(&comp);
+    complete_expect(f, &at, A2_ATTEMPT_COMPLETED);
 }
 
 /* An append that starts work for a consumer it serves reports pending work

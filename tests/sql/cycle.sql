@@ -5,14 +5,7 @@
 -- the clock is the caller's (now_ms).
 
 -- expect(got, want, step): got must contain want (jsonb @>).
-create function pg_temp.expect(got jsonb, want jsonb, step text) returns text
-language plpgsql as $$
-begin
-    if got is null or not got @> want then
-        raise exception 'step "%": got %, expected it to contain %', step, got, want;
-    end if;
-    return step || ': ok';
-end $$;
+\ir expect.sql
 
 -- 1. An order placed, targeted at billing: event 1 and its event cursor.
 select pg_temp.expect(

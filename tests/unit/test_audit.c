@@ -65,6 +65,23 @@ static void append_raw(const char *text)
 
 #define LINE(lsn, n) "{\"lsn\":\"" lsn "\",\"op\":\"update\",\"n\":" #n "}\n"
 
+/* The audit file at path, opened (its resume point in r). */
+static a2__audit *open_ok(a2__audit_resume *r)
+{
+    char err[256];
+    a2__audit *a = a2__audit_open(path, r, err, sizeof err);
+    assert_non_null(a);
+    return a;
+}
+
+/* Writes text, n lines, to a: accepted. */
+static void write_ok(a2__audit *a, const char *text, size_t n)
+{
+    char err[256];
+    assert_int_equal(a2__audit_write(a, text, strlen(text), n, err, sizeof err),
+                     0);
+}
+
 static void test_lsn_text(void **state)
 {
     (void)state;
@@ -92,18 +109,17 @@ static void test_new_file_write_and_resume(void **state)
     (void)state;
     a2__audit_resume r;
     char err[256];
-    a2__audit *a = a2__audit_open(path, &r, err, sizeof err);
-    assert_non_null(a);
+    a2__audit *a = open_ok(&r);
     assert_true(r.done == 0 && r.partial_lsn == 0);
     const char *t1 = LINE("0/100", 1) LINE("0/100", 2);
-    assert_int_equal(a2__audit_write(a, t1, strlen(t1), 2, err, sizeof err), 0);
+    write_ok(a, t1, 2);
     a2__audit_mark(a, 0x100);
     assert_true(a2__audit_dirty(a));
     assert_true(a2__audit_durable(a) == 0); /* not yet fsynced */
     assert_int_equal(a2__audit_sync(a, 0, err, sizeof err), 0);
     assert_true(a2__audit_durable(a) == 0x100);
     const char *t2 = LINE("0/200", 3);
-    assert_int_equal(a2__audit_write(a, t2, strlen(t2), 1, err, sizeof err), 0);
+    write_ok(a, t2, 1);
     a2__audit_mark(a, 0x200);
     assert_int_equal(a2__audit_lines(a), 3);
     a2__audit_close(a);
@@ -126,9 +142,7 @@ static void test_torn_tail_is_cut(void **state)
     append_raw(LINE("0/100", 1) LINE("0/300", 2) LINE("0/300", 3));
     append_raw("{\"lsn\":\"0/300\",\"op\":\"upd"); /* torn */
     a2__audit_resume r;
-    char err[256];
-    a2__audit *a = a2__audit_open(path, &r, err, sizeof err);
-    assert_non_null(a);
+    a2__audit *a = open_ok(&r);
     assert_int_equal(r.truncated_bytes,
                      strlen("{\"lsn\":\"0/300\",\"op\":\"upd"));
     assert_true(r.done == 0x100);
@@ -144,9 +158,7 @@ static void test_torn_only_line(void **state)
     (void)state;
     append_raw("{\"lsn\":\"0/3");
     a2__audit_resume r;
-    char err[256];
-    a2__audit *a = a2__audit_open(path, &r, err, sizeof err);
-    assert_non_null(a);
+    a2__audit *a = open_ok(&r);
     assert_true(r.done == 0 && r.partial_lsn == 0);
     assert_int_equal(r.truncated_bytes, 11);
     a2__audit_close(a);
@@ -212,18 +224,17 @@ static void test_background_sync(void **state)
     (void)state;
     a2__audit_resume r;
     char err[256];
-    a2__audit *a = a2__audit_open(path, &r, err, sizeof err);
-    assert_non_null(a);
+    a2__audit *a = open_ok(&r);
     assert_int_equal(a2__audit_event_fd(a), -1);
     const char *t1 = LINE("0/100", 1);
-    assert_int_equal(a2__audit_write(a, t1, strlen(t1), 1, err, sizeof err), 0);
+    write_ok(a, t1, 1);
     a2__audit_mark(a, 0x100);
     assert_int_equal(a2__audit_sync_start(a, 0, err, sizeof err), 0);
     assert_true(a2__audit_busy(a));
     assert_false(a2__audit_dirty(a));
     /* written while the fsync runs: not covered by it */
     const char *t2 = LINE("0/200", 2);
-    assert_int_equal(a2__audit_write(a, t2, strlen(t2), 1, err, sizeof err), 0);
+    write_ok(a, t2, 1);
     a2__audit_mark(a, 0x200);
     assert_true(a2__audit_durable(a) == 0);
     int efd = a2__audit_event_fd(a);
@@ -245,7 +256,7 @@ static void test_background_sync(void **state)
     assert_true(a2__audit_durable(a) == 0x300);
     /* a blocking sync while one runs waits for it */
     const char *t3 = LINE("0/400", 3);
-    assert_int_equal(a2__audit_write(a, t3, strlen(t3), 1, err, sizeof err), 0);
+    write_ok(a, t3, 1);
     a2__audit_mark(a, 0x400);
     assert_int_equal(a2__audit_sync_start(a, 0, err, sizeof err), 0);
     assert_int_equal(a2__audit_sync(a, 0, err, sizeof err), 0);
@@ -265,8 +276,7 @@ static void test_sync_done_leaves_event_fd_quiet(void **state)
     (void)state;
     a2__audit_resume r;
     char err[256];
-    a2__audit *a = a2__audit_open(path, &r, err, sizeof err);
-    assert_non_null(a);
+    a2__audit *a = open_ok(&r);
     int loud = 0;
     for (int i = 0; i < 300; i++) {
         char line[64];
@@ -298,10 +308,9 @@ static void test_background_state_write(void **state)
     (void)state;
     a2__audit_resume r;
     char err[512];
-    a2__audit *a = a2__audit_open(path, &r, err, sizeof err);
-    assert_non_null(a);
+    a2__audit *a = open_ok(&r);
     const char *t1 = LINE("0/100", 1);
-    assert_int_equal(a2__audit_write(a, t1, strlen(t1), 1, err, sizeof err), 0);
+    write_ok(a, t1, 1);
     a2__audit_mark(a, 0x100);
     /* not due yet: the fsync alone */
     assert_int_equal(a2__audit_sync_start(a, 60000, err, sizeof err), 0);
@@ -312,7 +321,7 @@ static void test_background_state_write(void **state)
     assert_string_equal(slurp(spath), "0/0\n");
     /* due: written by the helper at the position its fsync covered */
     const char *t2 = LINE("0/200", 2);
-    assert_int_equal(a2__audit_write(a, t2, strlen(t2), 1, err, sizeof err), 0);
+    write_ok(a, t2, 1);
     a2__audit_mark(a, 0x200);
     assert_int_equal(a2__audit_sync_start(a, 0, err, sizeof err), 0);
     assert_int_equal(poll(&p, 1, 5000), 1);
@@ -323,7 +332,7 @@ static void test_background_state_write(void **state)
     snprintf(tmp, sizeof tmp, "%s.tmp", spath);
     assert_int_equal(mkdir(tmp, 0700), 0);
     const char *t3 = LINE("0/300", 3);
-    assert_int_equal(a2__audit_write(a, t3, strlen(t3), 1, err, sizeof err), 0);
+    write_ok(a, t3, 1);
     a2__audit_mark(a, 0x300);
     assert_int_equal(a2__audit_sync_start(a, 0, err, sizeof err), 0);
     assert_int_equal(poll(&p, 1, 5000), 1);
@@ -342,16 +351,15 @@ static void test_reopen_after_rotation(void **state)
     (void)state;
     a2__audit_resume r;
     char err[256], rotated[400];
-    a2__audit *a = a2__audit_open(path, &r, err, sizeof err);
-    assert_non_null(a);
+    a2__audit *a = open_ok(&r);
     const char *t1 = LINE("0/100", 1);
-    assert_int_equal(a2__audit_write(a, t1, strlen(t1), 1, err, sizeof err), 0);
+    write_ok(a, t1, 1);
     a2__audit_mark(a, 0x100);
     snprintf(rotated, sizeof rotated, "%s.1", path);
     assert_int_equal(rename(path, rotated), 0);
     assert_int_equal(a2__audit_reopen(a, err, sizeof err), 0);
     const char *t2 = LINE("0/200", 2);
-    assert_int_equal(a2__audit_write(a, t2, strlen(t2), 1, err, sizeof err), 0);
+    write_ok(a, t2, 1);
     a2__audit_mark(a, 0x200);
     a2__audit_close(a);
     assert_string_equal(slurp(rotated), LINE("0/100", 1));
@@ -369,12 +377,11 @@ static void test_lines_gathered_until_flush(void **state)
     (void)state;
     a2__audit_resume r;
     char err[256];
-    a2__audit *a = a2__audit_open(path, &r, err, sizeof err);
-    assert_non_null(a);
+    a2__audit *a = open_ok(&r);
     const char *t1 = LINE("0/100", 1);
     const char *t2 = LINE("0/200", 2);
-    assert_int_equal(a2__audit_write(a, t1, strlen(t1), 1, err, sizeof err), 0);
-    assert_int_equal(a2__audit_write(a, t2, strlen(t2), 1, err, sizeof err), 0);
+    write_ok(a, t1, 1);
+    write_ok(a, t2, 1);
     assert_true(a2__audit_dirty(a));
     assert_string_equal(slurp(path), "");
     assert_int_equal(a2__audit_flush(a, err, sizeof err), 0);
@@ -382,7 +389,7 @@ static void test_lines_gathered_until_flush(void **state)
     assert_int_equal(a2__audit_flush(a, err, sizeof err), 0); /* nothing */
     /* a sync writes what is gathered before it fsyncs */
     const char *t3 = LINE("0/300", 3);
-    assert_int_equal(a2__audit_write(a, t3, strlen(t3), 1, err, sizeof err), 0);
+    write_ok(a, t3, 1);
     a2__audit_mark(a, 0x300);
     assert_int_equal(a2__audit_sync(a, 0, err, sizeof err), 0);
     assert_true(a2__audit_durable(a) == 0x300);
@@ -408,8 +415,7 @@ static void test_flush_failure(void **state)
     (void)state;
     a2__audit_resume r;
     char err[256];
-    a2__audit *a = a2__audit_open(path, &r, err, sizeof err);
-    assert_non_null(a);
+    a2__audit *a = open_ok(&r);
     struct rlimit old, lim;
     assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
     void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
@@ -417,7 +423,7 @@ static void test_flush_failure(void **state)
     lim.rlim_cur = 16;
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
     const char *t1 = LINE("0/100", 1);
-    assert_int_equal(a2__audit_write(a, t1, strlen(t1), 1, err, sizeof err), 0);
+    write_ok(a, t1, 1);
     a2__audit_mark(a, 0x100);
     int rc = a2__audit_flush(a, err, sizeof err);
     const char *t2 = LINE("0/200", 2);
@@ -441,8 +447,7 @@ static void test_flush_failure(void **state)
     assert_non_null(pos);
     assert_int_equal(strncmp(pos, "0/0", 3), 0);
     assert_null(strstr(pos, "0/100"));
-    a = a2__audit_open(path, &r, err, sizeof err);
-    assert_non_null(a);
+    a = open_ok(&r);
     assert_true(r.done == 0);
     assert_true(r.truncated_bytes == 16);
     a2__audit_close(a);

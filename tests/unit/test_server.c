@@ -203,6 +203,22 @@ static void cl_hello(client *c, a2__server *srv, const char *name,
     assert_int_equal(c->m.v, 1);
 }
 
+/* A new unix-socket client that said hello as name (no token). */
+static client *cl_joined(a2__server *srv, const char *name)
+{
+    client *c = cl_unix();
+    cl_hello(c, srv, name, NULL);
+    return c;
+}
+
+/* Sends b; the server answers with an `error` of code and closes. */
+static void cl_send_refused(client *c, a2__server *srv, a2_wire_buf *b,
+                            const char *code)
+{
+    cl_send(c, srv, b);
+    cl_expect_error_eof(c, srv, code);
+}
+
 static void cl_subscribe(client *c, a2__server *srv, const char *consumer,
                          a2_wire_log_filter f, const char *const *types,
                          size_t n)
@@ -516,8 +532,7 @@ static void test_protocol_errors(void **state)
     check_bystander(ok, srv, 1);
 
     /* garbage after a good hello, with more bytes behind it */
-    c = cl_unix();
-    cl_hello(c, srv, "bad", NULL);
+    c = cl_joined(srv, "bad");
     SEND_LIT(c, srv, "\x92\x01\x02 and then some more bytes");
     cl_expect_error_eof(c, srv, A2_WIRE_CODE_PROTOCOL);
     cl_free(c);
@@ -525,8 +540,7 @@ static void test_protocol_errors(void **state)
 
     /* a subscribe whose consumer is not UTF-8: refused, never echoed back
      * in a resync */
-    c = cl_unix();
-    cl_hello(c, srv, "latin1", NULL);
+    c = cl_joined(srv, "latin1");
     SEND_LIT(c, srv, "\x82\xa1t\xa9subscribe\xa8" "consumer\xa4" "caf\xe9");
     cl_expect_error_eof(c, srv, A2_WIRE_CODE_PROTOCOL);
     assert_non_null(strstr(last_error, "consumer is not UTF-8 text"));
@@ -536,17 +550,14 @@ static void test_protocol_errors(void **state)
     /* first frame not hello */
     c = cl_unix();
     assert_int_equal(a2_wire_encode_ping(&b, 1), 0);
-    cl_send(c, srv, &b);
-    cl_expect_error_eof(c, srv, A2_WIRE_CODE_PROTOCOL);
+    cl_send_refused(c, srv, &b, A2_WIRE_CODE_PROTOCOL);
     assert_non_null(strstr(last_error, "first frame must be hello"));
     cl_free(c);
 
     /* hello twice */
-    c = cl_unix();
-    cl_hello(c, srv, "twice", NULL);
+    c = cl_joined(srv, "twice");
     assert_int_equal(a2_wire_encode_hello(&b, "twice", NULL), 0);
-    cl_send(c, srv, &b);
-    cl_expect_error_eof(c, srv, A2_WIRE_CODE_PROTOCOL);
+    cl_send_refused(c, srv, &b, A2_WIRE_CODE_PROTOCOL);
     cl_free(c);
 
     /* wrong protocol version */
@@ -556,8 +567,7 @@ static void test_protocol_errors(void **state)
     cl_free(c);
 
     /* unknown message type */
-    c = cl_unix();
-    cl_hello(c, srv, "unk", NULL);
+    c = cl_joined(srv, "unk");
     SEND_LIT(c, srv, "\x81\xa1t\xa4wake");
     cl_expect_error_eof(c, srv, A2_WIRE_CODE_PROTOCOL);
     cl_free(c);
@@ -576,8 +586,7 @@ static void test_protocol_errors(void **state)
             n += 70;
             big[n++] = 0xc0;
         }
-        c = cl_unix();
-        cl_hello(c, srv, "big", NULL);
+        c = cl_joined(srv, "big");
         cl_send_raw(c, srv, big, n);
         cl_expect_error_eof(c, srv, A2_WIRE_CODE_TOO_BIG);
         cl_free(c);
@@ -587,18 +596,15 @@ static void test_protocol_errors(void **state)
     /* TCP: wrong token, missing token */
     c = cl_tcp(a2__server_tcp_port(srv));
     assert_int_equal(a2_wire_encode_hello(&b, "t", "s3cret-tokeN"), 0);
-    cl_send(c, srv, &b);
-    cl_expect_error_eof(c, srv, A2_WIRE_CODE_AUTH);
+    cl_send_refused(c, srv, &b, A2_WIRE_CODE_AUTH);
     cl_free(c);
     c = cl_tcp(a2__server_tcp_port(srv));
     assert_int_equal(a2_wire_encode_hello(&b, "t", "s3cret"), 0);
-    cl_send(c, srv, &b);
-    cl_expect_error_eof(c, srv, A2_WIRE_CODE_AUTH);
+    cl_send_refused(c, srv, &b, A2_WIRE_CODE_AUTH);
     cl_free(c);
     c = cl_tcp(a2__server_tcp_port(srv));
     assert_int_equal(a2_wire_encode_hello(&b, "t", NULL), 0);
-    cl_send(c, srv, &b);
-    cl_expect_error_eof(c, srv, A2_WIRE_CODE_AUTH);
+    cl_send_refused(c, srv, &b, A2_WIRE_CODE_AUTH);
     cl_free(c);
     check_bystander(ok, srv, 4);
 
@@ -776,8 +782,7 @@ static void test_log_subscription_caps(void **state)
     a2__server_stats st;
 
     /* Per connection: the 65th log subscription is refused. */
-    client *one = cl_unix();
-    cl_hello(one, srv, "one", NULL);
+    client *one = cl_joined(srv, "one");
     for (int i = 0; i < A2C_MAX_LOG_SUBS; i++) {
         snprintf(name, sizeof name, "c%d", i);
         cl_subscribe(one, srv, name, A2_WIRE_LOG_TYPES, t, 1);
@@ -787,8 +792,7 @@ static void test_log_subscription_caps(void **state)
     a2_wire_buf b = {0};
     assert_int_equal(
             a2_wire_encode_subscribe(&b, "one-more", A2_WIRE_LOG_TYPES, t, 1), 0);
-    cl_send(one, srv, &b);
-    cl_expect_error_eof(one, srv, A2_WIRE_CODE_PROTOCOL);
+    cl_send_refused(one, srv, &b, A2_WIRE_CODE_PROTOCOL);
     assert_non_null(strstr(last_error, "too many log subscriptions (at most 64 "
                                        "per connection)"));
     cl_free(one);
@@ -814,14 +818,12 @@ static void test_log_subscription_caps(void **state)
             cl_subscribe(full[k], srv, name, A2_WIRE_LOG_TYPES, t, 1);
         }
     }
-    client *late = cl_unix();
-    cl_hello(late, srv, "late", NULL);
+    client *late = cl_joined(srv, "late");
     /* A plain (non-log) subscription is still taken. */
     cl_subscribe(late, srv, "plain", A2_WIRE_LOG_NONE, NULL, 0);
     assert_int_equal(
             a2_wire_encode_subscribe(&b, "late", A2_WIRE_LOG_ALL, NULL, 0), 0);
-    cl_send(late, srv, &b);
-    cl_expect_error_eof(late, srv, A2_WIRE_CODE_PROTOCOL);
+    cl_send_refused(late, srv, &b, A2_WIRE_CODE_PROTOCOL);
     assert_non_null(strstr(last_error, "too many log subscriptions on this "
                                        "consumer (at most 1024)"));
     cl_free(late);
@@ -836,13 +838,11 @@ static void test_log_subscription_caps(void **state)
         snprintf(tnames[i], sizeof tnames[i], "type%d", i);
         many[i] = tnames[i];
     }
-    client *wide = cl_unix();
-    cl_hello(wide, srv, "wide", NULL);
+    client *wide = cl_joined(srv, "wide");
     assert_int_equal(a2_wire_encode_subscribe(&b, "wide", A2_WIRE_LOG_TYPES,
                                               many, A2C_MAX_LOG_TYPES + 1),
                      0);
-    cl_send(wide, srv, &b);
-    cl_expect_error_eof(wide, srv, A2_WIRE_CODE_PROTOCOL);
+    cl_send_refused(wide, srv, &b, A2_WIRE_CODE_PROTOCOL);
     assert_non_null(strstr(last_error, "at most 256 types"));
     cl_free(wide);
 
@@ -956,8 +956,7 @@ static void test_auth_failures(void **state)
     auth_lines = 0;
     int port = a2__server_tcp_port(srv);
 
-    client *ok = cl_unix();
-    cl_hello(ok, srv, "ok", NULL);
+    client *ok = cl_joined(srv, "ok");
     cl_subscribe(ok, srv, "c", A2_WIRE_LOG_NONE, NULL, 0);
     int64_t t0 = ms_now();
     for (int i = 0; i < 8; i++) {
@@ -994,8 +993,7 @@ static void test_auth_failures(void **state)
     pump_for(srv, 1100);
     client *c = cl_tcp(port);
     assert_int_equal(a2_wire_encode_hello(&b, "late", "nope"), 0);
-    cl_send(c, srv, &b);
-    cl_expect_error_eof(c, srv, A2_WIRE_CODE_AUTH);
+    cl_send_refused(c, srv, &b, A2_WIRE_CODE_AUTH);
     cl_free(c);
     assert_int_equal(auth_lines, 7);
     assert_int_equal(auth_count("failed authentication: ", NULL), 6);
@@ -1028,11 +1026,9 @@ static void test_connection_limits(void **state)
     if (!srv)
         fail_msg("a2__server_new: %s", err);
 
-    client *ok = cl_unix();
-    cl_hello(ok, srv, "ok", NULL);
+    client *ok = cl_joined(srv, "ok");
     cl_subscribe(ok, srv, "c", A2_WIRE_LOG_NONE, NULL, 0);
-    client *idle = cl_unix();
-    cl_hello(idle, srv, "idle", NULL);
+    client *idle = cl_joined(srv, "idle");
     cl_expect_error_eof(idle, srv, A2_WIRE_CODE_TIMEOUT);
     assert_non_null(strstr(last_error, "no subscription within 150 ms"));
     cl_free(idle);
@@ -1055,8 +1051,7 @@ static void test_connection_limits(void **state)
     /* one leaves, a new one gets in */
     cl_free(b);
     pump_for(srv, 50);
-    d = cl_unix();
-    cl_hello(d, srv, "d", NULL);
+    d = cl_joined(srv, "d");
     cl_free(d);
     cl_free(c);
     pump_for(srv, 50);
@@ -1088,8 +1083,7 @@ static void test_connection_limits(void **state)
     struct pollfd p = {a2__server_fd(srv), POLLIN, 0};
     assert_int_equal(poll(&p, 1, 0), 0);
     /* and with descriptors back, a worker gets in */
-    d = cl_unix();
-    cl_hello(d, srv, "after", NULL);
+    d = cl_joined(srv, "after");
     cl_free(d);
     check_bystander(ok, srv, 2);
     cl_free(ok);
@@ -1118,8 +1112,7 @@ static void test_listeners(void **state)
     assert_null(second);
     assert_non_null(strstr(err, "another server is listening"));
     /* and the first still works */
-    client *c = cl_unix();
-    cl_hello(c, srv, "w", NULL);
+    client *c = cl_joined(srv, "w");
     cl_free(c);
     a2__server_free(srv);
 
