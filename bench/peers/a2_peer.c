@@ -46,6 +46,11 @@
  *       W gets "seq ns" per event from the first wake-up that named its
  *       head (session s<seq % K>, head seq / K + 1: one append per
  *       session, one event cursor per event), on the same clock.
+ *       With --hops H (a2-consumer started with --trace-wakes; --sessions
+ *       K), H gets "seq commit sent read push woken start" per handler run,
+ *       µs since the Unix epoch: the trace of the first wake-up that named
+ *       the head it ran (A2_WIRE_TRACE_*), when this worker read that
+ *       wake-up, and the handler's start.
  */
 #include "../../common/clock.h"
 #include "../common.h"
@@ -74,7 +79,7 @@
 #define STORE_RETRY_MS 1000
 
 static struct {
-    const char *db, *connect, *out, *expect_file, *wakes;
+    const char *db, *connect, *out, *expect_file, *wakes, *hops;
     double rate, seconds, drain, max_seconds;
     int64_t t0_ms, spread_ms, until_ms;
     long max, expect;
@@ -291,10 +296,30 @@ static struct {
 
 static int64_t *starts;
 static int64_t *wake_at; /* --wakes: first wake-up per seq (loop thread) */
+/* --hops: per head position (session s, head h: s + (h - 1) * K) the
+ * first wake-up's trace and its read (loop thread); per payload seq the
+ * position it ran at and its start (slot threads), µs of CLOCK_REALTIME */
+#define HOP_N 5
+static int64_t (*hop_wake)[HOP_N];
+static int64_t *hop_pos, *hop_start;
 static atomic_long started, runs, woken_runs, empty_woken, empty_runs,
         claimed, completed, failed_heads, run_errors, resyncs, wakes,
         visibility_waits, timer_runs;
 static atomic_llong first_start, last_start;
+
+/* The position of head in session s<S> (S + (head - 1) * --sessions), or -1
+ * when it is none of the producer's or past --max. */
+static long position(const char *session, int64_t head)
+{
+    if (!session || session[0] != 's' || head < 1)
+        return -1;
+    char *end;
+    long s = strtol(session + 1, &end, 10);
+    if (*end || s < 0 || s >= cfg.sessions)
+        return -1;
+    long seq = s + (long)(head - 1) * cfg.sessions;
+    return seq < cfg.max ? seq : -1;
+}
 
 static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
 {
@@ -314,6 +339,10 @@ static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
         if (!starts[seq]) {
             starts[seq] = t;
             atomic_fetch_add(&started, 1);
+            if (hop_pos) {
+                hop_start[seq] = a2__real_us();
+                hop_pos[seq] = position(head->event.session_id, head->event.index);
+            }
         }
     }
     long long zero = 0;
@@ -557,18 +586,44 @@ static void on_signal(int sig)
     got_signal = 1;
 }
 
-/* Records when the first wake-up for an event's head arrived (--wakes). */
+/* Records when the first wake-up for an event's head arrived (--wakes), and
+ * its trace (--hops). */
 static void note_wake(const a2_worker_event *ev)
 {
-    if (!wake_at || !ev->session || ev->session[0] != 's' || ev->head < 1)
+    long seq = position(ev->session, ev->head);
+    if (seq < 0)
         return;
-    char *end;
-    long s = strtol(ev->session + 1, &end, 10);
-    if (*end || s < 0 || s >= cfg.sessions)
-        return;
-    long seq = s + (long)(ev->head - 1) * cfg.sessions;
-    if (seq < cfg.max && !wake_at[seq])
+    if (wake_at && !wake_at[seq])
         wake_at[seq] = cfg.realtime ? a2__real_ns() : a2__mono_ns();
+    if (hop_wake && !hop_wake[seq][HOP_N - 1]) {
+        memcpy(hop_wake[seq], ev->trace_us, sizeof ev->trace_us);
+        hop_wake[seq][HOP_N - 1] = a2__real_us();
+    }
+}
+
+/* --hops: "seq commit sent read push woken start" for every handler run
+ * whose head's first wake-up carried a trace. */
+static int write_hops(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "a2-bench-peers: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    for (long i = 0; i < cfg.max; i++) {
+        long p = hop_pos[i];
+        if (!hop_start[i] || p < 0 || p >= cfg.max || !hop_wake[p][0])
+            continue;
+        fprintf(f, "%ld", i);
+        for (int k = 0; k < HOP_N; k++)
+            fprintf(f, " %" PRId64, hop_wake[p][k]);
+        fprintf(f, " %" PRId64 "\n", hop_start[i]);
+    }
+    if (fclose(f) != 0) {
+        fprintf(stderr, "a2-bench-peers: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 static int run_work(void)
@@ -577,7 +632,13 @@ static int run_work(void)
     slot *slots = calloc((size_t)cfg.slots, sizeof *slots);
     if (cfg.wakes)
         wake_at = calloc((size_t)cfg.max, sizeof *wake_at);
-    if (!starts || !slots || (cfg.wakes && !wake_at))
+    if (cfg.hops) {
+        hop_wake = calloc((size_t)cfg.max, sizeof *hop_wake);
+        hop_pos = calloc((size_t)cfg.max, sizeof *hop_pos);
+        hop_start = calloc((size_t)cfg.max, sizeof *hop_start);
+    }
+    if (!starts || !slots || (cfg.wakes && !wake_at) ||
+        (cfg.hops && (!hop_wake || !hop_pos || !hop_start)))
         return 1;
     if (pipe(sc.pipe_fd) != 0)
         return 1;
@@ -743,7 +804,12 @@ static int run_work(void)
     int rc = cfg.out ? write_times(cfg.out, starts, cfg.max) : 0;
     if (cfg.wakes && write_times(cfg.wakes, wake_at, cfg.max) != 0)
         rc = 1;
+    if (cfg.hops && write_hops(cfg.hops) != 0)
+        rc = 1;
     free(wake_at);
+    free(hop_wake);
+    free(hop_pos);
+    free(hop_start);
     for (int i = 0; i < cfg.slots; i++)
         a2_worker_runner_free(slots[i].runner);
     a2_worker_free(w);
@@ -769,7 +835,7 @@ static int usage(void)
             "           [--expect N | --expect-file F] [--drain S] "
             "[--seconds S] [--max-seconds S]\n"
             "           [--until-ms T] [--clock monotonic|realtime]\n"
-            "           [--wakes FILE --sessions K]\n");
+            "           [--wakes FILE --sessions K] [--hops FILE]\n");
     return 2;
 }
 
@@ -786,6 +852,7 @@ static int set_option(const char *k, const char *v)
             {"--connect", 's', &cfg.connect},
             {"--out", 's', &cfg.out},
             {"--wakes", 's', &cfg.wakes},
+            {"--hops", 's', &cfg.hops},
             {"--expect-file", 's', &cfg.expect_file},
             {"--rate", 'd', &cfg.rate},
             {"--seconds", 'd', &cfg.seconds},

@@ -7,6 +7,12 @@
       "n N started S p50_ms A p95_ms B p99_ms C max_ms D": nearest-rank
       percentiles over every acknowledged job, where a job that never
       started counts as infinitely late ("inf").
+  peers.py hops HOPS
+      HOPS holds a2-bench-peers work --hops lines ("seq commit sent read
+      push woken start", µs since the Unix epoch). Prints one line per hop
+      (commit -> walsender send -> a2-consumer read -> frame to the socket
+      -> worker read -> handler start, and commit -> handler start):
+      "hop NAME n N p50_ms A p99_ms B max_ms C".
   peers.py delayed DUE STARTS DRAIN_S
       DUE holds "seq due_ms" (epoch ms) for every acknowledged job, STARTS
       "seq start_ns" (CLOCK_REALTIME). Prints "n N started S p50_ms A
@@ -74,6 +80,29 @@ def latency(acks_path, starts_path):
           f"p95_ms {fmt_ms(nearest_rank(lat, 0.95))} "
           f"p99_ms {fmt_ms(nearest_rank(lat, 0.99))} "
           f"max_ms {fmt_ms(lat[-1] if lat else None)}")
+
+
+HOPS = [("commit->walsender_send", 0, 1), ("walsender_send->consumer_read", 1, 2),
+        ("consumer_read->socket", 2, 3), ("socket->worker_read", 3, 4),
+        ("worker_read->handler_start", 4, 5), ("commit->handler_start", 0, 5)]
+
+
+def hops(path):
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 7:
+                    rows.append([int(v) for v in parts[1:]])
+    except OSError:
+        pass
+    for name, a, b in HOPS:
+        vals = sorted(max(0, r[b] - r[a]) / 1e3 for r in rows)
+        print(f"hop {name} n {len(vals)} "
+              f"p50_ms {fmt_ms(nearest_rank(vals, 0.50))} "
+              f"p99_ms {fmt_ms(nearest_rank(vals, 0.99))} "
+              f"max_ms {fmt_ms(vals[-1] if vals else None)}")
 
 
 def delayed(due_path, starts_path, drain_s):
@@ -492,6 +521,8 @@ if __name__ == "__main__":
         latency(a[1], a[2])
     elif len(a) == 4 and a[0] == "delayed":
         delayed(a[1], a[2], a[3])
+    elif len(a) == 2 and a[0] == "hops":
+        hops(a[1])
     elif len(a) == 2 and a[0] == "burn":
         burn(a[1])
     elif len(a) == 4 and a[0] == "report":
