@@ -56,15 +56,9 @@ void a2__store_param_event_ref(a2__store_params *p, const char *session,
 int a2__store_run(a2_store *s, const char *sql, a2__store_params *p,
                   bool rows, json_t **out)
 {
-    return a2__store_run_as(s, sql, p, rows, false, out);
-}
-
-int a2__store_run_as(a2_store *s, const char *sql, a2__store_params *p,
-                     bool rows, bool lax, json_t **out)
-{
     *out = NULL;
     int rc = p->failed ? a2__store_nomem(s)
-                       : a2__store_call_as(s, sql, p->n, p->v, rows, lax, out);
+                       : a2__store_call(s, sql, p->n, p->v, rows, out);
     for (int i = 0; i < p->n; i++)
         free(p->owned[i]);
     return rc;

@@ -1,27 +1,29 @@
 /*
  * liba2store attempts: claiming a session's heads (a2_claim), extending
  * the claims (a2_renew), and settling an attempt by completing it
- * (a2_complete) or failing it (a2_fail), one call each.
+ * (a2_complete) or failing it (a2_fail), one call each, or several of one
+ * session in one a2_batch (a2_store_settle).
  */
 #include "store_int.h"
 
 #include <string.h>
 
 #define SQL_CLAIM                                                              \
-    "select a2_claim(session => $1, holder => $2, expires_at => $3::bigint, " \
-    "consumers => $4::jsonb, exclude => $5::jsonb, max_failures => "         \
-    "$6::integer, through => $7::bigint, now_ms => $8::bigint, "             \
+    "select a2_claim(session => $1, holder => $2, expires_at => $3::bigint, "  \
+    "consumers => $4::jsonb, exclude => $5::jsonb, max_failures => "           \
+    "$6::integer, through => $7::bigint, now_ms => $8::bigint, "               \
     "text_payloads => true, after_xid => $9::bigint, wait_ms => $10::bigint)"
 #define SQL_RENEW                                                              \
-    "select a2_renew(session => $1, holder => $2, claims => $3::jsonb, "     \
+    "select a2_renew(session => $1, holder => $2, claims => $3::jsonb, "       \
     "expires_at => $4::bigint, now_ms => $5::bigint)"
 #define SQL_COMPLETE                                                           \
-    "select a2_complete(session => $1, consumer => $2, lane => $3, index => " \
-    "$4::bigint, attempt => $5::integer, events => $6::jsonb, consumers => " \
+    "select a2_complete(session => $1, consumer => $2, lane => $3, index => "  \
+    "$4::bigint, attempt => $5::integer, events => $6::jsonb, consumers => "   \
     "$7::jsonb, now_ms => $8::bigint, text_payloads => true)"
+#define SQL_SETTLE "select a2_batch(ops => $1::jsonb)"
 #define SQL_FAIL                                                               \
-    "select a2_fail(session => $1, consumer => $2, lane => $3, index => "    \
-    "$4::bigint, attempt => $5::integer, error => $6, max_failures => "      \
+    "select a2_fail(session => $1, consumer => $2, lane => $3, index => "      \
+    "$4::bigint, attempt => $5::integer, error => $6, max_failures => "        \
     "$7::integer, retry_after_ms => $8::bigint, now_ms => $9::bigint)"
 
 void a2_claim_result_free(a2_claim_result *r)
@@ -66,13 +68,11 @@ static int check_claim(a2_store *s, const a2_claim_request *req)
     if (rc == 0)
         rc = a2__store_check_consumers(s, req->consumers, req->nconsumers);
     if (rc == 0)
-        rc = a2__store_check_counted(s, "exclude", req->exclude,
-                                     req->nexclude);
+        rc = a2__store_check_counted(s, "exclude", req->exclude, req->nexclude);
     for (size_t i = 0; rc == 0 && i < req->nexclude; i++)
-        rc = a2__store_check_consumer_lane(s, "an excluded consumer",
-                                           "an excluded lane",
-                                           req->exclude[i].consumer,
-                                           req->exclude[i].lane);
+        rc = a2__store_check_consumer_lane(
+                s, "an excluded consumer", "an excluded lane",
+                req->exclude[i].consumer, req->exclude[i].lane);
     return rc;
 }
 
@@ -116,30 +116,27 @@ int a2_store_claim(a2_store *s, const char *session,
     int64_t now = a2__store_now(s);
     json_t *excluded = json_array();
     for (size_t i = 0; excluded && i < req->nexclude; i++)
-        excluded = a2__store_push(
-                excluded, a2__store_head_json(req->exclude[i].consumer,
-                                              req->exclude[i].lane,
-                                              req->exclude[i].index));
+        excluded = a2__store_push(excluded,
+                                  a2__store_head_json(req->exclude[i].consumer,
+                                                      req->exclude[i].lane,
+                                                      req->exclude[i].index));
     a2__store_params p = {0};
     a2__store_param_text(&p, session);
     a2__store_param_text(&p, req->holder);
     a2__store_param_int(&p, req->expires_at_ms ? req->expires_at_ms
                                                : now + req->ttl_ms);
-    a2__store_param_json(&p, a2__store_consumers_json(req->consumers,
-                                                      req->nconsumers));
+    a2__store_param_json(
+            &p, a2__store_consumers_json(req->consumers, req->nconsumers));
     a2__store_param_json(&p, excluded);
-    a2__store_param_int(&p, req->max_failures ? req->max_failures
-                                              : A2_STORE_NONE);
+    a2__store_param_int(&p,
+                        req->max_failures ? req->max_failures : A2_STORE_NONE);
     a2__store_param_int(&p, req->through ? req->through : A2_STORE_NONE);
     a2__store_param_int(&p, now);
     a2__store_param_int(&p, req->after_xid ? (int64_t)req->after_xid
                                            : A2_STORE_NONE);
     a2__store_param_int(&p, req->wait_ms > 0 ? req->wait_ms : 1000);
     json_t *res = NULL;
-    /* A claim lost in a crash loses nothing: the head is claimed again,
-     * as after a lapsed lease (at least once), so its commit need not wait
-     * for the disk. */
-    rc = a2__store_run_as(s, SQL_CLAIM, &p, false, true, &res);
+    rc = a2__store_run(s, SQL_CLAIM, &p, false, &res);
     if (rc == 0)
         rc = decode_claim(s, session, res, out);
     if (rc)
@@ -172,9 +169,8 @@ static int decode_renew(a2_store *s, const json_t *res, a2_renew_result *out)
     const json_t *renewed = json_object_get(res, "renewed");
     const json_t *superseded = json_object_get(res, "superseded");
     size_t ns = json_array_size(superseded);
-    out->renewed = a2__store_result_init(s, &out->arena_,
-                                         json_array_size(renewed),
-                                         sizeof(a2_head_ref));
+    out->renewed = a2__store_result_init(
+            s, &out->arena_, json_array_size(renewed), sizeof(a2_head_ref));
     if (out->renewed)
         out->superseded = a2__arena_alloc(out->arena_,
                                           (ns ? ns : 1) * sizeof(a2_head_ref));
@@ -235,6 +231,32 @@ static int check_settle(a2_store *s, const char *session,
     return rc ? rc : a2__store_check_attempt(s, attempt);
 }
 
+/* a2_complete's result res for a completion with events (ids as sent):
+ * COMPLETED with the events as stored in *stored, or SUPERSEDED. */
+static int decode_complete(a2_store *s, const char *session, const json_t *res,
+                           const a2_append_event *events, size_t nevents,
+                           const a2_cause *cause, int64_t now, int *outcome,
+                           a2_events *stored)
+{
+    if (!a2__store_outcome_is(res, "completed")) {
+        *outcome = A2_ATTEMPT_SUPERSEDED;
+        return 0;
+    }
+    *outcome = A2_ATTEMPT_COMPLETED;
+    return a2__store_stored_events(s, session, res, events, nevents, cause, now,
+                                   stored);
+}
+
+/* a2_fail's result res: its outcome and failure count. */
+static void decode_fail(const json_t *res, int *outcome, int *failure_count)
+{
+    *outcome = a2__store_outcome_is(res, "failed") ? A2_ATTEMPT_FAILED
+               : a2__store_outcome_is(res, "dead_lettered")
+                       ? A2_ATTEMPT_DEAD_LETTERED
+                       : A2_ATTEMPT_SUPERSEDED;
+    *failure_count = a2__store_as_int(a2__row_int(res, "failure_count"));
+}
+
 /* The attempt's four parameters: consumer, lane, index, attempt. */
 static void param_attempt(a2__store_params *p, const a2_attempt_ref *a)
 {
@@ -274,13 +296,9 @@ int a2_store_complete(a2_store *s, const char *session,
     a2__store_param_int(&p, now);
     json_t *res = NULL;
     rc = a2__store_run(s, SQL_COMPLETE, &p, false, &res);
-    if (rc == 0 && a2__store_outcome_is(res, "completed")) {
-        out->outcome = A2_ATTEMPT_COMPLETED;
-        rc = a2__store_stored_events(s, session, res, events, nevents, &cause,
-                                     now, &out->events);
-    } else if (rc == 0) {
-        out->outcome = A2_ATTEMPT_SUPERSEDED;
-    }
+    if (rc == 0)
+        rc = decode_complete(s, session, res, events, nevents, &cause, now,
+                             &out->outcome, &out->events);
     if (rc)
         a2_complete_result_free(out);
     else
@@ -298,8 +316,8 @@ static int check_fail(a2_store *s, const a2_fail_request *req)
     if (req->max_failures < 1)
         return a2__store_fail(s, A2_EINVALID_ARGUMENT,
                               "max failures must be at least 1");
-    int rc = a2__store_check_not_negative(s, "retry-after",
-                                          req->retry_after_ms);
+    int rc =
+            a2__store_check_not_negative(s, "retry-after", req->retry_after_ms);
     if (rc == 0 && req->error &&
         !a2__store_text_ok(req->error, A2_STORE_MAX_ERROR_TEXT))
         rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
@@ -328,14 +346,137 @@ int a2_store_fail(a2_store *s, const char *session,
     a2__store_param_int(&p, a2__store_now(s));
     json_t *res = NULL;
     rc = a2__store_run(s, SQL_FAIL, &p, false, &res);
-    if (rc == 0) {
-        out->outcome = a2__store_outcome_is(res, "failed") ? A2_ATTEMPT_FAILED
-                       : a2__store_outcome_is(res, "dead_lettered")
-                               ? A2_ATTEMPT_DEAD_LETTERED
-                               : A2_ATTEMPT_SUPERSEDED;
-        out->failure_count =
-                a2__store_as_int(a2__row_int(res, "failure_count"));
+    if (rc == 0)
+        decode_fail(res, &out->outcome, &out->failure_count);
+    json_decref(res);
+    return rc;
+}
+
+/* ── settle: several completions and failures in one a2_batch ─────────── */
+
+void a2_settle_results_free(a2_settle_result *results, size_t n)
+{
+    for (size_t i = 0; results && i < n; i++) {
+        a2_events_free(&results[i].events);
+        memset(&results[i], 0, sizeof results[i]);
     }
+}
+
+/* The a2_batch operation of settlement st (ids: its events' ids). */
+static json_t *settle_op(const char *session, const a2_settlement *st,
+                         char **ids, const a2_consumer *consumers,
+                         size_t nconsumers, int64_t now)
+{
+    const a2_attempt_ref *a = &st->attempt;
+    json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:I, s:i, s:I}", "op",
+                          st->fail ? "fail" : "complete", "session", session,
+                          "consumer", a->consumer, "lane",
+                          a2__store_str_or_null(a->lane), "index",
+                          (json_int_t)a->index, "attempt", a->attempt, "now_ms",
+                          (json_int_t)now);
+    if (!o)
+        return NULL;
+    int bad;
+    if (st->fail)
+        bad = json_object_set_new(
+                      o, "error",
+                      json_string(st->fail->error ? st->fail->error : "")) ||
+              json_object_set_new(o, "max_failures",
+                                  json_integer(st->fail->max_failures)) ||
+              json_object_set_new(o, "retry_after_ms",
+                                  json_integer(st->fail->retry_after_ms));
+    else
+        bad = json_object_set_new(o, "events",
+                                  a2__store_events_json(st->events, st->nevents,
+                                                        ids, false)) ||
+              json_object_set_new(
+                      o, "consumers",
+                      a2__store_consumers_json(consumers, nconsumers)) ||
+              json_object_set_new(o, "text_payloads", json_true());
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static int check_settlements(a2_store *s, const char *session,
+                             const a2_settlement *sts, size_t n,
+                             const a2_consumer *consumers, size_t nconsumers)
+{
+    if (!sts || n < 1 || n > A2_STORE_MAX_SETTLE)
+        return a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                              "a settle takes 1 to %d settlements, not %zu",
+                              A2_STORE_MAX_SETTLE, n);
+    int rc = a2__store_check_name(s, "session", session);
+    if (rc == 0)
+        rc = a2__store_check_consumers(s, consumers, nconsumers);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        rc = a2__store_check_attempt(s, &sts[i].attempt);
+        if (rc == 0 && sts[i].fail)
+            rc = check_fail(s, sts[i].fail);
+        else if (rc == 0)
+            rc = a2__store_check_events(s, sts[i].events, sts[i].nevents, true);
+    }
+    return rc;
+}
+
+int a2_store_settle(a2_store *s, const char *session, const a2_settlement *sts,
+                    size_t n, const a2_consumer *consumers, size_t nconsumers,
+                    a2_settle_result *out)
+{
+    if (!s || !out)
+        return A2_EINVALID_ARGUMENT;
+    int rc = check_settlements(s, session, sts, n, consumers, nconsumers);
+    if (rc)
+        return rc;
+    memset(out, 0, n * sizeof *out);
+    char ***ids = calloc(n, sizeof *ids);
+    if (!ids)
+        return a2__store_nomem(s);
+    int64_t now = a2__store_now(s);
+    json_t *ops = json_array();
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (!sts[i].fail && !(ids[i] = a2__store_batch_ids(
+                                      s, sts[i].events, sts[i].nevents, &rc)))
+            break;
+        ops = ops ? a2__store_push(ops, settle_op(session, &sts[i], ids[i],
+                                                  consumers, nconsumers, now))
+                  : NULL;
+    }
+    json_t *res = NULL;
+    if (rc == 0 && !ops)
+        rc = a2__store_nomem(s);
+    if (rc == 0) {
+        a2__store_params p = {0};
+        a2__store_param_json(&p, ops);
+        ops = NULL;
+        rc = a2__store_run(s, SQL_SETTLE, &p, false, &res);
+    }
+    if (rc == 0 && json_array_size(res) != n)
+        rc = a2__store_fail(s, A2_ESTORE_FAILED,
+                            "a2_batch returned %zu results for %zu "
+                            "settlements",
+                            json_array_size(res), n);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const json_t *r = json_array_get(res, i);
+        if (sts[i].fail) {
+            decode_fail(r, &out[i].outcome, &out[i].failure_count);
+        } else {
+            a2_cause cause = a2__store_attempt_cause(&sts[i].attempt);
+            rc = decode_complete(s, session, r, sts[i].events, sts[i].nevents,
+                                 &cause, now, &out[i].outcome, &out[i].events);
+        }
+    }
+    if (rc)
+        a2_settle_results_free(out, n);
+    else
+        a2__store_ok(s);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i])
+            a2__store_free_ids(ids[i], sts[i].nevents);
+    free(ids);
+    json_decref(ops);
     json_decref(res);
     return rc;
 }

@@ -20,8 +20,6 @@
 #define TIMEOUT_ENV    "A2_STORE_TIMEOUT_MS"
 /* The store timeout, for the call's transaction only. */
 #define TIMEOUT_SQL "select set_config('statement_timeout', $1, true)"
-/* A lax call's commit does not wait for its WAL to reach the disk. */
-#define LAX_SQL "select set_config('synchronous_commit', 'off', true)"
 
 /* ── errors ──────────────────────────────────────────────────────────── */
 
@@ -478,13 +476,6 @@ static json_t *row_object(const PGresult *res, int row)
 int a2__store_call(a2_store *s, const char *sql, int nparams,
                    const char *const *values, bool rows, json_t **out)
 {
-    return a2__store_call_as(s, sql, nparams, values, rows, false, out);
-}
-
-int a2__store_call_as(a2_store *s, const char *sql, int nparams,
-                      const char *const *values, bool rows, bool lax,
-                      json_t **out)
-{
     *out = NULL;
     PGresult *res = NULL;
     int rc = ensure_connected(s);
@@ -498,8 +489,6 @@ int a2__store_call_as(a2_store *s, const char *sql, int nparams,
         const char *v[1] = {ms};
         sent = PQsendQueryParams(c, TIMEOUT_SQL, 1, NULL, v, NULL, NULL, 0);
     }
-    if (sent && lax)
-        sent = PQsendQueryParams(c, LAX_SQL, 0, NULL, NULL, NULL, NULL, 0);
     sent = sent &&
            PQsendQueryParams(c, sql, nparams, NULL, values, NULL, NULL, 0) &&
            PQpipelineSync(c);

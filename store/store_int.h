@@ -47,14 +47,6 @@ int a2__store_nomem(a2_store *s);
 int a2__store_call(a2_store *s, const char *sql, int nparams,
                    const char *const *values, bool rows, json_t **out);
 
-/* a2__store_call; lax: the commit does not wait for the WAL flush
- * (synchronous_commit off for the call's transaction), for a write that a
- * crash may lose without losing anything else: a claim, which the lost
- * lease's head gets again from the next claim. */
-int a2__store_call_as(a2_store *s, const char *sql, int nparams,
-                      const char *const *values, bool rows, bool lax,
-                      json_t **out);
-
 /* Now, from the store's clock. */
 int64_t a2__store_now(a2_store *s);
 
@@ -137,9 +129,6 @@ void a2__store_param_event_ref(a2__store_params *p, const char *session,
 /* The call of sql with p (freed here); *out as a2__store_call's. */
 int a2__store_run(a2_store *s, const char *sql, a2__store_params *p,
                   bool rows, json_t **out);
-/* a2__store_run; lax as for a2__store_call_as. */
-int a2__store_run_as(a2_store *s, const char *sql, a2__store_params *p,
-                     bool rows, bool lax, json_t **out);
 /* The session, checked as a name, as the one parameter of p; 0 or the
  * check's code. */
 int a2__store_param_session(a2_store *s, a2__store_params *p,

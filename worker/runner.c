@@ -1,5 +1,7 @@
 /*
- * a2_worker_runner: claim -> handle -> complete/fail for one session, with a
+ * a2_worker_runner: claim -> handle -> complete/fail for one session (the
+ * outcomes of a claim's fast handlers settled together in one round trip),
+ * with a
  * renewal thread that extends the leases of the unfinished heads of a claim
  * at a third of the ttl, on its own store connection.
  */
@@ -480,6 +482,47 @@ static void unpublish(a2_worker_runner *r, a2_worker_run_stats *st)
     pthread_mutex_unlock(&r->mu);
 }
 
+/* Counts (and logs) the outcome of a settled head: a completion's with the
+ * count of its returned events, a failure's with its failure count. */
+static void note_outcome(a2_worker_runner *r, const char *session,
+                         const a2_attempt_ref *ref, int outcome,
+                         int failure_count, size_t nreturned,
+                         a2_worker_run_stats *st)
+{
+    switch (outcome) {
+    case A2_ATTEMPT_COMPLETED:
+        st->completed++;
+        RLOG(r, "completed %s %s #%lld attempt %d (%zu returned)", session,
+             ref->consumer, (long long)ref->index, ref->attempt, nreturned);
+        break;
+    case A2_ATTEMPT_DEAD_LETTERED:
+        st->dead_lettered++;
+        RLOG(r, "dead-lettered %s %s #%lld after %d failures", session,
+             ref->consumer, (long long)ref->index, failure_count);
+        break;
+    case A2_ATTEMPT_FAILED:
+        st->failed++;
+        RLOG(r, "failed %s %s #%lld attempt %d (failure %d of %d)", session,
+             ref->consumer, (long long)ref->index, ref->attempt, failure_count,
+             r->max_failures);
+        break;
+    default:
+        st->superseded++;
+        RLOG(r, "%s %s #%lld attempt %d was superseded", session, ref->consumer,
+             (long long)ref->index, ref->attempt);
+        break;
+    }
+}
+
+/* The failure of a head whose handler failed (its reply's error). */
+static a2_fail_request fail_request(const a2_worker_runner *r,
+                                    const a2_worker_reply *rp)
+{
+    return (a2_fail_request){.error = rp->error ? rp->error : "",
+                             .max_failures = r->max_failures,
+                             .retry_after_ms = r->retry_after_ms};
+}
+
 /* Completes or fails one head after its handler ran. */
 static int settle(a2_worker_runner *r, const char *session,
                   const a2_attempt_ref *ref, int handler_rc,
@@ -491,16 +534,8 @@ static int settle(a2_worker_runner *r, const char *session,
                                    rp->nevents, r->consumers, r->nconsumers,
                                    &cres);
         if (rc == 0) {
-            if (cres.outcome == A2_ATTEMPT_COMPLETED) {
-                st->completed++;
-                RLOG(r, "completed %s %s #%lld attempt %d (%zu returned)",
-                     session, ref->consumer, (long long)ref->index,
-                     ref->attempt, cres.events.count);
-            } else {
-                st->superseded++;
-                RLOG(r, "%s %s #%lld attempt %d was superseded", session,
-                     ref->consumer, (long long)ref->index, ref->attempt);
-            }
+            note_outcome(r, session, ref, cres.outcome, 0, cres.events.count,
+                         st);
             a2_complete_result_free(&cres);
             return 0;
         }
@@ -515,25 +550,111 @@ static int settle(a2_worker_runner *r, const char *session,
                  e->message, a2_store_code_name(e->code));
         a2_worker_reply_error(rp, text);
     }
-    a2_fail_request fr = {.error = rp->error ? rp->error : "",
-                          .max_failures = r->max_failures,
-                          .retry_after_ms = r->retry_after_ms};
+    a2_fail_request fr = fail_request(r, rp);
     a2_fail_result fres = {0};
     if (a2_store_fail(r->store, session, ref, &fr, &fres) != 0)
         return store_error(r, "fail", session);
-    if (fres.outcome == A2_ATTEMPT_DEAD_LETTERED) {
-        st->dead_lettered++;
-        RLOG(r, "dead-lettered %s %s #%lld after %d failures", session,
-             ref->consumer, (long long)ref->index, fres.failure_count);
-    } else if (fres.outcome == A2_ATTEMPT_SUPERSEDED) {
-        st->superseded++;
-    } else {
-        st->failed++;
-        RLOG(r, "failed %s %s #%lld attempt %d (failure %d of %d)", session,
-             ref->consumer, (long long)ref->index, ref->attempt,
-             fres.failure_count, r->max_failures);
-    }
+    note_outcome(r, session, ref, fres.outcome, fres.failure_count, 0, st);
     return 0;
+}
+
+/* A settlement waits for the next head's handler at most this long (ms):
+ * fast handlers' outcomes go in one round trip, a slow handler's at once. */
+#define SETTLE_HOLD_MS 5
+
+/* Settles heads [from, to) of run_heads' arrays: one head as settle does;
+ * several in one round trip (a2_store_settle), or, should the store refuse
+ * that call (a refused returned event, a deadlock: nothing was settled),
+ * each on its own. */
+static int settle_range(a2_worker_runner *r, const char *session,
+                        const a2_attempt_ref *refs, const int *hrc,
+                        a2_worker_reply *rps, const a2_settlement *sts,
+                        a2_settle_result *res, size_t from, size_t to,
+                        a2_worker_run_stats *st)
+{
+    size_t n = to - from;
+    int rc = 0;
+    if (n > 1 && a2_store_settle(r->store, session, sts + from, n, r->consumers,
+                                 r->nconsumers, res) == 0) {
+        st->settled_together += n;
+        for (size_t i = from; i < to; i++) {
+            const a2_settle_result *o = &res[i - from];
+            note_outcome(r, session, &refs[i], o->outcome, o->failure_count,
+                         o->events.count, st);
+            mark_done(r, i);
+        }
+        a2_settle_results_free(res, n);
+        return 0;
+    }
+    if (n > 1) {
+        const a2_store_error *e = a2_store_last_error(r->store);
+        if (e->code == A2_ESTORE_UNAVAILABLE || e->code == A2_ESTORE_NOMEM)
+            return store_error(r, "settle", session);
+        RLOG(r,
+             "settling %zu heads of %s together was refused (%s): one by "
+             "one",
+             n, session, e->message);
+    }
+    for (size_t i = from; i < to && rc == 0; i++) {
+        rc = settle(r, session, &refs[i], hrc[i], &rps[i], st);
+        mark_done(r, i);
+    }
+    return rc;
+}
+
+/* Runs the handler of each of a claim's heads in order; the outcomes of
+ * handlers that follow each other within SETTLE_HOLD_MS are settled
+ * together, in one round trip. */
+static int run_heads(a2_worker_runner *r, const char *session,
+                     const a2_heads *heads, const a2_attempt_ref *refs,
+                     a2_worker_run_stats *st)
+{
+    size_t n = heads->count;
+    a2_worker_reply *rps = calloc(n, sizeof *rps);
+    int *hrc = calloc(n, sizeof *hrc);
+    a2_settlement *sts = calloc(n, sizeof *sts);
+    a2_fail_request *frs = calloc(n, sizeof *frs);
+    a2_settle_result *res = calloc(n, sizeof *res);
+    int rc = 0;
+    if (!rps || !hrc || !sts || !frs || !res) {
+        snprintf(r->last_error, sizeof r->last_error, "out of memory");
+        rc = A2_WORKER_ENOMEM;
+        goto done;
+    }
+    size_t from = 0;     /* the first head not yet settled */
+    int64_t held_at = 0; /* when its handler ended (monotonic ms) */
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (i > from && a2__mono_ms() - held_at >= SETTLE_HOLD_MS) {
+            rc = settle_range(r, session, refs, hrc, rps, sts, res, from, i,
+                              st);
+            from = i;
+            if (rc != 0)
+                break;
+        }
+        rps[i].head = &heads->items[i];
+        hrc[i] = r->handler(r->ctx, &heads->items[i], &rps[i]);
+        if (i == from)
+            held_at = a2__mono_ms();
+        sts[i].attempt = refs[i];
+        if (hrc[i] == 0) {
+            sts[i].events = rps[i].events;
+            sts[i].nevents = rps[i].nevents;
+        } else {
+            frs[i] = fail_request(r, &rps[i]);
+            sts[i].fail = &frs[i];
+        }
+    }
+    if (rc == 0 && from < n)
+        rc = settle_range(r, session, refs, hrc, rps, sts, res, from, n, st);
+done:
+    for (size_t i = 0; rps && i < n; i++)
+        reply_free(&rps[i]);
+    free(rps);
+    free(hrc);
+    free(sts);
+    free(frs);
+    free(res);
+    return rc;
 }
 
 /* Brings every served log consumer's cursor up to date (after_xid: the
@@ -575,7 +696,6 @@ static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
         return rc;
     if (wake_log && (rc = wake_logs(r, session, after_xid)) != 0)
         return rc;
-    a2_worker_reply rp = {0};
     while (!r->stopping) {
         a2_claim_request req = {.holder = r->holder,
                                 .ttl_ms = r->ttl_ms,
@@ -637,13 +757,8 @@ static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
         }
         st->claimed += n;
         publish(r, session, refs, done, n);
-        for (size_t i = 0; i < n && rc == 0; i++) {
-            reply_reset(&rp);
-            rp.head = &cl.heads.items[i];
-            int hrc = r->handler(r->ctx, &cl.heads.items[i], &rp);
-            rc = settle(r, session, &refs[i], hrc, &rp, st);
-            mark_done(r, i);
-        }
+        if (n > 0)
+            rc = run_heads(r, session, &cl.heads, refs, st);
         unpublish(r, st);
         free(refs);
         free(done);
@@ -659,7 +774,6 @@ static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
             break;
         }
     }
-    reply_free(&rp);
     return rc;
 }
 

@@ -495,6 +495,41 @@ A2_STORE_MUST_CHECK int a2_store_fail(a2_store *store, const char *session,
                                       const a2_fail_request *req,
                                       a2_fail_result *out);
 
+/* At most this many settlements in one a2_store_settle. */
+#define A2_STORE_MAX_SETTLE 1000
+
+/* One settlement of a2_store_settle: a completion with its returned events
+ * (fail NULL), or a failure (fail set; events unused). */
+typedef struct a2_settlement {
+    a2_attempt_ref attempt;
+    const a2_append_event *events;
+    size_t nevents;
+    const a2_fail_request *fail;
+} a2_settlement;
+
+typedef struct a2_settle_result {
+    int outcome;       /* COMPLETED, SUPERSEDED, FAILED or DEAD_LETTERED */
+    int failure_count; /* a failure's count (0 for a completion) */
+    a2_events events;  /* COMPLETED: the returned events as stored */
+} a2_settle_result;
+/* Frees the n results of an a2_store_settle. NULL-safe. */
+void a2_settle_results_free(a2_settle_result *results, size_t n);
+
+/*
+ * Settles n attempts of one session (1..A2_STORE_MAX_SETTLE) in one call
+ * (a2_batch): each completion and failure as a2_store_complete and
+ * a2_store_fail would, in one transaction and one round trip, all or
+ * nothing. out (n entries) gets each one's outcome, in order; on an error
+ * nothing is settled (the error is the first settlement that raised it, as
+ * its own call would report it, or A2_ESTORE_FAILED for a deadlock with
+ * another transaction: settle again).
+ */
+A2_STORE_MUST_CHECK int a2_store_settle(a2_store *store, const char *session,
+                                        const a2_settlement *settlements,
+                                        size_t n, const a2_consumer *consumers,
+                                        size_t nconsumers,
+                                        a2_settle_result *out);
+
 /* The session's dead-lettered heads above the clear marker. */
 A2_STORE_MUST_CHECK int
 a2_store_dead_letters(a2_store *store, const char *session, a2_heads *out);
@@ -603,8 +638,8 @@ a2_store_find_dead_letters(a2_store *store, const a2_dead_letter_filter *filter,
 /* How many dead letters match filter (NULL: all): what a bulk redrive of
  * it takes, call after call. */
 A2_STORE_MUST_CHECK int
-a2_store_count_dead_letters(a2_store *store, const a2_dead_letter_filter *filter,
-                            int64_t *out);
+a2_store_count_dead_letters(a2_store *store,
+                            const a2_dead_letter_filter *filter, int64_t *out);
 
 typedef struct a2_bulk_result {
     int64_t count; /* dead letters redriven by this call */
@@ -621,17 +656,17 @@ a2_store_redrive_matching(a2_store *store, const a2_dead_letter_filter *filter,
                           int action, size_t limit, a2_bulk_result *out);
 
 typedef enum a2_cancel_outcome {
-    A2_CANCEL_CANCELLED = 1, /* the cursor passed the head */
-    A2_CANCEL_RUNNING = 2,   /* refused: a live claim holds it */
+    A2_CANCEL_CANCELLED = 1,   /* the cursor passed the head */
+    A2_CANCEL_RUNNING = 2,     /* refused: a live claim holds it */
     A2_CANCEL_NOT_PENDING = 3, /* no pending head of consumer at index (done,
                                   dead-lettered, cleared or never targeted) */
 } a2_cancel_outcome;
 
 typedef struct a2_cancel_result {
-    int outcome;             /* a2_cancel_outcome */
-    const char *holder;      /* RUNNING: the claim's holder */
-    int64_t expires_at;      /* RUNNING: its lease end */
-    bool has_pending;        /* a served consumer has work in the session */
+    int outcome;        /* a2_cancel_outcome */
+    const char *holder; /* RUNNING: the claim's holder */
+    int64_t expires_at; /* RUNNING: its lease end */
+    bool has_pending;   /* a served consumer has work in the session */
     a2_store_arena *arena_;
 } a2_cancel_result;
 void a2_cancel_result_free(a2_cancel_result *r);
@@ -652,8 +687,8 @@ a2_store_cancel(a2_store *store, const char *session, const char *consumer,
 /* A consumer's backlog. Heads at or below a clear marker are not counted. */
 typedef struct a2_backlog_row {
     const char *consumer;
-    int64_t pending;           /* heads not dead-lettered (running included) */
-    int64_t running;           /* of those, held by a claim (live or lapsed) */
+    int64_t pending; /* heads not dead-lettered (running included) */
+    int64_t running; /* of those, held by a claim (live or lapsed) */
     int64_t dead_letters;
     int64_t oldest_pending_at; /* created_at of the oldest pending head's
                                   event; A2_STORE_NONE when none */

@@ -303,14 +303,16 @@ typedef struct a2_worker_runner_options {
 typedef struct a2_worker_run_stats {
     uint64_t claimed;
     uint64_t completed;
-    uint64_t failed;        /* failed and held for a retry */
-    uint64_t dead_lettered; /* failed for the last time (or taken over) */
-    uint64_t superseded;    /* the attempt lost its head meanwhile */
-    uint64_t renewals;      /* lease renewals made */
-    int64_t retry_at;       /* busy: epoch ms to claim again; 0: settled */
+    uint64_t failed;           /* failed and held for a retry */
+    uint64_t dead_lettered;    /* failed for the last time (or taken over) */
+    uint64_t superseded;       /* the attempt lost its head meanwhile */
+    uint64_t renewals;         /* lease renewals made */
+    int64_t retry_at;          /* busy: epoch ms to claim again; 0: settled */
     uint64_t visibility_waits; /* claims that waited a second for the
                                   wake-up's commit and still found it
                                   invisible (then claimed again) */
+    uint64_t settled_together; /* heads of a claim of several settled in
+                                  one round trip (a2_store_settle) */
 } a2_worker_run_stats;
 
 /*

@@ -159,25 +159,26 @@ check "a finished xid is not waited for: $got" has "$got" '"outcome": "busy", "r
 check "... nor reported: $got" eval '! has "$got" waiting_for'
 
 
-# --- a claim's commit does not wait for the disk or a standby ---
-# liba2store commits a claim with synchronous_commit off: with the standby
-# held and synchronous_commit on for new connections, a2-worker's claim
-# returns and the handler runs, while its completion waits for the standby.
+# --- a claim is durable before its handler runs ---
+# A claim lost in a crash would hand its attempt number to the next claim,
+# and the first holder's completion would pass the fence. With the standby
+# held and synchronous_commit on, a2-worker's claim waits for the standby
+# and the handler does not run until it is released.
 sql "alter database \"$db\" set synchronous_commit = on" >/dev/null
 hold || finish
 psql "$A2_TEST_DB" -XAtq -c "set synchronous_commit = local" \
-    -c "select a2_append(session => 'v-lax', events => '[{\"type\":\"job\",\"targets\":[{\"consumer\":\"vislax\"}]}]')" >/dev/null
-"$W" --consumer vislax --connect "unix:$sock" --name lw \
-    --exec 'echo "l $A2_SESSION $A2_INDEX" >>"$RUNS"; echo "{\"type\":\"job.done\"}"' \
-    >/dev/null 2>"$TMP/lw.log" &
+    -c "select a2_append(session => 'v-dur', events => '[{\"type\":\"job\",\"targets\":[{\"consumer\":\"visdur\"}]}]')" >/dev/null
+"$W" --consumer visdur --connect "unix:$sock" --name dw \
+    --exec 'echo "d $A2_SESSION $A2_INDEX" >>"$RUNS"; echo "{\"type\":\"job.done\"}"' \
+    >/dev/null 2>"$TMP/dw.log" &
 pids+=($!)
-wait_for 30 "select count(*) from pg_stat_activity where datname = current_database() and wait_event = 'SyncRep' and query like '%a2_complete%'" 1
-check "the claim waited for the standby: the handler did not run ($(cat "$TMP/lw.log"))" grep -q "^l v-lax 1$" "$RUNS"
-check "the completion did not wait for the standby" \
-    [ "$(sql "select count(*) from a2_events where session_id = 'v-lax' and event_type = 'job.done'")" = 0 ]
+wait_for 30 "select count(*) from pg_stat_activity where datname = current_database() and wait_event = 'SyncRep' and query like '%a2_claim%'" 1
+check "the claim waits for the standby ($(cat "$TMP/dw.log"))" \
+    [ "$(sql "select count(*) from pg_stat_activity where datname = current_database() and wait_event = 'SyncRep' and query like '%a2_claim%'")" = 1 ]
+check "the handler did not run before its claim was durable" eval '! grep -q " v-dur " "$RUNS"'
 release
-wait_for 30 "select count(*) from a2_events where session_id = 'v-lax' and event_type = 'job.done'" 1
-check "v-lax's head ran $(grep -c " v-lax " "$RUNS") times" [ "$(grep -c " v-lax " "$RUNS")" = 1 ]
+wait_for 30 "select count(*) from a2_events where session_id = 'v-dur' and event_type = 'job.done'" 1
+check "v-dur's head ran $(grep -c " v-dur " "$RUNS") times" [ "$(grep -c " v-dur " "$RUNS")" = 1 ]
 sql "alter database \"$db\" set synchronous_commit = local" >/dev/null
 
 finish
