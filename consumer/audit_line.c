@@ -6,6 +6,8 @@
  */
 #include "audit.h"
 
+#include "../common/buf.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,14 +137,10 @@ void a2__audit_text_free(a2__audit_text *t)
 static int put(a2__audit_text *t, const char *s, size_t n)
 {
     if (t->len + n + 1 > t->cap) {
-        size_t ncap = t->cap ? t->cap : 4096;
-        while (t->len + n + 1 > ncap)
-            ncap *= 2;
-        char *nb = realloc(t->buf, ncap);
+        char *nb = a2__buf_grow(t->buf, &t->cap, 4096, t->len + n + 1);
         if (!nb)
             return -1;
         t->buf = nb;
-        t->cap = ncap;
     }
     memcpy(t->buf + t->len, s, n);
     t->len += n;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../common/addr.h"
+#include "../../common/buf.h"
 #include "../../common/clock.h"
 #include "../../common/lsn.h"
 
@@ -191,6 +192,27 @@ static void test_clocks(void **state)
     assert_int_equal(ts.tv_nsec, 678000000L);
 }
 
+static void test_buf_grow(void **state)
+{
+    (void)state;
+    size_t cap = 0;
+    char *p = a2__buf_grow(NULL, &cap, 16, 1);
+    assert_non_null(p);
+    assert_int_equal(cap, 16);
+    memset(p, 'x', cap);
+    p = a2__buf_grow(p, &cap, 16, 17);
+    assert_non_null(p);
+    assert_int_equal(cap, 32);
+    assert_int_equal(p[15], 'x');
+    p = a2__buf_grow(p, &cap, 16, 200);
+    assert_non_null(p);
+    assert_int_equal(cap, 256);
+    p = a2__buf_grow(p, &cap, 16, 256);
+    assert_non_null(p);
+    assert_int_equal(cap, 256);
+    free(p);
+}
+
 static void test_lsn_args(void **state)
 {
     (void)state;
@@ -205,9 +227,10 @@ static void test_lsn_args(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_kind),   cmocka_unit_test(test_parse),
-            cmocka_unit_test(test_split),  cmocka_unit_test(test_dial_errors),
-            cmocka_unit_test(test_clocks), cmocka_unit_test(test_lsn_args),
+            cmocka_unit_test(test_kind),     cmocka_unit_test(test_parse),
+            cmocka_unit_test(test_split),    cmocka_unit_test(test_dial_errors),
+            cmocka_unit_test(test_clocks),   cmocka_unit_test(test_lsn_args),
+            cmocka_unit_test(test_buf_grow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
