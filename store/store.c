@@ -6,6 +6,7 @@
 
 #include "../common/clock.h"
 #include "../common/pgconn.h"
+#include "../common/random.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -14,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #define TIMEOUT_MAX_MS 86400000
 #define TIMEOUT_ENV    "A2_STORE_TIMEOUT_MS"
@@ -114,26 +114,9 @@ static int64_t system_clock(void *ctx)
 static int random_id(void *ctx, char *buf, size_t len)
 {
     (void)ctx;
-    unsigned char raw[16];
-    size_t got = 0;
-    while (got < sizeof raw) {
-        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        got += (size_t)n;
-    }
-    static const char hex[] = "0123456789abcdef";
-    if (len < 2 * sizeof raw + 1)
+    if (len < 2 * 16 + 1)
         return -1;
-    for (size_t i = 0; i < sizeof raw; i++) {
-        buf[2 * i] = hex[raw[i] >> 4];
-        buf[2 * i + 1] = hex[raw[i] & 15];
-    }
-    buf[2 * sizeof raw] = '\0';
-    return 0;
+    return a2__random_hex(buf, 16);
 }
 
 void a2_store_set_clock(a2_store *store, a2_store_clock_fn fn, void *ctx)

@@ -14,6 +14,7 @@
 #include "../../common/buf.h"
 #include "../../common/clock.h"
 #include "../../common/lsn.h"
+#include "../../common/random.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -213,6 +214,21 @@ static void test_buf_grow(void **state)
     free(p);
 }
 
+static void test_random_hex(void **state)
+{
+    (void)state;
+    char a[2 * 100 + 2], b[2 * 100 + 2];
+    memset(a, '*', sizeof a);
+    assert_int_equal(a2__random_hex(a, 100), 0);
+    assert_int_equal(strlen(a), 200);
+    assert_int_equal(strspn(a, "0123456789abcdef"), 200);
+    assert_int_equal(a[201], '*');
+    assert_int_equal(a2__random_hex(b, 100), 0);
+    assert_string_not_equal(a, b);
+    assert_int_equal(a2__random_hex(b, 0), 0);
+    assert_string_equal(b, "");
+}
+
 static void test_lsn_args(void **state)
 {
     (void)state;
@@ -230,7 +246,7 @@ int main(void)
             cmocka_unit_test(test_kind),     cmocka_unit_test(test_parse),
             cmocka_unit_test(test_split),    cmocka_unit_test(test_dial_errors),
             cmocka_unit_test(test_clocks),   cmocka_unit_test(test_lsn_args),
-            cmocka_unit_test(test_buf_grow),
+            cmocka_unit_test(test_buf_grow), cmocka_unit_test(test_random_hex),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
