@@ -29,6 +29,7 @@
 #include "cli.h"
 
 #include "../common/addr.h"
+#include "../common/num.h"
 #include "../common/random.h"
 #include "a2/version.h"
 #include "a2/wire.h"
@@ -346,7 +347,7 @@ static enum MHD_Result serve_tail(a2__console *con, struct MHD_Connection *c)
     const char *l = query_arg(c, "last");
     if (l) {
         int64_t v;
-        if (a2__cli_parse_i64(l, 0, 1000, &v) != 0)
+        if (a2__num_parse_i64(l, 0, 1000, &v) != 0)
             return reply_json(c, a2__con_error(MHD_HTTP_BAD_REQUEST,
                                                "last must be 0 to 1000"));
         last = (int)v;
@@ -633,7 +634,7 @@ int a2__cli_cmd_console(a2__cli *cli, int argc, char **argv)
                              listen_spec);
     }
     int64_t port_n;
-    if (a2__cli_parse_i64(addr.port, 0, 65535, &port_n) != 0) {
+    if (a2__num_parse_i64(addr.port, 0, 65535, &port_n) != 0) {
         a2__addr_clear(&addr);
         return a2__cli_usage(cli, "bad --listen '%s': PORT must be 0 to 65535",
                              listen_spec);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../common/addr.h"
+#include "../common/num.h"
 #include "../common/random.h"
 #include "a2/version.h"
 #include "a2/wire.h"
@@ -109,10 +110,8 @@ static int split_tcp(const char *spec, char **host, char **port)
 
 static int parse_ms(const char *s, int min, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > INT_MAX)
+    int64_t v;
+    if (a2__num_parse_i64(s, min, INT_MAX, &v) != 0)
         return -1;
     *out = (int)v;
     return 0;

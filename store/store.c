@@ -5,6 +5,7 @@
 #include "store_int.h"
 
 #include "../common/clock.h"
+#include "../common/num.h"
 #include "../common/pgconn.h"
 #include "../common/random.h"
 
@@ -212,10 +213,8 @@ static int timeout_from_env(a2_store *s)
     const char *v = getenv(TIMEOUT_ENV);
     if (!v || !*v)
         return 0;
-    char *end;
-    errno = 0;
-    long ms = strtol(v, &end, 10);
-    if (errno || end == v || *end || ms < 0 || ms > TIMEOUT_MAX_MS)
+    int64_t ms;
+    if (a2__num_parse_i64(v, 0, TIMEOUT_MAX_MS, &ms) != 0)
         return a2__store_fail(s, A2_EINVALID_ARGUMENT,
                               TIMEOUT_ENV " must be a whole number of "
                                           "milliseconds from 0 to %d, not "

@@ -14,6 +14,7 @@
 #include "../../common/buf.h"
 #include "../../common/clock.h"
 #include "../../common/lsn.h"
+#include "../../common/num.h"
 #include "../../common/random.h"
 
 #include <setjmp.h>
@@ -214,6 +215,27 @@ static void test_buf_grow(void **state)
     free(p);
 }
 
+static void test_num_parse(void **state)
+{
+    (void)state;
+    int64_t v = 7;
+    assert_int_equal(a2__num_parse_i64("42", 0, 100, &v), 0);
+    assert_int_equal(v, 42);
+    assert_int_equal(a2__num_parse_i64("-5", -10, 10, &v), 0);
+    assert_int_equal(v, -5);
+    assert_int_equal(a2__num_parse_i64("9223372036854775807", 0, INT64_MAX, &v),
+                     0);
+    assert_true(v == INT64_MAX);
+    v = 7;
+    static const char *const bad[] = {
+            "",  "x", "4x",  "1 ", " ",
+            "+", "-", "101", "-1", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(a2__num_parse_i64(bad[i], 0, 100, &v), -1);
+    assert_int_equal(a2__num_parse_i64(NULL, 0, 100, &v), -1);
+    assert_int_equal(v, 7);
+}
+
 static void test_random_hex(void **state)
 {
     (void)state;
@@ -243,10 +265,15 @@ static void test_lsn_args(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_kind),     cmocka_unit_test(test_parse),
-            cmocka_unit_test(test_split),    cmocka_unit_test(test_dial_errors),
-            cmocka_unit_test(test_clocks),   cmocka_unit_test(test_lsn_args),
-            cmocka_unit_test(test_buf_grow), cmocka_unit_test(test_random_hex),
+            cmocka_unit_test(test_kind),
+            cmocka_unit_test(test_parse),
+            cmocka_unit_test(test_split),
+            cmocka_unit_test(test_dial_errors),
+            cmocka_unit_test(test_clocks),
+            cmocka_unit_test(test_lsn_args),
+            cmocka_unit_test(test_buf_grow),
+            cmocka_unit_test(test_random_hex),
+            cmocka_unit_test(test_num_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
