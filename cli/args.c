@@ -71,19 +71,6 @@ int a2__cli_no_options(a2__cli *cli, int argc, char **argv,
     return a2__cli_positionals(cli, argc, argv, min, max, what, rc);
 }
 
-int a2__cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
-{
-    if (!s || !*s)
-        return -1;
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < min || v > max)
-        return -1;
-    *out = (int64_t)v;
-    return 0;
-}
-
 int a2__cli_parse_at(const char *s, int64_t *ms)
 {
     char *end;

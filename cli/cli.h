@@ -72,8 +72,6 @@ int a2__cli_positionals(a2__cli *cli, int argc, char **argv, int min, int max,
 int a2__cli_no_options(a2__cli *cli, int argc, char **argv,
                        const char *help_text, int min, int max,
                        const char *what, int *rc);
-/* Parses a decimal int64 in [min, max]; returns 0, or -1 when s is not one. */
-int a2__cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 /* A time: epoch ms or 2026-12-02T09:00:00Z (seconds, fraction optional; Z
  * or +HH:MM). A duration: a whole number with ms, s, m, h or d. 0 or -1. */
 int a2__cli_parse_at(const char *s, int64_t *ms);

@@ -29,6 +29,8 @@
 #include "cli.h"
 
 #include "../common/addr.h"
+#include "../common/num.h"
+#include "../common/random.h"
 #include "a2/version.h"
 #include "a2/wire.h"
 
@@ -42,7 +44,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -346,7 +347,7 @@ static enum MHD_Result serve_tail(a2__console *con, struct MHD_Connection *c)
     const char *l = query_arg(c, "last");
     if (l) {
         int64_t v;
-        if (a2__cli_parse_i64(l, 0, 1000, &v) != 0)
+        if (a2__num_parse_i64(l, 0, 1000, &v) != 0)
             return reply_json(c, a2__con_error(MHD_HTTP_BAD_REQUEST,
                                                "last must be 0 to 1000"));
         last = (int)v;
@@ -579,25 +580,6 @@ static int listen_on(const struct addrinfo *ai, const char *spec, int *bound,
     return fd;
 }
 
-static int random_hex(char *out, size_t bytes)
-{
-    unsigned char raw[32];
-    if (bytes > sizeof raw)
-        return -1;
-    size_t got = 0;
-    while (got < bytes) {
-        ssize_t n = getrandom(raw + got, bytes - got, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        got += (size_t)n;
-    }
-    for (size_t i = 0; i < bytes; i++)
-        snprintf(out + 2 * i, 3, "%02x", raw[i]);
-    return 0;
-}
-
 int a2__cli_cmd_console(a2__cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -652,7 +634,7 @@ int a2__cli_cmd_console(a2__cli *cli, int argc, char **argv)
                              listen_spec);
     }
     int64_t port_n;
-    if (a2__cli_parse_i64(addr.port, 0, 65535, &port_n) != 0) {
+    if (a2__num_parse_i64(addr.port, 0, 65535, &port_n) != 0) {
         a2__addr_clear(&addr);
         return a2__cli_usage(cli, "bad --listen '%s': PORT must be 0 to 65535",
                              listen_spec);
@@ -696,7 +678,8 @@ int a2__cli_cmd_console(a2__cli *cli, int argc, char **argv)
             return a2__cli_fail(cli, "%s", err);
         }
     }
-    if (random_hex(con.csrf, 32) != 0 || random_hex(con.login, 32) != 0) {
+    if (a2__random_hex(con.csrf, 32) != 0 ||
+        a2__random_hex(con.login, 32) != 0) {
         freeaddrinfo(ai);
         a2__addr_clear(&addr);
         free(con.token);

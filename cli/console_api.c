@@ -23,6 +23,7 @@
 #include "console.h"
 
 #include "../common/clock.h"
+#include "../common/num.h"
 #include "a2/version.h"
 
 #include <stdarg.h>
@@ -275,7 +276,7 @@ static int parse_time(const char *s, int64_t *out)
 {
     if (!s)
         return 0;
-    if (a2__cli_parse_i64(s, 0, INT64_MAX / 2, out) == 0)
+    if (a2__num_parse_i64(s, 0, INT64_MAX / 2, out) == 0)
         return 0;
     int64_t ms = a2__con_parse_rfc3339(s);
     if (ms < 0)
@@ -322,7 +323,7 @@ static int int_arg(const a2__con_request *req, const char *key, int64_t min,
         *out = def;
         return 0;
     }
-    return a2__cli_parse_i64(v, min, max, out);
+    return a2__num_parse_i64(v, min, max, out);
 }
 
 /* ── GET ─────────────────────────────────────────────────────────────── */
@@ -705,7 +706,7 @@ static int head_args(body_args *b, head_ref *h, a2__con_reply *fail)
         *fail = a2__con_error(400, "session, consumer and index are required");
         return -1;
     }
-    if (a2__cli_parse_i64(idx, 1, INT64_MAX, &h->index) != 0) {
+    if (a2__num_parse_i64(idx, 1, INT64_MAX, &h->index) != 0) {
         *fail = a2__con_error(400, "index must be an event index >= 1");
         return -1;
     }
@@ -769,7 +770,7 @@ static a2__con_reply post_redrive_matching(a2__console *con,
         return a2__con_error(400, "filter must be an object");
     const char *exp = body_arg(&b, "expected");
     int64_t expected;
-    if (!exp || a2__cli_parse_i64(exp, 1, BULK_MAX, &expected) != 0)
+    if (!exp || a2__num_parse_i64(exp, 1, BULK_MAX, &expected) != 0)
         return a2__con_error(400,
                              "expected (the count the operator confirmed) "
                              "must be 1 to %d",

@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "console.h"
 
+#include "../common/buf.h"
 #include "../common/clock.h"
 
 #include <errno.h>
@@ -311,14 +312,10 @@ static int out_add(a2__con_tail *t, const char *s, size_t n)
     if (t->out_off > 0 && t->out_off == t->out_len)
         t->out_off = t->out_len = 0;
     if (t->out_len + n > t->out_cap) {
-        size_t cap = t->out_cap ? t->out_cap : 16384;
-        while (cap < t->out_len + n)
-            cap *= 2;
-        char *nb = realloc(t->out, cap);
+        char *nb = a2__buf_grow(t->out, &t->out_cap, 16384, t->out_len + n);
         if (!nb)
             return -1;
         t->out = nb;
-        t->out_cap = cap;
     }
     memcpy(t->out + t->out_len, s, n);
     t->out_len += n;
@@ -509,16 +506,13 @@ static int tail_read_file(a2__con_tail *t)
         } else if (end) {
             if (piece > 0) {
                 if (t->used + piece > t->cap) {
-                    size_t cap = t->cap ? t->cap : 4096;
-                    while (cap < t->used + piece)
-                        cap *= 2;
-                    char *nb = realloc(t->line, cap);
+                    char *nb = a2__buf_grow(t->line, &t->cap, 4096,
+                                            t->used + piece);
                     if (!nb) {
                         rc = -1;
                         break;
                     }
                     t->line = nb;
-                    t->cap = cap;
                 }
                 memcpy(t->line + t->used, chunk + start, piece);
                 t->used += piece;

@@ -6,6 +6,7 @@
  */
 #include "cli.h"
 
+#include "../common/buf.h"
 #include "../common/clock.h"
 
 #include <errno.h>
@@ -49,14 +50,12 @@ int a2__cli_http_read(int fd, int64_t deadline, size_t max, char **answer,
                 rc = A2__CLI_HTTP_ETOOBIG;
                 break;
             }
-            size_t ncap = cap ? cap * 2 : 16384;
-            char *nb = realloc(buf, ncap);
+            char *nb = a2__buf_grow(buf, &cap, 16384, used + 4097);
             if (!nb) {
                 rc = A2__CLI_HTTP_ENOMEM;
                 break;
             }
             buf = nb;
-            cap = ncap;
         }
         ssize_t n = recv(fd, buf + used, cap - used - 1, 0);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))

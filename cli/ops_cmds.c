@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include "../common/clock.h"
+#include "../common/num.h"
 #include "a2/store.h"
 
 #include <getopt.h>
@@ -212,7 +213,7 @@ int a2__cli_cmd_dead_letters(a2__cli *cli, int argc, char **argv)
         if (c == 'a') {
             after_text = optarg;
         } else if (c == 'n') {
-            if (a2__cli_parse_i64(optarg, 1, 1000, &limit) != 0)
+            if (a2__num_parse_i64(optarg, 1, 1000, &limit) != 0)
                 return a2__cli_usage(cli, "--limit needs 1..1000, not '%s'",
                                      optarg);
         } else if ((rc = filter_opt(cli, c, optarg, &fa)) > 1) {
@@ -258,7 +259,7 @@ static int open_head(a2__cli *cli, char **argv, const char **session,
                      const char **consumer, int64_t *index, a2_store **store,
                      int *rc)
 {
-    if (a2__cli_parse_i64(argv[optind + 2], 1, INT64_MAX, index) != 0) {
+    if (a2__num_parse_i64(argv[optind + 2], 1, INT64_MAX, index) != 0) {
         *rc = a2__cli_usage(cli, "INDEX must be an event index >= 1, not '%s'",
                             argv[optind + 2]);
         return -1;
@@ -377,7 +378,7 @@ int a2__cli_cmd_redrive(a2__cli *cli, int argc, char **argv)
         } else if (c == 'y') {
             yes = true;
         } else if (c == 'm') {
-            if (a2__cli_parse_i64(optarg, 1, INT64_MAX, &max) != 0)
+            if (a2__num_parse_i64(optarg, 1, INT64_MAX, &max) != 0)
                 return a2__cli_usage(cli, "--max needs a count >= 1, not '%s'",
                                      optarg);
         } else if ((rc = filter_opt(cli, c, optarg, &fa)) > 1) {

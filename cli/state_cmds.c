@@ -10,6 +10,7 @@
  */
 #include "../common/addr.h"
 #include "../common/clock.h"
+#include "../common/num.h"
 #include "a2/state.h"
 #include "a2/store.h"
 #include "a2/wire.h"
@@ -51,7 +52,7 @@ int a2__cli_cmd_state(a2__cli *cli, int argc, char **argv)
     while ((c = a2__cli_next_opt(cli, argc, argv, opts, help, &rc)) != -1) {
         if (c == -2)
             return rc;
-        if (c == 'a' && a2__cli_parse_i64(optarg, 0, INT64_MAX, &at) != 0)
+        if (c == 'a' && a2__num_parse_i64(optarg, 0, INT64_MAX, &at) != 0)
             return a2__cli_usage(cli, "--at needs an index >= 0, not '%s'",
                                  optarg);
     }

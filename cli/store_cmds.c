@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include "../common/clock.h"
+#include "../common/num.h"
 #include "a2/store.h"
 
 #include <getopt.h>
@@ -315,14 +316,14 @@ int a2__cli_cmd_read(a2__cli *cli, int argc, char **argv)
             return rc;
         int64_t v;
         if (c == 'a') {
-            if (a2__cli_parse_i64(optarg, 0, INT64_MAX, &v) != 0)
+            if (a2__num_parse_i64(optarg, 0, INT64_MAX, &v) != 0)
                 return a2__cli_usage(cli,
                                      "--after needs an index >= 0, "
                                      "not '%s'",
                                      optarg);
             ro.after = v;
         } else if (c == 'l') {
-            if (a2__cli_parse_i64(optarg, 1, 1000000, &v) != 0)
+            if (a2__num_parse_i64(optarg, 1, 1000000, &v) != 0)
                 return a2__cli_usage(cli,
                                      "--limit needs a count in "
                                      "1..1000000, not '%s'",

@@ -6,6 +6,8 @@
  */
 #include "audit.h"
 
+#include "../common/buf.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,14 +137,10 @@ void a2__audit_text_free(a2__audit_text *t)
 static int put(a2__audit_text *t, const char *s, size_t n)
 {
     if (t->len + n + 1 > t->cap) {
-        size_t ncap = t->cap ? t->cap : 4096;
-        while (t->len + n + 1 > ncap)
-            ncap *= 2;
-        char *nb = realloc(t->buf, ncap);
+        char *nb = a2__buf_grow(t->buf, &t->cap, 4096, t->len + n + 1);
         if (!nb)
             return -1;
         t->buf = nb;
-        t->cap = ncap;
     }
     memcpy(t->buf + t->len, s, n);
     t->len += n;
@@ -159,6 +157,8 @@ static int put_lit(a2__audit_text *t, const char *s)
 static int put_jstr(a2__audit_text *t, const char *p, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
+    /* The characters with a short escape, and the letter of each. */
+    static const char shortened[] = "\"\\\n\r\t\b\f", letter[] = "\"\\nrtbf";
     if (put(t, "\"", 1) != 0)
         return -1;
     size_t run = 0;
@@ -170,29 +170,10 @@ static int put_jstr(a2__audit_text *t, const char *p, size_t n)
             return -1;
         char esc[7] = {'\\', 0, 0, 0, 0, 0, 0};
         size_t elen = 2;
-        switch (ch) {
-        case '"':
-            esc[1] = '"';
-            break;
-        case '\\':
-            esc[1] = '\\';
-            break;
-        case '\n':
-            esc[1] = 'n';
-            break;
-        case '\r':
-            esc[1] = 'r';
-            break;
-        case '\t':
-            esc[1] = 't';
-            break;
-        case '\b':
-            esc[1] = 'b';
-            break;
-        case '\f':
-            esc[1] = 'f';
-            break;
-        default:
+        const char *k = memchr(shortened, ch, sizeof shortened - 1);
+        if (k) {
+            esc[1] = letter[k - shortened];
+        } else {
             esc[1] = 'u';
             esc[2] = '0';
             esc[3] = '0';

@@ -14,12 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "../common/addr.h"
+#include "../common/num.h"
+#include "../common/random.h"
 #include "a2/version.h"
 #include "a2/wire.h"
 #include "daemon.h"
@@ -109,10 +110,8 @@ static int split_tcp(const char *spec, char **host, char **port)
 
 static int parse_ms(const char *s, int min, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > INT_MAX)
+    int64_t v;
+    if (a2__num_parse_i64(s, min, INT_MAX, &v) != 0)
         return -1;
     *out = (int)v;
     return 0;
@@ -441,14 +440,11 @@ int main(int argc, char **argv)
     if (d.apply) {
         /* The secret this run's expiry ticks carry: a tick any role could
          * emit without it is not acted on. */
-        unsigned char raw[A2C_TICK_SECRET_LEN / 2];
-        if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+        if (a2__random_hex(d.tick_secret, A2C_TICK_SECRET_LEN / 2) != 0) {
             a2__daemon_log("could not draw a secret for the expiry ticks: %s",
                            strerror(errno));
             goto done;
         }
-        for (size_t i = 0; i < sizeof raw; i++)
-            snprintf(d.tick_secret + 2 * i, 3, "%02x", raw[i]);
         a2__apply_set_tick_secret(d.apply, d.tick_secret);
     }
     if (d.apply)

@@ -5,6 +5,8 @@
  */
 #include "metrics.h"
 
+#include "../common/buf.h"
+
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -18,14 +20,10 @@
  * does; -1, *buf as it was, when memory ran out. */
 static int reserve(char **buf, size_t *cap, size_t need)
 {
-    size_t ncap = *cap ? *cap : 4096;
-    while (ncap < need)
-        ncap *= 2;
-    char *nb = realloc(*buf, ncap);
+    char *nb = a2__buf_grow(*buf, cap, 4096, need);
     if (!nb)
         return -1;
     *buf = nb;
-    *cap = ncap;
     return 0;
 }
 

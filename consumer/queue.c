@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/buf.h"
 #include "../common/clock.h"
 #include "metrics.h"
 #include "queue.h"
@@ -283,14 +284,11 @@ int a2__queue_drain(a2__queue *q, a2_wire_buf *out, size_t max_bytes,
             size_t before = out->len;
             a2_wire_buf one = {e->data, e->len, e->len};
             if (out->len + e->len > out->cap) {
-                size_t cap = out->cap ? out->cap : 256;
-                while (cap < out->len + e->len)
-                    cap *= 2;
-                char *p = realloc(out->data, cap);
+                char *p = a2__buf_grow(out->data, &out->cap, 256,
+                                       out->len + e->len);
                 if (!p)
                     return moved ? moved : A2C_QUEUE_ENOMEM;
                 out->data = p;
-                out->cap = cap;
             }
             memcpy(out->data + before, one.data, one.len);
             out->len += one.len;

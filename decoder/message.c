@@ -74,6 +74,30 @@ static int member_string(a2__decoder_scan *s, const char *key, bool nullable,
                                   key, nullable ? " or null" : "");
 }
 
+/* The top-level keys whose value is a string member of a2_change. */
+typedef struct string_key {
+    unsigned bit;
+    const char *name;
+    size_t off;
+} string_key;
+
+static const string_key string_keys[] = {
+        {KEY_SCHEMA, "schema", offsetof(a2_change, schema)},
+        {KEY_TABLE, "table", offsetof(a2_change, table_name)},
+        {KEY_PREFIX, "prefix", offsetof(a2_change, prefix)},
+        {KEY_CONTENT, "content", offsetof(a2_change, content)},
+};
+
+/* The string key of bit, one of string_keys. */
+static const string_key *string_key_of(unsigned bit)
+{
+    size_t i = 0;
+    while (i + 1 < sizeof string_keys / sizeof string_keys[0] &&
+           string_keys[i].bit != bit)
+        i++;
+    return &string_keys[i];
+}
+
 static int parse_top(a2__decoder_scan *s, unsigned *seen)
 {
     a2_decoder *d = s->d;
@@ -187,19 +211,20 @@ static int parse_top(a2__decoder_scan *s, unsigned *seen)
             break;
         }
         case KEY_SCHEMA:
-            if (member_string(s, "schema", false, &c->schema) < 0)
-                return d->err.code;
-            break;
         case KEY_TABLE:
-            if (member_string(s, "table", false, &c->table_name) < 0)
+        case KEY_PREFIX:
+        case KEY_CONTENT: {
+            const string_key *sk = string_key_of(bit);
+            if (member_string(s, sk->name, false,
+                              (a2_change_text *)((char *)c + sk->off)) < 0)
                 return d->err.code;
             break;
+        }
         case KEY_COLUMNS:
-            if (a2__decoder_scan_columns(s, &d->cols, "columns") < 0)
-                return d->err.code;
-            break;
         case KEY_IDENTITY:
-            if (a2__decoder_scan_columns(s, &d->ident, "identity") < 0)
+            if (a2__decoder_scan_columns(
+                        s, bit == KEY_COLUMNS ? &d->cols : &d->ident,
+                        bit == KEY_COLUMNS ? "columns" : "identity") < 0)
                 return d->err.code;
             break;
         case KEY_TRANSACTIONAL:
@@ -215,14 +240,6 @@ static int parse_top(a2__decoder_scan *s, unsigned *seen)
             }
             if (r < 0)
                 return r;
-            break;
-        case KEY_PREFIX:
-            if (member_string(s, "prefix", false, &c->prefix) < 0)
-                return d->err.code;
-            break;
-        case KEY_CONTENT:
-            if (member_string(s, "content", false, &c->content) < 0)
-                return d->err.code;
             break;
         default: /* origin, pk, anything else: validated and skipped */
             if (a2__decoder_skip_value(s, 1) < 0)

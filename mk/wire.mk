@@ -7,7 +7,7 @@
 FUZZ_WIRE_TIME ?= 30
 FUZZ_WIRE_BIN := build/fuzz/fuzz_wire
 FUZZ_WIRE_GEN := build/fuzz/wire_gen_corpus
-FUZZ_WIRE_SRCS := $(wildcard wire/*.c) common/utf8.c
+FUZZ_WIRE_SRCS := $(wildcard wire/*.c) common/utf8.c common/buf.c
 FUZZ_WIRE_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Wall -Wextra -Werror
 
 .PHONY: fuzz-wire fuzz-wire-corpus

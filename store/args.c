@@ -64,6 +64,22 @@ int a2__store_run(a2_store *s, const char *sql, a2__store_params *p,
     return rc;
 }
 
+int a2__store_run_on_event(a2_store *s, const char *sql, const char *session,
+                           const char *consumer, int64_t index,
+                           const char *text, const a2_consumer *consumers,
+                           size_t nconsumers, json_t **out)
+{
+    *out = NULL;
+    int rc = a2__store_check_consumers(s, consumers, nconsumers);
+    if (rc)
+        return rc;
+    a2__store_params p = {0};
+    a2__store_param_event_ref(&p, session, consumer, index);
+    a2__store_param_text(&p, text);
+    a2__store_param_json(&p, a2__store_consumers_json(consumers, nconsumers));
+    return a2__store_run(s, sql, &p, false, out);
+}
+
 int a2__store_param_session(a2_store *s, a2__store_params *p,
                             const char *session)
 {

@@ -164,16 +164,12 @@ int a2_store_redrive(a2_store *s, const char *session, const char *consumer,
     int rc = a2__store_check_event_ref(s, session, consumer, index);
     if (rc == 0)
         rc = check_action(s, action);
-    if (rc == 0)
-        rc = a2__store_check_consumers(s, consumers, nconsumers);
     if (rc)
         return rc;
-    a2__store_params p = {0};
-    a2__store_param_event_ref(&p, session, consumer, index);
-    a2__store_param_text(&p, action_text(action));
-    a2__store_param_json(&p, a2__store_consumers_json(consumers, nconsumers));
     json_t *res = NULL;
-    rc = a2__store_run(s, SQL_REDRIVE, &p, false, &res);
+    rc = a2__store_run_on_event(s, SQL_REDRIVE, session, consumer, index,
+                                action_text(action), consumers, nconsumers,
+                                &res);
     if (rc == 0) {
         out->redriven = a2__row_bool(res, "redriven");
         out->has_pending = a2__row_bool(res, "has_pending");

@@ -154,16 +154,11 @@ int a2_store_cancel(a2_store *s, const char *session, const char *consumer,
     if (rc == 0 && reason && !a2__store_text_ok(reason, MAX_REASON_TEXT))
         rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
                             "reason must be UTF-8 of at most 64 KiB");
-    if (rc == 0)
-        rc = a2__store_check_consumers(s, consumers, nconsumers);
     if (rc)
         return rc;
-    a2__store_params p = {0};
-    a2__store_param_event_ref(&p, session, consumer, index);
-    a2__store_param_text(&p, reason);
-    a2__store_param_json(&p, a2__store_consumers_json(consumers, nconsumers));
     json_t *res = NULL;
-    rc = a2__store_run(s, SQL_CANCEL, &p, false, &res);
+    rc = a2__store_run_on_event(s, SQL_CANCEL, session, consumer, index, reason,
+                                consumers, nconsumers, &res);
     if (rc == 0)
         rc = decode_cancel(s, res, out);
     if (rc)

@@ -5,7 +5,9 @@
 #include "store_int.h"
 
 #include "../common/clock.h"
+#include "../common/num.h"
 #include "../common/pgconn.h"
+#include "../common/random.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -14,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #define TIMEOUT_MAX_MS 86400000
 #define TIMEOUT_ENV    "A2_STORE_TIMEOUT_MS"
@@ -114,26 +115,9 @@ static int64_t system_clock(void *ctx)
 static int random_id(void *ctx, char *buf, size_t len)
 {
     (void)ctx;
-    unsigned char raw[16];
-    size_t got = 0;
-    while (got < sizeof raw) {
-        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        got += (size_t)n;
-    }
-    static const char hex[] = "0123456789abcdef";
-    if (len < 2 * sizeof raw + 1)
+    if (len < 2 * 16 + 1)
         return -1;
-    for (size_t i = 0; i < sizeof raw; i++) {
-        buf[2 * i] = hex[raw[i] >> 4];
-        buf[2 * i + 1] = hex[raw[i] & 15];
-    }
-    buf[2 * sizeof raw] = '\0';
-    return 0;
+    return a2__random_hex(buf, 16);
 }
 
 void a2_store_set_clock(a2_store *store, a2_store_clock_fn fn, void *ctx)
@@ -229,10 +213,8 @@ static int timeout_from_env(a2_store *s)
     const char *v = getenv(TIMEOUT_ENV);
     if (!v || !*v)
         return 0;
-    char *end;
-    errno = 0;
-    long ms = strtol(v, &end, 10);
-    if (errno || end == v || *end || ms < 0 || ms > TIMEOUT_MAX_MS)
+    int64_t ms;
+    if (a2__num_parse_i64(v, 0, TIMEOUT_MAX_MS, &ms) != 0)
         return a2__store_fail(s, A2_EINVALID_ARGUMENT,
                               TIMEOUT_ENV " must be a whole number of "
                                           "milliseconds from 0 to %d, not "

@@ -129,6 +129,14 @@ void a2__store_param_event_ref(a2__store_params *p, const char *session,
 /* The call of sql with p (freed here); *out as a2__store_call's. */
 int a2__store_run(a2_store *s, const char *sql, a2__store_params *p,
                   bool rows, json_t **out);
+/* The call of sql on one event of a session's consumer (its reference
+ * checked by the caller) with one text argument and the served consumers,
+ * checked here: parameters session, consumer, index, text, consumers; *out
+ * as a2__store_run's (one jsonb). */
+int a2__store_run_on_event(a2_store *s, const char *sql, const char *session,
+                           const char *consumer, int64_t index,
+                           const char *text, const a2_consumer *consumers,
+                           size_t nconsumers, json_t **out);
 /* The session, checked as a name, as the one parameter of p; 0 or the
  * check's code. */
 int a2__store_param_session(a2_store *s, a2__store_params *p,

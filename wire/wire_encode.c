@@ -9,6 +9,8 @@
 #include "a2/wire.h"
 #include "wire_int.h"
 
+#include "../common/buf.h"
+
 void a2_wire_buf_init(a2_wire_buf *b)
 {
     if (b)
@@ -51,7 +53,6 @@ typedef struct {
 static int reserve(packctx *c, size_t len)
 {
     a2_wire_buf *b = c->b;
-    size_t cap;
     char *p;
 
     if (b->cap - b->len >= len)
@@ -60,16 +61,12 @@ static int reserve(packctx *c, size_t len)
         c->err = A2_WIRE_ENOMEM;
         return -1;
     }
-    cap = b->cap ? b->cap : 256;
-    while (cap < b->len + len)
-        cap *= 2;
-    p = realloc(b->data, cap);
+    p = a2__buf_grow(b->data, &b->cap, 256, b->len + len);
     if (!p) {
         c->err = A2_WIRE_ENOMEM;
         return -1;
     }
     b->data = p;
-    b->cap = cap;
     return 0;
 }
 

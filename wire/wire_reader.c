@@ -15,6 +15,8 @@
 #include "a2/wire.h"
 #include "wire_int.h"
 
+#include "../common/buf.h"
+
 /* A chunk of the per-message arena. */
 typedef struct chunk {
     struct chunk *next;
@@ -113,14 +115,10 @@ int a2_wire_reader_feed(a2_wire_reader *r, const void *data, size_t n)
     if (n > SIZE_MAX / 2 - r->len)
         return A2_WIRE_ENOMEM;
     if (r->len + n > r->cap) {
-        size_t cap = r->cap ? r->cap : 4096;
-        while (cap < r->len + n)
-            cap *= 2;
-        unsigned char *p = realloc(r->buf, cap);
+        unsigned char *p = a2__buf_grow(r->buf, &r->cap, 4096, r->len + n);
         if (!p)
             return A2_WIRE_ENOMEM;
         r->buf = p;
-        r->cap = cap;
     }
     memcpy(r->buf + r->len, data, n);
     r->len += n;

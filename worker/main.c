@@ -13,6 +13,7 @@
  */
 #include "../common/addr.h"
 #include "../common/clock.h"
+#include "../common/num.h"
 #include "a2/store.h"
 #include "a2/version.h"
 #include "a2/wire.h"
@@ -242,18 +243,6 @@ static int usage_error(const char *fmt, ...)
     return 2;
 }
 
-static int parse_int(const char *s, long long min, long long max,
-                     long long *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_args(app *a, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -279,7 +268,7 @@ static int parse_args(app *a, int argc, char **argv)
     const char *token_file = NULL, *log_arg = NULL, *exec_cmd = NULL,
                *serve_cmd = NULL;
     int lane_only = 0;
-    long long v;
+    int64_t v;
     int c;
     /* Room for every --connect: there are fewer than argc. */
     a->connects = calloc((size_t)argc, sizeof *a->connects);
@@ -307,27 +296,27 @@ static int parse_args(app *a, int argc, char **argv)
             a->db = optarg;
             break;
         case 'n':
-            if (parse_int(optarg, 1, MAX_CONCURRENCY, &v) != 0)
+            if (a2__num_parse_i64(optarg, 1, MAX_CONCURRENCY, &v) != 0)
                 return usage_error("--concurrency needs 1..%d, not '%s'",
                                    MAX_CONCURRENCY, optarg);
             a->concurrency = (int)v;
             break;
         case 't':
-            if (parse_int(optarg, 10, 86400000LL, &v) != 0)
+            if (a2__num_parse_i64(optarg, 10, 86400000LL, &v) != 0)
                 return usage_error("--ttl needs milliseconds in "
                                    "10..86400000, not '%s'",
                                    optarg);
             a->ttl_ms = v;
             break;
         case 'm':
-            if (parse_int(optarg, 1, 1000000, &v) != 0)
+            if (a2__num_parse_i64(optarg, 1, 1000000, &v) != 0)
                 return usage_error("--max-failures needs a count >= 1, not "
                                    "'%s'",
                                    optarg);
             a->max_failures = (int)v;
             break;
         case 'r':
-            if (parse_int(optarg, 0, 86400000LL, &v) != 0)
+            if (a2__num_parse_i64(optarg, 0, 86400000LL, &v) != 0)
                 return usage_error("--retry-after needs milliseconds in "
                                    "0..86400000, not '%s'",
                                    optarg);
@@ -340,7 +329,7 @@ static int parse_args(app *a, int argc, char **argv)
             log_arg = optarg;
             break;
         case 's':
-            if (parse_int(optarg, 10, 86400000LL, &v) != 0)
+            if (a2__num_parse_i64(optarg, 10, 86400000LL, &v) != 0)
                 return usage_error("--degraded-sweep needs milliseconds in "
                                    "10..86400000, not '%s'",
                                    optarg);

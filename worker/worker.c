@@ -602,6 +602,19 @@ static int start_connect(a2_worker *w)
     return 0;
 }
 
+/* Queues ev as an event of type with what a wake and a log frame both
+ * carry: the consumer, the session and the commit (lsn, xid). */
+static int enqueue_commit(a2_worker *w, a2_worker_event *ev, int type,
+                          const a2_wire_msg *m)
+{
+    ev->type = type;
+    ev->consumer = m->consumer;
+    ev->session = m->session;
+    ev->lsn = m->lsn;
+    ev->xid = m->xid;
+    return enqueue(w, ev);
+}
+
 /* Handles one frame from the consumer. */
 static int on_frame(a2_worker *w, const a2_wire_msg *m)
 {
@@ -635,24 +648,14 @@ static int on_frame(a2_worker *w, const a2_wire_msg *m)
         return rc;
     }
     case A2_WIRE_WAKE:
-        ev.type = A2_WORKER_EV_WAKE;
-        ev.consumer = m->consumer;
-        ev.session = m->session;
         ev.cursor = m->cursor;
         ev.head = m->head;
-        ev.lsn = m->lsn;
-        ev.xid = m->xid;
         memcpy(ev.trace_us, m->trace_us, sizeof ev.trace_us);
-        return enqueue(w, &ev);
+        return enqueue_commit(w, &ev, A2_WORKER_EV_WAKE, m);
     case A2_WIRE_LOG:
-        ev.type = A2_WORKER_EV_LOG;
-        ev.consumer = m->consumer;
-        ev.session = m->session;
         ev.idx = m->idx;
         ev.event_type = m->event_type;
-        ev.lsn = m->lsn;
-        ev.xid = m->xid;
-        return enqueue(w, &ev);
+        return enqueue_commit(w, &ev, A2_WORKER_EV_LOG, m);
     case A2_WIRE_CLEARED:
         ev.type = A2_WORKER_EV_CLEARED;
         ev.session = m->session;

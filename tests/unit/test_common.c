@@ -11,8 +11,11 @@
 #include <unistd.h>
 
 #include "../../common/addr.h"
+#include "../../common/buf.h"
 #include "../../common/clock.h"
 #include "../../common/lsn.h"
+#include "../../common/num.h"
+#include "../../common/random.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -191,6 +194,63 @@ static void test_clocks(void **state)
     assert_int_equal(ts.tv_nsec, 678000000L);
 }
 
+static void test_buf_grow(void **state)
+{
+    (void)state;
+    size_t cap = 0;
+    char *p = a2__buf_grow(NULL, &cap, 16, 1);
+    assert_non_null(p);
+    assert_int_equal(cap, 16);
+    memset(p, 'x', cap);
+    p = a2__buf_grow(p, &cap, 16, 17);
+    assert_non_null(p);
+    assert_int_equal(cap, 32);
+    assert_int_equal(p[15], 'x');
+    p = a2__buf_grow(p, &cap, 16, 200);
+    assert_non_null(p);
+    assert_int_equal(cap, 256);
+    p = a2__buf_grow(p, &cap, 16, 256);
+    assert_non_null(p);
+    assert_int_equal(cap, 256);
+    free(p);
+}
+
+static void test_num_parse(void **state)
+{
+    (void)state;
+    int64_t v = 7;
+    assert_int_equal(a2__num_parse_i64("42", 0, 100, &v), 0);
+    assert_int_equal(v, 42);
+    assert_int_equal(a2__num_parse_i64("-5", -10, 10, &v), 0);
+    assert_int_equal(v, -5);
+    assert_int_equal(a2__num_parse_i64("9223372036854775807", 0, INT64_MAX, &v),
+                     0);
+    assert_true(v == INT64_MAX);
+    v = 7;
+    static const char *const bad[] = {
+            "",  "x", "4x",  "1 ", " ",
+            "+", "-", "101", "-1", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(a2__num_parse_i64(bad[i], 0, 100, &v), -1);
+    assert_int_equal(a2__num_parse_i64(NULL, 0, 100, &v), -1);
+    assert_int_equal(v, 7);
+}
+
+static void test_random_hex(void **state)
+{
+    (void)state;
+    char a[2 * 100 + 2], b[2 * 100 + 2];
+    memset(a, '*', sizeof a);
+    assert_int_equal(a2__random_hex(a, 100), 0);
+    assert_int_equal(strlen(a), 200);
+    assert_int_equal(strspn(a, "0123456789abcdef"), 200);
+    assert_int_equal(a[201], '*');
+    assert_int_equal(a2__random_hex(b, 100), 0);
+    assert_string_not_equal(a, b);
+    assert_int_equal(a2__random_hex(b, 0), 0);
+    assert_string_equal(b, "");
+}
+
 static void test_lsn_args(void **state)
 {
     (void)state;
@@ -205,9 +265,15 @@ static void test_lsn_args(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_kind),   cmocka_unit_test(test_parse),
-            cmocka_unit_test(test_split),  cmocka_unit_test(test_dial_errors),
-            cmocka_unit_test(test_clocks), cmocka_unit_test(test_lsn_args),
+            cmocka_unit_test(test_kind),
+            cmocka_unit_test(test_parse),
+            cmocka_unit_test(test_split),
+            cmocka_unit_test(test_dial_errors),
+            cmocka_unit_test(test_clocks),
+            cmocka_unit_test(test_lsn_args),
+            cmocka_unit_test(test_buf_grow),
+            cmocka_unit_test(test_random_hex),
+            cmocka_unit_test(test_num_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
