@@ -43,25 +43,19 @@ group by session_id, v.k;
 \ir fired.sql
 
 -- 3: A lane head completed twice.
-begin;
-insert into chaos_audit(j) select j from chaos_audit
-where j->>'consumer' = 'chaos_lane' and j->>'transition' in ('completed', 'went_idle') limit 1;
+\set consumer chaos_lane
 \set defect '3 3'
-\ir fired.sql
+\ir completed_twice.sql
 
 -- 4: A concurrent head completed twice.
-begin;
-insert into chaos_audit(j) select j from chaos_audit
-where j->>'consumer' = 'chaos_conc' and j->>'transition' in ('completed', 'went_idle') limit 1;
+\set consumer chaos_conc
 \set defect '4 4'
-\ir fired.sql
+\ir completed_twice.sql
 
 -- 5: A log head completed twice.
-begin;
-insert into chaos_audit(j) select j from chaos_audit
-where j->>'consumer' = 'chaos_log' and j->>'transition' in ('completed', 'went_idle') limit 1;
+\set consumer chaos_log
 \set defect '5 5'
-\ir fired.sql
+\ir completed_twice.sql
 
 -- 6a: A dead letter with fewer failures than its consumer's maximum.
 begin;

@@ -300,6 +300,18 @@ void a2_test_consumer_end(a2_test_consumer *d)
     a2_test_consumer_cleanup(d);
 }
 
+void a2_test_worker_close_stop(a2_test_worker *w, a2_test_consumer *d)
+{
+    a2_test_worker_close(w);
+    assert_int_equal(a2_test_consumer_stop(d), 0);
+}
+
+void a2_test_worker_close_end(a2_test_worker *w, a2_test_consumer *d)
+{
+    a2_test_worker_close(w);
+    a2_test_consumer_end(d);
+}
+
 int a2_test_transitions(const char *audit, const char *name)
 {
     char needle[96];

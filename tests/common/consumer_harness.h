@@ -97,6 +97,14 @@ void a2_test_consumer_cleanup(a2_test_consumer *d);
  * test fails), then a2_test_consumer_cleanup. */
 void a2_test_consumer_end(a2_test_consumer *d);
 
+/* Closes worker w, then the consumer stops with status 0 (else the test
+ * fails); its files stay for the test to read (a2_test_consumer_cleanup
+ * after). */
+void a2_test_worker_close_stop(a2_test_worker *w, a2_test_consumer *d);
+
+/* Closes worker w, then a2_test_consumer_end. */
+void a2_test_worker_close_end(a2_test_worker *w, a2_test_consumer *d);
+
 /* How many audit records of transition `name` the audit file holds (the
  * count of "transition":"name" in it). */
 int a2_test_transitions(const char *audit, const char *name);

@@ -256,8 +256,7 @@ static void test_million_row_transaction(void **state)
     }
     assert_bounded("big transaction");
     a2_test_worker_close(&logw);
-    a2_test_worker_close(&live);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&live, &d);
     passed = 1;
 }
 
@@ -321,8 +320,7 @@ static void test_million_delayed_heads(void **state)
     if (peak > bound + BOUND_MIB * 1024L)
         fail_msg("the restart with %ld delayed heads peaked at %ld KiB", rows,
                  peak);
-    a2_test_worker_close(&live);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&live, &d);
     passed = 1;
 }
 
@@ -357,8 +355,7 @@ static void test_ten_megabyte_payload(void **state)
     assert_int_equal(logs, 3);
     assert_bounded("10 MB payloads");
     a2_test_worker_close(&logw);
-    a2_test_worker_close(&live);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&live, &d);
     passed = 1;
 }
 
@@ -436,8 +433,7 @@ static void test_ten_thousand_idle_connections(void **state)
     for (int i = 0; i < N; i++)
         close(fds[i]);
     free(fds);
-    a2_test_worker_close(&live);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&live, &d);
     passed = 1;
 }
 
@@ -488,8 +484,7 @@ static void test_worker_that_never_reads(void **state)
     assert_true(wakes < 60000);
     assert_bounded("worker that never reads");
     a2_test_worker_close(&slow);
-    a2_test_worker_close(&live);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&live, &d);
     passed = 1;
 }
 
@@ -584,8 +579,7 @@ static void test_descriptor_limit(void **state)
 
     for (int i = 0; i < CAP - 1 + EXTRA; i++)
         a2_test_worker_close(&ws[i]);
-    a2_test_worker_close(&live);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&live, &d);
     passed = 1;
 }
 

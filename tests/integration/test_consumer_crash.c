@@ -405,13 +405,9 @@ static void test_walsender_terminated(void **state)
 /* Waits until the file holds needle; fails after timeout_ms. */
 static void wait_for_text(const char *path, const char *needle, int timeout_ms)
 {
-    int64_t t0 = a2_test_now_ms();
-    while (a2_test_count_in_file(path, needle) == 0) {
-        if (a2_test_now_ms() - t0 > timeout_ms) {
-            char *t = a2_test_read_file(path);
-            fail_msg("no \"%s\" in %d ms: %s", needle, timeout_ms, t ? t : "");
-        }
-        a2_test_sleep_ms(50);
+    if (a2_test_wait_in_file(path, needle, 1, timeout_ms) == 0) {
+        char *t = a2_test_read_file(path);
+        fail_msg("no \"%s\" in %d ms: %s", needle, timeout_ms, t ? t : "");
     }
 }
 
@@ -638,8 +634,7 @@ static void test_invalidated_slot_gap(void **state)
     burst(4, 1);
     assert_true(a2_test_worker_wait_for(&w, "wake", 5000, &m));
     assert_string_equal(m.cursor, "#4");
-    a2_test_worker_close(&w);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&w, &d);
     /* the line after the gap is the new change */
     char *text = a2_test_read_file(d.audit);
     char *gap = strstr(text, "\"transition\":\"gap\"");
@@ -682,8 +677,7 @@ static void test_slot_lost_while_running(void **state)
     burst(4, 1);
     assert_true(a2_test_worker_wait_for(&w, "wake", 10000, &m));
     assert_string_equal(m.cursor, "#4");
-    a2_test_worker_close(&w);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&w, &d);
     assert_int_equal(a2_test_transitions(d.audit, "gap"), 1);
     assert_int_equal(a2_test_count_in_file(d.log, "was invalidated; recreated"),
                      1);

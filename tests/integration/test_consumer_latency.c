@@ -78,8 +78,7 @@ static void test_latency_and_throughput(void **state)
     measure(&w, 1 + N, 20, off);
     a2_test_exec(db, "set synchronous_commit = on");
 
-    a2_test_worker_close(&w);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&w, &d);
 
     printf("a2-consumer wake-up latency, commit to worker socket (µs):\n");
     printf("  %-26s %8s %8s %8s\n", "", "p50", "p99", "max");

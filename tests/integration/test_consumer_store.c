@@ -140,8 +140,7 @@ static void test_store_operations_wake(void **state)
     assert_string_equal(m.session, "s1");
     assert_int_equal(m.clear_index, clr.clear_index);
 
-    a2_test_worker_close(&w);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&w, &d);
     assert_int_equal(a2_test_transitions(d.audit, "started"), 1);
     assert_int_equal(a2_test_transitions(d.audit, "completed"), 1);
     assert_int_equal(a2_test_transitions(d.audit, "failed"), 1);
@@ -174,8 +173,7 @@ static void test_store_log_consumer(void **state)
     assert_int_equal(m.idx, user_idx);
     assert_string_equal(m.type, "user_msg");
     assert_int_equal(a2_test_worker_wait_for(&w, "log", 400, &m), 0);
-    a2_test_worker_close(&w);
-    a2_test_consumer_end(&d);
+    a2_test_worker_close_end(&w, &d);
 }
 
 int main(void)

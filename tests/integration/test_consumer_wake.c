@@ -101,8 +101,7 @@ static void test_append_and_complete_wake(void **state)
     assert_int_equal(a2_test_worker_next(&w, 300, &m), 0);
 
     /* the audit has the four transitions, named */
-    a2_test_worker_close(&w);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&w, &d);
     assert_int_equal(a2_test_transitions(d.audit, "started"), 2);
     assert_int_equal(a2_test_transitions(d.audit, "claimed"), 1);
     assert_int_equal(a2_test_transitions(d.audit, "completed"), 1);
@@ -202,8 +201,7 @@ static void test_retry_after_and_lease_lapse(void **state)
     assert_true(a2_test_worker_wait_for(&w, "wake", TIMER_WAIT_MS, &m));
     assert_int_equal(m.head, 1);
 
-    a2_test_worker_close(&w);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&w, &d);
     assert_int_equal(a2_test_transitions(d.audit, "failed"), 2);
     assert_int_equal(a2_test_transitions(d.audit, "claimed"), 3);
     assert_int_equal(a2_test_transitions(d.audit, "renewed"), 2);
@@ -233,8 +231,7 @@ static void test_timers_rebuilt_on_start(void **state)
     assert_true(a2_test_worker_wait_for(&w, "wake", 20000, &m));
     assert_true(a2_test_wall_ms() >= due);
     assert_string_equal(m.cursor, "#1");
-    a2_test_worker_close(&w);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&w, &d);
     assert_true(a2_test_count_in_file(d.log, "ready: 1 timers") == 1);
     a2_test_consumer_cleanup(&d);
 }
@@ -249,10 +246,7 @@ static void test_says_when_behind(void **state)
     append_event("s1", 1, "c");
     a2_test_sleep_ms(10500);
     a2_test_consumer_start(&d);
-    int64_t t0 = a2_test_now_ms();
-    while (a2_test_count_in_file(d.log, "falling behind") == 0 &&
-           a2_test_now_ms() - t0 < 5000)
-        a2_test_sleep_ms(50);
+    a2_test_wait_in_file(d.log, "falling behind", 1, 5000);
     assert_int_equal(a2_test_consumer_stop(&d), 0);
     assert_int_equal(
             a2_test_count_in_file(d.log, "falling behind: the commit at"), 1);
@@ -309,8 +303,7 @@ static void test_log_and_cleared(void **state)
     assert_string_equal(m.session, "s2");
     assert_int_equal(m.clear_index, 4);
     a2_test_worker_close(&lw);
-    a2_test_worker_close(&ew);
-    a2_test_consumer_end(&d);
+    a2_test_worker_close_end(&ew, &d);
 }
 
 /* A worker subscribed as a log consumer gets `log` wake-ups for its types
@@ -327,8 +320,7 @@ static void test_log_before_cursor(void **state)
                 "created_at) values ('s9', 1, 'other', 'o1', 1), ('s9', 2, "
                 "'signup', 'g2', 1)");
     expect_only_log(&lw, "fresh", "s9", 2, "signup");
-    a2_test_worker_close(&lw);
-    a2_test_consumer_end(&d);
+    a2_test_worker_close_end(&lw, &d);
 }
 
 static void test_presence_patch(void **state)
@@ -360,8 +352,7 @@ static void test_presence_patch(void **state)
     /* the other namespace's worker got nothing */
     assert_int_equal(a2_test_worker_wait_for(&other, "presence", 300, &m), 0);
     a2_test_worker_close(&w);
-    a2_test_worker_close(&other);
-    a2_test_consumer_end(&d);
+    a2_test_worker_close_end(&other, &d);
 }
 
 /* Expiry is pushed at its time, with nobody reading or reaping: for fields
@@ -440,8 +431,7 @@ static void test_presence_expiry_pushed(void **state)
     PGresult *r = PQexec(db, "select count(*) from a2_presence");
     assert_string_equal(PQgetvalue(r, 0, 0), "5");
     PQclear(r);
-    a2_test_worker_close(&w);
-    a2_test_consumer_end(&d);
+    a2_test_worker_close_end(&w, &d);
 }
 
 /* Starts consumer name (extra args or NULL) over an empty a2_presence;
@@ -509,8 +499,7 @@ static void test_presence_expiry_tick_retried(void **state)
     assert_int_equal(a2_test_count_in_file(
                              d.log, "could not commit a presence expiry tick"),
                      1);
-    a2_test_worker_close(&w);
-    a2_test_consumer_end(&d);
+    a2_test_worker_close_end(&w, &d);
 }
 
 /* The consumer's connections notice a server that vanished without
@@ -563,8 +552,7 @@ static void test_presence_expiry_tick_unanswered(void **state)
     assert_true(a2_test_wall_ms() >= due);
     assert_int_equal(a2_test_count_in_file(d.log, "tick got no answer"), 1);
     a2_test_continue_process();
-    a2_test_worker_close(&w);
-    a2_test_consumer_end(&d);
+    a2_test_worker_close_end(&w, &d);
 }
 
 /* Starts consumer name, metrics on a free port (returned), heartbeat_ms
@@ -656,8 +644,7 @@ static void test_metrics_heartbeat_and_stop(void **state)
     assert_int_equal(a2_test_count_in_file(d.audit, "\"cursor\":\"#2\""), 1);
 
     /* clean stop: final feedback confirms the last transaction */
-    a2_test_worker_close(&w);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&w, &d);
     char *audit = a2_test_read_file(d.audit);
     json_t *j = json_loads(audit, JSON_DISABLE_EOF_CHECK, NULL);
     free(audit);
@@ -757,8 +744,7 @@ static void test_metrics_slow_client(void **state)
     atomic_store(&drip_stop, 1);
     for (int i = 0; i < 4; i++)
         pthread_join(th[i], NULL);
-    a2_test_worker_close(&w);
-    a2_test_consumer_end(&d);
+    a2_test_worker_close_end(&w, &d);
 }
 
 /* The outcome and retry_at of a claim of session for consumer c by holder,
@@ -893,8 +879,7 @@ static void test_delayed_head_woken_on_time(void **state)
     r = claim_c("dl-3", "dc", &retry_at);
     assert_non_null(strstr(r, "\"index\": 2"));
     free(r);
-    a2_test_worker_close(&w);
-    a2_test_consumer_end(&d);
+    a2_test_worker_close_end(&w, &d);
 }
 
 /* 1,000 delayed heads, the consumer killed -9 while they wait: after the
@@ -955,8 +940,7 @@ static void test_delayed_heads_survive_kill(void **state)
                   woken, N - expected, worst);
     assert_int_equal(early, 0);
     assert_true(expected > 0);
-    a2_test_worker_close(&w);
-    a2_test_consumer_end(&d);
+    a2_test_worker_close_end(&w, &d);
 }
 
 int main(void)

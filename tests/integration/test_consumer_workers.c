@@ -222,8 +222,7 @@ static void test_bad_workers_are_dropped(void **state)
     assert_true(a2_test_worker_wait_for(&tcpw, "wake", 5000, &m));
     assert_string_equal(m.consumer, "c2");
     a2_test_worker_close(&good);
-    a2_test_worker_close(&tcpw);
-    a2_test_consumer_end(&d);
+    a2_test_worker_close_end(&tcpw, &d);
 }
 
 /* A transaction past the applier's bound: its wake-ups are replaced by one
@@ -243,8 +242,7 @@ static void test_huge_transaction_resyncs(void **state)
     assert_true(m.all_sessions);
     /* no wake-up of that transaction was sent */
     assert_int_equal(a2_test_worker_wait_for(&w, "wake", 300, &m), 0);
-    a2_test_worker_close(&w);
-    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    a2_test_worker_close_stop(&w, &d);
     assert_int_equal(a2_test_count_in_file(d.audit, "\n"), 100001);
     a2_test_consumer_cleanup(&d);
 }
@@ -287,12 +285,8 @@ static void test_resync_read_retried(void **state)
              due);
     a2_test_exec(db, sql);
     assert_true(a2_test_worker_wait_for(&w, "resync", 60000, &m));
-    int64_t t0 = a2_test_now_ms();
-    while (a2_test_count_in_file(d.log, "could not read the live claims") ==
-           0) {
-        assert_true(a2_test_now_ms() - t0 < 20000);
-        a2_test_sleep_ms(50);
-    }
+    assert_true(a2_test_wait_in_file(d.log, "could not read the live claims", 1,
+                                     20000) >= 1);
     assert_int_equal(a2_test_worker_wait_for(&w, "wake", 300, &m), 0);
     a2_test_exec(db, "grant select on a2_cursors to a2_tc_rebuild");
     /* the next read finds the lease; it lapses into a wake-up */
@@ -301,8 +295,7 @@ static void test_resync_read_retried(void **state)
     assert_string_equal(m.cursor, "#1");
     assert_true(a2_test_wall_ms() >= due);
     assert_true(a2_test_count_in_file(d.log, "reading again in") >= 1);
-    a2_test_worker_close(&w);
-    a2_test_consumer_end(&d);
+    a2_test_worker_close_end(&w, &d);
     a2_test_exec(db, "drop owned by a2_tc_rebuild");
     a2_test_exec(db, "drop role a2_tc_rebuild");
 }

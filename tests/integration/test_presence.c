@@ -82,6 +82,17 @@ static void expect(fx *f, const char *participant, const char *field,
     free(v);
 }
 
+/* A write of p's field (put) that wins (won) or loses, then a read of the
+ * field that finds want (NULL: none). */
+static void put_expect(fx *f, const char *field, const char *value, int64_t at,
+                       int64_t ttl, bool won, const char *want)
+{
+    if (put(f, "p", field, value, at, ttl) != won)
+        fail_msg("the write of %s = %s at %" PRId64 " %s", field,
+                 value ? value : "NULL", at, won ? "lost" : "won");
+    expect(f, "p", field, want);
+}
+
 static int64_t rows_of(fx *f)
 {
     char sql[256];
@@ -205,17 +216,13 @@ static void test_lww_and_ties(void **state)
     fx *f = *state;
     assert_true(put(f, "p", "s", "1", 200, 10000));
     /* strictly older loses against an unexpired newer row */
-    assert_false(put(f, "p", "s", "0", 199, 10000));
-    expect(f, "p", "s", "1");
+    put_expect(f, "s", "0", 199, 10000, false, "1");
     /* a tie goes to the incoming write */
-    assert_true(put(f, "p", "s", "2", 200, 10000));
-    expect(f, "p", "s", "2");
+    put_expect(f, "s", "2", 200, 10000, true, "2");
     /* newer wins */
-    assert_true(put(f, "p", "s", "3", 201, 10000));
-    expect(f, "p", "s", "3");
+    put_expect(f, "s", "3", 201, 10000, true, "3");
     /* fields are separate registers */
-    assert_true(put(f, "p", "t", "9", 1, 10000));
-    expect(f, "p", "t", "9");
+    put_expect(f, "t", "9", 1, 10000, true, "9");
     expect(f, "p", "s", "3");
     /* a write of several fields: each decided alone */
     a2_presence_field fl[2] = {{.field = "s", .value = "4"},
@@ -245,8 +252,7 @@ static void test_ttl_on_store_clock(void **state)
     expect(f, "p", "old", NULL);
     expect(f, "p", "future", NULL);
     /* An expired newer row loses to an older write. */
-    assert_true(put(f, "p", "future", "2", 5, 5000));
-    expect(f, "p", "future", "2");
+    put_expect(f, "future", "2", 5, 5000, true, "2");
 }
 
 static void test_tombstones(void **state)
@@ -254,24 +260,18 @@ static void test_tombstones(void **state)
     fx *f = *state;
     assert_true(put(f, "p", "s", "\"on\"", 100, 10000));
     /* an older delete loses */
-    assert_false(put(f, "p", "s", NULL, 99, 10000));
-    expect(f, "p", "s", "\"on\"");
+    put_expect(f, "s", NULL, 99, 10000, false, "\"on\"");
     /* a newer delete wins and keeps a tombstone */
-    assert_true(put(f, "p", "s", NULL, 150, 10000));
-    expect(f, "p", "s", NULL);
+    put_expect(f, "s", NULL, 150, 10000, true, NULL);
     assert_int_equal(rows_of(f), 1);
     /* a late older write cannot bring the field back */
-    assert_false(put(f, "p", "s", "\"late\"", 120, 10000));
-    expect(f, "p", "s", NULL);
+    put_expect(f, "s", "\"late\"", 120, 10000, false, NULL);
     /* "null" deletes as NULL does; a tie goes to the incoming write */
-    assert_true(put(f, "p", "s", "\"tie\"", 150, 10000));
-    expect(f, "p", "s", "\"tie\"");
-    assert_true(put(f, "p", "s", "null", 150, 10000));
-    expect(f, "p", "s", NULL);
+    put_expect(f, "s", "\"tie\"", 150, 10000, true, "\"tie\"");
+    put_expect(f, "s", "null", 150, 10000, true, NULL);
     /* once the tombstone expires, an older write lands */
     f->now += 10000;
-    assert_true(put(f, "p", "s", "\"back\"", 1, 10000));
-    expect(f, "p", "s", "\"back\"");
+    put_expect(f, "s", "\"back\"", 1, 10000, true, "\"back\"");
 }
 
 static void test_reap(void **state)
@@ -320,31 +320,49 @@ static void test_reap(void **state)
                      0);
 }
 
-/* A reap waits while a read holds the namespace. */
+/* A call on f's namespace in a thread of its own (an a2_test_call), and
+ * what it got. */
 typedef struct {
     fx *f;
     int64_t reaped;
-} reaper_arg;
+    a2_presence out;
+} ns_call;
 
-/* Reaps the namespace (an a2_test_call). */
+/* Reaps the namespace (at most 10 rows). */
 static int reap(a2_store *s, void *p)
 {
-    reaper_arg *r = p;
+    ns_call *r = p;
     return a2_store_presence_reap(s, r->f->ns, 10, &r->reaped);
 }
+
+/* Reads the namespace. */
+static int read_ns(a2_store *s, void *p)
+{
+    ns_call *r = p;
+    return a2_store_presence_read(s, r->f->ns, &r->out);
+}
+
+/* Begins a transaction on f->db that holds the namespace's advisory lock,
+ * shared (as a writer does) or not (as a read does). */
+static void hold_ns_lock(fx *f, bool shared)
+{
+    char sql[256];
+    a2_test_exec(f->db, "begin");
+    snprintf(sql, sizeof sql,
+             "select pg_advisory_xact_lock%s(%d, hashtext('%s'))",
+             shared ? "_shared" : "", A2_PRESENCE_LOCK_CLASS, f->ns);
+    free(a2_test_scalar(f->db, sql));
+}
+
+/* A reap waits while a read holds the namespace. */
 
 static void test_reap_waits_for_read(void **state)
 {
     fx *f = *state;
     assert_true(put(f, "p", "a", "1", 1, 1000));
     f->now += 1000;
-    char sql[256];
-    a2_test_exec(f->db, "begin");
-    snprintf(sql, sizeof sql,
-             "select pg_advisory_xact_lock(%d, hashtext('%s'))",
-             A2_PRESENCE_LOCK_CLASS, f->ns);
-    free(a2_test_scalar(f->db, sql));
-    reaper_arg r = {.f = f};
+    hold_ns_lock(f, false);
+    ns_call r = {.f = f};
     a2_test_call t;
     int waited = a2_test_call_start_blocked(&t, reap, &r, f,
                                             "wait_event = 'advisory'", 3000);
@@ -358,35 +376,18 @@ static void test_reap_waits_for_read(void **state)
 }
 
 /* A read waits for a write in flight in its namespace, and includes it. */
-typedef struct {
-    fx *f;
-    a2_presence out;
-} reader_arg;
-
-/* Reads the namespace (an a2_test_call). */
-static int read_ns(a2_store *s, void *p)
-{
-    reader_arg *r = p;
-    return a2_store_presence_read(s, r->f->ns, &r->out);
-}
-
 static void test_read_waits_for_writers(void **state)
 {
     fx *f = *state;
     char sql[512];
     /* a writer in flight: the shared lock and its row, not committed */
-    a2_test_exec(f->db, "begin");
-    snprintf(sql, sizeof sql,
-             "select pg_advisory_xact_lock_shared(%d, hashtext('%s'))",
-             A2_PRESENCE_LOCK_CLASS, f->ns);
-    char *v = a2_test_scalar(f->db, sql);
-    free(v);
+    hold_ns_lock(f, true);
     snprintf(sql, sizeof sql,
              "insert into a2_presence values ('%s', 'w', 'f', '1', null, 1, "
              "%" PRId64 ")",
              f->ns, f->now + 60000);
     a2_test_exec(f->db, sql);
-    reader_arg r = {.f = f};
+    ns_call r = {.f = f};
     a2_test_call t;
     a2_test_call_start(&t, read_ns, &r, f);
     PGconn *probe = a2_test_connect();

@@ -215,16 +215,14 @@ static const char *next_line(line_reader *lr, int timeout_ms)
     }
 }
 
-/* A line reader of fd (freed with free). */
-static line_reader *line_reader_new(int fd)
-{
-    line_reader *lr = calloc(1, sizeof *lr);
-    assert_non_null(lr);
-    lr->fd = fd;
-    return lr;
-}
+/* `a2 presence NS --follow --json` on the consumer at sock (its pid), and
+ * a reader of its output. */
+typedef struct {
+    pid_t pid;
+    line_reader *lr;
+} follower;
 
-static pid_t start_subscriber(const char *ns, const char *sock, int *out_fd)
+static follower start_follower(const char *ns, const char *sock)
 {
     int pfd[2];
     assert_int_equal(pipe(pfd), 0);
@@ -244,17 +242,25 @@ static pid_t start_subscriber(const char *ns, const char *sock, int *out_fd)
     assert_true(pid > 0);
     a2_test_track(pid);
     close(pfd[1]);
-    *out_fd = pfd[0];
-    return pid;
+    follower fl = {.pid = pid, .lr = calloc(1, sizeof *fl.lr)};
+    assert_non_null(fl.lr);
+    fl.lr->fd = pfd[0];
+    return fl;
 }
 
-/* Waits for the subscriber to exit; returns its wait status. */
-static int wait_subscriber(pid_t sub)
+/* Sends the follower sig (unless 0) and waits for it: it exits with status
+ * code. Then closes its pipe and frees its reader. */
+static void end_follower(follower *fl, int sig, int code)
 {
     int st;
-    waitpid(sub, &st, 0);
-    a2_test_untrack(sub);
-    return st;
+    if (sig)
+        kill(fl->pid, sig);
+    waitpid(fl->pid, &st, 0);
+    a2_test_untrack(fl->pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), code);
+    close(fl->lr->fd);
+    free(fl->lr);
 }
 
 /* Writes field of participant in ns on s (sent at 1, living ttl_ms). */
@@ -299,19 +305,17 @@ static void test_two_writers_one_subscriber(void **state)
     pthread_t t[2];
     start_writers(w, t);
     /* join while they write */
-    int fd;
-    pid_t sub = start_subscriber(ns, d.sock, &fd);
+    follower fl = start_follower(ns, d.sock);
     view v = {.state = json_object()};
-    line_reader *lr = line_reader_new(fd);
     const char *line;
     /* its read, then the writers wind down while it follows */
-    while (!v.snapshot_seen && (line = next_line(lr, 10000)) != NULL)
+    while (!v.snapshot_seen && (line = next_line(fl.lr, 10000)) != NULL)
         on_line(&v, line);
     assert_true(v.snapshot_seen);
     atomic_store(&w[0].stop, 1);
     atomic_store(&w[1].stop, 1);
     while (!atomic_load(&w[0].finished) || !atomic_load(&w[1].finished))
-        if ((line = next_line(lr, 50)) != NULL)
+        if ((line = next_line(fl.lr, 50)) != NULL)
             on_line(&v, line);
     join_writers(w, t);
     /* a last write marks the end of the stream */
@@ -322,8 +326,8 @@ static void test_two_writers_one_subscriber(void **state)
         int64_t left = until - a2_test_now_ms();
         if (left <= 0)
             fail_msg("no patch for the end marker within 30 s");
-        if ((line = next_line(lr, (int)left)) == NULL) {
-            if (lr->eof)
+        if ((line = next_line(fl.lr, (int)left)) == NULL) {
+            if (fl.lr->eof)
                 fail_msg("the subscriber's output ended before the end "
                          "marker's patch");
             fail_msg("no patch for the end marker within 30 s");
@@ -358,12 +362,7 @@ static void test_two_writers_one_subscriber(void **state)
     a2_presence_free(&out);
     a2_store_close(s);
     /* SIGTERM ends the follow cleanly */
-    kill(sub, SIGTERM);
-    int st = wait_subscriber(sub);
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
-    close(fd);
-    free(lr);
+    end_follower(&fl, SIGTERM, 0);
     json_decref(v.state);
     a2_test_consumer_end(&d);
 }
@@ -536,14 +535,12 @@ static void test_expiry_pushed(void **state)
     a2_test_consumer_run(&d, "tp_expiry");
     /* the subscriber first: once it printed its snapshot (an empty
      * namespace) it follows, and whatever comes next is a patch */
-    int fd;
-    pid_t sub = start_subscriber(ns, d.sock, &fd);
-    line_reader *lr = line_reader_new(fd);
+    follower fl = start_follower(ns, d.sock);
     view v = {.state = json_object()};
-    const char *line = next_line(lr, 20000);
+    const char *line = next_line(fl.lr, 20000);
     if (!line)
         fail_msg("no snapshot line from the subscriber in 20 s%s",
-                 lr->eof ? " (its output ended)" : "");
+                 fl.lr->eof ? " (its output ended)" : "");
     on_line(&v, line);
     assert_true(v.snapshot_seen);
     a2_store *s = a2_test_store_open(a2_test_db());
@@ -555,9 +552,9 @@ static void test_expiry_pushed(void **state)
     int64_t until = a2_test_now_ms() + 20000;
     while (!expired) {
         int64_t left = until - a2_test_now_ms();
-        if (left <= 0 || (line = next_line(lr, (int)left)) == NULL)
+        if (left <= 0 || (line = next_line(fl.lr, (int)left)) == NULL)
             fail_msg("no expiry patch within 20 s%s",
-                     lr->eof ? " (the subscriber's output ended)" : "");
+                     fl.lr->eof ? " (the subscriber's output ended)" : "");
         on_line(&v, line);
         int has = json_object_get(v.state, "ann\x1ftyping") != NULL;
         typing |= has;
@@ -569,11 +566,7 @@ static void test_expiry_pushed(void **state)
     if (after < 1500 - 50)
         fail_msg("expired %" PRId64 " ms after the write, ttl 1500 ms", after);
     assert_non_null(json_object_get(v.state, "ann\x1fname"));
-    kill(sub, SIGTERM);
-    int st = wait_subscriber(sub);
-    assert_int_equal(WEXITSTATUS(st), 0);
-    close(fd);
-    free(lr);
+    end_follower(&fl, SIGTERM, 0);
     json_decref(v.state);
     a2_store_close(s);
     a2_test_consumer_end(&d);
@@ -599,15 +592,14 @@ static void test_forged_tick_ignored(void **state)
     int seen_ann = 0;
     while (!seen_ann) {
         assert_true(wsub_next(&sub, 10000, &m));
-        seen_ann = m.type == A2_WIRE_PRESENCE &&
-                   strcmp(m.participant, "ann") == 0;
+        seen_ann =
+                m.type == A2_WIRE_PRESENCE && strcmp(m.participant, "ann") == 0;
     }
     /* The forger: a role of its own, with no grant at all. */
     a2_test_exec(db, "drop role if exists a2_test_forger");
     a2_test_exec(db, "create role a2_test_forger login");
     char conninfo[1024];
-    snprintf(conninfo, sizeof conninfo, "%s user=a2_test_forger",
-             a2_test_db());
+    snprintf(conninfo, sizeof conninfo, "%s user=a2_test_forger", a2_test_db());
     PGconn *forger = PQconnectdb(conninfo);
     assert_int_equal(PQstatus(forger), CONNECTION_OK);
     PGresult *r = PQexec(forger, "select pg_logical_emit_message(true, "
@@ -656,9 +648,7 @@ static void test_push_latency(void **state)
     a2_test_consumer_run(&d, "tp_latency");
     wsub sub = wsub_open(d.sock, "latency", ns, 1);
     a2_wire_msg m;
-    do
-        assert_true(wsub_next(&sub, 5000, &m));
-    while (m.type != A2_WIRE_PONG);
+    wsub_await_pong(&sub, 1, &m);
     a2_store *s = a2_test_store_open(a2_test_db());
     static int64_t ours[PUSHES], notify[PUSHES];
     for (int i = 0; i < PUSHES; i++) {
@@ -732,19 +722,13 @@ static void test_consumer_gone(void **state)
     (void)state;
     a2_test_consumer d;
     a2_test_consumer_run(&d, "tp_gone");
-    int fd;
-    pid_t sub = start_subscriber("gone-room", d.sock, &fd);
-    line_reader *lr = line_reader_new(fd);
+    follower fl = start_follower("gone-room", d.sock);
     /* its snapshot line comes first */
-    const char *line = next_line(lr, 10000);
+    const char *line = next_line(fl.lr, 10000);
     assert_non_null(line);
     assert_non_null(strstr(line, "\"snapshot\""));
     assert_int_equal(a2_test_consumer_stop(&d), 0);
-    int st = wait_subscriber(sub);
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 1);
-    close(fd);
-    free(lr);
+    end_follower(&fl, 0, 1);
     a2_test_consumer_cleanup(&d);
 }
 

@@ -166,8 +166,7 @@ static void test_append_in_application_transaction(void **state)
     assert_true(got);
     PQfinish(other);
     PQfinish(app);
-    a2_test_worker_close(&w);
-    a2_test_consumer_end(&d);
+    a2_test_worker_close_end(&w, &d);
 }
 
 /* Writes take a fresh snapshot after the session lock: they refuse

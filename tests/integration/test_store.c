@@ -76,6 +76,40 @@ static a2_claim_request claim_req(const char *holder)
 
 /* ── input checks ────────────────────────────────────────────────────── */
 
+/* Claims with req: the outcome is want (-1: any); the result is freed. */
+static void claim_expect(fx *f, const a2_claim_request *req, int want)
+{
+    a2_claim_result cr;
+    OK(a2_store_claim(f->s, f->session, req, &cr));
+    if (want >= 0)
+        assert_int_equal(cr.outcome, want);
+    a2_claim_result_free(&cr);
+}
+
+/* Claims with req into *cr (the caller frees it): the outcome is claimed,
+ * the first head at attempt, with failures failures before it. */
+static void claim_retried(fx *f, const a2_claim_request *req, int attempt,
+                          int failures, a2_claim_result *cr)
+{
+    OK(a2_store_claim(f->s, f->session, req, cr));
+    assert_int_equal(cr->outcome, A2_CLAIM_CLAIMED);
+    assert_int_equal(cr->heads.items[0].dispatch.attempt_count, attempt);
+    assert_int_equal(cr->heads.items[0].dispatch.failure_count, failures);
+}
+
+/* Claims with req: the outcome is claimed, the first head event index at
+ * attempt; the result is freed. */
+static void claim_head_expect(fx *f, const a2_claim_request *req, int64_t index,
+                              int attempt)
+{
+    a2_claim_result cr;
+    OK(a2_store_claim(f->s, f->session, req, &cr));
+    assert_int_equal(cr.outcome, A2_CLAIM_CLAIMED);
+    assert_int_equal(cr.heads.items[0].event.index, index);
+    assert_int_equal(cr.heads.items[0].dispatch.attempt_count, attempt);
+    a2_claim_result_free(&cr);
+}
+
 /* Completes attempt at, returning no events: its outcome is want. */
 static void complete_expect(fx *f, const a2_attempt_ref *at, int want)
 {
@@ -248,10 +282,10 @@ static void test_connection_lost(void **state)
     a2_events_free(&out);
     /* Kill the store's backend: the next call reports it, the one after
      * reconnects. */
-    a2_test_exec(f->db, "select pg_terminate_backend(pid) from "
-                        "pg_stat_activity where pid <> pg_backend_pid() and "
-                        "datname = current_database() and "
-                        A2_TEST_STORE_QUERY);
+    a2_test_exec(f->db,
+                 "select pg_terminate_backend(pid) from "
+                 "pg_stat_activity where pid <> pg_backend_pid() and "
+                 "datname = current_database() and " A2_TEST_STORE_QUERY);
     int rc = a2_store_read(f->s, f->session, NULL, &out);
     assert_int_equal(rc, A2_ESTORE_UNAVAILABLE);
     OK(a2_store_read(f->s, f->session, NULL, &out));
@@ -697,9 +731,7 @@ static void test_concurrent_target_claim_complete(void **state)
     a2_claim_result_free(&cr);
     at.index = 2;
     complete_expect(f, &at, A2_ATTEMPT_COMPLETED);
-    OK(a2_store_claim(f->s, f->session, &req, &cr));
-    assert_int_equal(cr.outcome, A2_CLAIM_SETTLED);
-    a2_claim_result_free(&cr);
+    claim_expect(f, &req, A2_CLAIM_SETTLED);
     /* Completing again: the head is done, the attempt superseded... unless
      * it is the same completion retried, which replays (no events). */
     complete_expect(f, &at, A2_ATTEMPT_COMPLETED);
@@ -735,9 +767,7 @@ static void test_lane_order(void **state)
         a2_claim_result_free(&cr);
         /* While it runs, nothing else of the lane is claimable. */
         req = claim_req("other");
-        OK(a2_store_claim(f->s, f->session, &req, &cr));
-        assert_int_equal(cr.outcome, A2_CLAIM_BUSY);
-        a2_claim_result_free(&cr);
+        claim_expect(f, &req, A2_CLAIM_BUSY);
         a2_attempt_ref at = {
                 .consumer = "c1", .lane = "L", .index = want, .attempt = 1};
         complete_expect(f, &at, A2_ATTEMPT_COMPLETED);
@@ -858,10 +888,7 @@ static void test_takeover_and_supersede(void **state)
     /* Lapse, take over. */
     f->now += 1001;
     req = claim_req("new");
-    OK(a2_store_claim(f->s, f->session, &req, &cr));
-    assert_int_equal(cr.outcome, A2_CLAIM_CLAIMED);
-    assert_int_equal(cr.heads.items[0].dispatch.attempt_count, 2);
-    assert_int_equal(cr.heads.items[0].dispatch.failure_count, 1);
+    claim_retried(f, &req, 2, 1, &cr);
     assert_string_equal(cr.heads.items[0].dispatch.claim_holder, "new");
     a2_claim_result_free(&cr);
     /* The old attempt: renew, complete, fail and append are superseded. */
@@ -903,9 +930,7 @@ static void test_max_failures_on_takeover(void **state)
     a2_claim_request req = claim_req("a");
     req.ttl_ms = 100;
     req.max_failures = 2;
-    OK(a2_store_claim(f->s, f->session, &req, &cr));
-    assert_int_equal(cr.outcome, A2_CLAIM_CLAIMED);
-    a2_claim_result_free(&cr);
+    claim_expect(f, &req, A2_CLAIM_CLAIMED);
     f->now += 200;
     OK(a2_store_claim(f->s, f->session, &req, &cr)); /* failure 1 */
     assert_int_equal(cr.outcome, A2_CLAIM_CLAIMED);
@@ -935,8 +960,7 @@ static void test_fail_retry_dead_letter_redrive(void **state)
     append_all(f, ev, 2);
     a2_claim_result cr;
     a2_claim_request req = claim_req("w");
-    OK(a2_store_claim(f->s, f->session, &req, &cr));
-    a2_claim_result_free(&cr);
+    claim_expect(f, &req, -1);
     a2_attempt_ref at = {
             .consumer = "c1", .lane = "L", .index = 1, .attempt = 1};
     a2_fail_result fr;
@@ -957,10 +981,7 @@ static void test_fail_retry_dead_letter_redrive(void **state)
     assert_int_equal(cr.retry_at, f->now + 5000);
     a2_claim_result_free(&cr);
     f->now += 5000;
-    OK(a2_store_claim(f->s, f->session, &req, &cr));
-    assert_int_equal(cr.outcome, A2_CLAIM_CLAIMED);
-    assert_int_equal(cr.heads.items[0].dispatch.attempt_count, 2);
-    assert_int_equal(cr.heads.items[0].dispatch.failure_count, 1);
+    claim_retried(f, &req, 2, 1, &cr);
     assert_string_equal(cr.heads.items[0].dispatch.last_error, "e1");
     a2_claim_result_free(&cr);
     at.attempt = 2;
@@ -968,9 +989,7 @@ static void test_fail_retry_dead_letter_redrive(void **state)
     OK(a2_store_fail(f->s, f->session, &at, &freq, &fr));
     assert_int_equal(fr.outcome, A2_ATTEMPT_DEAD_LETTERED);
     assert_int_equal(fr.failure_count, 2);
-    OK(a2_store_claim(f->s, f->session, &req, &cr));
-    assert_int_equal(cr.outcome, A2_CLAIM_SETTLED); /* lane blocked */
-    a2_claim_result_free(&cr);
+    claim_expect(f, &req, A2_CLAIM_SETTLED); /* lane blocked */
     a2_heads dl;
     OK(a2_store_dead_letters(f->s, f->session, &dl));
     assert_int_equal(dl.count, 1);
@@ -983,11 +1002,7 @@ static void test_fail_retry_dead_letter_redrive(void **state)
                         &rd));
     assert_true(rd.redriven);
     assert_true(rd.has_pending);
-    OK(a2_store_claim(f->s, f->session, &req, &cr));
-    assert_int_equal(cr.outcome, A2_CLAIM_CLAIMED);
-    assert_int_equal(cr.heads.items[0].event.index, 1);
-    assert_int_equal(cr.heads.items[0].dispatch.attempt_count, 3);
-    a2_claim_result_free(&cr);
+    claim_head_expect(f, &req, 1, 3);
     at.attempt = 3;
     freq.max_failures = 1;
     OK(a2_store_fail(f->s, f->session, &at, &freq, &fr));
@@ -1000,11 +1015,7 @@ static void test_fail_retry_dead_letter_redrive(void **state)
     OK(a2_store_redrive(f->s, f->session, "c1", 1, A2_REDRIVE_SKIP, NULL, 0,
                         &rd));
     assert_false(rd.redriven);
-    OK(a2_store_claim(f->s, f->session, &req, &cr));
-    assert_int_equal(cr.outcome, A2_CLAIM_CLAIMED);
-    assert_int_equal(cr.heads.items[0].event.index, 2);
-    assert_int_equal(cr.heads.items[0].dispatch.attempt_count, 1);
-    a2_claim_result_free(&cr);
+    claim_head_expect(f, &req, 2, 1);
     OK(a2_store_dead_letters(f->s, f->session, &dl));
     assert_int_equal(dl.count, 0);
     a2_heads_free(&dl);
@@ -1033,8 +1044,7 @@ static void test_complete_with_children(void **state)
     a2_events_free(&out);
     a2_claim_result cr;
     a2_claim_request req = claim_req("w");
-    OK(a2_store_claim(f->s, f->session, &req, &cr));
-    a2_claim_result_free(&cr);
+    claim_expect(f, &req, -1);
     a2_target next = {.consumer = "c2", .lane = "M"};
     a2_append_event kids[2] = {{.type = "kid",
                                 .id = "k1",
@@ -1089,10 +1099,8 @@ static void test_complete_duplicate_ids(void **state)
     a2_append_event ev[2] = {{.type = "p", .targets = &tg, .ntargets = 1},
                              {.type = "q", .id = "taken"}};
     append_all(f, ev, 2);
-    a2_claim_result cr;
     a2_claim_request req = claim_req("w");
-    OK(a2_store_claim(f->s, f->session, &req, &cr));
-    a2_claim_result_free(&cr);
+    claim_expect(f, &req, -1);
     a2_attempt_ref at = {.consumer = "c1", .index = 1, .attempt = 1};
     a2_complete_result comp;
     /* The same id twice. */
@@ -1258,8 +1266,8 @@ static void test_claim_waits_for_moved_head(void **state)
     assert_int_equal(pthread_create(&th, NULL, claim_thread, &job), 0);
     /* Wait until the claim blocks on the row lock. */
     int64_t waiting = a2_test_lock_waiters(
-            f->db, "datname = current_database() and " A2_TEST_STORE_QUERY,
-            1, 5000);
+            f->db, "datname = current_database() and " A2_TEST_STORE_QUERY, 1,
+            5000);
     assert_int_equal(waiting, 1);
     a2_test_exec(mover, "commit");
     PQfinish(mover);
@@ -1326,9 +1334,7 @@ static void test_clear_supersedes_claims(void **state)
     a2_append_event child = {.type = "late", .cause = &cause};
     assert_int_equal(a2_store_append(f->s, f->session, &child, 1, NULL, &out),
                      A2_ESUPERSEDED_ATTEMPT);
-    OK(a2_store_claim(f->s, f->session, &req, &cr));
-    assert_int_equal(cr.outcome, A2_CLAIM_SETTLED);
-    a2_claim_result_free(&cr);
+    claim_expect(f, &req, A2_CLAIM_SETTLED);
     a2_cursors cs;
     OK(a2_store_cursors(f->s, f->session, &cs));
     assert_int_equal(cs.count, 0);
@@ -1362,10 +1368,8 @@ static void test_clear_by_consumer(void **state)
     fx *f = *state;
     a2_target tg = {.consumer = "c1"};
     append_x(f, &tg);
-    a2_claim_result cr;
     a2_claim_request req = claim_req("w");
-    OK(a2_store_claim(f->s, f->session, &req, &cr));
-    a2_claim_result_free(&cr);
+    claim_expect(f, &req, -1);
     a2_clear_result clr;
     a2_cause stale = {.consumer = "c1", .index = 1, .attempt = 7};
     assert_int_equal(

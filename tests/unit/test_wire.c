@@ -27,26 +27,39 @@ static a2_wire_reader *read_one(a2_wire_from from, const a2_wire_buf *b,
     return r;
 }
 
-/* Expects the reader of direction from to fail on bytes with code. */
-static void expect_error(a2_wire_from from, const void *bytes, size_t n,
-                         int code, const char *needle)
+/* Takes the next message from r into *m: there is one, of type. */
+static void next_of(a2_wire_reader *r, a2_wire_type type, a2_wire_msg *m)
+{
+    assert_int_equal(a2_wire_reader_next(r, m), 1);
+    assert_int_equal(m->type, type);
+}
+
+/* Expects the reader of direction from to fail on bytes with code, its error
+ * holding needle (when not NULL); a failure names the case. */
+static void expect_error(const char *name, a2_wire_from from, const void *bytes,
+                         size_t n, int code, const char *needle)
 {
     a2_wire_reader *r = a2_wire_reader_new(from);
     a2_wire_msg m;
     int rc;
     assert_non_null(r);
-    assert_int_equal(a2_wire_reader_feed(r, bytes, n), 0);
+    if (a2_wire_reader_feed(r, bytes, n) != 0)
+        fail_msg("%s: the feed failed: %s", name, a2_wire_reader_error(r));
     rc = a2_wire_reader_next(r, &m);
     if (rc != code)
-        print_error("expected %d (%s), got %d: %s\n", code,
-                    needle ? needle : "", rc, a2_wire_reader_error(r));
-    assert_int_equal(rc, code);
-    assert_int_equal(m.type, A2_WIRE_NONE);
-    if (needle)
-        assert_non_null(strstr(a2_wire_reader_error(r), needle));
+        fail_msg("%s: expected %d (%s), got %d: %s", name, code,
+                 needle ? needle : "", rc, a2_wire_reader_error(r));
+    if (m.type != A2_WIRE_NONE)
+        fail_msg("%s: a message of type %d came with the error", name,
+                 (int)m.type);
+    if (needle && !strstr(a2_wire_reader_error(r), needle))
+        fail_msg("%s: the error \"%s\" does not say \"%s\"", name,
+                 a2_wire_reader_error(r), needle);
     /* Errors are final. */
-    assert_int_equal(a2_wire_reader_next(r, &m), code);
-    assert_int_equal(a2_wire_reader_feed(r, "\x80", 1), code);
+    if (a2_wire_reader_next(r, &m) != code)
+        fail_msg("%s: a second next is not %d", name, code);
+    if (a2_wire_reader_feed(r, "\x80", 1) != code)
+        fail_msg("%s: a feed after the error is not %d", name, code);
     a2_wire_reader_free(r);
 }
 
@@ -80,115 +93,247 @@ static void pack_map(msgpack_sbuffer *sb, int n, const char *const *kv)
     }
 }
 
-static void expect_map_error(a2_wire_from from, int n, const char *const *kv,
-                             int code, const char *needle)
-{
-    msgpack_sbuffer sb;
-    pack_map(&sb, n, kv);
-    expect_error(from, sb.data, sb.size, code, needle);
-    msgpack_sbuffer_destroy(&sb);
-}
+/* A frame built by pack_map from kv (key/value specs, NULL-terminated) that
+ * the reader of direction from refuses with code and an error with needle. */
+typedef struct {
+    const char *name;
+    a2_wire_from from;
+    const char *kv[13];
+    int code;
+    const char *needle;
+} map_case;
+
+#define W_ A2_WIRE_FROM_WORKER
+#define C_ A2_WIRE_FROM_CONSUMER
+
+static const map_case semantic_cases[] = {
+        /* missing t, t not a string, unknown t, message of the other side */
+        {"missing t", W_, {"name", "s:x"}, A2_WIRE_EMISSING, "no key t"},
+        {"t not a string", W_, {"t", "u:1"}, A2_WIRE_ETYPE, "key t"},
+        {"unknown t", W_, {"t", "s:bogus"}, A2_WIRE_EUNKNOWN, "bogus"},
+        {"pong from a worker",
+         W_,
+         {"t", "s:pong", "id", "u:1"},
+         A2_WIRE_EUNKNOWN,
+         "pong"},
+        {"ping from the consumer",
+         C_,
+         {"t", "s:ping", "id", "u:1"},
+         A2_WIRE_EUNKNOWN,
+         "ping"},
+        /* hello: wrong version, missing v, v wrong type, name missing, token
+         * int */
+        {"hello v 2",
+         W_,
+         {"t", "s:hello", "v", "u:2", "name", "s:w"},
+         A2_WIRE_EVERSION,
+         "version 2"},
+        {"hello without v",
+         W_,
+         {"t", "s:hello", "name", "s:w"},
+         A2_WIRE_EMISSING,
+         "missing key v"},
+        {"hello v a string",
+         W_,
+         {"t", "s:hello", "v", "s:1", "name", "s:w"},
+         A2_WIRE_ETYPE,
+         "key v"},
+        {"hello v negative",
+         W_,
+         {"t", "s:hello", "v", "i:-1", "name", "s:w"},
+         A2_WIRE_ETYPE,
+         "key v"},
+        {"hello without name",
+         W_,
+         {"t", "s:hello", "v", "u:1"},
+         A2_WIRE_EMISSING,
+         "name"},
+        {"hello token an integer",
+         W_,
+         {"t", "s:hello", "v", "u:1", "name", "s:w", "token", "u:5"},
+         A2_WIRE_ETYPE,
+         "token"},
+        /* subscribe: log_types of the wrong type or with a non-string */
+        {"subscribe log_types true",
+         W_,
+         {"t", "s:subscribe", "consumer", "s:c", "log_types", "b"},
+         A2_WIRE_ETYPE,
+         "log_types"},
+        {"subscribe log_types of integers",
+         W_,
+         {"t", "s:subscribe", "consumer", "s:c", "log_types", "a2"},
+         A2_WIRE_ETYPE,
+         "non-string"},
+        {"subscribe without consumer",
+         W_,
+         {"t", "s:subscribe"},
+         A2_WIRE_EMISSING,
+         "consumer"},
+        {"presence without ns",
+         W_,
+         {"t", "s:presence"},
+         A2_WIRE_EMISSING,
+         "ns"},
+        {"ping id nil", W_, {"t", "s:ping", "id", "n"}, A2_WIRE_ETYPE, "id"},
+        /* consumer side */
+        {"welcome v 7",
+         C_,
+         {"t", "s:welcome", "v", "u:7", "lsn", "u:1"},
+         A2_WIRE_EVERSION,
+         "version"},
+        {"welcome without lsn",
+         C_,
+         {"t", "s:welcome", "v", "u:1"},
+         A2_WIRE_EMISSING,
+         "lsn"},
+        {"wake head past int64",
+         C_,
+         {"t", "s:wake", "consumer", "s:c", "session", "s:s", "cursor", "s:k",
+          "head", "u:18446744073709551615", "lsn", "u:1"},
+         A2_WIRE_ETYPE,
+         "head"},
+        {"wake lsn negative",
+         C_,
+         {"t", "s:wake", "consumer", "s:c", "session", "s:s", "cursor", "s:k",
+          "head", "i:1", "lsn", "i:-1"},
+         A2_WIRE_ETYPE,
+         "lsn"},
+        {"log without type",
+         C_,
+         {"t", "s:log", "consumer", "s:c", "session", "s:s", "idx", "i:1",
+          "lsn", "u:1"},
+         A2_WIRE_EMISSING,
+         "type"},
+        {"cleared without clear_index",
+         C_,
+         {"t", "s:cleared", "session", "s:s", "lsn", "u:1"},
+         A2_WIRE_EMISSING,
+         "clear_index"},
+        {"resync without sessions",
+         C_,
+         {"t", "s:resync", "consumer", "s:c"},
+         A2_WIRE_EMISSING,
+         "sessions"},
+        {"resync sessions a string",
+         C_,
+         {"t", "s:resync", "consumer", "s:c", "sessions", "s:x"},
+         A2_WIRE_ETYPE,
+         "sessions"},
+        {"presence fields an array",
+         C_,
+         {"t", "s:presence", "ns", "s:n", "participant", "s:p", "fields", "a2"},
+         A2_WIRE_ETYPE,
+         "fields"},
+        {"presence without fields",
+         C_,
+         {"t", "s:presence", "ns", "s:n", "participant", "s:p"},
+         A2_WIRE_EMISSING,
+         "fields"},
+        {"error without message",
+         C_,
+         {"t", "s:error", "code", "s:x"},
+         A2_WIRE_EMISSING,
+         "message"},
+        {"pong without id", C_, {"t", "s:pong"}, A2_WIRE_EMISSING, "id"},
+        /* duplicate key */
+        {"duplicate id",
+         W_,
+         {"t", "s:ping", "id", "u:1", "id", "u:2"},
+         A2_WIRE_EFORMAT,
+         "duplicate"},
+};
 
 static void test_errors_semantic(void **state)
 {
     (void)state;
-    const a2_wire_from W = A2_WIRE_FROM_WORKER, C = A2_WIRE_FROM_CONSUMER;
-
-    /* missing t, t not a string, unknown t, message of the other side */
-    expect_map_error(W, 1, (const char *[]){"name", "s:x"}, A2_WIRE_EMISSING,
-                     "no key t");
-    expect_map_error(W, 1, (const char *[]){"t", "u:1"}, A2_WIRE_ETYPE,
-                     "key t");
-    expect_map_error(W, 1, (const char *[]){"t", "s:bogus"}, A2_WIRE_EUNKNOWN,
-                     "bogus");
-    expect_map_error(W, 2, (const char *[]){"t", "s:pong", "id", "u:1"},
-                     A2_WIRE_EUNKNOWN, "pong");
-    expect_map_error(C, 2, (const char *[]){"t", "s:ping", "id", "u:1"},
-                     A2_WIRE_EUNKNOWN, "ping");
-    /* hello: wrong version, missing v, v wrong type, name missing, token int */
-    expect_map_error(
-            W, 3, (const char *[]){"t", "s:hello", "v", "u:2", "name", "s:w"},
-            A2_WIRE_EVERSION, "version 2");
-    expect_map_error(W, 2, (const char *[]){"t", "s:hello", "name", "s:w"},
-                     A2_WIRE_EMISSING, "missing key v");
-    expect_map_error(
-            W, 3, (const char *[]){"t", "s:hello", "v", "s:1", "name", "s:w"},
-            A2_WIRE_ETYPE, "key v");
-    expect_map_error(
-            W, 3, (const char *[]){"t", "s:hello", "v", "i:-1", "name", "s:w"},
-            A2_WIRE_ETYPE, "key v");
-    expect_map_error(W, 2, (const char *[]){"t", "s:hello", "v", "u:1"},
-                     A2_WIRE_EMISSING, "name");
-    expect_map_error(W, 4,
-                     (const char *[]){"t", "s:hello", "v", "u:1", "name", "s:w",
-                                      "token", "u:5"},
-                     A2_WIRE_ETYPE, "token");
-    /* subscribe: log_types of the wrong type or with a non-string */
-    expect_map_error(W, 3,
-                     (const char *[]){"t", "s:subscribe", "consumer", "s:c",
-                                      "log_types", "b"},
-                     A2_WIRE_ETYPE, "log_types");
-    expect_map_error(W, 3,
-                     (const char *[]){"t", "s:subscribe", "consumer", "s:c",
-                                      "log_types", "a2"},
-                     A2_WIRE_ETYPE, "non-string");
-    expect_map_error(W, 1, (const char *[]){"t", "s:subscribe"},
-                     A2_WIRE_EMISSING, "consumer");
-    expect_map_error(W, 1, (const char *[]){"t", "s:presence"},
-                     A2_WIRE_EMISSING, "ns");
-    expect_map_error(W, 2, (const char *[]){"t", "s:ping", "id", "n"},
-                     A2_WIRE_ETYPE, "id");
-    /* consumer side */
-    expect_map_error(
-            C, 3, (const char *[]){"t", "s:welcome", "v", "u:7", "lsn", "u:1"},
-            A2_WIRE_EVERSION, "version");
-    expect_map_error(C, 2, (const char *[]){"t", "s:welcome", "v", "u:1"},
-                     A2_WIRE_EMISSING, "lsn");
-    expect_map_error(C, 6,
-                     (const char *[]){"t", "s:wake", "consumer", "s:c",
-                                      "session", "s:s", "cursor", "s:k", "head",
-                                      "u:18446744073709551615", "lsn", "u:1"},
-                     A2_WIRE_ETYPE, "head");
-    expect_map_error(C, 6,
-                     (const char *[]){"t", "s:wake", "consumer", "s:c",
-                                      "session", "s:s", "cursor", "s:k", "head",
-                                      "i:1", "lsn", "i:-1"},
-                     A2_WIRE_ETYPE, "lsn");
-    expect_map_error(C, 5,
-                     (const char *[]){"t", "s:log", "consumer", "s:c",
-                                      "session", "s:s", "idx", "i:1", "lsn",
-                                      "u:1"},
-                     A2_WIRE_EMISSING, "type");
-    expect_map_error(
-            C, 3,
-            (const char *[]){"t", "s:cleared", "session", "s:s", "lsn", "u:1"},
-            A2_WIRE_EMISSING, "clear_index");
-    expect_map_error(C, 2, (const char *[]){"t", "s:resync", "consumer", "s:c"},
-                     A2_WIRE_EMISSING, "sessions");
-    expect_map_error(C, 3,
-                     (const char *[]){"t", "s:resync", "consumer", "s:c",
-                                      "sessions", "s:x"},
-                     A2_WIRE_ETYPE, "sessions");
-    expect_map_error(C, 4,
-                     (const char *[]){"t", "s:presence", "ns", "s:n",
-                                      "participant", "s:p", "fields", "a2"},
-                     A2_WIRE_ETYPE, "fields");
-    expect_map_error(C, 3,
-                     (const char *[]){"t", "s:presence", "ns", "s:n",
-                                      "participant", "s:p"},
-                     A2_WIRE_EMISSING, "fields");
-    expect_map_error(C, 2, (const char *[]){"t", "s:error", "code", "s:x"},
-                     A2_WIRE_EMISSING, "message");
-    expect_map_error(C, 1, (const char *[]){"t", "s:pong"}, A2_WIRE_EMISSING,
-                     "id");
-    /* duplicate key */
-    expect_map_error(W, 3,
-                     (const char *[]){"t", "s:ping", "id", "u:1", "id", "u:2"},
-                     A2_WIRE_EFORMAT, "duplicate");
+    for (size_t i = 0; i < sizeof semantic_cases / sizeof semantic_cases[0];
+         i++) {
+        const map_case *c = &semantic_cases[i];
+        int n = 0;
+        while (c->kv[2 * n])
+            n++;
+        msgpack_sbuffer sb;
+        pack_map(&sb, n, c->kv);
+        expect_error(c->name, c->from, sb.data, sb.size, c->code, c->needle);
+        msgpack_sbuffer_destroy(&sb);
+    }
 }
 
-#define EXPECT_LIT(from, lit, code, needle)                                    \
-    expect_error(from, lit, sizeof(lit) - 1, code, needle)
+/* Bytes the reader of direction from refuses with code and needle. */
+typedef struct {
+    const char *name;
+    a2_wire_from from;
+    const char *bytes;
+    size_t n;
+    int code;
+    const char *needle;
+} bytes_case;
+
+/* A string literal's bytes and length (it may hold a NUL). */
+#define LIT(s) s, sizeof(s) - 1
+/* The start of a presence frame from the consumer, up to its fields. */
+#define PRESENCE_TO_FIELDS                                                     \
+    "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p\xa6\x66ields"
+
+static const bytes_case framing_cases[] = {
+        /* not a map: array, string, integer */
+        {"an array", W_, LIT("\x91\x01"), A2_WIRE_EFORMAT, "not a map"},
+        {"a string", W_, LIT("\xa1x"), A2_WIRE_EFORMAT, "not a map"},
+        {"an integer", W_, LIT("\x05"), A2_WIRE_EFORMAT, "not a map"},
+        /* reserved byte 0xc1, binary, ext */
+        {"byte 0xc1", W_, LIT("\x81\xc1"), A2_WIRE_EFORMAT, "0xc1"},
+        {"binary", W_, LIT("\x81\xa1t\xc4\x01x"), A2_WIRE_EFORMAT, "binary"},
+        {"ext", W_, LIT("\x81\xa1t\xd4\x01x"), A2_WIRE_EFORMAT, "extension"},
+        {"non-string key", W_, LIT("\x81\x01\x02"), A2_WIRE_EFORMAT,
+         "non-string key"},
+        /* NUL inside a string */
+        {"NUL in the id", W_, LIT("\x82\xa1t\xa4ping\xa2id\xa2\x61\x00"),
+         A2_WIRE_ETYPE, "id"},
+        {"NUL in ns", W_, LIT("\x82\xa1t\xa8presence\xa2ns\xa2\x61\x00"),
+         A2_WIRE_EFORMAT, "NUL"},
+        /* strings that are not UTF-8: a lone 0xff, an overlong "/", a UTF-16
+         * surrogate, a sequence cut short; as a hello name, a subscribe's
+         * consumer, a log type and a presence namespace */
+        {"name 0xff", W_, LIT("\x83\xa1t\xa5hello\xa1v\x01\xa4name\xa2w\xff"),
+         A2_WIRE_EFORMAT, "name is not UTF-8"},
+        {"consumer overlong", W_,
+         LIT("\x82\xa1t\xa9subscribe\xa8"
+             "consumer\xa3\xc0\xaf!"),
+         A2_WIRE_EFORMAT, "consumer is not UTF-8"},
+        {"log type a surrogate", W_,
+         LIT("\x83\xa1t\xa9subscribe\xa8"
+             "consumer\xa1"
+             "c\xa9log_types"
+             "\x91\xa3\xed\xa0\x80"),
+         A2_WIRE_EFORMAT, "log_types is not UTF-8"},
+        {"ns cut short", W_, LIT("\x82\xa1t\xa8presence\xa2ns\xa2\xe2\x82"),
+         A2_WIRE_EFORMAT, "ns is not UTF-8"},
+        /* map32 claiming 4 billion entries: rejected from its header */
+        {"map32 of 4 billion", W_, LIT("\xdf\xff\xff\xff\xff"), A2_WIRE_ETOOBIG,
+         "map"},
+        /* array32 inside claiming too many */
+        {"array32 too long", W_, LIT("\x81\xa1t\xdd\x00\x01\x00\x00"),
+         A2_WIRE_ETOOBIG, "array"},
+        /* str32 longer than the string limit */
+        {"str32 too long", W_, LIT("\x81\xa1t\xdb\x00\x00\x20\x00"),
+         A2_WIRE_ETOOBIG, "string"},
+        /* empty keys, twice: a duplicate */
+        {"empty key twice", W_, LIT("\x83\xa0\xa0\xa0\xa0\xa1t\xa4ping"),
+         A2_WIRE_EFORMAT, "duplicate"},
+        /* presence fields that JSON cannot carry */
+        {"field NaN", C_,
+         LIT(PRESENCE_TO_FIELDS
+             "\x81\xa1x\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00"),
+         A2_WIRE_ETYPE, "finite"},
+        {"field not UTF-8", C_, LIT(PRESENCE_TO_FIELDS "\x81\xa1x\xa1\xff"),
+         A2_WIRE_ETYPE, "UTF-8"},
+        {"field key an integer", C_, LIT(PRESENCE_TO_FIELDS "\x81\x01\x02"),
+         A2_WIRE_ETYPE, "key"},
+        {"field past int64", C_,
+         LIT(PRESENCE_TO_FIELDS
+             "\x81\xa1x\xcf\xff\xff\xff\xff\xff\xff\xff\xff"),
+         A2_WIRE_ETYPE, "range"},
+};
 
 static void test_errors_framing(void **state)
 {
@@ -196,39 +341,11 @@ static void test_errors_framing(void **state)
     const a2_wire_from W = A2_WIRE_FROM_WORKER, C = A2_WIRE_FROM_CONSUMER;
     static unsigned char big[A2_WIRE_MAX_WORKER_FRAME + 8192];
 
-    /* not a map: array, string, integer */
-    EXPECT_LIT(W, "\x91\x01", A2_WIRE_EFORMAT, "not a map");
-    EXPECT_LIT(W, "\xa1x", A2_WIRE_EFORMAT, "not a map");
-    EXPECT_LIT(W, "\x05", A2_WIRE_EFORMAT, "not a map");
-    /* reserved byte 0xc1, binary, ext */
-    EXPECT_LIT(W, "\x81\xc1", A2_WIRE_EFORMAT, "0xc1");
-    EXPECT_LIT(W, "\x81\xa1t\xc4\x01x", A2_WIRE_EFORMAT, "binary");
-    EXPECT_LIT(W, "\x81\xa1t\xd4\x01x", A2_WIRE_EFORMAT, "extension");
-    /* non-string key */
-    EXPECT_LIT(W, "\x81\x01\x02", A2_WIRE_EFORMAT, "non-string key");
-    /* NUL inside a string */
-    EXPECT_LIT(W, "\x82\xa1t\xa4ping\xa2id\xa2\x61\x00", A2_WIRE_ETYPE, "id");
-    EXPECT_LIT(W, "\x82\xa1t\xa8presence\xa2ns\xa2\x61\x00", A2_WIRE_EFORMAT,
-               "NUL");
-    /* strings that are not UTF-8: a lone 0xff, an overlong "/", a UTF-16
-     * surrogate, a sequence cut short; as a hello name, a subscribe's
-     * consumer, a log type and a presence namespace */
-    EXPECT_LIT(W, "\x83\xa1t\xa5hello\xa1v\x01\xa4name\xa2w\xff",
-               A2_WIRE_EFORMAT, "name is not UTF-8");
-    EXPECT_LIT(W, "\x82\xa1t\xa9subscribe\xa8" "consumer\xa3\xc0\xaf!",
-               A2_WIRE_EFORMAT, "consumer is not UTF-8");
-    EXPECT_LIT(W,
-               "\x83\xa1t\xa9subscribe\xa8" "consumer\xa1" "c\xa9log_types"
-               "\x91\xa3\xed\xa0\x80",
-               A2_WIRE_EFORMAT, "log_types is not UTF-8");
-    EXPECT_LIT(W, "\x82\xa1t\xa8presence\xa2ns\xa2\xe2\x82", A2_WIRE_EFORMAT,
-               "ns is not UTF-8");
-    /* map32 claiming 4 billion entries: rejected from its header */
-    EXPECT_LIT(W, "\xdf\xff\xff\xff\xff", A2_WIRE_ETOOBIG, "map");
-    /* array32 inside claiming too many */
-    EXPECT_LIT(W, "\x81\xa1t\xdd\x00\x01\x00\x00", A2_WIRE_ETOOBIG, "array");
-    /* str32 longer than the string limit */
-    EXPECT_LIT(W, "\x81\xa1t\xdb\x00\x00\x20\x00", A2_WIRE_ETOOBIG, "string");
+    for (size_t i = 0; i < sizeof framing_cases / sizeof framing_cases[0];
+         i++) {
+        const bytes_case *c = &framing_cases[i];
+        expect_error(c->name, c->from, c->bytes, c->n, c->code, c->needle);
+    }
     /* nesting past the depth limit */
     {
         unsigned char deep[64];
@@ -239,7 +356,7 @@ static void test_errors_framing(void **state)
         for (int i = 0; i < A2_WIRE_MAX_DEPTH; i++)
             deep[n++] = 0x91;
         deep[n++] = 0x01;
-        expect_error(C, deep, n, A2_WIRE_EDEPTH, "depth");
+        expect_error("nested too deep", C, deep, n, A2_WIRE_EDEPTH, "depth");
     }
     /* a worker frame over 64 KiB made of many small strings; the same bytes
      * are fine for the consumer's limit (then fail as an unknown frame). */
@@ -260,12 +377,10 @@ static void test_errors_framing(void **state)
             big[n++] = 0xc0;
         }
         assert_true(n > A2_WIRE_MAX_WORKER_FRAME);
-        expect_error(W, big, n, A2_WIRE_ETOOBIG, "frame");
-        expect_error(C, big, n, A2_WIRE_EMISSING, "no key t");
+        expect_error("big worker frame", W, big, n, A2_WIRE_ETOOBIG, "frame");
+        expect_error("big frame from the consumer", C, big, n, A2_WIRE_EMISSING,
+                     "no key t");
     }
-    /* empty keys, twice: a duplicate */
-    EXPECT_LIT(W, "\x83\xa0\xa0\xa0\xa0\xa1t\xa4ping", A2_WIRE_EFORMAT,
-               "duplicate");
     /* truncated input is not an error: it waits */
     {
         a2_wire_reader *r = a2_wire_reader_new(W);
@@ -278,23 +393,6 @@ static void test_errors_framing(void **state)
         assert_int_equal(m.id, 7);
         a2_wire_reader_free(r);
     }
-    /* presence fields that JSON cannot carry */
-    EXPECT_LIT(C,
-               "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
-               "\xa6\x66ields\x81\xa1x\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00",
-               A2_WIRE_ETYPE, "finite");
-    EXPECT_LIT(C,
-               "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
-               "\xa6\x66ields\x81\xa1x\xa1\xff",
-               A2_WIRE_ETYPE, "UTF-8");
-    EXPECT_LIT(C,
-               "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
-               "\xa6\x66ields\x81\x01\x02",
-               A2_WIRE_ETYPE, "key");
-    EXPECT_LIT(C,
-               "\x84\xa1t\xa8presence\xa2ns\xa1n\xabparticipant\xa1p"
-               "\xa6\x66ields\x81\xa1x\xcf\xff\xff\xff\xff\xff\xff\xff\xff",
-               A2_WIRE_ETYPE, "range");
 }
 
 static void test_encode_errors(void **state)
@@ -414,8 +512,8 @@ static void test_consumer_limits(void **state)
             msgpack_pack_str_body(&pk, s, 300);
         }
         assert_true(sb.size > A2_WIRE_MAX_CONSUMER_FRAME);
-        expect_error(A2_WIRE_FROM_CONSUMER, sb.data, sb.size, A2_WIRE_ETOOBIG,
-                     "frame exceeds");
+        expect_error("resync past 1 MiB", A2_WIRE_FROM_CONSUMER, sb.data,
+                     sb.size, A2_WIRE_ETOOBIG, "frame exceeds");
         msgpack_sbuffer_destroy(&sb);
     }
     /* presence fields: the frame's map is depth 1, fields 2, so 14 nested
@@ -529,11 +627,9 @@ static void test_presence_sub_ping(void **state)
     assert_int_equal(a2_wire_encode_presence_sub(&b, "room:1"), 0);
     assert_int_equal(a2_wire_encode_ping(&b, UINT64_MAX), 0);
     assert_int_equal(a2_wire_reader_feed(r, b.data, b.len), 0);
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_PRESENCE_SUB);
+    next_of(r, A2_WIRE_PRESENCE_SUB, &m);
     assert_string_equal(m.ns, "room:1");
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_PING);
+    next_of(r, A2_WIRE_PING, &m);
     assert_true(m.id == UINT64_MAX);
     assert_int_equal(a2_wire_reader_next(r, &m), 0);
     a2_wire_reader_free(r);
@@ -567,13 +663,11 @@ static void test_consumer_messages(void **state)
                      0);
     assert_int_equal(a2_wire_reader_feed(r, b.data, b.len), 0);
 
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_WELCOME);
+    next_of(r, A2_WIRE_WELCOME, &m);
     assert_int_equal(m.v, 1);
     assert_true(m.lsn == 0x16B3748ULL);
 
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_WAKE);
+    next_of(r, A2_WIRE_WAKE, &m);
     assert_string_equal(m.consumer, "mailer");
     assert_string_equal(m.session, "s1");
     assert_string_equal(m.cursor, "main");
@@ -581,8 +675,7 @@ static void test_consumer_messages(void **state)
     assert_true(m.lsn == UINT64_MAX);
     assert_int_equal(m.xid, 0); /* absent: a timer's */
 
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_LOG);
+    next_of(r, A2_WIRE_LOG, &m);
     assert_string_equal(m.consumer, "idx");
     assert_string_equal(m.session, "s2");
     assert_true(m.idx == INT64_MAX);
@@ -590,30 +683,25 @@ static void test_consumer_messages(void **state)
     assert_int_equal(m.lsn, 7);
     assert_int_equal(m.xid, 0);
 
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_CLEARED);
+    next_of(r, A2_WIRE_CLEARED, &m);
     assert_string_equal(m.session, "s3");
     assert_int_equal(m.clear_index, -1);
     assert_int_equal(m.lsn, 8);
 
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_RESYNC);
+    next_of(r, A2_WIRE_RESYNC, &m);
     assert_false(m.all_sessions);
     assert_int_equal(m.n_sessions, 3);
     assert_string_equal(m.sessions[2], "s3");
 
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_RESYNC);
+    next_of(r, A2_WIRE_RESYNC, &m);
     assert_true(m.all_sessions);
     assert_int_equal(m.n_sessions, 0);
 
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_RESYNC);
+    next_of(r, A2_WIRE_RESYNC, &m);
     assert_false(m.all_sessions);
     assert_int_equal(m.n_sessions, 0);
 
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_PRESENCE);
+    next_of(r, A2_WIRE_PRESENCE, &m);
     assert_string_equal(m.ns, "room");
     assert_string_equal(m.participant, "alice");
     assert_non_null(strstr(m.fields_json, "\"typing\":true"));
@@ -622,12 +710,10 @@ static void test_consumer_messages(void **state)
     assert_non_null(strstr(m.fields_json, "\"x\":1.5"));
     assert_non_null(strstr(m.fields_json, "\"o\":{\"a\":[1,\"b\"]}"));
 
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_PONG);
+    next_of(r, A2_WIRE_PONG, &m);
     assert_int_equal(m.id, 99);
 
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_ERROR);
+    next_of(r, A2_WIRE_ERROR, &m);
     assert_string_equal(m.code, "auth");
     assert_string_equal(m.message, "bad token");
 
@@ -673,15 +759,15 @@ static void test_utf8(void **state)
             {"plain ascii", 1},
             {"\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 1}, /* é € 😀 */
             {"\xef\xbf\xbf\xf4\x8f\xbf\xbf", 1}, /* U+FFFF, U+10FFFF */
-            {"\xc2\x9b", 1},                      /* C1 CSI: valid UTF-8 */
+            {"\xc2\x9b", 1},                     /* C1 CSI: valid UTF-8 */
             {"\xff", 0},
-            {"\x80", 0},                  /* a lone continuation */
-            {"\xc0\xaf", 0},              /* overlong "/" */
-            {"\xe0\x80\xaf", 0},          /* overlong, three bytes */
-            {"\xed\xa0\x80", 0},          /* surrogate U+D800 */
-            {"\xf4\x90\x80\x80", 0},      /* past U+10FFFF */
+            {"\x80", 0},             /* a lone continuation */
+            {"\xc0\xaf", 0},         /* overlong "/" */
+            {"\xe0\x80\xaf", 0},     /* overlong, three bytes */
+            {"\xed\xa0\x80", 0},     /* surrogate U+D800 */
+            {"\xf4\x90\x80\x80", 0}, /* past U+10FFFF */
             {"\xf5\x80\x80\x80", 0},
-            {"ok\xe2\x82", 0},            /* cut short */
+            {"ok\xe2\x82", 0}, /* cut short */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (a2_wire_utf8_valid(cases[i].s, strlen(cases[i].s)) != cases[i].ok)
@@ -691,70 +777,6 @@ static void test_utf8(void **state)
     assert_int_equal(a2_wire_utf8_seq(euro, 3), 3);
     assert_int_equal(a2_wire_utf8_seq(euro, 2), 0);
     assert_int_equal(a2_wire_utf8_seq(euro, 0), 0);
-}
-
-/* A wake-up and a log message carry their commit's xid (a claim waits for
- * it), and a reader takes one without it as 0; an xid that is not an
- * unsigned integer is refused. */
-static void test_wake_xid(void **state)
-{
-    (void)state;
-    a2_wire_buf b = {0};
-    a2_wire_msg w = {.type = A2_WIRE_WAKE,
-                     .consumer = "c",
-                     .session = "s",
-                     .cursor = "#1",
-                     .head = 1,
-                     .lsn = 5,
-                     .xid = 4294967295u};
-    a2_wire_msg l = {.type = A2_WIRE_LOG,
-                     .consumer = "c",
-                     .session = "s",
-                     .idx = 2,
-                     .event_type = "t",
-                     .lsn = 6,
-                     .xid = 731};
-    assert_int_equal(a2_wire_encode(&b, &w), 0);
-    assert_int_equal(a2_wire_encode(&b, &l), 0);
-    a2_wire_reader *r = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
-    assert_int_equal(a2_wire_reader_feed(r, b.data, b.len), 0);
-    a2_wire_msg m;
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_WAKE);
-    assert_true(m.xid == 4294967295u);
-    assert_int_equal(m.lsn, 5);
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_LOG);
-    assert_int_equal(m.xid, 731);
-    a2_wire_reader_free(r);
-    a2_wire_buf_free(&b);
-
-    /* xid as a string: refused, with the key named */
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 7);
-    const char *kv[][2] = {{"t", "wake"},
-                           {"consumer", "c"},
-                           {"session", "s"},
-                           {"cursor", "#1"}};
-    for (size_t i = 0; i < 4; i++) {
-        msgpack_pack_str_with_body(&pk, kv[i][0], strlen(kv[i][0]));
-        msgpack_pack_str_with_body(&pk, kv[i][1], strlen(kv[i][1]));
-    }
-    msgpack_pack_str_with_body(&pk, "head", 4);
-    msgpack_pack_int64(&pk, 1);
-    msgpack_pack_str_with_body(&pk, "lsn", 3);
-    msgpack_pack_uint64(&pk, 1);
-    msgpack_pack_str_with_body(&pk, "xid", 3);
-    msgpack_pack_str_with_body(&pk, "12", 2);
-    r = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
-    assert_int_equal(a2_wire_reader_feed(r, sb.data, sb.size), 0);
-    assert_true(a2_wire_reader_next(r, &m) < 0);
-    assert_non_null(strstr(a2_wire_reader_error(r), "xid"));
-    a2_wire_reader_free(r);
-    msgpack_sbuffer_destroy(&sb);
 }
 
 /* A wake frame with head, lsn and then what extra packs into its map
@@ -778,6 +800,33 @@ static void pack_wake(msgpack_sbuffer *sb, int extra_keys,
     msgpack_pack_str_with_body(&pk, "lsn", 3);
     msgpack_pack_uint64(&pk, 1);
     extra(&pk);
+}
+
+/* A wake frame with extra (one more key) that the consumer's reader
+ * refuses, its error naming key; name says which case failed. */
+static void expect_wake_refused(const char *name,
+                                void (*extra)(msgpack_packer *pk),
+                                const char *key)
+{
+    msgpack_sbuffer sb;
+    a2_wire_msg m;
+    msgpack_sbuffer_init(&sb);
+    pack_wake(&sb, 1, extra);
+    a2_wire_reader *r = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
+    assert_int_equal(a2_wire_reader_feed(r, sb.data, sb.size), 0);
+    if (a2_wire_reader_next(r, &m) >= 0)
+        fail_msg("%s: the wake was read", name);
+    if (!strstr(a2_wire_reader_error(r), key))
+        fail_msg("%s: the error \"%s\" does not name %s", name,
+                 a2_wire_reader_error(r), key);
+    a2_wire_reader_free(r);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+static void xid_string(msgpack_packer *pk)
+{
+    msgpack_pack_str_with_body(pk, "xid", 3);
+    msgpack_pack_str_with_body(pk, "12", 2);
 }
 
 static void trace_string(msgpack_packer *pk)
@@ -814,6 +863,44 @@ static void trace_too_big(msgpack_packer *pk)
     msgpack_pack_uint64(pk, UINT64_MAX);
 }
 
+/* A wake-up and a log message carry their commit's xid (a claim waits for
+ * it), and a reader takes one without it as 0; an xid that is not an
+ * unsigned integer is refused. */
+static void test_wake_xid(void **state)
+{
+    (void)state;
+    a2_wire_buf b = {0};
+    a2_wire_msg w = {.type = A2_WIRE_WAKE,
+                     .consumer = "c",
+                     .session = "s",
+                     .cursor = "#1",
+                     .head = 1,
+                     .lsn = 5,
+                     .xid = 4294967295u};
+    a2_wire_msg l = {.type = A2_WIRE_LOG,
+                     .consumer = "c",
+                     .session = "s",
+                     .idx = 2,
+                     .event_type = "t",
+                     .lsn = 6,
+                     .xid = 731};
+    assert_int_equal(a2_wire_encode(&b, &w), 0);
+    assert_int_equal(a2_wire_encode(&b, &l), 0);
+    a2_wire_reader *r = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
+    assert_int_equal(a2_wire_reader_feed(r, b.data, b.len), 0);
+    a2_wire_msg m;
+    next_of(r, A2_WIRE_WAKE, &m);
+    assert_true(m.xid == 4294967295u);
+    assert_int_equal(m.lsn, 5);
+    next_of(r, A2_WIRE_LOG, &m);
+    assert_int_equal(m.xid, 731);
+    a2_wire_reader_free(r);
+    a2_wire_buf_free(&b);
+
+    /* xid as a string: refused, with the key named */
+    expect_wake_refused("xid a string", xid_string, "xid");
+}
+
 /* A wake's trace: sent only when set, read back, and refused with the key
  * named when it is not an array of four 64-bit integers. */
 static void test_wake_trace(void **state)
@@ -839,30 +926,24 @@ static void test_wake_trace(void **state)
     a2_wire_reader *r = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
     assert_int_equal(a2_wire_reader_feed(r, b.data, b.len), 0);
     a2_wire_msg m;
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_WAKE);
+    next_of(r, A2_WIRE_WAKE, &m);
     for (int i = 0; i < A2_WIRE_TRACE_N; i++)
         assert_true(m.trace_us[i] == w.trace_us[i]);
-    assert_int_equal(a2_wire_reader_next(r, &m), 1);
-    assert_int_equal(m.type, A2_WIRE_WAKE);
+    next_of(r, A2_WIRE_WAKE, &m);
     for (int i = 0; i < A2_WIRE_TRACE_N; i++)
         assert_int_equal(m.trace_us[i], 0);
     a2_wire_reader_free(r);
     a2_wire_buf_free(&b);
 
-    void (*bad[])(msgpack_packer *) = {trace_string, trace_short,
-                                       trace_bad_element, trace_too_big};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        msgpack_sbuffer sb;
-        msgpack_sbuffer_init(&sb);
-        pack_wake(&sb, 1, bad[i]);
-        r = a2_wire_reader_new(A2_WIRE_FROM_CONSUMER);
-        assert_int_equal(a2_wire_reader_feed(r, sb.data, sb.size), 0);
-        assert_true(a2_wire_reader_next(r, &m) < 0);
-        assert_non_null(strstr(a2_wire_reader_error(r), "trace"));
-        a2_wire_reader_free(r);
-        msgpack_sbuffer_destroy(&sb);
-    }
+    static const struct {
+        const char *name;
+        void (*extra)(msgpack_packer *pk);
+    } bad[] = {{"trace a string", trace_string},
+               {"trace of three", trace_short},
+               {"trace with a string", trace_bad_element},
+               {"trace past int64", trace_too_big}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_wake_refused(bad[i].name, bad[i].extra, "trace");
 }
 
 int main(void)

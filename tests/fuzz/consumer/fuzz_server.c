@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "../../../consumer/server.h"
+#include "../fuzz_input.h"
 #include "a2/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -102,14 +103,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!srv)
         setup();
-    if (size < 1)
+    size_t chunk;
+    int ctl = fuzz_take_control(&data, &size, 2, &chunk);
+    if (ctl < 0)
         return 0;
-    unsigned ctl = data[0];
-    size_t chunk = ctl >> 2;
-    data++;
-    size--;
-    if (chunk == 0)
-        chunk = size ? size : 1;
 
     size_t got = 0;
     int fd = connect_worker();

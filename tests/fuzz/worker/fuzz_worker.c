@@ -19,6 +19,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../fuzz_input.h"
 #include "a2/wire.h"
 #include "a2/worker.h"
 
@@ -81,14 +82,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (lfd < 0)
         setup();
-    if (size < 1)
+    size_t chunk;
+    int ctl = fuzz_take_control(&data, &size, 1, &chunk);
+    if (ctl < 0)
         return 0;
-    unsigned ctl = data[0];
-    size_t chunk = ctl >> 1;
-    data++;
-    size--;
-    if (chunk == 0)
-        chunk = size ? size : 1;
 
     char connect[128], err[256];
     snprintf(connect, sizeof connect, "unix:%s", path);
