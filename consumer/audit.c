@@ -55,6 +55,14 @@ struct a2__audit {
     uint64_t durable; /* ... and fsynced */
     uint64_t state_written;
     int64_t state_at; /* monotonic ms of the last state file write */
+    /* The end of the last transaction marked after lines of its own were
+     * written (the "lsn" of the file's last line), and that position once
+     * fsynced. A restart finds in the file no more than the larger of it
+     * and the state file's position: nothing beyond may be confirmed. */
+    int unmarked_lines; /* lines written since the last mark */
+    uint64_t held;
+    uint64_t held_durable;
+    uint64_t sync_held; /* held when the outstanding fsync was requested */
     uint64_t lines;
     int outstanding; /* a background fsync was requested, not yet finished */
     int failed; /* a write or fsync failed: what is marked is not all there */
@@ -502,6 +510,7 @@ a2__audit *a2__audit_open(const char *path, a2__audit_resume *resume, char *err,
         goto error;
     /* A partial transaction is marked once its remaining lines are written. */
     a->marked = a->durable = a->state_written = resume->done;
+    a->held = a->held_durable = resume->done;
     /* The state file must be writable too: find out now, not at the first
      * group fsync. */
     if (write_state(a->state_path, resume->done, err, errlen) != 0)
@@ -527,6 +536,7 @@ int a2__audit_write(a2__audit *a, const char *buf, size_t len, size_t lines,
         return -1;
     }
     if (len > 0) {
+        a->unmarked_lines = 1;
         if (!a->dirty)
             a->dirty_since = a2__mono_ms();
         a->dirty = 1;
@@ -540,8 +550,13 @@ void a2__audit_mark(a2__audit *a, uint64_t lsn)
 {
     if (lsn > a->marked)
         a->marked = lsn;
-    if (!a->dirty && !a->outstanding)
+    if (a->unmarked_lines && lsn > a->held)
+        a->held = lsn;
+    a->unmarked_lines = 0;
+    if (!a->dirty && !a->outstanding) {
         a->durable = a->marked;
+        a->held_durable = a->held;
+    }
 }
 
 int a2__audit_dirty(const a2__audit *a)
@@ -578,10 +593,17 @@ int a2__audit_event_fd(a2__audit *a)
     return a->sy.started ? a->sy.efd : -1;
 }
 
+/* The state file is behind what is marked and its interval passed. */
+static int state_due(const a2__audit *a, int state_interval_ms)
+{
+    return a->marked > a->state_written &&
+           a2__mono_ms() - a->state_at >= state_interval_ms;
+}
+
 int a2__audit_sync_start(a2__audit *a, int state_interval_ms, char *err,
                          size_t errlen)
 {
-    if (!a->dirty || a->outstanding)
+    if (a->outstanding || (!a->dirty && !state_due(a, state_interval_ms)))
         return 0;
     if (a2__audit_flush(a, err, errlen) != 0)
         return -1;
@@ -591,8 +613,8 @@ int a2__audit_sync_start(a2__audit *a, int state_interval_ms, char *err,
     pthread_mutex_lock(&sy->mu);
     sy->fd = a->fd;
     sy->req_lsn = a->marked;
-    sy->state_wanted = a->marked > a->state_written &&
-                       a2__mono_ms() - a->state_at >= state_interval_ms;
+    sy->state_wanted = state_due(a, state_interval_ms);
+    a->sync_held = a->held;
     sy->requested = 1;
     sy->completed = 0;
     pthread_cond_signal(&sy->cv);
@@ -641,9 +663,14 @@ int a2__audit_sync_finish(a2__audit *a, char *err, size_t errlen)
     }
     if (lsn > a->durable)
         a->durable = lsn;
+    if (a->sync_held > a->held_durable)
+        a->held_durable = a->sync_held;
     /* nothing written since the request: everything marked is covered */
-    if (!a->dirty && a->marked > a->durable)
-        a->durable = a->marked;
+    if (!a->dirty) {
+        if (a->marked > a->durable)
+            a->durable = a->marked;
+        a->held_durable = a->held;
+    }
     return 0;
 }
 
@@ -673,12 +700,20 @@ int a2__audit_sync(a2__audit *a, int state_interval_ms, char *err,
         a->pending_lines = 0;
     }
     a->durable = a->marked;
+    a->held_durable = a->held;
     return write_state_if_due(a, state_interval_ms, err, errlen);
 }
 
 uint64_t a2__audit_durable(const a2__audit *a)
 {
     return a->durable;
+}
+
+uint64_t a2__audit_confirmable(const a2__audit *a)
+{
+    uint64_t c = a->held_durable > a->state_written ? a->held_durable
+                                                    : a->state_written;
+    return c < a->durable ? c : a->durable;
 }
 
 uint64_t a2__audit_lines(const a2__audit *a)

@@ -87,9 +87,10 @@ a2__audit_sync(a2__audit *a, int state_interval_ms, char *err, size_t errlen);
 
 /*
  * Group fsync without waiting: asks a helper thread to fsync what is written
- * so far (nothing when clean or when one is already running) and, when
- * state_interval_ms passed since the state file was last written (0 =
- * always), to write the state file at the position it made durable. Poll
+ * so far and, when state_interval_ms passed since the state file was last
+ * written (0 = always) and it is behind, to write the state file at the
+ * position it made durable. Nothing when one is already running, or when
+ * nothing is written and the state file is not due. Poll
  * a2__audit_event_fd for readability, then call a2__audit_sync_finish, which
  * moves the durable LSN once the helper is done. Both return 0 or -1 with the
  * reason in err (a failed fsync or state file write is fatal: the lines'
@@ -109,6 +110,16 @@ int a2__audit_busy(const a2__audit *a);
 
 /* The last marked LSN that is durable. */
 uint64_t a2__audit_durable(const a2__audit *a);
+
+/*
+ * What may be confirmed to the server: the durable LSN, but no further than
+ * a restart will find the file to hold, the larger of the last durable
+ * line's LSN and the state file's position. A position that moved with no
+ * line (a keepalive, a transaction of other tables) is confirmed once the
+ * state file says so: the syncs write it, at most every state interval,
+ * even when no line is waiting (a2__audit_sync_start).
+ */
+uint64_t a2__audit_confirmable(const a2__audit *a);
 
 /* Total lines written since open. */
 uint64_t a2__audit_lines(const a2__audit *a);

@@ -30,7 +30,10 @@
  * Group fsync: in the background when the group is due (FSYNC_GROUP_MS after
  * its first line, or FSYNC_GROUP_LINES lines, or a status update is due), so
  * the loop never waits for the disk; wait = fsync here (the clean stop). The
- * group's lines are written with one write(2) as its fsync starts.
+ * group's lines are written with one write(2) as its fsync starts. With no
+ * line waiting, the state file alone when it is behind, at most every
+ * STATE_INTERVAL_MS: a position that moved without a line is confirmed to
+ * the server only once the state file holds it.
  */
 static int sync_audit(a2__daemon *d, int due, int wait, char *err,
                       size_t errlen)
@@ -41,8 +44,10 @@ static int sync_audit(a2__daemon *d, int due, int wait, char *err,
         return a2__audit_sync(d->audit, 0, err, errlen);
     if (a2__audit_sync_finish(d->audit, err, errlen) != 0)
         return -1;
-    if (!a2__audit_dirty(d->audit) || a2__audit_busy(d->audit))
+    if (a2__audit_busy(d->audit))
         return 0;
+    if (!a2__audit_dirty(d->audit)) /* the state file alone, when due */
+        return a2__audit_sync_start(d->audit, STATE_INTERVAL_MS, err, errlen);
     int64_t since = a2__audit_dirty_since(d->audit);
     if (!due && a2__mono_ms() - since < FSYNC_GROUP_MS &&
         a2__audit_pending_lines(d->audit) < FSYNC_GROUP_LINES)

@@ -170,11 +170,12 @@ fail:
     return startup ? -2 : -1;
 }
 
-/* What may be confirmed to the server: what the audit file holds durably,
- * or without one what was applied; never below what was confirmed. */
+/* What may be confirmed to the server: what a restart will find the audit
+ * file to hold durably, or without one what was applied; never below what
+ * was confirmed. */
 static uint64_t flush_lsn(const a2__daemon *d)
 {
-    uint64_t flush = d->audit ? a2__audit_durable(d->audit)
+    uint64_t flush = d->audit ? a2__audit_confirmable(d->audit)
                               : a2__apply_applied(d->apply);
     return flush < d->flush_sent ? d->flush_sent : flush;
 }

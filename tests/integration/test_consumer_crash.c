@@ -325,6 +325,63 @@ static void test_kill9_mid_burst(void **state)
     a2_test_consumer_cleanup(&d);
 }
 
+/* The "lsn" of the audit file's last line, as text. */
+static void last_line_lsn(const char *path, char *out, size_t len)
+{
+    char *text = a2_test_read_file(path);
+    assert_non_null(text);
+    char *nl = strrchr(text, '\n');
+    assert_non_null(nl);
+    *nl = '\0';
+    char *line = strrchr(text, '\n');
+    json_t *j = json_loads(line ? line + 1 : text, 0, NULL);
+    assert_non_null(j);
+    snprintf(out, len, "%s", json_string_value(json_object_get(j, "lsn")));
+    json_decref(j);
+    free(text);
+}
+
+/* kill -9 once the slot confirmed a position past the audit file's last
+ * line that no line of its own marks (other tables' transactions): the
+ * restart finds the file holding it (the state file does) and records no
+ * "audit behind slot" gap. */
+static void test_kill9_after_position_moved(void **state)
+{
+    (void)state;
+    a2_test_consumer d;
+    a2_test_consumer_run(&d, "tc_moved");
+    burst(0, 1);
+    a2_test_wait_in_file(d.audit, "\n", 1, 10000);
+    wait_caught_up(d.audit, 10000);
+    char lsn[32];
+    last_line_lsn(d.audit, lsn, sizeof lsn);
+    a2_test_exec(db, "create table if not exists tc_other(x int)");
+    char q[256];
+    snprintf(q, sizeof q,
+             "select count(*) from pg_replication_slots where slot_name = "
+             "'tc_moved' and confirmed_flush_lsn > '%s'::pg_lsn",
+             lsn);
+    int64_t t0 = a2_test_now_ms();
+    while (a2_test_int(db, q) == 0) {
+        if (a2_test_now_ms() - t0 > 30000)
+            fail_msg("slot tc_moved did not confirm past %s in 30 s", lsn);
+        a2_test_exec(db, "insert into tc_other values (1)");
+        a2_test_sleep_ms(100);
+    }
+    a2_test_consumer_kill9(&d);
+    a2_test_consumer_start(&d);
+    assert_int_equal(a2_test_wait_in_file(d.log, "ready:", 2, 30000), 2);
+    burst(1, 1); /* the stream runs on */
+    a2_test_wait_in_file(d.audit, "\n", 2, 10000);
+    wait_caught_up(d.audit, 10000);
+    assert_int_equal(a2_test_consumer_stop(&d), 0);
+    assert_int_equal(a2_test_count_in_file(d.log, "are not in the file"), 0);
+    assert_int_equal(a2_test_transitions(d.audit, "gap"), 0);
+    assert_exactly_once(d.audit);
+    a2_test_exec(db, "drop table tc_other");
+    a2_test_consumer_cleanup(&d);
+}
+
 static void pg_restart(const char *mode)
 {
     const char *pgdev = getenv("A2_TEST_PGDEV");
@@ -689,6 +746,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_kill9_mid_burst, setup,
                                             teardown),
+            cmocka_unit_test_setup_teardown(test_kill9_after_position_moved,
+                                            setup, teardown),
             cmocka_unit_test_setup_teardown(test_postgres_fast_restart, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_postgres_crash_restart, setup,

@@ -153,11 +153,19 @@ kill -TERM "$pid_d"
 wait "$pid_d" 2>/dev/null
 gaps_before=$(grep -c '"op":"gap"' "$TMP/c.jsonl")
 rm -f "$TMP/c.jsonl.lsn"
+# Should WAL of no a2 line (a checkpoint's record, say) have come before the
+# stop, the slot confirmed past the file's last line, and without the state
+# file nothing says that no transition lies between: one gap record is then
+# the right answer.
+last=$(tail -1 "$TMP/c.jsonl" | sed 's/^{"lsn":"\([^"]*\)".*/\1/')
+past=$(psql "$A2_TEST_DB" -qXAt -c "select confirmed_flush_lsn > '$last'::pg_lsn from pg_replication_slots where slot_name = '$slot'")
+want=$gaps_before
+[ "$past" = t ] && want=$((gaps_before + 1))
 pe=$(free_port)
 start e "$TMP/c.jsonl" "$pe"
 wait_until 30 "e is ready" 'grep -q ready "$TMP/e.log"'
-[ "$(grep -c '"op":"gap"' "$TMP/c.jsonl")" = "$gaps_before" ] ||
-    fail "no gap when the slot confirmed only what the file holds: $(grep gap "$TMP/c.jsonl" | tail -1)"
+[ "$(grep -c '"op":"gap"' "$TMP/c.jsonl")" = "$want" ] ||
+    fail "gaps: $want when the slot confirmed past the file's last line $last: $past: $(grep gap "$TMP/c.jsonl" | tail -1)"
 checks=$((checks + 1))
 
 kill -TERM "$wpid" "$pid_e" 2>/dev/null

@@ -104,7 +104,6 @@ static void test_settle_outcomes(void **state)
     assert_int_equal(res[3].failure_count, 1);
     assert_int_equal(res[4].outcome, A2_ATTEMPT_SUPERSEDED);
     a2_settle_results_free(res, 5);
-    a2_claim_result_free(&cr);
 
     /* What the store holds: the child caused by a's attempt, d dead. */
     char q[512];
@@ -127,6 +126,7 @@ static void test_settle_outcomes(void **state)
     OK(a2_store_complete(f->s, f->session, &at[4], NULL, 0, NULL, 0, &comp));
     assert_int_equal(comp.outcome, A2_ATTEMPT_COMPLETED);
     a2_complete_result_free(&comp);
+    a2_claim_result_free(&cr); /* at[] points into it */
 }
 
 /* A settlement the store refuses refuses the call: nothing is settled. */
