@@ -558,8 +558,10 @@ static int settle(a2_worker_runner *r, const char *session,
     return 0;
 }
 
-/* A settlement waits for the next head's handler at most this long (ms):
- * fast handlers' outcomes go in one round trip, a slow handler's at once. */
+/* Outcomes wait to be settled together while the handlers of a claim's
+ * heads take less than this (ms) each and the first outcome waited no
+ * longer: fast handlers' outcomes go in one round trip; after a slow
+ * handler, what waits is settled before the next handler runs. */
 #define SETTLE_HOLD_MS 5
 
 /* Settles heads [from, to) of run_heads' arrays: one head as settle does;
@@ -623,8 +625,10 @@ static int run_heads(a2_worker_runner *r, const char *session,
     }
     size_t from = 0;     /* the first head not yet settled */
     int64_t held_at = 0; /* when its handler ended (monotonic ms) */
+    bool slow = false;   /* the last handler took SETTLE_HOLD_MS or more */
     for (size_t i = 0; i < n && rc == 0; i++) {
-        if (i > from && a2__mono_ms() - held_at >= SETTLE_HOLD_MS) {
+        if (i > from &&
+            (slow || a2__mono_ms() - held_at >= SETTLE_HOLD_MS)) {
             rc = settle_range(r, session, refs, hrc, rps, sts, res, from, i,
                               st);
             from = i;
@@ -632,9 +636,12 @@ static int run_heads(a2_worker_runner *r, const char *session,
                 break;
         }
         rps[i].head = &heads->items[i];
+        int64_t began = a2__mono_ms();
         hrc[i] = r->handler(r->ctx, &heads->items[i], &rps[i]);
+        int64_t ended = a2__mono_ms();
+        slow = ended - began >= SETTLE_HOLD_MS;
         if (i == from)
-            held_at = a2__mono_ms();
+            held_at = ended;
         sts[i].attempt = refs[i];
         if (hrc[i] == 0) {
             sts[i].events = rps[i].events;

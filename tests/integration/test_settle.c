@@ -212,6 +212,9 @@ static void test_settle_invalid(void **state)
 typedef struct {
     int calls;
     const char *taken_id; /* b returns an event with this id (NULL: none) */
+    int sleep_ms;         /* each call takes this long */
+    fx *f;                /* with sleep_ms: c's call counts a's "done" */
+    int64_t done_before_c;
 } hctx;
 
 /* a completes returning "done"; b fails, or returns an event under
@@ -221,6 +224,11 @@ static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
     hctx *h = ctx;
     h->calls++;
     const char *c = head->dispatch.consumer;
+    if (h->sleep_ms > 0)
+        a2_test_sleep_ms(h->sleep_ms);
+    if (h->f && strcmp(c, "c") == 0)
+        h->done_before_c =
+                a2_test_fx_rows(h->f, "a2_events", "event_type = 'done'");
     if (strcmp(c, "a") == 0)
         return a2_worker_reply_add(reply, "done", "{\"n\":1}", NULL);
     if (strcmp(c, "b") == 0 && h->taken_id)
@@ -279,6 +287,25 @@ static void test_runner_settles_together(void **state)
     a2_worker_runner_free(r);
 }
 
+/* Slow handlers: each outcome is settled before the next handler runs
+ * (a's "done" is stored when c's handler starts). */
+static void test_runner_settles_slow_at_once(void **state)
+{
+    fx *f = *state;
+    const char *cons[] = {"a", "b", "c"};
+    append_for(f, cons, 3);
+    hctx h = {.sleep_ms = 20, .f = f, .done_before_c = -1};
+    a2_worker_runner *r = runner_new(&h);
+    a2_worker_run_stats st;
+    assert_int_equal(a2_worker_runner_run(r, f->session, false, &st), 0);
+    assert_int_equal(h.calls, 3);
+    assert_int_equal(st.settled_together, 0);
+    assert_int_equal(st.completed, 2);
+    assert_int_equal(st.failed, 1);
+    assert_int_equal(h.done_before_c, 1);
+    a2_worker_runner_free(r);
+}
+
 /* b's returned event takes a live event's id: the call is refused, each
  * head is settled on its own, and b's attempt fails with the reason. */
 static void test_runner_settles_one_by_one(void **state)
@@ -318,6 +345,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_runner_settles_together,
                                             setup, a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_runner_settles_one_by_one,
+                                            setup, a2_test_fx_teardown),
+            cmocka_unit_test_setup_teardown(test_runner_settles_slow_at_once,
                                             setup, a2_test_fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
