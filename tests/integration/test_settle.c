@@ -261,17 +261,25 @@ static a2_worker_runner *runner_new(hctx *h)
     return r;
 }
 
+/* Appends an event for a, b and c and runs the session once with a runner
+ * on h: each head's handler was called. */
+static a2_worker_runner *run_three(fx *f, hctx *h, a2_worker_run_stats *st)
+{
+    const char *cons[] = {"a", "b", "c"};
+    append_for(f, cons, 3);
+    a2_worker_runner *r = runner_new(h);
+    assert_int_equal(a2_worker_runner_run(r, f->session, false, st), 0);
+    assert_int_equal(h->calls, 3);
+    return r;
+}
+
 /* One claim of three heads: their outcomes go in one round trip. */
 static void test_runner_settles_together(void **state)
 {
     fx *f = *state;
-    const char *cons[] = {"a", "b", "c"};
-    append_for(f, cons, 3);
     hctx h = {0};
-    a2_worker_runner *r = runner_new(&h);
     a2_worker_run_stats st;
-    assert_int_equal(a2_worker_runner_run(r, f->session, false, &st), 0);
-    assert_int_equal(h.calls, 3);
+    a2_worker_runner *r = run_three(f, &h, &st);
     assert_int_equal(st.claimed, 3);
     assert_int_equal(st.settled_together, 3);
     assert_int_equal(st.completed, 2);
@@ -292,13 +300,9 @@ static void test_runner_settles_together(void **state)
 static void test_runner_settles_slow_at_once(void **state)
 {
     fx *f = *state;
-    const char *cons[] = {"a", "b", "c"};
-    append_for(f, cons, 3);
     hctx h = {.sleep_ms = 20, .f = f, .done_before_c = -1};
-    a2_worker_runner *r = runner_new(&h);
     a2_worker_run_stats st;
-    assert_int_equal(a2_worker_runner_run(r, f->session, false, &st), 0);
-    assert_int_equal(h.calls, 3);
+    a2_worker_runner *r = run_three(f, &h, &st);
     assert_int_equal(st.settled_together, 0);
     assert_int_equal(st.completed, 2);
     assert_int_equal(st.failed, 1);
@@ -311,13 +315,9 @@ static void test_runner_settles_slow_at_once(void **state)
 static void test_runner_settles_one_by_one(void **state)
 {
     fx *f = *state;
-    const char *cons[] = {"a", "b", "c"};
-    append_for(f, cons, 3);
     hctx h = {.taken_id = "ev-1"};
-    a2_worker_runner *r = runner_new(&h);
     a2_worker_run_stats st;
-    assert_int_equal(a2_worker_runner_run(r, f->session, false, &st), 0);
-    assert_int_equal(h.calls, 3);
+    a2_worker_runner *r = run_three(f, &h, &st);
     assert_int_equal(st.settled_together, 0);
     assert_int_equal(st.completed, 2);
     assert_int_equal(st.failed, 1);
