@@ -22,4 +22,5 @@ set client_min_messages = warning;
 \ir src/80-state.sql
 \ir src/85-presence.sql
 \ir src/90-batch.sql
+\ir src/95-warm.sql
 \ir src/99-meta.sql

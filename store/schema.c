@@ -93,7 +93,7 @@ static const char CHECK_SQL[] =
         "                     'a2_clear','a2_reclaim','a2_pending_sessions',"
         "                     'a2_read_state','a2_write_state',"
         "                     'a2_presence_write','a2_presence_read',"
-        "                     'a2_presence_reap','a2_batch']) as f"
+        "                     'a2_presence_reap','a2_batch','a2_warm']) as f"
         "  where not exists (select 1 from pg_proc p"
         "                     where p.proname = f"
         "                       and pg_function_is_visible(p.oid))"

@@ -397,7 +397,10 @@ static int await_answer(a2_store *s, int sent, PGresult **res)
             PQclear(r);
         } else if (!keep) {
             keep = r;
-        } else if (PQresultStatus(keep) == PGRES_FATAL_ERROR) {
+        } else if (PQresultStatus(keep) == PGRES_FATAL_ERROR ||
+                   (st == PGRES_COMMAND_OK &&
+                    PQresultStatus(keep) == PGRES_TUPLES_OK)) {
+            /* The first error, or the rows before a closing command. */
             PQclear(r);
         } else {
             PQclear(keep);
@@ -455,8 +458,15 @@ static json_t *row_object(const PGresult *res, int row)
     return o;
 }
 
-int a2__store_call(a2_store *s, const char *sql, int nparams,
-                   const char *const *values, bool rows, json_t **out)
+/*
+ * One round trip: sql with its parameters (after statement_timeout, when
+ * the store has a timeout), between the statements before and after when
+ * they are not NULL, then a sync; *res gets sql's result (or the first
+ * error), *out its decoding as a2__store_call describes.
+ */
+static int exchange(a2_store *s, const char *before, const char *sql,
+                    int nparams, const char *const *values, const char *after,
+                    bool rows, json_t **out)
 {
     *out = NULL;
     PGresult *res = NULL;
@@ -465,6 +475,8 @@ int a2__store_call(a2_store *s, const char *sql, int nparams,
         return rc;
     PGconn *c = s->conn;
     int sent = PQenterPipelineMode(c);
+    if (sent && before)
+        sent = PQsendQueryParams(c, before, 0, NULL, NULL, NULL, NULL, 0);
     if (sent && s->timeout_ms > 0) {
         char ms[16];
         snprintf(ms, sizeof ms, "%d", s->timeout_ms);
@@ -472,8 +484,10 @@ int a2__store_call(a2_store *s, const char *sql, int nparams,
         sent = PQsendQueryParams(c, TIMEOUT_SQL, 1, NULL, v, NULL, NULL, 0);
     }
     sent = sent &&
-           PQsendQueryParams(c, sql, nparams, NULL, values, NULL, NULL, 0) &&
-           PQpipelineSync(c);
+           PQsendQueryParams(c, sql, nparams, NULL, values, NULL, NULL, 0);
+    if (sent && after)
+        sent = PQsendQueryParams(c, after, 0, NULL, NULL, NULL, NULL, 0);
+    sent = sent && PQpipelineSync(c);
     rc = await_answer(s, sent, &res);
     s->round_trips++;
     if (rc != 0)
@@ -509,5 +523,40 @@ int a2__store_call(a2_store *s, const char *sql, int nparams,
         rc = a2__store_ok(s);
 done:
     PQclear(res);
+    return rc;
+}
+
+int a2__store_call(a2_store *s, const char *sql, int nparams,
+                   const char *const *values, bool rows, json_t **out)
+{
+    return exchange(s, NULL, sql, nparams, values, NULL, rows, out);
+}
+
+/* ── warming a connection ────────────────────────────────────────────── */
+
+#define SQL_WARM "select a2_warm()"
+
+/* a2_warm in a transaction block rolled back: nothing commits, so the call
+ * waits for no flush and no synchronous standby. One round trip; when
+ * a2_warm fails the block is left aborted, and one more ends it. */
+int a2_store_warm(a2_store *s)
+{
+    if (!s)
+        return A2_EINVALID_ARGUMENT;
+    json_t *res = NULL;
+    int rc = exchange(s, "begin", SQL_WARM, 0, NULL, "rollback", false, &res);
+    if (rc == 0 && !a2__row_bool(res, "warmed")) {
+        const char *why = a2__row_text(res, "reason");
+        rc = a2__store_fail(s, A2_ESTORE_FAILED, "a2_warm: %s",
+                            why ? why : "no reason given");
+    }
+    json_decref(res);
+    if (s->conn && PQtransactionStatus(s->conn) == PQTRANS_INERROR) {
+        a2_store_error kept = s->err;
+        json_t *ignored = NULL;
+        (void)exchange(s, NULL, "rollback", 0, NULL, NULL, false, &ignored);
+        json_decref(ignored);
+        s->err = kept;
+    }
     return rc;
 }

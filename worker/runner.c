@@ -318,6 +318,15 @@ static int open_store(a2_store **st, const char *db, char *err, size_t errlen)
     return 0;
 }
 
+/* Warms the claims connection (a2_store_warm); a refusal is logged. */
+static void warm(a2_worker_runner *r)
+{
+    if (a2_store_warm(r->store) == 0)
+        return;
+    RLOG(r, "could not warm the store connection: %s",
+         a2_store_last_error(r->store)->message);
+}
+
 a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *o,
                                        char *err, size_t errlen)
 {
@@ -369,6 +378,7 @@ a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *o,
     if (open_store(&r->store, r->db, err, errlen) != 0 ||
         open_store(&r->renew_store, r->db, err, errlen) != 0)
         goto error;
+    warm(r);
     if (pthread_create(&r->thread, NULL, renew_main, r) != 0) {
         snprintf(err, errlen, "could not start the renewal thread");
         goto error;
@@ -443,6 +453,7 @@ static int ensure_store(a2_worker_runner *r)
                  "could not connect to the store: %s", err.message);
         return A2_WORKER_ESTORE;
     }
+    warm(r);
     return 0;
 }
 

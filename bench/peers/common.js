@@ -80,6 +80,8 @@ function writeTimes(path, times) {
   fs.writeFileSync(path, lines.length ? lines.join("\n") + "\n" : "");
 }
 
+const PRODUCE_HOLD_MS = 1000;
+
 // Runs `producers` loops that call send(seq) for seq 0, 1, ... at `rate`
 // jobs/s in all (0: as fast as they can), for `seconds` or `max` jobs.
 // Records the time each send's promise resolved (the commit acknowledged).
@@ -118,6 +120,10 @@ async function produce(o, send) {
       `per_s ${(elapsed > 0 ? done / elapsed : 0).toFixed(1)}`,
   );
   if (o.out) writeTimes(o.out, acks);
+  // The connections outlive the last job by a second, as an application's
+  // pool does (a2_peer.c's PRODUCE_HOLD_MS: closing them all at once slows
+  // the pickup of the last jobs).
+  await sleep(PRODUCE_HOLD_MS);
   return done;
 }
 

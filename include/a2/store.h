@@ -153,6 +153,18 @@ A2_STORE_MUST_CHECK int a2_store_open(a2_store **out, const char *conninfo,
  */
 A2_STORE_MUST_CHECK int a2_store_set_timeout(a2_store *store, int timeout_ms);
 
+/*
+ * Readies the connection for its first operations (a2_warm, docs/sql.md):
+ * the server compiles and plans the functions a worker calls (append,
+ * claim, a2_batch's complete and fail) and loads their tables' catalog
+ * entries, some 10 to 50 ms that the first claim would otherwise add to the
+ * first head's pickup. It writes nothing that stays: its rows are rolled
+ * back. Returns 0, or A2_ESTORE_FAILED when the cycle stopped part way (a
+ * read-only standby, a schema older than version 5), or the connection's
+ * error; the store stays usable either way. a2_worker_runner_new calls it.
+ */
+A2_STORE_MUST_CHECK int a2_store_warm(a2_store *store);
+
 /* Closes the connection and frees the store. NULL-safe. */
 void a2_store_close(a2_store *store);
 

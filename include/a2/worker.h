@@ -319,7 +319,10 @@ typedef struct a2_worker_run_stats {
  * A runner: opens two store connections (claims and renewals) and starts the
  * renewal thread. NULL with the reason in err. The connections take their
  * timeout from A2_STORE_TIMEOUT_MS (see a2_store_open and
- * a2_store_set_timeout), as each reconnection does.
+ * a2_store_set_timeout), as each reconnection does. The claims connection
+ * is warmed (a2_store_warm) when it opens and when it reconnects, so that
+ * the first head a runner claims is not slowed by the server planning its
+ * functions; a warm-up the server refuses is logged, not fatal.
  */
 a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *opts,
                                        char *err, size_t errlen);

@@ -16,7 +16,7 @@ from .errors import (Error, InvalidArgument, NoSuchEvent, PartialDuplicateBatch,
 from .store import (Consumer, LogConsumer, append, batch, claim, clear, complete, cursors,
                     dead_letters, fail, pending_sessions, presence_reap, presence_read,
                     presence_write, read, read_state, reclaim, redrive, renew, wake_log,
-                    write_state)
+                    warm, write_state)
 from .worker import Event, Handler, Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -27,6 +27,6 @@ __all__ = [
     "Consumer", "LogConsumer",
     "append", "read", "cursors", "dead_letters", "wake_log", "claim", "renew", "complete",
     "fail", "redrive", "clear", "reclaim", "pending_sessions", "write_state", "read_state",
-    "presence_write", "presence_read", "presence_reap", "batch",
+    "presence_write", "presence_read", "presence_reap", "batch", "warm",
     "Worker", "Event", "Handler", "WorkerStats",
 ]

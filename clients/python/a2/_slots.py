@@ -198,9 +198,30 @@ class Slot:
         self.thread = threading.Thread(target=self._main, name=f"a2-slot-{holder}",
                                        daemon=True)
 
+    def _open(self) -> psycopg.Connection[Any]:
+        """A store connection, warmed (``a2_warm``) so that the first claim
+        on it is not slowed by the server planning the functions; a refused
+        warm-up is logged."""
+        conn = self._w._connect_store()
+        try:
+            # Rolled back: nothing commits, so nothing waits for a flush or
+            # a synchronous standby.
+            with conn.transaction(force_rollback=True):
+                res = store.warm(conn)
+            if not res.get("warmed"):
+                self._w._log.warning("could not warm the store connection: %s",
+                                     res.get("reason"))
+        except (psycopg.Error, errors.Error) as exc:
+            self._w._log.warning("could not warm the store connection: %s", exc)
+        return conn
+
     def _main(self) -> None:
         w = self._w
         try:
+            try:
+                self.conn = self._open()
+            except psycopg.Error:
+                self.conn = None  # the first session connects, and says why
             while True:
                 turn = w._sessions.take()
                 if turn is None:
@@ -232,7 +253,7 @@ class Slot:
         what = "connect"
         try:
             if self.conn is None:
-                self.conn = w._connect_store()
+                self.conn = self._open()
             conn = self.conn
             if wake_log:
                 what = "wake_log"

@@ -353,3 +353,13 @@ def batch(conn: psycopg.Connection[Any], ops: Sequence[Mapping[str, Any]]) -> Li
     """Runs a list of operations ``[{"op": "append", <named arguments>}, ...]``
     all or nothing (``a2_batch``); one result per operation."""
     return _call(conn, "a2_batch", [("ops", Jsonb(list(ops)), "jsonb")])
+
+
+def warm(conn: psycopg.Connection[Any]) -> Dict[str, Any]:
+    """Readies the connection for its first operations (``a2_warm``): the
+    server plans the functions a worker calls, in a cycle it rolls back.
+    ``{"warmed": true}``, or ``{"warmed": false, "reason"}`` when the cycle
+    stopped part way (a read-only standby). Call it in a transaction that is
+    rolled back (``conn.transaction(force_rollback=True)``) and nothing
+    commits."""
+    return _call(conn, "a2_warm", [])

@@ -288,6 +288,17 @@ class Cycle(unittest.TestCase):
         with self.assertRaises(a2.InvalidArgument):
             a2.batch(conn, [{"op": "no-such-op"}])
 
+    def test_warm_leaves_nothing(self) -> None:
+        conn = support.connect()
+        self.addCleanup(conn.close)
+        self.assertEqual(a2.warm(conn), {"warmed": True})
+        self.assertEqual(support.value("select count(*) from a2_events"
+                                       " where session_id like 'a2.warm.%%'"), 0)
+        conn.execute("set default_transaction_read_only = on")
+        res = a2.warm(conn)
+        self.assertFalse(res["warmed"])
+        self.assertIn("read-only", res["reason"])
+
 
 if __name__ == "__main__":
     unittest.main()
