@@ -497,7 +497,11 @@ int a2__apply_gap(a2__apply *ap, uint64_t from, uint64_t to, const char *reason,
         snprintf(err, errlen, "out of memory");
         goto done;
     }
-    if (ap->audit && a2__audit_write(ap->audit, text, n, 1, err, errlen) != 0)
+    /* A gap is on file before the daemon says it is ready: an operator
+     * reading the trail then sees why it jumps. */
+    if (ap->audit &&
+        (a2__audit_write(ap->audit, text, n, 1, err, errlen) != 0 ||
+         a2__audit_flush(ap->audit, err, errlen) != 0))
         goto done;
     ap->stats.audit_lines++;
     if (to > ap->applied)

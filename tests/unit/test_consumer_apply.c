@@ -704,11 +704,12 @@ static void test_gap_record(void **state)
             a2__apply_gap(f.ap, 0x100, 0x5000, "invalidated", err, sizeof err),
             0);
     assert_true(a2__apply_applied(f.ap) == 0x5000);
-    fx_close(&f);
+    /* on file at once, before any sync or close */
     FILE *fp = fopen(f.path, "r");
     char line[1024];
     assert_non_null(fgets(line, sizeof line, fp));
     fclose(fp);
+    fx_close(&f);
     json_t *j = json_loads(line, 0, NULL);
     assert_string_equal(json_string_value(json_object_get(j, "transition")),
                         "gap");
