@@ -53,8 +53,21 @@ create table if not exists a2_cursors (
 -- Heads a claim may take, in head order.
 create index if not exists a2_cursors_heads on a2_cursors (session_id, head)
     where head is not null;
--- Sessions where a consumer has a head (pending_sessions, without a2_events).
-create index if not exists a2_cursors_pending on a2_cursors (consumer, session_id)
+-- Sessions where a consumer has a head (pending_sessions, without a2_events),
+-- and a consumer's head in a session. Keyed by head too (schema 6): with no
+-- statistics yet (a table just filled), the planner takes "failed_at is
+-- null" for rare, finds this index the smallest and may look a head up
+-- here; keyed by (consumer, session_id) alone that read every head of the
+-- session at each completion.
+do $$
+begin
+    if exists (select 1 from pg_index i
+                where i.indexrelid = to_regclass('a2_cursors_pending') and i.indnkeyatts = 2) then
+        drop index a2_cursors_pending;
+    end if;
+end
+$$;
+create index if not exists a2_cursors_pending on a2_cursors (consumer, session_id, head)
     where head is not null and failed_at is null;
 -- Live claims and retry holds, read once by a2-consumer on start.
 create index if not exists a2_cursors_holds on a2_cursors (claim_expires_at)

@@ -143,28 +143,24 @@ begin
          where cur.session_id = v_session and cur.cursor_key = eligible.cursor_key
            and cur.consumer = eligible.consumer and cur.epoch = eligible.epoch
         returning cur.*)
-    select coalesce(array_agg(claimed.*::a2_cursors), '{}'),
-           exists (select 1 from a2_cursors cur
-                    where cur.session_id = v_session and cur.head > v_clear
-                      and (v_through is null or cur.head <= v_through)
-                      and cur.failed_at is null
-                      and (v_served is null or cur.consumer = any(v_served))
-                      and (v_excluded is null
-                           or not v_excluded @> jsonb_build_array(jsonb_build_object(
-                                      'consumer', cur.consumer, 'cursor_key', cur.cursor_key)))
-                      and (cur.claim_expires_at is null or cur.claim_expires_at <= v_now)),
-           (select min(cur.claim_expires_at) from a2_cursors cur
+    -- The session's other eligible heads and its nearest hold come from one
+    -- scan of its rows, in the snapshot the statement started with (a plain
+    -- min() may be planned as a walk of a2_cursors_holds in expiry order,
+    -- which reads every session's claims before this one's).
+    select (select coalesce(array_agg(claimed.*::a2_cursors), '{}') from claimed),
+           coalesce(held.had, false), held.retry,
+           (select coalesce(max(e.idx), 0) from a2_events e where e.session_id = v_session)
+      into v_claimed, v_had, v_retry, v_top
+      from (select bool_or(cur.claim_expires_at is null or cur.claim_expires_at <= v_now) as had,
+                   min(cur.claim_expires_at) filter (where cur.claim_expires_at > v_now) as retry
+              from a2_cursors cur
              where cur.session_id = v_session and cur.head > v_clear
                and (v_through is null or cur.head <= v_through)
                and cur.failed_at is null
                and (v_served is null or cur.consumer = any(v_served))
                and (v_excluded is null
                     or not v_excluded @> jsonb_build_array(jsonb_build_object(
-                               'consumer', cur.consumer, 'cursor_key', cur.cursor_key)))
-               and cur.claim_expires_at > v_now),
-           (select coalesce(max(e.idx), 0) from a2_events e where e.session_id = v_session)
-      into v_claimed, v_had, v_retry, v_top
-      from claimed;
+                               'consumer', cur.consumer, 'cursor_key', cur.cursor_key)))) held;
 
     -- Dead letters release their snapshot pins.
     foreach d in array v_claimed loop
@@ -192,15 +188,16 @@ begin
     -- Nothing claimed: when the claim's snapshot held an eligible head (lost
     -- to a race) or it dead-lettered some, the hold is read afresh.
     if v_had or cardinality(v_claimed) > 0 then
-        select min(cur.claim_expires_at) into v_retry from a2_cursors cur
+        -- (min with a filter: never planned as a walk of a2_cursors_holds)
+        select min(cur.claim_expires_at) filter (where cur.claim_expires_at > v_now)
+          into v_retry from a2_cursors cur
          where cur.session_id = v_session and cur.head > v_clear
            and (v_through is null or cur.head <= v_through)
            and cur.failed_at is null
            and (v_served is null or cur.consumer = any(v_served))
            and (v_excluded is null
                 or not v_excluded @> jsonb_build_array(jsonb_build_object(
-                           'consumer', cur.consumer, 'cursor_key', cur.cursor_key)))
-           and cur.claim_expires_at > v_now;
+                           'consumer', cur.consumer, 'cursor_key', cur.cursor_key)));
     end if;
     return jsonb_build_object('outcome', case when v_retry is null then 'settled' else 'busy' end,
                               'retry_at', v_retry, 'dead_lettered', coalesce(v_dead, '[]'::jsonb));

@@ -5,5 +5,5 @@ drop function if exists a2_batch(text[], jsonb);
 drop function if exists a2_batch_prepared_limit();
 
 -- The schema version this file installs; `a2 schema check` compares it.
-insert into a2_meta (key, value) values ('schema_version', '5')
+insert into a2_meta (key, value) values ('schema_version', '6')
 on conflict (key) do update set value = excluded.value;
