@@ -270,3 +270,107 @@ begin
     return jsonb_build_object('outcome', 'completed', 'events', v_out);
 end
 $fn$;
+
+-- a2__complete_held(session, ops, run)
+--
+-- A run of a2_batch's completions of one session's concurrent cursors
+-- (lane null) with no returned events, settled together: what a2_complete
+-- does for each of them, in four statements for the run instead of some
+-- twenty for each. ops: a2_batch's operations; run: the places in ops
+-- (from 1) of the completions, each already checked by a2__batch_fast (the
+-- names, the whole numbers and the keys; not the served consumers, checked
+-- here as a2_complete checks them). Returns (ord, result) for each completion
+-- whose attempt holds its head; the others (its head not held: superseded,
+-- a replay, no such event; at or below the clear marker; a head named
+-- twice in the run) return nothing, and the caller runs them through
+-- a2_complete, one by one, after this.
+--
+-- Locks: the held cursor rows, for update, in primary-key order (a
+-- completion takes its cursor row first, as a2_complete does); an event
+-- cursor never goes idle, so no session lock.
+drop function if exists a2__complete_held(text, jsonb);
+create or replace function a2__complete_held(session text, ops jsonb, run integer[])
+returns table (ord integer, result jsonb)
+language plpgsql
+volatile
+as $fn$
+#variable_conflict use_column
+declare
+    v_session text := a2__complete_held.session;
+    v_clear bigint;
+    v_served jsonb;
+    v_ords integer[];
+    v_keys text[];
+    v_consumers text[];
+    v_epochs bigint[];
+    v_heads bigint[];
+    v_attempts integer[];
+begin
+    perform a2__writable('a2_complete');
+    for v_served in select distinct ops->(i - 1)->'consumers' from unnest(run) i
+                     where ops->(i - 1) ? 'consumers' loop
+        perform a2__served(v_served);
+    end loop;
+    v_clear := coalesce((select c.clear_index from a2_clears c where c.session_id = v_session), 0);
+
+    with wanted as (
+        select o.ord, o.op->>'consumer' as consumer, (o.op->>'index')::bigint as idx,
+               (o.op->>'attempt')::integer as attempt,
+               count(*) over (partition by o.op->>'consumer', o.op->>'index') as times
+          from (select i as ord, ops->(i - 1) as op from unnest(run) i) o),
+    held as (
+        -- One primary-key lookup a completion, in key order.
+        select w.ord, cur.cursor_key, cur.consumer, cur.epoch, cur.head, cur.attempt_count
+          from (select * from wanted
+                 where wanted.times = 1 and wanted.idx > v_clear
+                 order by '#' || wanted.idx::text, wanted.consumer) w
+         cross join lateral (
+               select c.cursor_key, c.consumer, c.epoch, c.head, c.attempt_count
+                 from a2_cursors c
+                where c.session_id = v_session and c.cursor_key = '#' || w.idx::text
+                  and c.consumer = w.consumer and c.head = w.idx and c.attempt_count = w.attempt
+                  and c.failed_at is null and c.claim_holder is not null
+                  for update of c) cur)
+    select array_agg(h.ord), array_agg(h.cursor_key), array_agg(h.consumer),
+           array_agg(h.epoch), array_agg(h.head), array_agg(h.attempt_count)
+      into v_ords, v_keys, v_consumers, v_epochs, v_heads, v_attempts
+      from held h;
+    if v_ords is null then
+        return;
+    end if;
+
+    -- The heads' snapshot pins, and the history no other pin keeps (as
+    -- a2__unpin, for every head at once).
+    with unpinned as (
+        delete from a2_snapshot_pins pin
+         using unnest(v_heads, v_consumers, v_keys) h(head, consumer, cursor_key)
+         where pin.session_id = v_session and pin.event_index = h.head
+           and pin.consumer = h.consumer and pin.cursor_key = h.cursor_key)
+    delete from a2_snapshot_history history
+     where history.session_id = v_session
+       and not exists (select 1 from a2_snapshot_pins pin
+                        where pin.session_id = history.session_id
+                          and pin.reducer_name = history.reducer_name
+                          and pin.up_to_index = history.up_to_index
+                          and not exists (select 1 from unnest(v_heads, v_consumers, v_keys)
+                                                        h(head, consumer, cursor_key)
+                                           where pin.event_index = h.head
+                                             and pin.consumer = h.consumer
+                                             and pin.cursor_key = h.cursor_key));
+
+    -- Each cursor past its head, as a2__advance moves an event cursor.
+    update a2_cursors cur
+       set position = h.head, head = null,
+           attempt_count = 0, first_claimed_at = null, last_claimed_at = null,
+           claim_holder = null, claim_expires_at = null, failure_count = 0,
+           last_failed_at = null, last_failed_attempt = null, last_error = null,
+           failed_at = null, completed_idx = h.head, completed_attempt = h.attempt,
+           returned_event_ids = '[]'
+      from unnest(v_keys, v_consumers, v_epochs, v_heads, v_attempts)
+           h(cursor_key, consumer, epoch, head, attempt)
+     where cur.session_id = v_session and cur.cursor_key = h.cursor_key
+       and cur.consumer = h.consumer and cur.epoch = h.epoch;
+
+    return query select o, '{"outcome": "completed", "events": []}'::jsonb from unnest(v_ords) o;
+end
+$fn$;

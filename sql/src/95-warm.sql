@@ -7,10 +7,12 @@
 -- entries of the table and its indexes: for a2_claim, a2_batch and the
 -- functions under them some 10 to 50 ms, which a fresh worker would add to
 -- the first head it claims. a2_warm pays that up front, in the paths a
--- worker takes: it appends two events to a session of its own (a random
--- name under "a2.warm."), claims them for consumer "a2.warm", completes one
--- (with a child event) and fails the other in one a2_batch, and then rolls
--- all of it back (a subtransaction). Nothing it wrote stays, so nothing is
+-- worker takes: it appends four events to a session of its own (a random
+-- name under "a2.warm.", one append of one event and one of three), claims
+-- them for consumer "a2.warm", and in one a2_batch completes the first
+-- (with a child event), fails the second and completes the last two
+-- together (a run of completions, a2__complete_held); then it rolls all of
+-- it back (a subtransaction). Nothing it wrote stays, so nothing is
 -- decoded for a2-consumer and no worker is woken. The caller's transaction
 -- gets a transaction id: call it in a transaction block that is rolled back
 -- (begin; select a2_warm(); rollback), as a2_store_warm does, and nothing
@@ -38,15 +40,16 @@ begin
     begin
         perform a2_append(session => v_session, events => jsonb_build_array(v_event),
                           text_payloads => true);
-        perform a2_append(session => v_session, events => jsonb_build_array(v_event),
+        perform a2_append(session => v_session,
+                          events => jsonb_build_array(v_event, v_event, v_event),
                           text_payloads => true);
         v_claim := a2_claim(session => v_session, holder => 'a2.warm', ttl_ms => 60000,
                             consumers => '["a2.warm"]', text_payloads => true,
                             after_xid => (pg_current_xact_id()::text::bigint & 4294967295));
         v_done := v_claim->'heads'->0;
         v_failed := v_claim->'heads'->1;
-        if v_failed is null then
-            raise exception 'a2_warm claimed % heads, not 2',
+        if jsonb_array_length(v_claim->'heads') is distinct from 4 then
+            raise exception 'a2_warm claimed % heads, not 4',
                 coalesce(jsonb_array_length(v_claim->'heads'), 0);
         end if;
         perform a2_batch(ops => jsonb_build_array(
@@ -61,7 +64,15 @@ begin
                                'consumer', 'a2.warm', 'lane', null,
                                'index', v_failed->'index', 'attempt', v_failed->'attempt',
                                'error', 'a2.warm', 'max_failures', 3,
-                               'retry_after_ms', 1000)));
+                               'retry_after_ms', 1000),
+            jsonb_build_object('op', 'complete', 'session', v_session,
+                               'consumer', 'a2.warm', 'lane', null,
+                               'index', v_claim->'heads'->2->'index',
+                               'attempt', v_claim->'heads'->2->'attempt'),
+            jsonb_build_object('op', 'complete', 'session', v_session,
+                               'consumer', 'a2.warm', 'lane', null,
+                               'index', v_claim->'heads'->3->'index',
+                               'attempt', v_claim->'heads'->3->'attempt')));
         raise sqlstate 'A2W00';
     exception
         when sqlstate 'A2W00' then
