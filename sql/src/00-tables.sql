@@ -50,23 +50,33 @@ create table if not exists a2_cursors (
     returned_event_ids  jsonb,
     primary key (session_id, cursor_key, consumer, epoch)
 );
--- Heads a claim may take, in head order.
-create index if not exists a2_cursors_heads on a2_cursors (session_id, head)
-    where head is not null;
--- Sessions where a consumer has a head (pending_sessions, without a2_events),
--- and a consumer's head in a session. Keyed by head too (schema 6): with no
--- statistics yet (a table just filled), the planner takes "failed_at is
--- null" for rare, finds this index the smallest and may look a head up
--- here; keyed by (consumer, session_id) alone that read every head of the
--- session at each completion.
+-- Heads a claim may take, in head order (dead letters are not).
+--
+-- Both indexes of live heads carry "failed_at is null" in their predicate,
+-- and a2_cursors_pending ends in head, so that a lookup of one head, or of
+-- one session's heads, is exact whichever the planner takes: with no
+-- statistics yet (a table just filled) it takes that clause for rare, and
+-- an index with it looks the smallest of all. With it in
+-- a2_cursors_pending's alone, keyed (consumer, session_id), that index was
+-- scanned whole for one session's heads (a claim), or read every head of
+-- the session at each completion. Schema 6; older definitions are rebuilt.
 do $$
 begin
     if exists (select 1 from pg_index i
-                where i.indexrelid = to_regclass('a2_cursors_pending') and i.indnkeyatts = 2) then
+                where i.indexrelid = to_regclass('a2_cursors_heads')
+                  and pg_get_expr(i.indpred, i.indrelid) not like '%failed_at IS NULL%') then
+        drop index a2_cursors_heads;
+    end if;
+    if exists (select 1 from pg_index i
+                where i.indexrelid = to_regclass('a2_cursors_pending') and i.indnkeyatts <> 3) then
         drop index a2_cursors_pending;
     end if;
 end
 $$;
+create index if not exists a2_cursors_heads on a2_cursors (session_id, head)
+    where head is not null and failed_at is null;
+-- Sessions where a consumer has a head (pending_sessions and a2_backlog,
+-- without a2_events), and a consumer's head in a session.
 create index if not exists a2_cursors_pending on a2_cursors (consumer, session_id, head)
     where head is not null and failed_at is null;
 -- Live claims and retry holds, read once by a2-consumer on start.

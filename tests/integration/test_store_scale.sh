@@ -5,7 +5,8 @@
 # 39 other sessions' 3,900 cursors and completes them in one a2_batch; the
 # index entries of a2_cursors read by that transaction must stay under 20 a
 # head (a lookup by (consumer, session) read every head of the session at
-# each completion, about 150 a head).
+# each completion, about 150 a head; a claim beside it could scan the whole
+# index of heads).
 set -uo pipefail
 : "${A2_TEST_DB:?run under tests/run}"
 top=${A2_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}
