@@ -52,7 +52,7 @@ static void usage(FILE *f)
             "  --status-interval MS   standby status update interval (default "
             "10000)\n"
             "  --heartbeat-interval MS  heartbeat when the stream is idle "
-            "(default 10000)\n"
+            "(default 30000)\n"
             "  --stream-timeout MS    reconnect when the server sends "
             "nothing for this\n"
             "                         long (a reply is requested at half of "
@@ -180,7 +180,7 @@ int main(int argc, char **argv)
     d.slot = "a2";
     d.plugin = "wal2json";
     d.status_interval_ms = 10000;
-    d.heartbeat_ms = 10000;
+    d.heartbeat_ms = 30000;
     d.stream_timeout_ms = 60000;
     d.route = A2C_ROUTE_AFFINITY;
     const char *token_file = NULL;
