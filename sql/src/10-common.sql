@@ -506,32 +506,38 @@ as $fn$
 update a2_clears set clear_index = clear_index where session_id = session
 $fn$;
 
--- Releases the snapshot pins a cursor's head held, and the history of the
--- session no other pin keeps (in one statement: the pins' delete is not seen
--- by the history's, hence the exclusion).
-create or replace function a2__unpin(session text, consumer text, cursor_key text, head bigint)
+-- Releases the snapshot pins the heads (heads[i] of consumers[i]'s cursor
+-- cursor_keys[i]) held, and the history of the session no other pin keeps
+-- (in one statement: the pins' delete is not seen by the history's, hence
+-- the exclusion).
+create or replace function a2__unpin(session text, heads bigint[], consumers text[],
+                                     cursor_keys text[])
 returns void
 language plpgsql
 as $fn$
 #variable_conflict use_column
 declare
     v_session text := a2__unpin.session;
-    v_consumer text := a2__unpin.consumer;
-    v_key text := a2__unpin.cursor_key;
-    v_head bigint := a2__unpin.head;
 begin
     with unpinned as (
         delete from a2_snapshot_pins pin
-         where pin.session_id = v_session and pin.event_index = v_head
-           and pin.consumer = v_consumer and pin.cursor_key = v_key)
+         using unnest(a2__unpin.heads, a2__unpin.consumers, a2__unpin.cursor_keys)
+               h(head, consumer, cursor_key)
+         where pin.session_id = v_session and pin.event_index = h.head
+           and pin.consumer = h.consumer and pin.cursor_key = h.cursor_key)
     delete from a2_snapshot_history history
      where history.session_id = v_session
        and not exists (select 1 from a2_snapshot_pins pin
                         where pin.session_id = history.session_id
                           and pin.reducer_name = history.reducer_name
                           and pin.up_to_index = history.up_to_index
-                          and not (pin.event_index = v_head and pin.consumer = v_consumer
-                                   and pin.cursor_key = v_key));
+                          and not exists (select 1
+                                            from unnest(a2__unpin.heads, a2__unpin.consumers,
+                                                        a2__unpin.cursor_keys)
+                                                 h(head, consumer, cursor_key)
+                                           where pin.event_index = h.head
+                                             and pin.consumer = h.consumer
+                                             and pin.cursor_key = h.cursor_key));
 end
 $fn$;
 

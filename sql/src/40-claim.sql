@@ -165,7 +165,7 @@ begin
     -- Dead letters release their snapshot pins.
     foreach d in array v_claimed loop
         if d.failed_at is not null then
-            perform a2__unpin(v_session, d.consumer, d.cursor_key, d.head);
+            perform a2__unpin(v_session, array[d.head], array[d.consumer], array[d.cursor_key]);
         end if;
     end loop;
     -- The heads' events, read afresh: a head the claim waited on may have

@@ -40,7 +40,7 @@ begin
         end if;
     end if;
     v_hold := a2__hold(v_hold, a2__now_ms());
-    perform a2__unpin(c.session_id, c.consumer, c.cursor_key, c.head);
+    perform a2__unpin(c.session_id, array[c.head], array[c.consumer], array[c.cursor_key]);
     update a2_cursors cur
        set position = c.head, head = v_next,
            attempt_count = 0, first_claimed_at = null, last_claimed_at = null,
@@ -288,7 +288,6 @@ $fn$;
 -- Locks: the held cursor rows, for update, in primary-key order (a
 -- completion takes its cursor row first, as a2_complete does); an event
 -- cursor never goes idle, so no session lock.
-drop function if exists a2__complete_held(text, jsonb);
 create or replace function a2__complete_held(session text, ops jsonb, run integer[])
 returns table (ord integer, result jsonb)
 language plpgsql
@@ -339,24 +338,7 @@ begin
         return;
     end if;
 
-    -- The heads' snapshot pins, and the history no other pin keeps (as
-    -- a2__unpin, for every head at once).
-    with unpinned as (
-        delete from a2_snapshot_pins pin
-         using unnest(v_heads, v_consumers, v_keys) h(head, consumer, cursor_key)
-         where pin.session_id = v_session and pin.event_index = h.head
-           and pin.consumer = h.consumer and pin.cursor_key = h.cursor_key)
-    delete from a2_snapshot_history history
-     where history.session_id = v_session
-       and not exists (select 1 from a2_snapshot_pins pin
-                        where pin.session_id = history.session_id
-                          and pin.reducer_name = history.reducer_name
-                          and pin.up_to_index = history.up_to_index
-                          and not exists (select 1 from unnest(v_heads, v_consumers, v_keys)
-                                                        h(head, consumer, cursor_key)
-                                           where pin.event_index = h.head
-                                             and pin.consumer = h.consumer
-                                             and pin.cursor_key = h.cursor_key));
+    perform a2__unpin(v_session, v_heads, v_consumers, v_keys);
 
     -- Each cursor past its head, as a2__advance moves an event cursor.
     update a2_cursors cur

@@ -98,7 +98,7 @@ begin
     else
         v_count := v_cur.failure_count;
     end if;
-    perform a2__unpin(v_session, v_consumer, v_key, v_idx);
+    perform a2__unpin(v_session, array[v_idx], array[v_consumer], array[v_key]);
     return jsonb_build_object('outcome', 'dead_lettered', 'failure_count', v_count);
 end
 $fn$;
