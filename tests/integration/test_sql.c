@@ -361,6 +361,68 @@ static void test_batches_in_opposite_orders(void **state)
                      5);
 }
 
+/* Two batches settle runs of completions over the same heads at once: the
+ * second waits for the cursor rows the first holds, then finds them
+ * completed: a replay for each head the first took, a completion for the
+ * one it alone names. Neither deadlocks, whatever order each names them. */
+static void test_batch_runs_race(void **state)
+{
+    (void)state;
+    const char *ev[] = {
+            "race",
+            "[{\"type\": \"t\", \"targets\": [{\"consumer\": \"c\"}]},"
+            " {\"type\": \"t\", \"targets\": [{\"consumer\": \"c\"}]},"
+            " {\"type\": \"t\", \"targets\": [{\"consumer\": \"c\"}]},"
+            " {\"type\": \"t\", \"targets\": [{\"consumer\": \"c\"}]}]"};
+    free(value(db, APPEND_SQL, 2, ev));
+    a2_test_exec(db, "select a2_claim(session => 'race', holder => 'h', "
+                     "ttl_ms => 600000)");
+#define RACE_OP(i)                                                             \
+    "{\"op\": \"complete\", \"session\": \"race\", \"consumer\": \"c\", "      \
+    "\"index\": " #i ", \"attempt\": 1}"
+    const char *first[] = {"[" RACE_OP(1) ", " RACE_OP(2) ", " RACE_OP(3) "]"};
+    const char *second[] = {"[" RACE_OP(3) ", " RACE_OP(2) ", " RACE_OP(4) "]"};
+#undef RACE_OP
+    PGconn *c1 = a2_test_connect(), *c2 = a2_test_connect();
+    a2_test_exec(c1, "begin");
+    char *r1 = value(c1, BATCH_SQL, 1, first);
+    assert_non_null(strstr(r1, "\"completed\""));
+    assert_null(strstr(r1, "replayed"));
+    free(r1);
+    assert_int_equal(
+            PQsendQueryParams(c2, BATCH_SQL, 1, NULL, second, NULL, NULL, 0),
+            1);
+    assert_int_equal(a2_test_lock_waiters(db,
+                                          "wait_event = 'transactionid' and "
+                                          "query like 'select a2_batch%'",
+                                          1, 5000),
+                     1);
+    a2_test_exec(c1, "commit");
+    PGresult *res;
+    char *r2 = NULL;
+    while ((res = PQgetResult(c2))) {
+        if (PQresultStatus(res) != PGRES_TUPLES_OK)
+            fail_msg("second batch: %s", PQresultErrorMessage(res));
+        free(r2);
+        r2 = strdup(PQgetvalue(res, 0, 0));
+        PQclear(res);
+    }
+    assert_non_null(r2);
+    assert_string_equal(
+            r2,
+            "[{\"events\": [], \"outcome\": \"completed\", \"replayed\": "
+            "true}, "
+            "{\"events\": [], \"outcome\": \"completed\", \"replayed\": true}, "
+            "{\"events\": [], \"outcome\": \"completed\"}]");
+    free(r2);
+    PQfinish(c1);
+    PQfinish(c2);
+    assert_int_equal(a2_test_int(db, "select count(*) from a2_cursors where "
+                                     "session_id = 'race' and head is null "
+                                     "and completed_attempt = 1"),
+                     4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -377,6 +439,8 @@ int main(void)
                                             a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_batches_in_opposite_orders,
                                             setup, a2_test_consumer_teardown),
+            cmocka_unit_test_setup_teardown(test_batch_runs_race, setup,
+                                            a2_test_consumer_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
