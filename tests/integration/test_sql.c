@@ -395,7 +395,7 @@ static void test_batch_runs_race(void **state)
     assert_int_equal(a2_test_lock_waiters(db,
                                           "wait_event = 'transactionid' and "
                                           "query like 'select a2_batch%'",
-                                          1, 5000),
+                                          1, 30000),
                      1);
     a2_test_exec(c1, "commit");
     PGresult *res;
