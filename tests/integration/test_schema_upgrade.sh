@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Schema 6 over an older one: `a2 schema apply` rebuilds a2_cursors_heads
+# and a2_cursors_pending from their older definitions (two keys; no
+# "failed_at is null" in the heads index), keeps the rows, drops the old
+# a2__unpin(text, text, text, bigint), and a second apply changes nothing.
+set -uo pipefail
+: "${A2_TEST_DB:?run under tests/run}" "${A2_BIN:?run under tests/run}"
+fail() { echo "test_schema_upgrade: $*"; exit 1; }
+q() { psql "$A2_TEST_DB" -X -q -At -v ON_ERROR_STOP=1 -c "$1"; }
+defs() {
+    q "select string_agg(indexdef, ' | ' order by indexname) from pg_indexes
+        where indexname in ('a2_cursors_heads', 'a2_cursors_pending')"
+}
+q "select a2_append(session => 'up', events => '[{\"type\": \"t\", \"targets\": [{\"consumer\": \"c\"}]}]')" >/dev/null ||
+    fail "append failed"
+want=$(defs)
+# The definitions of schema 5, and its a2__unpin.
+q "drop index a2_cursors_heads, a2_cursors_pending" || fail "drop failed"
+q "create index a2_cursors_heads on a2_cursors (session_id, head) where head is not null" || fail "old heads"
+q "create index a2_cursors_pending on a2_cursors (consumer, session_id)
+     where head is not null and failed_at is null" || fail "old pending"
+q "create function a2__unpin(session text, consumer text, cursor_key text, head bigint)
+     returns void language sql as 'select null'" || fail "old a2__unpin"
+[ "$(defs)" != "$want" ] || fail "the old definitions were not made"
+A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema apply >/dev/null || fail "a2 schema apply failed"
+[ "$(defs)" = "$want" ] || fail "after apply: $(defs), expected $want"
+[ "$(q "select count(*) from pg_proc where proname = 'a2__unpin'")" = 1 ] ||
+    fail "a2__unpin overloads: $(q "select string_agg(oid::regprocedure::text, ', ') from pg_proc where proname = 'a2__unpin'")"
+[ "$(q "select count(*) from a2_cursors where session_id = 'up' and head = 1")" = 1 ] ||
+    fail "the cursor row is gone"
+# A second apply keeps the indexes (same objects, not rebuilt).
+before=$(q "select string_agg(oid::text, ',' order by relname) from pg_class
+            where relname in ('a2_cursors_heads', 'a2_cursors_pending')")
+A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema apply >/dev/null || fail "second apply failed"
+after=$(q "select string_agg(oid::text, ',' order by relname) from pg_class
+           where relname in ('a2_cursors_heads', 'a2_cursors_pending')")
+[ "$before" = "$after" ] || fail "a second apply rebuilt the indexes ($before -> $after)"
+A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema check >/dev/null || fail "schema check after the upgrade"
+echo "test_schema_upgrade: passed"
