@@ -59,8 +59,10 @@ class Away(unittest.TestCase):
         consumer.start()
         self.assertTrue(w.wait_connected(support.WAIT_S), w.last_error)
         a2.append(self.conn, "dg-2", [support.lane_event("pyd")])
-        support.wait_until(lambda: self.ran("dg-2"), "dg-2's run")
-        self.assertTrue(self.msgs.wakes("dg-2"))
+        # The run may come first (the resync after the connect, or a sweep
+        # in flight) and its wake-up just after: wait for both.
+        support.wait_until(lambda: self.msgs.wakes("dg-2") and self.ran("dg-2"),
+                           "dg-2's wake-up and run")
         sweeps = w.stats.sweeps
         time.sleep(1.0)  # three sweep intervals
         self.assertEqual(w.stats.sweeps, sweeps, "the worker swept while connected")
@@ -112,8 +114,8 @@ class Away(unittest.TestCase):
                                  reconnect_max_ms=500, on_message=self.msgs))
         self.assertTrue(w.wait_connected(support.WAIT_S), w.last_error)
         a2.append(self.conn, "sb-1", [support.lane_event("pysb")])
-        support.wait_until(lambda: self.ran("sb-1"), "sb-1's run")
-        self.assertTrue(self.msgs.wakes("sb-1"))
+        support.wait_until(lambda: self.msgs.wakes("sb-1") and self.ran("sb-1"),
+                           "sb-1's wake-up and run")
 
         assert active.proc is not None
         active.proc.send_signal(signal.SIGKILL)
@@ -154,8 +156,8 @@ class Away(unittest.TestCase):
         # Its one sweep (it never connected) is done before the append.
         support.wait_until(lambda: bad.stats.sweeps >= 1, "the refused worker's first sweep")
         a2.append(self.conn, "tcp-1", [support.lane_event("pyt")])
-        support.wait_until(lambda: self.ran("tcp-1"), "tcp-1's run")
-        self.assertTrue(self.msgs.wakes("tcp-1"))
+        support.wait_until(lambda: self.msgs.wakes("tcp-1") and self.ran("tcp-1"),
+                           "tcp-1's wake-up and run")
         self.assertFalse(bad.connected)
         self.assertEqual(bad.stats.connects, 0)
         self.assertEqual(bad_runs.snapshot(), [])
