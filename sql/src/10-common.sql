@@ -401,6 +401,19 @@ begin
 end
 $fn$;
 
+-- The session's event with this id, if any: one lookup of a2_events_ids.
+-- Called in FROM, laterally (from unnest(ids) i, a2__event_with_id(s, i) e),
+-- and inlined there; the subquery stays a lookup an id (a plain
+-- "event_id = any(ids) and idx >= n" can be planned on the primary key,
+-- reading every event of the session).
+create or replace function a2__event_with_id(session text, id text)
+returns setof a2_events
+language sql
+stable
+as $fn$
+select * from a2_events e where e.session_id = session and e.event_id = id offset 0
+$fn$;
+
 -- An event row as the functions return it. text_payloads: the payload as a
 -- JSON string holding its stored text (exact for every number).
 create or replace function a2__event_json(e a2_events, text_payloads boolean)

@@ -96,9 +96,8 @@ begin
            for update skip locked)
     delete from a2_events event using stale
      where event.session_id = v_session and event.idx = stale.idx;
-    if exists (select 1 from a2_events event
-                where event.session_id = v_session and event.event_id = any(v_ids)
-                  and event.idx < v_clear) then
+    if exists (select 1 from unnest(v_ids) i, a2__event_with_id(v_session, i) event
+                where event.idx < v_clear) then
         perform a2__fail('STORE_UNAVAILABLE',
                          format('an event id being reused is still held by cleared work '
                                 'in session "%s"', v_session));
@@ -525,13 +524,13 @@ begin
       into v_base, v_clear
       from a2_events e where e.session_id = v_session;
     if cardinality(f.ids) > 0 then
-        select count(*) into v_owned from a2_events e
-         where e.session_id = v_session and e.event_id = any(f.ids) and e.idx >= v_clear;
+        select count(*) into v_owned from unnest(f.ids) i, a2__event_with_id(v_session, i) e
+         where e.idx >= v_clear;
         if v_owned = f.n then
             select jsonb_agg(a2__event_json(e, a2__append_batch.text_payloads) order by x.ord)
               into v_out
-              from jsonb_array_elements(v_events) with ordinality as x(j, ord)
-              join a2_events e on e.session_id = v_session and e.event_id = x.j->>'id';
+              from jsonb_array_elements(v_events) with ordinality as x(j, ord),
+                   a2__event_with_id(v_session, x.j->>'id') e;
             return jsonb_build_object('outcome', 'replayed', 'events', v_out,
                                       'has_pending', a2__has_pending(v_session, v_served, v_clear));
         elsif v_owned > 0 then

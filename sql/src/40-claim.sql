@@ -53,6 +53,7 @@ declare
     v_served text[];
     v_excluded jsonb;
     v_clear bigint;
+    v_tids tid[];
     v_claimed a2_cursors[];
     v_had boolean;
     v_retry bigint;
@@ -105,20 +106,26 @@ begin
     end if;
     v_clear := coalesce((select c.clear_index from a2_clears c where c.session_id = v_session), 0);
 
-    with eligible as materialized (
-        select cur.consumer, cur.cursor_key, cur.epoch
-          from a2_cursors cur
-         where cur.session_id = v_session and cur.head > v_clear
-           and (v_through is null or cur.head <= v_through)
-           and cur.failed_at is null
-           and (v_served is null or cur.consumer = any(v_served))
-           and (v_excluded is null
-                or not v_excluded @> jsonb_build_array(jsonb_build_object(
-                           'consumer', cur.consumer, 'cursor_key', cur.cursor_key)))
-           and (cur.claim_expires_at is null or cur.claim_expires_at <= v_now)
-         order by cur.cursor_key, cur.consumer, cur.epoch
-           for update of cur),
-    claimed as (
+    -- The eligible rows, locked in primary-key order. The update finds them
+    -- by ctid, a TID scan whatever the statistics (a join on the key can be
+    -- planned as a scan of every cursor the session ever had). It is a
+    -- statement of its own, so its snapshot sees the versions locked here,
+    -- and nothing changes them while the locks are held.
+    select coalesce(array_agg(e.tid), '{}') into v_tids
+      from (select cur.ctid as tid
+                from a2_cursors cur
+               where cur.session_id = v_session and cur.head > v_clear
+                 and (v_through is null or cur.head <= v_through)
+                 and cur.failed_at is null
+                 and (v_served is null or cur.consumer = any(v_served))
+                 and (v_excluded is null
+                      or not v_excluded @> jsonb_build_array(jsonb_build_object(
+                                 'consumer', cur.consumer, 'cursor_key', cur.cursor_key)))
+                 and (cur.claim_expires_at is null or cur.claim_expires_at <= v_now)
+               order by cur.cursor_key, cur.consumer, cur.epoch
+                 for update of cur) e;
+
+    with claimed as (
         update a2_cursors cur
            set attempt_count = cur.attempt_count + 1,
                failure_count = cur.failure_count
@@ -139,9 +146,7 @@ begin
                claim_expires_at = case when cur.claim_holder is not null
                                             and cur.failure_count + 1 >= v_max
                                        then null else v_expires end
-          from eligible
-         where cur.session_id = v_session and cur.cursor_key = eligible.cursor_key
-           and cur.consumer = eligible.consumer and cur.epoch = eligible.epoch
+         where cur.ctid = any(v_tids)
         returning cur.*)
     -- The session's other eligible heads and its nearest hold come from one
     -- scan of its rows, in the snapshot the statement started with (a plain
@@ -180,7 +185,9 @@ begin
            greatest(v_top, max(c.head) filter (where c.failed_at is null))
       into v_heads, v_dead, v_top
       from unnest(v_claimed) c
-      join a2_events e on e.session_id = v_session and e.idx = c.head;
+     -- (one lookup a head: a join could hash every event of the session)
+     cross join lateral (select e.* from a2_events e
+                          where e.session_id = v_session and e.idx = c.head offset 0) e;
     if v_heads is not null then
         return jsonb_build_object('outcome', 'claimed', 'heads', v_heads, 'session_head', v_top,
                                   'dead_lettered', coalesce(v_dead, '[]'::jsonb));

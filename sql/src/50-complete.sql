@@ -130,8 +130,7 @@ begin
                                 'index', v_idx, 'attempt', a2__settle_unheld.attempt)),
            jsonb_agg(a2__event_json(e, a2__settle_unheld.text_payloads) order by x.ord)
       into v_found, v_matching, v_events
-      from unnest(ids) with ordinality as x(id, ord)
-      join a2_events e on e.session_id = v_session and e.event_id = x.id;
+      from unnest(ids) with ordinality as x(id, ord), a2__event_with_id(v_session, x.id) e;
     if v_found < cardinality(ids) and v_idx <= v_clear then
         return superseded;
     end if;
@@ -240,9 +239,8 @@ begin
         if v_idx <= v_clear then
             return '{"outcome": "superseded"}';
         end if;
-        if exists (select 1 from a2_events e
-                    where e.session_id = v_session and e.event_id = any(v_ids)
-                      and e.idx >= v_clear) then
+        if exists (select 1 from unnest(v_ids) i, a2__event_with_id(v_session, i) e
+                    where e.idx >= v_clear) then
             perform a2__fail('PARTIAL_DUPLICATE_BATCH',
                              'returned event batch contains an already-appended event id');
         end if;
@@ -299,9 +297,9 @@ declare
     v_clear bigint;
     v_served jsonb;
     v_ords integer[];
-    v_keys text[];
+    v_tids tid[];
     v_consumers text[];
-    v_epochs bigint[];
+    v_keys text[];
     v_heads bigint[];
     v_attempts integer[];
 begin
@@ -319,20 +317,20 @@ begin
           from (select i as ord, ops->(i - 1) as op from unnest(run) i) o),
     held as (
         -- One primary-key lookup a completion, in key order.
-        select w.ord, cur.cursor_key, cur.consumer, cur.epoch, cur.head, cur.attempt_count
+        select w.ord, cur.tid, cur.consumer, cur.cursor_key, cur.head, cur.attempt_count
           from (select * from wanted
                  where wanted.times = 1 and wanted.idx > v_clear
                  order by '#' || wanted.idx::text, wanted.consumer) w
          cross join lateral (
-               select c.cursor_key, c.consumer, c.epoch, c.head, c.attempt_count
+               select c.ctid as tid, c.consumer, c.cursor_key, c.head, c.attempt_count
                  from a2_cursors c
                 where c.session_id = v_session and c.cursor_key = '#' || w.idx::text
                   and c.consumer = w.consumer and c.head = w.idx and c.attempt_count = w.attempt
                   and c.failed_at is null and c.claim_holder is not null
                   for update of c) cur)
-    select array_agg(h.ord), array_agg(h.cursor_key), array_agg(h.consumer),
-           array_agg(h.epoch), array_agg(h.head), array_agg(h.attempt_count)
-      into v_ords, v_keys, v_consumers, v_epochs, v_heads, v_attempts
+    select array_agg(h.ord), array_agg(h.tid), array_agg(h.consumer), array_agg(h.cursor_key),
+           array_agg(h.head), array_agg(h.attempt_count)
+      into v_ords, v_tids, v_consumers, v_keys, v_heads, v_attempts
       from held h;
     if v_ords is null then
         return;
@@ -340,7 +338,11 @@ begin
 
     perform a2__unpin(v_session, v_heads, v_consumers, v_keys);
 
-    -- Each cursor past its head, as a2__advance moves an event cursor.
+    -- Each cursor past its head, as a2__advance moves an event cursor. The
+    -- rows are found by ctid, a TID scan whatever the statistics (a join on
+    -- the key can be planned as a scan of every cursor the session ever
+    -- had); this statement's snapshot sees the versions locked above, and
+    -- nothing changes them while the locks are held.
     update a2_cursors cur
        set position = h.head, head = null,
            attempt_count = 0, first_claimed_at = null, last_claimed_at = null,
@@ -348,10 +350,8 @@ begin
            last_failed_at = null, last_failed_attempt = null, last_error = null,
            failed_at = null, completed_idx = h.head, completed_attempt = h.attempt,
            returned_event_ids = '[]'
-      from unnest(v_keys, v_consumers, v_epochs, v_heads, v_attempts)
-           h(cursor_key, consumer, epoch, head, attempt)
-     where cur.session_id = v_session and cur.cursor_key = h.cursor_key
-       and cur.consumer = h.consumer and cur.epoch = h.epoch;
+      from unnest(v_tids, v_heads, v_attempts) h(tid, head, attempt)
+     where cur.ctid = h.tid;
 
     return query select o, '{"outcome": "completed", "events": []}'::jsonb from unnest(v_ords) o;
 end

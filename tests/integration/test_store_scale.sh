@@ -6,7 +6,11 @@
 # index entries of a2_cursors read by that transaction must stay under 20 a
 # head (a lookup by (consumer, session) read every head of the session at
 # each completion, about 150 a head; a claim beside it could scan the whole
-# index of heads).
+# index of heads). Then tests/sql/history.sql runs each of a worker's
+# operations once on a session of 2,000 completed events, again with no
+# statistics: none may read more than 200 rows and index entries (a join on
+# a cursor's or an event's key planned as a scan of the session read some
+# 4,000).
 set -uo pipefail
 : "${A2_TEST_DB:?run under tests/run}"
 top=${A2_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -23,4 +27,18 @@ fail() { echo "test_store_scale: $*"; printf '%s\n' "$out" | tail -n 5; exit 1; 
 [ "$completed" = 100 ] || fail "completed $completed of 100 heads"
 [ "$reltuples" = -1 ] || fail "the table has statistics (reltuples $reltuples): the case is not tested"
 [ -n "$total" ] && [ "$total" -le 2000 ] || fail "read $total index entries for 100 heads (at most 2000)"
+
+out=$(psql "$A2_TEST_DB" -X -q -At -v ON_ERROR_STOP=1 -f "$top/tests/sql/history.sql" 2>&1)
+rc=$?
+[ $rc -eq 0 ] || fail "history.sql: psql exited $rc"
+[ "$(value reltuples)" = -1 ] || fail "history.sql: the table has statistics: the case is not tested"
+ops="append append_ids append_replay claim complete batch renew fail claim_busy claim_retry complete_events complete_replay claim_after_xid"
+line=
+for op in $ops; do
+    n=$(value "$op")
+    line="$line $op $n"
+    [ -n "$n" ] || fail "history.sql: no count for $op"
+    [ "$n" -le 200 ] || fail "history.sql: $op read $n rows and index entries on a session of 2,000 events (at most 200)"
+done
+echo "test_store_scale: a session of 2,000 completed events, rows and index entries read:$line"
 echo "test_store_scale: passed"

@@ -1,0 +1,116 @@
+-- The worker's operations on a session with a long history cost what their
+-- heads cost, not what the session ever held. Session hist has 2,000
+-- events, all completed (2,000 cursors with no head), beside 10 sessions of
+-- 200; the tables have no statistics (plans made on a new connection see
+-- only their size). Each operation below prints "<name> <tuples read>": the
+-- index entries and table rows it read from the a2 tables, which
+-- tests/integration/test_store_scale.sh bounds. A join on a cursor's or an
+-- event's key planned as a scan of the session read some 4,000 rows an
+-- operation.
+alter table a2_cursors set (autovacuum_enabled = off);
+alter table a2_events set (autovacuum_enabled = off);
+do $$
+declare
+    s integer;
+    name text;
+    c jsonb;
+    chunk integer;
+    ops jsonb;
+begin
+    for s in 0..10 loop
+        name := case when s = 0 then 'hist' else 'other-' || s end;
+        perform a2_append(session => name, now_ms => 1000, events => (
+            select jsonb_agg(jsonb_build_object('type', 'job',
+                                                'targets', '[{"consumer": "w"}]'::jsonb))
+              from generate_series(1, case when s = 0 then 2000 else 200 end)));
+        c := a2_claim(session => name, holder => 'old', ttl_ms => 600000, consumers => '["w"]',
+                      now_ms => 1000);
+        for chunk in 0..3 loop
+            ops := (select jsonb_agg(jsonb_build_object('op', 'complete', 'session', name,
+                                                        'consumer', 'w', 'index', h->'index',
+                                                        'attempt', h->'attempt', 'now_ms', 1500))
+                      from jsonb_array_elements(c->'heads') with ordinality as x(h, ord)
+                     where (x.ord - 1) / 500 = chunk);
+            if ops is not null then
+                perform a2_batch(ops);
+            end if;
+        end loop;
+    end loop;
+end
+$$;
+\c
+create function pg_temp.reads() returns bigint
+language sql as $$
+select sum(pg_stat_get_xact_tuples_returned(c.oid) + pg_stat_get_xact_tuples_fetched(c.oid))::bigint
+  from pg_class c
+ where c.relname like 'a2\_%' and c.relkind in ('r', 'i')
+$$;
+create temporary table read_mark (at bigint);
+insert into read_mark values (0);
+-- "<what> <tuples read since the last mark>"
+create function pg_temp.mark(what text) returns text
+language plpgsql as $$
+declare
+    r bigint := pg_temp.reads();
+    was bigint;
+begin
+    select at into was from read_mark;
+    update read_mark set at = r;
+    return what || ' ' || (r - was);
+end
+$$;
+-- The completions left dead entries in the heads' indexes; the first scan
+-- marks them so (as any scan, or vacuum, would) and is not measured.
+select a2_claim(session => 'hist', holder => 'h', ttl_ms => 60000, consumers => '["w"]',
+                now_ms => 4000)->>'outcome' as warm_claim;
+begin;
+select pg_temp.mark('start');
+select a2_append(session => 'hist', now_ms => 5000, events => '[
+  {"type": "job", "targets": [{"consumer": "w"}]}, {"type": "job", "targets": [{"consumer": "w"}]},
+  {"type": "job", "targets": [{"consumer": "w"}]}, {"type": "job", "targets": [{"consumer": "w"}]}]')->>'outcome';
+select pg_temp.mark('append');
+select a2_append(session => 'hist', now_ms => 5000, events => '[
+  {"type": "job", "id": "x1", "targets": [{"consumer": "v"}]},
+  {"type": "job", "id": "x2", "targets": [{"consumer": "v"}]}]')->>'outcome';
+select pg_temp.mark('append_ids');
+select a2_append(session => 'hist', now_ms => 5000, events => '[
+  {"type": "job", "id": "x1", "targets": [{"consumer": "v"}]},
+  {"type": "job", "id": "x2", "targets": [{"consumer": "v"}]}]')->>'outcome';
+select pg_temp.mark('append_replay');
+select jsonb_array_length(a2_claim(session => 'hist', holder => 'h', ttl_ms => 60000,
+                                   consumers => '["w"]', now_ms => 5000)->'heads');
+select pg_temp.mark('claim');
+select a2_complete(session => 'hist', consumer => 'w', lane => null, index => 2001, attempt => 1,
+                   events => '[]', now_ms => 5100)->>'outcome';
+select pg_temp.mark('complete');
+select string_agg(r->>'outcome', ',') from jsonb_array_elements(a2_batch(jsonb_build_array(
+  jsonb_build_object('op', 'complete', 'session', 'hist', 'consumer', 'w', 'index', 2002,
+                     'attempt', 1, 'now_ms', 5200),
+  jsonb_build_object('op', 'complete', 'session', 'hist', 'consumer', 'w', 'index', 2003,
+                     'attempt', 1, 'now_ms', 5200)))) r;
+select pg_temp.mark('batch');
+select jsonb_array_length(a2_renew(session => 'hist', holder => 'h', ttl_ms => 60000, now_ms => 5300,
+                                   claims => '[{"consumer": "w", "index": 2004, "attempt": 1}]')->'renewed');
+select pg_temp.mark('renew');
+select a2_fail(session => 'hist', consumer => 'w', lane => null, index => 2004, attempt => 1,
+               error => 'x', max_failures => 3, retry_after_ms => 10, now_ms => 5400)->>'outcome';
+select pg_temp.mark('fail');
+select a2_claim(session => 'hist', holder => 'h', ttl_ms => 60000, consumers => '["w"]',
+                now_ms => 5405)->>'outcome';
+select pg_temp.mark('claim_busy');
+select jsonb_array_length(a2_claim(session => 'hist', holder => 'h', ttl_ms => 60000,
+                                   consumers => '["w"]', now_ms => 6000)->'heads');
+select pg_temp.mark('claim_retry');
+select a2_complete(session => 'hist', consumer => 'w', lane => null, index => 2004, attempt => 2,
+                   events => '[{"type": "child", "id": "c1", "targets": [{"consumer": "w"}]}]',
+                   now_ms => 6100)->>'outcome';
+select pg_temp.mark('complete_events');
+select a2_complete(session => 'hist', consumer => 'w', lane => null, index => 2004, attempt => 2,
+                   events => '[{"type": "child", "id": "c1", "targets": [{"consumer": "w"}]}]',
+                   now_ms => 6100)->>'outcome';
+select pg_temp.mark('complete_replay');
+select a2_claim(session => 'hist', holder => 'h', ttl_ms => 60000, consumers => '["w"]',
+                now_ms => 6200, after_xid => (pg_current_xact_id()::text::bigint & 4294967295))->>'outcome';
+select pg_temp.mark('claim_after_xid');
+select 'reltuples ' || reltuples from pg_class where oid = 'a2_cursors'::regclass;
+commit;
