@@ -54,8 +54,9 @@ declare
     v_excluded jsonb;
     v_clear bigint;
     v_tids tid[];
-    v_claimed a2_cursors[];
-    v_had boolean;
+    v_dead_heads bigint[];
+    v_dead_consumers text[];
+    v_dead_keys text[];
     v_retry bigint;
     v_top bigint;
     v_heads jsonb;
@@ -63,7 +64,6 @@ declare
     v_waited timestamptz;
     v_waited_ms bigint;
     v_visible boolean;
-    d a2_cursors;
 begin
     perform a2__writable('a2_claim');
     perform a2__name('session', v_session);
@@ -113,51 +113,6 @@ begin
     -- and nothing changes them while the locks are held.
     select coalesce(array_agg(e.tid), '{}') into v_tids
       from (select cur.ctid as tid
-                from a2_cursors cur
-               where cur.session_id = v_session and cur.head > v_clear
-                 and (v_through is null or cur.head <= v_through)
-                 and cur.failed_at is null
-                 and (v_served is null or cur.consumer = any(v_served))
-                 and (v_excluded is null
-                      or not v_excluded @> jsonb_build_array(jsonb_build_object(
-                                 'consumer', cur.consumer, 'cursor_key', cur.cursor_key)))
-                 and (cur.claim_expires_at is null or cur.claim_expires_at <= v_now)
-               order by cur.cursor_key, cur.consumer, cur.epoch
-                 for update of cur) e;
-
-    with claimed as (
-        update a2_cursors cur
-           set attempt_count = cur.attempt_count + 1,
-               failure_count = cur.failure_count
-                               + case when cur.claim_holder is null then 0 else 1 end,
-               failed_at = case when cur.claim_holder is not null
-                                     and cur.failure_count + 1 >= v_max
-                                then v_now else cur.failed_at end,
-               first_claimed_at = case when cur.claim_holder is not null
-                                            and cur.failure_count + 1 >= v_max
-                                       then cur.first_claimed_at
-                                       else coalesce(cur.first_claimed_at, v_now) end,
-               last_claimed_at = case when cur.claim_holder is not null
-                                           and cur.failure_count + 1 >= v_max
-                                      then cur.last_claimed_at else v_now end,
-               claim_holder = case when cur.claim_holder is not null
-                                        and cur.failure_count + 1 >= v_max
-                                   then null else v_holder end,
-               claim_expires_at = case when cur.claim_holder is not null
-                                            and cur.failure_count + 1 >= v_max
-                                       then null else v_expires end
-         where cur.ctid = any(v_tids)
-        returning cur.*)
-    -- The session's other eligible heads and its nearest hold come from one
-    -- scan of its rows, in the snapshot the statement started with (a plain
-    -- min() may be planned as a walk of a2_cursors_holds in expiry order,
-    -- which reads every session's claims before this one's).
-    select (select coalesce(array_agg(claimed.*::a2_cursors), '{}') from claimed),
-           coalesce(held.had, false), held.retry,
-           (select coalesce(max(e.idx), 0) from a2_events e where e.session_id = v_session)
-      into v_claimed, v_had, v_retry, v_top
-      from (select bool_or(cur.claim_expires_at is null or cur.claim_expires_at <= v_now) as had,
-                   min(cur.claim_expires_at) filter (where cur.claim_expires_at > v_now) as retry
               from a2_cursors cur
              where cur.session_id = v_session and cur.head > v_clear
                and (v_through is null or cur.head <= v_through)
@@ -165,47 +120,80 @@ begin
                and (v_served is null or cur.consumer = any(v_served))
                and (v_excluded is null
                     or not v_excluded @> jsonb_build_array(jsonb_build_object(
-                               'consumer', cur.consumer, 'cursor_key', cur.cursor_key)))) held;
+                               'consumer', cur.consumer, 'cursor_key', cur.cursor_key)))
+               and (cur.claim_expires_at is null or cur.claim_expires_at <= v_now)
+             order by cur.cursor_key, cur.consumer, cur.epoch
+               for update of cur) e;
 
-    -- Dead letters release their snapshot pins.
-    foreach d in array v_claimed loop
-        if d.failed_at is not null then
-            perform a2__unpin(v_session, array[d.head], array[d.consumer], array[d.cursor_key]);
+    if cardinality(v_tids) > 0 then
+        -- The claim, and its heads' events read afresh (this statement's
+        -- snapshot follows the locks: a head the claim waited on may have
+        -- moved to an event the lock's snapshot predates). A head whose
+        -- event is gone (cleared and reclaimed meanwhile) is left out.
+        with claimed as (
+            update a2_cursors cur
+               set attempt_count = cur.attempt_count + 1,
+                   failure_count = cur.failure_count
+                                   + case when cur.claim_holder is null then 0 else 1 end,
+                   failed_at = case when cur.claim_holder is not null
+                                         and cur.failure_count + 1 >= v_max
+                                    then v_now else cur.failed_at end,
+                   first_claimed_at = case when cur.claim_holder is not null
+                                                and cur.failure_count + 1 >= v_max
+                                           then cur.first_claimed_at
+                                           else coalesce(cur.first_claimed_at, v_now) end,
+                   last_claimed_at = case when cur.claim_holder is not null
+                                               and cur.failure_count + 1 >= v_max
+                                          then cur.last_claimed_at else v_now end,
+                   claim_holder = case when cur.claim_holder is not null
+                                            and cur.failure_count + 1 >= v_max
+                                       then null else v_holder end,
+                   claim_expires_at = case when cur.claim_holder is not null
+                                                and cur.failure_count + 1 >= v_max
+                                           then null else v_expires end
+             where cur.ctid = any(v_tids)
+            returning cur.*)
+        select jsonb_agg(a2__head_json(c, e, v_clear, a2_claim.text_payloads)
+                         order by c.head, c.consumer collate "C")
+                   filter (where c.failed_at is null and e.idx is not null),
+               jsonb_agg(a2__head_json(c, e, v_clear, a2_claim.text_payloads)
+                         order by c.head, c.consumer collate "C")
+                   filter (where c.failed_at is not null and e.idx is not null),
+               greatest((select coalesce(max(x.idx), 0) from a2_events x
+                          where x.session_id = v_session),
+                        max(c.head) filter (where c.failed_at is null and e.idx is not null)),
+               array_agg(c.head) filter (where c.failed_at is not null),
+               array_agg(c.consumer) filter (where c.failed_at is not null),
+               array_agg(c.cursor_key) filter (where c.failed_at is not null)
+          into v_heads, v_dead, v_top, v_dead_heads, v_dead_consumers, v_dead_keys
+          from claimed c
+          -- (one lookup a head: a join could hash every event of the session)
+          left join lateral (select e.* from a2_events e
+                              where e.session_id = v_session and e.idx = c.head offset 0) e
+            on true;
+        -- Dead letters release their snapshot pins.
+        if v_dead_heads is not null then
+            perform a2__unpin(v_session, v_dead_heads, v_dead_consumers, v_dead_keys);
         end if;
-    end loop;
-    -- The heads' events, read afresh: a head the claim waited on may have
-    -- moved to an event its snapshot predates. A head whose event is gone
-    -- (cleared and reclaimed meanwhile) is left out.
-    select jsonb_agg(a2__head_json(c, e, v_clear, a2_claim.text_payloads)
-                     order by c.head, c.consumer collate "C")
-               filter (where c.failed_at is null),
-           jsonb_agg(a2__head_json(c, e, v_clear, a2_claim.text_payloads)
-                     order by c.head, c.consumer collate "C")
-               filter (where c.failed_at is not null),
-           greatest(v_top, max(c.head) filter (where c.failed_at is null))
-      into v_heads, v_dead, v_top
-      from unnest(v_claimed) c
-     -- (one lookup a head: a join could hash every event of the session)
-     cross join lateral (select e.* from a2_events e
-                          where e.session_id = v_session and e.idx = c.head offset 0) e;
-    if v_heads is not null then
-        return jsonb_build_object('outcome', 'claimed', 'heads', v_heads, 'session_head', v_top,
-                                  'dead_lettered', coalesce(v_dead, '[]'::jsonb));
+        if v_heads is not null then
+            return jsonb_build_object('outcome', 'claimed', 'heads', v_heads,
+                                      'session_head', v_top,
+                                      'dead_lettered', coalesce(v_dead, '[]'::jsonb));
+        end if;
     end if;
-    -- Nothing claimed: when the claim's snapshot held an eligible head (lost
-    -- to a race) or it dead-lettered some, the hold is read afresh.
-    if v_had or cardinality(v_claimed) > 0 then
-        -- (min with a filter: never planned as a walk of a2_cursors_holds)
-        select min(cur.claim_expires_at) filter (where cur.claim_expires_at > v_now)
-          into v_retry from a2_cursors cur
-         where cur.session_id = v_session and cur.head > v_clear
-           and (v_through is null or cur.head <= v_through)
-           and cur.failed_at is null
-           and (v_served is null or cur.consumer = any(v_served))
-           and (v_excluded is null
-                or not v_excluded @> jsonb_build_array(jsonb_build_object(
-                           'consumer', cur.consumer, 'cursor_key', cur.cursor_key)));
-    end if;
+    -- Nothing claimed (nothing eligible, or only dead letters): the nearest
+    -- hold, read afresh (min with a filter: never planned as a walk of
+    -- a2_cursors_holds in expiry order, which reads every session's claims
+    -- before this one's).
+    select min(cur.claim_expires_at) filter (where cur.claim_expires_at > v_now)
+      into v_retry from a2_cursors cur
+     where cur.session_id = v_session and cur.head > v_clear
+       and (v_through is null or cur.head <= v_through)
+       and cur.failed_at is null
+       and (v_served is null or cur.consumer = any(v_served))
+       and (v_excluded is null
+            or not v_excluded @> jsonb_build_array(jsonb_build_object(
+                       'consumer', cur.consumer, 'cursor_key', cur.cursor_key)));
     return jsonb_build_object('outcome', case when v_retry is null then 'settled' else 'busy' end,
                               'retry_at', v_retry, 'dead_lettered', coalesce(v_dead, '[]'::jsonb));
 end
