@@ -60,6 +60,15 @@ create table if not exists a2_cursors (
 -- a2_cursors_pending's alone, keyed (consumer, session_id), that index was
 -- scanned whole for one session's heads (a claim), or read every head of
 -- the session at each completion. Schema 6; older definitions are rebuilt.
+--
+-- a2_cursors_pending also carries "consumer <> ''", true of every row (a
+-- consumer's name is never empty). An index with a clause in its predicate
+-- serves only the queries that state it, and only the consumer-scoped
+-- walks do: a query of one session's heads cannot take it and scan it
+-- whole for its non-leading session_id, as generic plans did when a vacuum
+-- had recorded both indexes of heads empty and this one the smaller. The
+-- claim that scan served read every pending head of every session to find
+-- one. Schema 7.
 do $$
 begin
     if exists (select 1 from pg_index i
@@ -68,7 +77,9 @@ begin
         drop index a2_cursors_heads;
     end if;
     if exists (select 1 from pg_index i
-                where i.indexrelid = to_regclass('a2_cursors_pending') and i.indnkeyatts <> 3) then
+                where i.indexrelid = to_regclass('a2_cursors_pending')
+                  and (i.indnkeyatts <> 3
+                       or pg_get_expr(i.indpred, i.indrelid) not like '%consumer <> %')) then
         drop index a2_cursors_pending;
     end if;
 end
@@ -78,7 +89,7 @@ create index if not exists a2_cursors_heads on a2_cursors (session_id, head)
 -- Sessions where a consumer has a head (pending_sessions and a2_backlog,
 -- without a2_events), and a consumer's head in a session.
 create index if not exists a2_cursors_pending on a2_cursors (consumer, session_id, head)
-    where head is not null and failed_at is null;
+    where head is not null and failed_at is null and consumer <> '';
 -- Live claims and retry holds, read once by a2-consumer on start.
 create index if not exists a2_cursors_holds on a2_cursors (claim_expires_at)
     where claim_expires_at is not null;

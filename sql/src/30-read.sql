@@ -158,7 +158,7 @@ begin
                            select distinct cur.session_id
                              from a2_cursors cur
                             where cur.consumer = wanted.consumer and cur.head is not null
-                              and cur.failed_at is null
+                              and cur.failed_at is null and cur.consumer <> ''
                               and cur.head > coalesce((select clr.clear_index from a2_clears clr
                                                         where clr.session_id = cur.session_id), 0)
                               and (cur.claim_holder is not null or cur.claim_expires_at is null
@@ -176,7 +176,7 @@ begin
                            select distinct cur.session_id
                              from a2_cursors cur
                             where cur.consumer = wanted.consumer and cur.head is not null
-                              and cur.failed_at is null and cur.session_id > v_after
+                              and cur.failed_at is null and cur.consumer <> '' and cur.session_id > v_after
                               and cur.head > coalesce((select clr.clear_index from a2_clears clr
                                                         where clr.session_id = cur.session_id), 0)
                               and (cur.claim_holder is not null or cur.claim_expires_at is null

@@ -388,11 +388,11 @@ begin
     if v_names is null then
         with recursive p(name) as (
             select min(cur.consumer) from a2_cursors cur
-             where cur.head is not null and cur.failed_at is null
+             where cur.head is not null and cur.failed_at is null and cur.consumer <> ''
             union all
             select (select min(cur.consumer) from a2_cursors cur
                      where cur.head is not null and cur.failed_at is null
-                       and cur.consumer > p.name)
+                       and cur.consumer > p.name and cur.consumer <> '')
               from p where p.name is not null
         ), d(name) as (
             select min(cur.consumer) from a2_cursors cur where cur.failed_at is not null
@@ -417,7 +417,7 @@ begin
                              where e.session_id = cur.session_id and e.idx = cur.head)) as oldest
                   from a2_cursors cur
                  where cur.consumer = w.name and cur.head is not null
-                   and cur.failed_at is null
+                   and cur.failed_at is null and cur.consumer <> ''
                    and cur.head > coalesce((select clr.clear_index from a2_clears clr
                                              where clr.session_id = cur.session_id), 0)) pend
             on true

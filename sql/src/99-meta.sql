@@ -8,5 +8,5 @@ drop function if exists a2_batch_prepared_limit();
 drop function if exists a2__unpin(text, text, text, bigint);
 
 -- The schema version this file installs; `a2 schema check` compares it.
-insert into a2_meta (key, value) values ('schema_version', '6')
+insert into a2_meta (key, value) values ('schema_version', '7')
 on conflict (key) do update set value = excluded.value;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Schema 6 over an older one: `a2 schema apply` rebuilds a2_cursors_heads
-# and a2_cursors_pending from their older definitions (two keys; no
+# Schema 7 over an older one: `a2 schema apply` rebuilds a2_cursors_heads
+# and a2_cursors_pending from schema 5's definitions (two keys; no
 # "failed_at is null" in the heads index), keeps the rows, drops the old
-# a2__unpin(text, text, text, bigint), and a second apply changes nothing.
+# a2__unpin(text, text, text, bigint), and a second apply changes nothing;
+# it rebuilds schema 6's a2_cursors_pending (no "consumer <> ''").
 set -uo pipefail
 : "${A2_TEST_DB:?run under tests/run}" "${A2_BIN:?run under tests/run}"
 fail() { echo "test_schema_upgrade: $*"; exit 1; }
@@ -35,5 +36,12 @@ A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema apply >/dev/null || fail "second apply fai
 after=$(q "select string_agg(oid::text, ',' order by relname) from pg_class
            where relname in ('a2_cursors_heads', 'a2_cursors_pending')")
 [ "$before" = "$after" ] || fail "a second apply rebuilt the indexes ($before -> $after)"
+# Schema 6's a2_cursors_pending.
+q "drop index a2_cursors_pending" || fail "drop failed"
+q "create index a2_cursors_pending on a2_cursors (consumer, session_id, head)
+     where head is not null and failed_at is null" || fail "schema 6 pending"
+[ "$(defs)" != "$want" ] || fail "schema 6's definition was not made"
+A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema apply >/dev/null || fail "a2 schema apply over schema 6 failed"
+[ "$(defs)" = "$want" ] || fail "after apply over schema 6: $(defs), expected $want"
 A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema check >/dev/null || fail "schema check after the upgrade"
 echo "test_schema_upgrade: passed"
