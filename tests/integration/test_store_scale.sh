@@ -29,35 +29,32 @@ fail() { echo "test_store_scale: $*"; printf '%s\n' "$out" | tail -n 5; exit 1; 
 [ "$reltuples" = -1 ] || fail "the table has statistics (reltuples $reltuples): the case is not tested"
 [ -n "$total" ] && [ "$total" -le 2000 ] || fail "read $total index entries for 100 heads (at most 2000)"
 
-out=$(psql "$A2_TEST_DB" -X -q -At -v ON_ERROR_STOP=1 -f "$top/tests/sql/history.sql" 2>&1)
-rc=$?
-[ $rc -eq 0 ] || fail "history.sql: psql exited $rc"
+# bounded FILE WHAT OP:ROWS:BLOCKS...: runs tests/sql/FILE; each operation
+# it marks read at most ROWS rows and index entries and BLOCKS blocks.
+bounded() {
+    local file=$1 what=$2 op name rows blocks line=
+    shift 2
+    out=$(psql "$A2_TEST_DB" -X -q -At -v ON_ERROR_STOP=1 -f "$top/tests/sql/$file" 2>&1) ||
+        fail "$file: psql failed"
+    for op in "$@"; do
+        name=${op%%:*}
+        read -r rows blocks <<<"$(value "$name")"
+        [ -n "$blocks" ] || fail "$file: no count for $name"
+        line="$line $name $rows/$blocks"
+        [ "$rows" -le "$(cut -d: -f2 <<<"$op")" ] && [ "$blocks" -le "$(cut -d: -f3 <<<"$op")" ] ||
+            fail "$file: $name read $rows rows and index entries, $blocks blocks ($what; at most ${op#*:})"
+    done
+    echo "test_store_scale: $what, rows/blocks read:$line"
+}
+bounded history.sql "a session of 2,000 completed events" \
+    append:200:300 append_ids:200:300 append_replay:200:300 claim:200:300 complete:200:300 \
+    batch:200:300 renew:200:300 fail:200:300 claim_busy:200:300 claim_retry:200:300 \
+    complete_events:200:300 complete_replay:200:300 claim_after_xid:200:300
 [ "$(value reltuples)" = -1 ] || fail "history.sql: the table has statistics: the case is not tested"
-ops="append append_ids append_replay claim complete batch renew fail claim_busy claim_retry complete_events complete_replay claim_after_xid"
-line=
-for op in $ops; do
-    n=$(value "$op")
-    line="$line $op $n"
-    [ -n "$n" ] || fail "history.sql: no count for $op"
-    [ "$n" -le 200 ] || fail "history.sql: $op read $n rows and index entries on a session of 2,000 events (at most 200)"
-done
-echo "test_store_scale: a session of 2,000 completed events, rows and index entries read:$line"
 
 # Statistics that record both indexes of heads empty, a2_cursors_pending
-# the smaller, beside 3,000 sessions with a head: a claim, an empty claim,
-# a completion and an append read a few dozen blocks (a scan of
-# a2_cursors_pending for a session read 74 and 96, for the two claims).
-out=$(psql "$A2_TEST_DB" -X -q -At -v ON_ERROR_STOP=1 -f "$top/tests/sql/vacuumed_empty.sql" 2>&1)
-rc=$?
-[ $rc -eq 0 ] || fail "vacuumed_empty.sql: psql exited $rc"
-line=
-for op in vclaim:50 vclaim_empty:30 vcomplete:50 vappend:50; do
-    name=${op%%:*}
-    blocks=$(value "$name" | awk '{ print $2 }')
-    line="$line $name $blocks"
-    [ -n "$blocks" ] || fail "vacuumed_empty.sql: no count for $name"
-    [ "$blocks" -le "${op#*:}" ] ||
-        fail "vacuumed_empty.sql: $name read $blocks blocks (at most ${op#*:}; the other sessions hold 3,000 heads)"
-done
-echo "test_store_scale: indexes of heads recorded empty, blocks read:$line"
+# the smaller, beside 3,000 sessions with a head (a scan of
+# a2_cursors_pending for a session read 74 and 96 blocks in the two claims).
+bounded vacuumed_empty.sql "indexes of heads recorded empty" \
+    vclaim:200:50 vclaim_empty:200:30 vcomplete:200:50 vappend:200:50
 echo "test_store_scale: passed"

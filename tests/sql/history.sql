@@ -2,11 +2,11 @@
 -- heads cost, not what the session ever held. Session hist has 2,000
 -- events, all completed (2,000 cursors with no head), beside 10 sessions of
 -- 200; the tables have no statistics (plans made on a new connection see
--- only their size). Each operation below prints "<name> <tuples read>": the
--- index entries and table rows it read from the a2 tables, which
--- tests/integration/test_store_scale.sh bounds. A join on a cursor's or an
--- event's key planned as a scan of the session read some 4,000 rows an
--- operation.
+-- only their size). Each operation below prints "<name> <rows> <blocks>"
+-- (read_marks.sql): what it read from the a2 tables and their indexes,
+-- which tests/integration/test_store_scale.sh bounds. A join on a cursor's
+-- or an event's key planned as a scan of the session read some 4,000 rows
+-- an operation.
 alter table a2_cursors set (autovacuum_enabled = off);
 alter table a2_events set (autovacuum_enabled = off);
 do $$
@@ -39,26 +39,7 @@ begin
 end
 $$;
 \c
-create function pg_temp.reads() returns bigint
-language sql as $$
-select sum(pg_stat_get_xact_tuples_returned(c.oid) + pg_stat_get_xact_tuples_fetched(c.oid))::bigint
-  from pg_class c
- where c.relname like 'a2\_%' and c.relkind in ('r', 'i')
-$$;
-create temporary table read_mark (at bigint);
-insert into read_mark values (0);
--- "<what> <tuples read since the last mark>"
-create function pg_temp.mark(what text) returns text
-language plpgsql as $$
-declare
-    r bigint := pg_temp.reads();
-    was bigint;
-begin
-    select at into was from read_mark;
-    update read_mark set at = r;
-    return what || ' ' || (r - was);
-end
-$$;
+\ir read_marks.sql
 -- The completions left dead entries in the heads' indexes; the first scan
 -- marks them so (as any scan, or vacuum, would) and is not measured.
 select a2_claim(session => 'hist', holder => 'h', ttl_ms => 60000, consumers => '["w"]',

@@ -6,11 +6,10 @@
 -- both indexes of heads are recorded empty, a2_cursors_pending the smaller
 -- (what a vacuum leaves after a run of deletions). On a new connection a
 -- claim of one head, an empty claim, a completion and an append each print
--- "<name> <rows and index entries read> <blocks>", which
--- tests/integration/test_store_scale.sh bounds. Counting blocks matters:
--- an index scan filters a non-leading column inside the index, so a scan
--- of a2_cursors_pending for a session read some 60 blocks of entries it
--- never returned.
+-- "<name> <rows> <blocks>" (read_marks.sql), which
+-- tests/integration/test_store_scale.sh bounds by blocks: a scan of
+-- a2_cursors_pending for a session filtered its non-leading session_id
+-- inside the index, returning few entries from every block.
 alter table a2_cursors set (autovacuum_enabled = off);
 alter table a2_events set (autovacuum_enabled = off);
 do $$
@@ -45,26 +44,7 @@ update pg_class set relpages = 4, reltuples = 0 where oid = 'a2_cursors_heads'::
 \c
 select a2_append(session => 'probe', now_ms => 800,
                  events => '[{"type": "job", "targets": [{"consumer": "c"}]}]')->>'outcome';
-create temporary table read_mark (rows bigint, blocks bigint);
-insert into read_mark values (0, 0);
--- "<what> <rows and index entries read> <blocks> since the last mark"
-create function pg_temp.mark(what text) returns text
-language plpgsql as $$
-declare
-    r bigint;
-    b bigint;
-    was read_mark;
-begin
-    select sum(pg_stat_get_xact_tuples_returned(c.oid) + pg_stat_get_xact_tuples_fetched(c.oid)),
-           sum(pg_stat_get_xact_blocks_fetched(c.oid))
-      into r, b
-      from pg_class c
-     where c.relname like 'a2\_%' and c.relkind in ('r', 'i');
-    select * into was from read_mark;
-    update read_mark set rows = r, blocks = b;
-    return what || ' ' || (r - was.rows) || ' ' || (b - was.blocks);
-end
-$$;
+\ir read_marks.sql
 begin;
 select pg_temp.mark('start');
 select jsonb_array_length(a2_claim(session => 'probe', holder => 'h', ttl_ms => 60000,
