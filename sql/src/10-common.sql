@@ -532,6 +532,14 @@ as $fn$
 declare
     v_session text := a2__unpin.session;
 begin
+    -- A session with no pin and no history (one that never wrote a pinned
+    -- snapshot: most) has nothing to release; two lookups cost a fraction
+    -- of the two deletes' statement.
+    if not exists (select 1 from a2_snapshot_pins pin where pin.session_id = v_session)
+       and not exists (select 1 from a2_snapshot_history history
+                        where history.session_id = v_session) then
+        return;
+    end if;
     with unpinned as (
         delete from a2_snapshot_pins pin
          using unnest(a2__unpin.heads, a2__unpin.consumers, a2__unpin.cursor_keys)
