@@ -538,42 +538,20 @@ static int fire_timers(void)
     return (int)next;
 }
 
-/* Schedules every session with pending work (a resync of all sessions). */
-static void resync_all(a2_store **store)
+static void schedule_pending(void *ctx, const char *session)
+{
+    (void)ctx;
+    schedule(session, 0, 0);
+}
+
+/* Schedules every session with pending work (a resync of all sessions),
+ * through a runner of the loop thread's own. */
+static void resync_all(a2_worker_runner *r)
 {
     atomic_fetch_add(&resyncs, 1);
-    if (!*store) {
-        a2_store_error err;
-        if (a2_store_open(store, cfg.db, &err) != 0) {
-            fprintf(stderr, "a2-bench-peers: resync: %s\n", err.message);
-            *store = NULL;
-            return;
-        }
-    }
-    const char *names[1] = {CONSUMER};
-    char *after = NULL;
-    for (;;) {
-        a2_sessions page = {0};
-        if (a2_store_pending_sessions(*store, names, 1, after, 1000, &page) !=
-            0) {
-            fprintf(stderr, "a2-bench-peers: resync: %s\n",
-                    a2_store_last_error(*store)->message);
-            a2_sessions_free(&page);
-            a2_store_close(*store);
-            *store = NULL;
-            break;
-        }
-        pthread_mutex_lock(&sc.mu);
-        for (size_t i = 0; i < page.count; i++)
-            schedule_locked(page.items[i], 0, 0);
-        pthread_mutex_unlock(&sc.mu);
-        free(after);
-        after = page.count == 1000 ? strdup(page.items[999]) : NULL;
-        a2_sessions_free(&page);
-        if (!after)
-            break;
-    }
-    free(after);
+    if (a2_worker_runner_pending(r, schedule_pending, NULL) < 0)
+        fprintf(stderr, "a2-bench-peers: resync: %s\n",
+                a2_worker_runner_last_error(r));
 }
 
 /* The count in the expect file, -1 while there is none; a second number
@@ -668,6 +646,16 @@ static int run_work(void)
 
     a2_consumer served = {.name = CONSUMER, .log = NULL};
     char err[512];
+    a2_worker_runner_options rro = {.db = cfg.db,
+                                    .holder = "peers-resync",
+                                    .consumers = &served,
+                                    .nconsumers = 1,
+                                    .handler = handler};
+    a2_worker_runner *resync_runner = a2_worker_runner_new(&rro, err, sizeof err);
+    if (!resync_runner) {
+        fprintf(stderr, "a2-bench-peers: runner: %s\n", err);
+        return 1;
+    }
     for (int i = 0; i < cfg.slots; i++) {
         char holder[64];
         snprintf(holder, sizeof holder, "peers-%ld-%d", (long)getpid(), i);
@@ -696,7 +684,6 @@ static int run_work(void)
             return 1;
         }
 
-    a2_store *resync_store = NULL;
     int ready = 0;
     int64_t t0 = a2__mono_ms(), ready_at = 0, expect_at = 0;
     long expect = cfg.expect;
@@ -773,7 +760,7 @@ static int run_work(void)
                 break;
             case A2_WORKER_EV_RESYNC:
                 if (ev.all_sessions)
-                    resync_all(&resync_store);
+                    resync_all(resync_runner);
                 else
                     for (size_t i = 0; i < ev.nsessions; i++)
                         schedule(ev.sessions[i], 0, 0);
@@ -829,7 +816,7 @@ static int run_work(void)
     for (int i = 0; i < cfg.slots; i++)
         a2_worker_runner_free(slots[i].runner);
     a2_worker_free(w);
-    a2_store_close(resync_store);
+    a2_worker_runner_free(resync_runner);
     free(slots);
     free(starts);
     return rc;
