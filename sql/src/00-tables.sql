@@ -90,9 +90,21 @@ create index if not exists a2_cursors_heads on a2_cursors (session_id, head)
 -- without a2_events), and a consumer's head in a session.
 create index if not exists a2_cursors_pending on a2_cursors (consumer, session_id, head)
     where head is not null and failed_at is null and consumer <> '';
--- Live claims and retry holds, read once by a2-consumer on start.
-create index if not exists a2_cursors_holds on a2_cursors (claim_expires_at)
-    where claim_expires_at is not null;
+-- No index names a claim's columns (claim_holder, claim_expires_at,
+-- attempt_count, the claim times), so a claim, a renewal and a retry hold
+-- update the row in place, a heap-only update, without a new entry in every
+-- index (schema 7 drops a2_cursors_holds, which a2-consumer's read of the
+-- live claims on start used; a2_cursors_heads serves that read), and the
+-- table leaves a fifth of each page for those versions.
+drop index if exists a2_cursors_holds;
+do $$
+begin
+    if not exists (select 1 from pg_class
+                    where oid = 'a2_cursors'::regclass and 'fillfactor=80' = any(reloptions)) then
+        alter table a2_cursors set (fillfactor = 80);
+    end if;
+end
+$$;
 -- Dead letters across sessions, newest failure first (a2_find_dead_letters,
 -- a2_redrive_matching, a2_backlog): all of them, and one consumer's.
 create index if not exists a2_cursors_dead

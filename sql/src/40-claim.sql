@@ -182,9 +182,7 @@ begin
         end if;
     end if;
     -- Nothing claimed (nothing eligible, or only dead letters): the nearest
-    -- hold, read afresh (min with a filter: never planned as a walk of
-    -- a2_cursors_holds in expiry order, which reads every session's claims
-    -- before this one's).
+    -- hold, read afresh.
     select min(cur.claim_expires_at) filter (where cur.claim_expires_at > v_now)
       into v_retry from a2_cursors cur
      where cur.session_id = v_session and cur.head > v_clear

@@ -3,7 +3,8 @@
 # and a2_cursors_pending from schema 5's definitions (two keys; no
 # "failed_at is null" in the heads index), keeps the rows, drops the old
 # a2__unpin(text, text, text, bigint), and a second apply changes nothing;
-# it rebuilds schema 6's a2_cursors_pending (no "consumer <> ''").
+# over schema 6 it rebuilds a2_cursors_pending (no "consumer <> ''"), drops
+# a2_cursors_holds and sets a2_cursors' fillfactor to 80.
 set -uo pipefail
 : "${A2_TEST_DB:?run under tests/run}" "${A2_BIN:?run under tests/run}"
 fail() { echo "test_schema_upgrade: $*"; exit 1; }
@@ -40,8 +41,14 @@ after=$(q "select string_agg(oid::text, ',' order by relname) from pg_class
 q "drop index a2_cursors_pending" || fail "drop failed"
 q "create index a2_cursors_pending on a2_cursors (consumer, session_id, head)
      where head is not null and failed_at is null" || fail "schema 6 pending"
+q "create index a2_cursors_holds on a2_cursors (claim_expires_at) where claim_expires_at is not null" ||
+    fail "schema 6 holds"
+q "alter table a2_cursors reset (fillfactor)" || fail "schema 6 fillfactor"
 [ "$(defs)" != "$want" ] || fail "schema 6's definition was not made"
 A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema apply >/dev/null || fail "a2 schema apply over schema 6 failed"
 [ "$(defs)" = "$want" ] || fail "after apply over schema 6: $(defs), expected $want"
+[ -z "$(q "select to_regclass('a2_cursors_holds')")" ] || fail "a2_cursors_holds is still there"
+[ "$(q "select reloptions::text from pg_class where oid = 'a2_cursors'::regclass")" = "{fillfactor=80}" ] ||
+    fail "a2_cursors' options: $(q "select reloptions::text from pg_class where oid = 'a2_cursors'::regclass")"
 A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema check >/dev/null || fail "schema check after the upgrade"
 echo "test_schema_upgrade: passed"

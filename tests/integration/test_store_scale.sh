@@ -51,6 +51,8 @@ bounded history.sql "a session of 2,000 completed events" \
     batch:200:300 renew:200:300 fail:200:300 claim_busy:200:300 claim_retry:200:300 \
     complete_events:200:300 complete_replay:200:300 claim_after_xid:200:300
 [ "$(value reltuples)" = -1 ] || fail "history.sql: the table has statistics: the case is not tested"
+[ "$(value claim_hot)" -ge 1 ] ||
+    fail "history.sql: the claim of 4 heads made $(value claim_hot) heap-only updates (an index on a claim's columns?)"
 
 # Statistics that record both indexes of heads empty, a2_cursors_pending
 # the smaller, beside 3,000 sessions with a head (a scan of

@@ -61,6 +61,8 @@ select pg_temp.mark('append_replay');
 select jsonb_array_length(a2_claim(session => 'hist', holder => 'h', ttl_ms => 60000,
                                    consumers => '["w"]', now_ms => 5000)->'heads');
 select pg_temp.mark('claim');
+-- A claim updates its rows in place (no index names a claim's columns).
+select 'claim_hot ' || pg_stat_get_xact_tuples_hot_updated('a2_cursors'::regclass);
 select a2_complete(session => 'hist', consumer => 'w', lane => null, index => 2001, attempt => 1,
                    events => '[]', now_ms => 5100)->>'outcome';
 select pg_temp.mark('complete');
