@@ -11,6 +11,7 @@ returns table (index bigint, type text, payload jsonb, id text, created_at bigin
 language plpgsql
 stable
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare
@@ -58,6 +59,7 @@ returns table (consumer text, lane text, cursor_key text, kind text, epoch bigin
 language plpgsql
 stable
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare
@@ -100,6 +102,7 @@ returns table (session_id text, consumer text, lane text, cursor_key text, kind 
 language plpgsql
 stable
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare
@@ -134,6 +137,7 @@ returns table (session text)
 language plpgsql
 stable
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare

@@ -21,6 +21,7 @@ returns jsonb
 language plpgsql
 volatile
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare
@@ -177,6 +178,7 @@ returns jsonb
 language plpgsql
 volatile
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare

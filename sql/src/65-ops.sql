@@ -318,6 +318,7 @@ returns jsonb
 language plpgsql
 volatile
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 set jit = off
 as $fn$
 #variable_conflict use_column
@@ -379,6 +380,7 @@ returns table (consumer text, pending bigint, running bigint, dead_letters bigin
 language plpgsql
 stable
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 set jit = off
 as $fn$
 #variable_conflict use_column

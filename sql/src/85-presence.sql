@@ -34,6 +34,7 @@ returns jsonb
 language plpgsql
 volatile
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare
@@ -111,6 +112,7 @@ returns jsonb
 language plpgsql
 volatile
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare
@@ -152,6 +154,7 @@ returns jsonb
 language plpgsql
 volatile
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare
