@@ -9,35 +9,9 @@
 -- an operation.
 alter table a2_cursors set (autovacuum_enabled = off);
 alter table a2_events set (autovacuum_enabled = off);
-do $$
-declare
-    s integer;
-    name text;
-    c jsonb;
-    chunk integer;
-    ops jsonb;
-begin
-    for s in 0..10 loop
-        name := case when s = 0 then 'hist' else 'other-' || s end;
-        perform a2_append(session => name, now_ms => 1000, events => (
-            select jsonb_agg(jsonb_build_object('type', 'job',
-                                                'targets', '[{"consumer": "w"}]'::jsonb))
-              from generate_series(1, case when s = 0 then 2000 else 200 end)));
-        c := a2_claim(session => name, holder => 'old', ttl_ms => 600000, consumers => '["w"]',
-                      now_ms => 1000);
-        for chunk in 0..3 loop
-            ops := (select jsonb_agg(jsonb_build_object('op', 'complete', 'session', name,
-                                                        'consumer', 'w', 'index', h->'index',
-                                                        'attempt', h->'attempt', 'now_ms', 1500))
-                      from jsonb_array_elements(c->'heads') with ordinality as x(h, ord)
-                     where (x.ord - 1) / 500 = chunk);
-            if ops is not null then
-                perform a2_batch(ops);
-            end if;
-        end loop;
-    end loop;
-end
-$$;
+\ir fill.sql
+select pg_temp.fill('hist', 2000, 'w', 'completed');
+select pg_temp.fill('other-' || s, 200, 'w', 'completed') from generate_series(1, 10) s;
 \c
 \ir read_marks.sql
 -- The completions left dead entries in the heads' indexes; the first scan

@@ -8,29 +8,11 @@
 -- tests/integration/test_store_scale.sh, which checks the counts.
 alter table a2_cursors set (autovacuum_enabled = off);
 alter table a2_events set (autovacuum_enabled = off);
-do $$
-declare
-    s integer;
-    c jsonb;
-begin
-    for s in 1..40 loop
-        perform a2_append(session => 'load-' || s, now_ms => 1000, events => (
-            select jsonb_agg(jsonb_build_object('type', 'job',
-                                                'targets', '[{"consumer": "w"}]'::jsonb))
-              from generate_series(1, 100)));
-    end loop;
-    for s in 1..39 loop
-        c := a2_claim(session => 'load-' || s, holder => 'other', ttl_ms => 600000,
-                      consumers => '["w"]', now_ms => 1000);
-        if s <= 20 then
-            perform a2_batch((select jsonb_agg(jsonb_build_object(
-                                  'op', 'complete', 'session', 'load-' || s, 'consumer', 'w',
-                                  'index', h->'index', 'attempt', h->'attempt', 'now_ms', 1500))
-                                from jsonb_array_elements(c->'heads') h));
-        end if;
-    end loop;
-end
-$$;
+\ir fill.sql
+select pg_temp.fill('load-' || s, 100, 'w', case when s <= 20 then 'completed'
+                                                when s <= 39 then 'claimed'
+                                                else 'appended' end)
+  from generate_series(1, 40) s;
 \c
 begin;
 select a2_claim(session => 'load-40', holder => 'h', ttl_ms => 60000, consumers => '["w"]',

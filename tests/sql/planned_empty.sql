@@ -12,25 +12,9 @@ alter table a2_events set (autovacuum_enabled = off);
 -- (the counter first: a temporary table's schema, made later, would change
 -- the search path and have every plan made again)
 \ir read_marks.sql
+\ir fill.sql
 select a2_warm() is not null as warmed;
-do $$
-declare
-    c jsonb;
-begin
-    for s in 1..30 loop
-        perform a2_append(session => 'p-' || s, now_ms => 1000, events => (
-            select jsonb_agg(jsonb_build_object('type', 'job',
-                                                'targets', '[{"consumer": "w"}]'::jsonb))
-              from generate_series(1, 100)));
-        c := a2_claim(session => 'p-' || s, holder => 'old', ttl_ms => 600000,
-                      consumers => '["w"]', now_ms => 1000);
-        perform a2_batch((select jsonb_agg(jsonb_build_object(
-                              'op', 'complete', 'session', 'p-' || s, 'consumer', 'w',
-                              'index', h->'index', 'attempt', h->'attempt', 'now_ms', 1100))
-                            from jsonb_array_elements(c->'heads') h));
-    end loop;
-end
-$$;
+select pg_temp.fill('p-' || s, 100, 'w', 'completed') from generate_series(1, 30) s;
 select a2_append(session => 'p-0', now_ms => 2000, events => '[
   {"type": "job", "targets": [{"consumer": "w"}]}, {"type": "job", "targets": [{"consumer": "w"}]},
   {"type": "job", "targets": [{"consumer": "w"}]}]')->>'outcome';

@@ -12,32 +12,9 @@
 -- inside the index, returning few entries from every block.
 alter table a2_cursors set (autovacuum_enabled = off);
 alter table a2_events set (autovacuum_enabled = off);
-do $$
-declare
-    c jsonb;
-    ops jsonb;
-begin
-    perform a2_append(session => 's0', now_ms => 500, events => (
-        select jsonb_agg(jsonb_build_object('type', 'job', 'targets', '[{"consumer": "c"}]'::jsonb))
-          from generate_series(1, 2000)));
-    c := a2_claim(session => 's0', holder => 'old', ttl_ms => 600000, consumers => '["c"]',
-                  now_ms => 500);
-    for chunk in 0..3 loop
-        ops := (select jsonb_agg(jsonb_build_object('op', 'complete', 'session', 's0',
-                                                    'consumer', 'c', 'index', h->'index',
-                                                    'attempt', h->'attempt', 'now_ms', 600))
-                  from jsonb_array_elements(c->'heads') with ordinality as x(h, ord)
-                 where (x.ord - 1) / 500 = chunk);
-        perform a2_batch(ops);
-    end loop;
-    for s in 1..3000 loop
-        perform a2_append(session => 'r' || s, now_ms => 700,
-                          events => '[{"type": "job", "targets": [{"consumer": "c"}]}]');
-        perform a2_claim(session => 'r' || s, holder => 'old', ttl_ms => 600000,
-                         consumers => '["c"]', now_ms => 700);
-    end loop;
-end
-$$;
+\ir fill.sql
+select pg_temp.fill('s0', 2000, 'c', 'completed');
+select pg_temp.fill('r' || s, 1, 'c', 'claimed') from generate_series(1, 3000) s;
 analyze a2_cursors, a2_events;
 update pg_class set relpages = 2, reltuples = 0 where oid = 'a2_cursors_pending'::regclass;
 update pg_class set relpages = 4, reltuples = 0 where oid = 'a2_cursors_heads'::regclass;
