@@ -108,7 +108,7 @@ begin
     v_clear := coalesce((select c.clear_index from a2_clears c where c.session_id = v_session), 0);
 
     -- The eligible rows, locked in primary-key order. The update finds them
-    -- by ctid, a TID scan whatever the statistics (a join on the key can be
+    -- by ctid, a TID scan with sequential scans off (a join on the key can be
     -- planned as a scan of every cursor the session ever had). It is a
     -- statement of its own, so its snapshot sees the versions locked here,
     -- and nothing changes them while the locks are held.

@@ -340,8 +340,8 @@ begin
     perform a2__unpin(v_session, v_heads, v_consumers, v_keys);
 
     -- Each cursor past its head, as a2__advance moves an event cursor. The
-    -- rows are found by ctid, a TID scan whatever the statistics (a join on
-    -- the key can be planned as a scan of every cursor the session ever
+    -- rows are found by ctid, a TID scan with sequential scans off (a join
+    -- on the key can be planned as a scan of every cursor the session ever
     -- had); this statement's snapshot sees the versions locked above, and
     -- nothing changes them while the locks are held.
     update a2_cursors cur
