@@ -7,12 +7,13 @@
 -- branch that never runs.
 
 -- The operations plan generically (plan_cache_mode) with sequential scans
--- off (enable_seqscan): a connection plans a statement once, often on
--- tables still small (a2_warm, as a worker starts), and keeps the plan as
--- they grow. Every statement of an operation reads by key; planned on a
--- small table, an update by ctid or a lookup of a few rows was a scan of
--- the whole table (tests/sql/planned_empty.sql). With them off, a table
--- without a fitting index is still scanned.
+-- off (enable_seqscan, set on each by 99-meta.sql): a connection plans a
+-- statement once, often on tables still small (a2_warm, as a worker
+-- starts), and keeps the plan as they grow. Every statement of an
+-- operation reads by key; planned on a small table, an update by ctid or a
+-- lookup of a few rows was a scan of the whole table
+-- (tests/sql/planned_empty.sql). With them off, a table without a fitting
+-- index is still scanned.
 
 -- Raises the error the spec names: SQLSTATE A200N for a2_store_code -N, the
 -- message "NAME: text". Returns nothing: the return type lets SQL

@@ -11,7 +11,6 @@ returns table (index bigint, type text, payload jsonb, id text, created_at bigin
 language plpgsql
 stable
 set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare
@@ -59,7 +58,6 @@ returns table (consumer text, lane text, cursor_key text, kind text, epoch bigin
 language plpgsql
 stable
 set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare
@@ -102,7 +100,6 @@ returns table (session_id text, consumer text, lane text, cursor_key text, kind 
 language plpgsql
 stable
 set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare
@@ -137,7 +134,6 @@ returns table (session text)
 language plpgsql
 stable
 set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare

@@ -171,7 +171,6 @@ returns jsonb
 language plpgsql
 volatile
 set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare

@@ -318,7 +318,6 @@ returns jsonb
 language plpgsql
 volatile
 set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
 set jit = off
 as $fn$
 #variable_conflict use_column
@@ -380,7 +379,6 @@ returns table (consumer text, pending bigint, running bigint, dead_letters bigin
 language plpgsql
 stable
 set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
 set jit = off
 as $fn$
 #variable_conflict use_column

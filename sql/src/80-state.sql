@@ -25,7 +25,6 @@ returns jsonb
 language plpgsql
 volatile
 set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare
@@ -166,7 +165,6 @@ returns table (up_to_index bigint, state jsonb, written_at bigint)
 language plpgsql
 stable
 set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare

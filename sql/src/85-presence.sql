@@ -34,7 +34,6 @@ returns jsonb
 language plpgsql
 volatile
 set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare
@@ -112,7 +111,6 @@ returns jsonb
 language plpgsql
 volatile
 set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare
@@ -154,7 +152,6 @@ returns jsonb
 language plpgsql
 volatile
 set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
 as $fn$
 #variable_conflict use_column
 declare
