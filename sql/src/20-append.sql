@@ -328,9 +328,12 @@ declare
     v_served text[];
     e jsonb;
     v_id text;
-    v_inserted text;
+    v_fresh boolean;
+    v_payload jsonb;
     v_targets jsonb;
     v_target jsonb;
+    v_consumer text;
+    v_lane text;
     v_singles boolean;
     v_lanes boolean;
     v_started boolean;
@@ -360,8 +363,9 @@ begin
                                 a2_append.text_payloads);
     end if;
 
-    -- One event: checked here; its targets as the event cursors are
-    -- inserted.
+    -- One event: everything but the index is checked and computed before
+    -- the session lock, which is held to the caller's commit, so that what
+    -- runs under it is the least an append does.
     e := v_events->0;
     v_id := e->>'id';
     v_targets := case when jsonb_typeof(e->'targets') = 'array' then e->'targets' else '[]' end;
@@ -376,45 +380,78 @@ begin
        or jsonb_array_length(v_targets) > 256 then
         perform a2__events_problem(v_events, false);
     end if;
-    v_singles := v_targets @? '$[*] ? (!exists(@.lane) || @.lane == null)';
-    v_lanes := v_targets @? '$[*] ? (exists(@.lane) && @.lane != null)';
-    -- (A subquery would make the common case's plain expression a query.)
-    if v_served is null then
-        v_started := jsonb_array_length(v_targets) > 0;
+    v_payload := coalesce(e->'payload', (e->>'payload_text')::jsonb, 'null');
+    v_fresh := v_id is null;
+    if v_fresh then
+        v_id := replace(gen_random_uuid()::text, '-', '');
+    end if;
+    if jsonb_array_length(v_targets) = 1 then
+        -- One target (the common case): plain expressions.
+        v_target := v_targets->0;
+        v_consumer := v_target->>'consumer';
+        v_lane := v_target->>'lane';
+        if jsonb_typeof(v_target) <> 'object'
+           or jsonb_typeof(v_target->'consumer') is distinct from 'string'
+           or v_consumer = '' or octet_length(v_consumer) > 1024
+           or jsonb_typeof(v_target->'lane') not in ('string', 'null')
+           or v_lane = '' or octet_length(v_lane) > 1024 then
+            perform a2__events_problem(v_events, false);
+        end if;
+        v_singles := v_lane is null;
+        v_lanes := not v_singles;
+        v_started := v_served is null or v_consumer = any(v_served);
+        if not v_singles then
+            v_consumer := null;
+        end if;
     else
-        v_started := exists (select 1 from jsonb_array_elements(v_targets) t
-                              where t->>'consumer' = any(v_served));
+        perform 1 from jsonb_array_elements(v_targets) t
+         where jsonb_typeof(t) <> 'object' or jsonb_typeof(t->'consumer') is distinct from 'string'
+            or t->>'consumer' = '' or octet_length(t->>'consumer') > 1024
+            or jsonb_typeof(t->'lane') not in ('string', 'null')
+            or t->>'lane' = '' or octet_length(t->>'lane') > 1024;
+        if found then
+            perform a2__events_problem(v_events, false);
+        end if;
+        v_singles := v_targets @? '$[*] ? (!exists(@.lane) || @.lane == null)';
+        v_lanes := v_targets @? '$[*] ? (exists(@.lane) && @.lane != null)';
+        -- (A subquery would make the common case's plain expression a query.)
+        if v_served is null then
+            v_started := jsonb_array_length(v_targets) > 0;
+        else
+            v_started := exists (select 1 from jsonb_array_elements(v_targets) t
+                                  where t->>'consumer' = any(v_served));
+        end if;
     end if;
 
     perform pg_advisory_xact_lock(hashtext(v_session));
 
     select coalesce(max(x.idx), 0) into v_base from a2_events x where x.session_id = v_session;
-    -- The id's unique index tells a retry: nothing is inserted when it is
-    -- there.
-    insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, cause)
-    values (v_session, v_base + 1, e->>'type',
-            coalesce(e->'payload', (e->>'payload_text')::jsonb, 'null'),
-            coalesce(v_id, replace(gen_random_uuid()::text, '-', '')), v_now, null)
-    on conflict (session_id, event_id) do nothing
-    returning event_id into v_inserted;
-    if v_inserted is null then
-        v_clear := coalesce((select c.clear_index from a2_clears c
-                              where c.session_id = v_session), 0);
-        select x.idx into v_owned from a2_events x
-         where x.session_id = v_session and x.event_id = v_id;
-        if v_owned >= v_clear then
-            select jsonb_build_array(a2__event_json(x, a2_append.text_payloads)) into v_out
-              from a2_events x where x.session_id = v_session and x.idx = v_owned;
-            return jsonb_build_object('outcome', 'replayed', 'events', v_out,
-                                      'has_pending', a2__has_pending(v_session, v_served,
-                                                                     v_clear));
+    if v_fresh then
+        insert into a2_events (session_id, idx, event_type, payload, event_id, created_at)
+        values (v_session, v_base + 1, e->>'type', v_payload, v_id, v_now);
+    else
+        -- The id's unique index tells a retry: nothing is inserted when it
+        -- is there.
+        insert into a2_events (session_id, idx, event_type, payload, event_id, created_at)
+        values (v_session, v_base + 1, e->>'type', v_payload, v_id, v_now)
+        on conflict (session_id, event_id) do nothing;
+        if not found then
+            v_clear := coalesce((select c.clear_index from a2_clears c
+                                  where c.session_id = v_session), 0);
+            select x.idx into v_owned from a2_events x
+             where x.session_id = v_session and x.event_id = v_id;
+            if v_owned >= v_clear then
+                select jsonb_build_array(a2__event_json(x, a2_append.text_payloads)) into v_out
+                  from a2_events x where x.session_id = v_session and x.idx = v_owned;
+                return jsonb_build_object('outcome', 'replayed', 'events', v_out,
+                                          'has_pending', a2__has_pending(v_session, v_served,
+                                                                         v_clear));
+            end if;
+            -- Below the clear marker the id belongs to nobody: reused.
+            perform a2__reuse_ids(v_session, array[v_id], v_clear);
+            insert into a2_events (session_id, idx, event_type, payload, event_id, created_at)
+            values (v_session, v_base + 1, e->>'type', v_payload, v_id, v_now);
         end if;
-        -- Below the clear marker the id belongs to nobody: reused.
-        perform a2__reuse_ids(v_session, array[v_id], v_clear);
-        insert into a2_events (session_id, idx, event_type, payload, event_id, created_at, cause)
-        values (v_session, v_base + 1, e->>'type',
-                coalesce(e->'payload', (e->>'payload_text')::jsonb, 'null'), v_id, v_now, null)
-        returning event_id into v_inserted;
     end if;
     if v_origin is not null then
         v_clear := coalesce(v_clear, (select c.clear_index from a2_clears c
@@ -425,41 +462,20 @@ begin
                                     v_origin, v_session));
         end if;
     end if;
-    if v_singles and jsonb_array_length(v_targets) = 1 then
-        -- One target: its event cursor is new (the index is).
-        v_target := v_targets->0;
-        if jsonb_typeof(v_target->'consumer') is distinct from 'string'
-           or v_target->>'consumer' = '' or octet_length(v_target->>'consumer') > 1024 then
-            perform a2__events_problem(v_events, false);
-        end if;
+    if v_consumer is not null then
+        -- One event cursor: new, as its index is.
         insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position,
                                 head)
-        values (v_session, v_target->>'consumer', '#' || (v_base + 1)::text, v_base + 1, null,
-                'event', v_base, v_base + 1);
+        values (v_session, v_consumer, '#' || (v_base + 1)::text, v_base + 1, null, 'event',
+                v_base, v_base + 1);
     elsif v_singles then
         insert into a2_cursors (session_id, consumer, cursor_key, epoch, lane, kind, position,
                                 head)
         select v_session, t->>'consumer', '#' || (v_base + 1)::text, v_base + 1, null, 'event',
                v_base, v_base + 1
           from jsonb_array_elements(v_targets) t
-         where case when jsonb_typeof(t) <> 'object' or jsonb_typeof(t->'consumer') <> 'string'
-                         or t->>'consumer' = '' or octet_length(t->>'consumer') > 1024
-                         or jsonb_typeof(t->'lane') not in ('string', 'null')
-                         or t->>'lane' = '' or octet_length(t->>'lane') > 1024
-                    then a2__events_problem(v_events, false)
-                    else t->>'lane' is null end
+         where t->>'lane' is null
         on conflict do nothing;
-    end if;
-    if not v_singles and jsonb_array_length(v_targets) > 0 then
-        -- Lane targets only: checked as the singles' statement checks them.
-        perform 1 from jsonb_array_elements(v_targets) t
-         where jsonb_typeof(t) <> 'object' or jsonb_typeof(t->'consumer') <> 'string'
-            or t->>'consumer' = '' or octet_length(t->>'consumer') > 1024
-            or jsonb_typeof(t->'lane') <> 'string' or t->>'lane' = ''
-            or octet_length(t->>'lane') > 1024;
-        if found then
-            perform a2__events_problem(v_events, false);
-        end if;
     end if;
     if v_lanes or v_consumers is not null or not v_started then
         v_clear := coalesce(v_clear, (select c.clear_index from a2_clears c
@@ -471,7 +487,7 @@ begin
     end if;
     return jsonb_build_object(
         'outcome', 'appended',
-        'events', jsonb_build_array(jsonb_build_object('index', v_base + 1, 'id', v_inserted)),
+        'events', jsonb_build_array(jsonb_build_object('index', v_base + 1, 'id', v_id)),
         'has_pending', v_started or coalesce(v_logs, false)
                        or a2__has_pending(v_session, v_served, v_clear));
 end

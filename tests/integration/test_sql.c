@@ -246,6 +246,53 @@ static void test_error_codes(void **state)
     free(r);
 }
 
+/* A single event's targets are checked before the session lock, each
+ * with the message of its fault, for one target and for several; a refused
+ * append stores nothing. */
+static void test_bad_targets(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *events, *message;
+    } bad[] = {
+            {"[{\"type\": \"t\", \"targets\": [{\"consumer\": \"\"}]}]",
+             "INVALID_ARGUMENT: a target's consumer must not be empty"},
+            {"[{\"type\": \"t\", \"targets\": [{\"consumer\": \"c\", "
+             "\"lane\": \"\"}]}]",
+             "INVALID_ARGUMENT: a target's lane must not be empty"},
+            {"[{\"type\": \"t\", \"targets\": [\"c\"]}]",
+             "INVALID_ARGUMENT: a target must be an object"},
+            {"[{\"type\": \"t\", \"targets\": [{\"lane\": \"l\"}]}]",
+             "INVALID_ARGUMENT: a target must be an object"},
+            {"[{\"type\": \"t\", \"targets\": [{\"consumer\": \"c\"}, "
+             "{\"consumer\": \"d\", \"lane\": 5}]}]",
+             "INVALID_ARGUMENT: a target must be an object"},
+            {"[{\"type\": \"t\", \"id\": \"x\", \"targets\": [{\"consumer\": "
+             "\"c\", \"lane\": \"l\"}, {\"consumer\": \"\", \"lane\": "
+             "\"m\"}]}]",
+             "INVALID_ARGUMENT: a target's consumer must not be empty"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *v[] = {"bt", bad[i].events};
+        expect_error(db, APPEND_SQL, 2, v, "A2001", bad[i].message);
+    }
+    assert_int_equal(a2_test_int(db, "select count(*) from a2_events where "
+                                     "session_id = 'bt'"),
+                     0);
+    /* The same shapes, valid, are stored with their cursors. */
+    const char *one[] = {"bt", "[{\"type\": \"t\", \"targets\": [{\"consumer\": "
+                               "\"c\", \"lane\": \"l\"}]}]"};
+    free(value(db, APPEND_SQL, 2, one));
+    const char *two[] = {"bt", "[{\"type\": \"t\", \"targets\": [{\"consumer\": "
+                               "\"c\"}, {\"consumer\": \"d\", \"lane\": "
+                               "\"l\"}]}]"};
+    free(value(db, APPEND_SQL, 2, two));
+    assert_int_equal(
+            a2_test_int(db, "select count(*) from a2_cursors where session_id "
+                            "= 'bt' and consumer in ('c', 'd')"),
+            3);
+}
+
 #define BATCH_SQL "select a2_batch(ops => $1::jsonb)"
 
 static void test_batch_results_in_order(void **state)
@@ -432,6 +479,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_isolation_levels, setup,
                                             a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_error_codes, setup,
+                                            a2_test_consumer_teardown),
+            cmocka_unit_test_setup_teardown(test_bad_targets, setup,
                                             a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_batch_results_in_order, setup,
                                             a2_test_consumer_teardown),
