@@ -194,9 +194,19 @@ declare
     v_retype boolean := false;
     v_types jsonb;
 begin
-    perform a2__writable('a2_complete');
-    perform a2__name('session', v_session);
-    perform a2__check_attempt(v_consumer, v_lane, v_idx, v_attempt);
+    -- (Checks written as plain expressions, the functions called only to
+    -- raise: a call costs more than the expression.)
+    if current_setting('transaction_isolation') <> 'read committed' then
+        perform a2__writable('a2_complete');
+    end if;
+    if v_session is null or v_session = '' or octet_length(v_session) > 1024 then
+        perform a2__name('session', v_session);
+    end if;
+    if v_consumer is null or v_consumer = '' or octet_length(v_consumer) > 1024
+       or v_lane = '' or octet_length(v_lane) > 1024
+       or v_idx is null or v_idx < 1 or v_attempt is null or v_attempt < 1 then
+        perform a2__check_attempt(v_consumer, v_lane, v_idx, v_attempt);
+    end if;
     if a2_complete.consumers is not null then
         v_served := a2__served(a2_complete.consumers);
         select true, l.types into v_retype, v_types

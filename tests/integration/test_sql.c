@@ -293,6 +293,70 @@ static void test_bad_targets(void **state)
             3);
 }
 
+/* The checks a2_claim and a2_complete write as plain expressions (calling
+ * the checking function only to raise) still refuse each fault with its
+ * message: names empty or too long, a consumer list of one bad name, an
+ * index or attempt below 1, a lane that is empty. */
+static void test_plain_checks(void **state)
+{
+    (void)state;
+    char long_name[1100];
+    memset(long_name, 'x', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    static const struct {
+        const char *sql, *message;
+    } claims[] = {
+            {"select a2_claim(session => '', holder => $1, ttl_ms => 1000)",
+             "INVALID_ARGUMENT: session must not be empty"},
+            {"select a2_claim(session => 'pc', holder => '', ttl_ms => 1000) "
+             "where $1::text is not null",
+             "INVALID_ARGUMENT: holder must not be empty"},
+            {"select a2_claim(session => 'pc', holder => $1, ttl_ms => 1000)",
+             "INVALID_ARGUMENT: holder is longer than 1024 bytes"},
+            {"select a2_claim(session => $1, holder => 'h', ttl_ms => 1000)",
+             "INVALID_ARGUMENT: session is longer than 1024 bytes"},
+            {"select a2_claim(session => 'pc', holder => 'h', ttl_ms => 1000, "
+             "consumers => '[\"\"]') where $1::text is not null",
+             "INVALID_ARGUMENT: a consumer's name must not be empty"},
+            {"select a2_claim(session => 'pc', holder => 'h', ttl_ms => 1000, "
+             "consumers => jsonb_build_array($1::text))",
+             "INVALID_ARGUMENT: a consumer's name is longer than 1024 bytes"},
+            {"select a2_claim(session => 'pc', holder => 'h', ttl_ms => 1000, "
+             "consumers => '[5]') where $1::text is not null",
+             "INVALID_ARGUMENT: a consumer must be a name or an object"},
+            {"select a2_complete(session => 'pc', consumer => $1, lane => null, "
+             "index => 1, attempt => 1)",
+             "INVALID_ARGUMENT: consumer is longer than 1024 bytes"},
+            {"select a2_complete(session => 'pc', consumer => '', lane => null, "
+             "index => 1, attempt => 1) where $1::text is not null",
+             "INVALID_ARGUMENT: consumer must not be empty"},
+            {"select a2_complete(session => 'pc', consumer => 'c', lane => '', "
+             "index => 1, attempt => 1) where $1::text is not null",
+             "INVALID_ARGUMENT: lane must not be empty"},
+            {"select a2_complete(session => 'pc', consumer => 'c', lane => null, "
+             "index => 0, attempt => 1) where $1::text is not null",
+             "INVALID_ARGUMENT: index and attempt must be at least 1"},
+            {"select a2_complete(session => 'pc', consumer => 'c', lane => null, "
+             "index => 1, attempt => null) where $1::text is not null",
+             "INVALID_ARGUMENT: index and attempt must be at least 1"},
+            {"select a2_complete(session => $1, consumer => 'c', lane => null, "
+             "index => 1, attempt => 1)",
+             "INVALID_ARGUMENT: session is longer than 1024 bytes"},
+    };
+    const char *v[] = {long_name};
+    for (size_t i = 0; i < sizeof claims / sizeof claims[0]; i++)
+        expect_error(db, claims[i].sql, 1, v, "A2001", claims[i].message);
+    a2_test_exec(db, "begin isolation level repeatable read");
+    const char *s[] = {"pc"};
+    expect_error(db,
+                 "select a2_complete(session => $1, consumer => 'c', lane => "
+                 "null, index => 1, attempt => 1)",
+                 1, s, "A2001",
+                 "a2_complete must run under READ COMMITTED, not REPEATABLE "
+                 "READ");
+    a2_test_exec(db, "rollback");
+}
+
 #define BATCH_SQL "select a2_batch(ops => $1::jsonb)"
 
 static void test_batch_results_in_order(void **state)
@@ -481,6 +545,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_error_codes, setup,
                                             a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_bad_targets, setup,
+                                            a2_test_consumer_teardown),
+            cmocka_unit_test_setup_teardown(test_plain_checks, setup,
                                             a2_test_consumer_teardown),
             cmocka_unit_test_setup_teardown(test_batch_results_in_order, setup,
                                             a2_test_consumer_teardown),
