@@ -12,13 +12,21 @@
 
 /* ── parameters ──────────────────────────────────────────────────────── */
 
+/* The oids of the parameters' types, built in (the same in every
+ * PostgreSQL release). */
+#define TEXT_OID 25
+#define INT8_OID 20
+#define JSONB_OID 3802
+
 void a2__store_param_text(a2__store_params *p, const char *v)
 {
+    p->t[p->n] = TEXT_OID;
     p->v[p->n++] = v;
 }
 
-static void param_owned(a2__store_params *p, char *t)
+static void param_owned(a2__store_params *p, Oid type, char *t)
 {
+    p->t[p->n] = type;
     p->owned[p->n] = t;
     p->v[p->n++] = t;
 }
@@ -30,7 +38,7 @@ void a2__store_param_int(a2__store_params *p, int64_t v)
         t = NULL;
         p->failed = true;
     }
-    param_owned(p, t);
+    param_owned(p, INT8_OID, t);
 }
 
 void a2__store_param_json(a2__store_params *p, json_t *j)
@@ -42,7 +50,7 @@ void a2__store_param_json(a2__store_params *p, json_t *j)
              !(t = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY)))
         p->failed = true;
     json_decref(j);
-    param_owned(p, t);
+    param_owned(p, JSONB_OID, t);
 }
 
 void a2__store_param_event_ref(a2__store_params *p, const char *session,
@@ -58,7 +66,7 @@ int a2__store_run(a2_store *s, const char *sql, a2__store_params *p,
 {
     *out = NULL;
     int rc = p->failed ? a2__store_nomem(s)
-                       : a2__store_call(s, sql, p->n, p->v, rows, out);
+                       : a2__store_call(s, sql, p->n, p->t, p->v, rows, out);
     for (int i = 0; i < p->n; i++)
         free(p->owned[i]);
     return rc;

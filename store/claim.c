@@ -9,13 +9,14 @@
 #include <string.h>
 
 #define SQL_CLAIM                                                              \
-    "select a2_claim(session => $1, holder => $2, expires_at => $3::bigint, "  \
+    "select a2_claim(session => $1, holder => $2, ttl_ms => null, "           \
+    "expires_at => $3::bigint, "                                               \
     "consumers => $4::jsonb, exclude => $5::jsonb, max_failures => "           \
     "$6::integer, through => $7::bigint, now_ms => $8::bigint, "               \
     "text_payloads => true, after_xid => $9::bigint, wait_ms => $10::bigint)"
 #define SQL_RENEW                                                              \
     "select a2_renew(session => $1, holder => $2, claims => $3::jsonb, "       \
-    "expires_at => $4::bigint, now_ms => $5::bigint)"
+    "ttl_ms => null, expires_at => $4::bigint, now_ms => $5::bigint)"
 #define SQL_COMPLETE                                                           \
     "select a2_complete(session => $1, consumer => $2, lane => $3, index => "  \
     "$4::bigint, attempt => $5::integer, events => $6::jsonb, consumers => "   \

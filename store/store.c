@@ -465,8 +465,8 @@ static json_t *row_object(const PGresult *res, int row)
  * error), *out its decoding as a2__store_call describes.
  */
 static int exchange(a2_store *s, const char *before, const char *sql,
-                    int nparams, const char *const *values, const char *after,
-                    bool rows, json_t **out)
+                    int nparams, const Oid *types, const char *const *values,
+                    const char *after, bool rows, json_t **out)
 {
     *out = NULL;
     PGresult *res = NULL;
@@ -484,7 +484,7 @@ static int exchange(a2_store *s, const char *before, const char *sql,
         sent = PQsendQueryParams(c, TIMEOUT_SQL, 1, NULL, v, NULL, NULL, 0);
     }
     sent = sent &&
-           PQsendQueryParams(c, sql, nparams, NULL, values, NULL, NULL, 0);
+           PQsendQueryParams(c, sql, nparams, types, values, NULL, NULL, 0);
     if (sent && after)
         sent = PQsendQueryParams(c, after, 0, NULL, NULL, NULL, NULL, 0);
     sent = sent && PQpipelineSync(c);
@@ -527,9 +527,10 @@ done:
 }
 
 int a2__store_call(a2_store *s, const char *sql, int nparams,
-                   const char *const *values, bool rows, json_t **out)
+                   const Oid *types, const char *const *values, bool rows,
+                   json_t **out)
 {
-    return exchange(s, NULL, sql, nparams, values, NULL, rows, out);
+    return exchange(s, NULL, sql, nparams, types, values, NULL, rows, out);
 }
 
 /* ── warming a connection ────────────────────────────────────────────── */
@@ -544,7 +545,8 @@ int a2_store_warm(a2_store *s)
     if (!s)
         return A2_EINVALID_ARGUMENT;
     json_t *res = NULL;
-    int rc = exchange(s, "begin", SQL_WARM, 0, NULL, "rollback", false, &res);
+    int rc = exchange(s, "begin", SQL_WARM, 0, NULL, NULL, "rollback", false,
+                      &res);
     if (rc == 0 && !a2__row_bool(res, "warmed")) {
         const char *why = a2__row_text(res, "reason");
         rc = a2__store_fail(s, A2_ESTORE_FAILED, "a2_warm: %s",
@@ -554,7 +556,8 @@ int a2_store_warm(a2_store *s)
     if (s->conn && PQtransactionStatus(s->conn) == PQTRANS_INERROR) {
         a2_store_error kept = s->err;
         json_t *ignored = NULL;
-        (void)exchange(s, NULL, "rollback", 0, NULL, NULL, false, &ignored);
+        (void)exchange(s, NULL, "rollback", 0, NULL, NULL, NULL, false,
+                       &ignored);
         json_decref(ignored);
         s->err = kept;
     }

@@ -36,7 +36,7 @@ int a2__store_nomem(a2_store *s);
 
 /*
  * One round trip: runs sql, the call of one store function (sql/src) with
- * nparams text parameters, in a transaction of its own (with the store's
+ * nparams parameters (their text, of types, oids), in a transaction of its own (with the store's
  * timeout as its statement_timeout, when set). rows false: the function
  * returns one jsonb, parsed into *out (a new reference; null as JSON null).
  * rows true: a table function; *out is a new array of its rows, each an
@@ -45,7 +45,8 @@ int a2__store_nomem(a2_store *s);
  * its a2_store_code with the function's message (without its "NAME: ").
  */
 int a2__store_call(a2_store *s, const char *sql, int nparams,
-                   const char *const *values, bool rows, json_t **out);
+                   const Oid *types, const char *const *values, bool rows,
+                   json_t **out);
 
 /* Now, from the store's clock. */
 int64_t a2__store_now(a2_store *s);
@@ -105,11 +106,14 @@ int a2__store_ids_repeat(const a2_append_event *ev, size_t n);
 /* The buffer of a generated id. */
 #define A2__STORE_ID_BUF 256
 
-/* The text parameters of one call, in order; the owned ones freed by
- * a2__store_run. */
+/* The parameters of one call, in order, as text with their types (text,
+ * bigint, jsonb: a call whose every argument is typed and named is planned
+ * without resolving a parameter's type or filling in a default, a third of
+ * a small call's server time); the owned ones freed by a2__store_run. */
 #define A2__STORE_MAX_PARAMS 10
 typedef struct a2__store_params {
     const char *v[A2__STORE_MAX_PARAMS];
+    Oid t[A2__STORE_MAX_PARAMS];
     char *owned[A2__STORE_MAX_PARAMS];
     int n;
     bool failed;
