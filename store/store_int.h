@@ -36,13 +36,14 @@ int a2__store_nomem(a2_store *s);
 
 /*
  * One round trip: runs sql, the call of one store function (sql/src) with
- * nparams parameters (their text, of types, oids), in a transaction of its own (with the store's
- * timeout as its statement_timeout, when set). rows false: the function
- * returns one jsonb, parsed into *out (a new reference; null as JSON null).
- * rows true: a table function; *out is a new array of its rows, each an
- * object of its columns by name with their text (null: JSON null). Returns 0,
- * or a negative code with the store's error set: an A2xxx SQLSTATE maps to
- * its a2_store_code with the function's message (without its "NAME: ").
+ * nparams parameters (their text, and their types' oids), in a transaction
+ * of its own (with the store's timeout as its statement_timeout, when set).
+ * rows false: the function returns one jsonb, parsed into *out (a new
+ * reference; null as JSON null). rows true: a table function; *out is a new
+ * array of its rows, each an object of its columns by name with their text
+ * (null: JSON null). Returns 0, or a negative code with the store's error
+ * set: an A2xxx SQLSTATE maps to its a2_store_code with the function's
+ * message (without its "NAME: ").
  */
 int a2__store_call(a2_store *s, const char *sql, int nparams,
                    const Oid *types, const char *const *values, bool rows,

@@ -246,46 +246,63 @@ static void test_error_codes(void **state)
     free(r);
 }
 
+/* Calls refused with INVALID_ARGUMENT: sql with its one parameter, and the
+ * message it must give. */
+typedef struct refused_call {
+    const char *sql, *param, *message;
+} refused_call;
+
+static void expect_refused(const refused_call *calls, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *v[] = {calls[i].param};
+        expect_error(db, calls[i].sql, 1, v, "A2001", calls[i].message);
+    }
+}
+
+#define APPEND_BT "select a2_append(session => 'bt', events => $1::jsonb)"
+
 /* A single event's targets are checked before the session lock, each
  * with the message of its fault, for one target and for several; a refused
  * append stores nothing. */
 static void test_bad_targets(void **state)
 {
     (void)state;
-    static const struct {
-        const char *events, *message;
-    } bad[] = {
-            {"[{\"type\": \"t\", \"targets\": [{\"consumer\": \"\"}]}]",
+    static const refused_call bad[] = {
+            {APPEND_BT,
+             "[{\"type\": \"t\", \"targets\": [{\"consumer\": \"\"}]}]",
              "INVALID_ARGUMENT: a target's consumer must not be empty"},
-            {"[{\"type\": \"t\", \"targets\": [{\"consumer\": \"c\", "
+            {APPEND_BT,
+             "[{\"type\": \"t\", \"targets\": [{\"consumer\": \"c\", "
              "\"lane\": \"\"}]}]",
              "INVALID_ARGUMENT: a target's lane must not be empty"},
-            {"[{\"type\": \"t\", \"targets\": [\"c\"]}]",
+            {APPEND_BT, "[{\"type\": \"t\", \"targets\": [\"c\"]}]",
              "INVALID_ARGUMENT: a target must be an object"},
-            {"[{\"type\": \"t\", \"targets\": [{\"lane\": \"l\"}]}]",
+            {APPEND_BT, "[{\"type\": \"t\", \"targets\": [{\"lane\": \"l\"}]}]",
              "INVALID_ARGUMENT: a target must be an object"},
-            {"[{\"type\": \"t\", \"targets\": [{\"consumer\": \"c\"}, "
+            {APPEND_BT,
+             "[{\"type\": \"t\", \"targets\": [{\"consumer\": \"c\"}, "
              "{\"consumer\": \"d\", \"lane\": 5}]}]",
              "INVALID_ARGUMENT: a target must be an object"},
-            {"[{\"type\": \"t\", \"id\": \"x\", \"targets\": [{\"consumer\": "
+            {APPEND_BT,
+             "[{\"type\": \"t\", \"id\": \"x\", \"targets\": [{\"consumer\": "
              "\"c\", \"lane\": \"l\"}, {\"consumer\": \"\", \"lane\": "
              "\"m\"}]}]",
              "INVALID_ARGUMENT: a target's consumer must not be empty"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        const char *v[] = {"bt", bad[i].events};
-        expect_error(db, APPEND_SQL, 2, v, "A2001", bad[i].message);
-    }
+    expect_refused(bad, sizeof bad / sizeof bad[0]);
     assert_int_equal(a2_test_int(db, "select count(*) from a2_events where "
                                      "session_id = 'bt'"),
                      0);
     /* The same shapes, valid, are stored with their cursors. */
-    const char *one[] = {"bt", "[{\"type\": \"t\", \"targets\": [{\"consumer\": "
-                               "\"c\", \"lane\": \"l\"}]}]"};
+    const char *one[] = {"bt",
+                         "[{\"type\": \"t\", \"targets\": [{\"consumer\": "
+                         "\"c\", \"lane\": \"l\"}]}]"};
     free(value(db, APPEND_SQL, 2, one));
-    const char *two[] = {"bt", "[{\"type\": \"t\", \"targets\": [{\"consumer\": "
-                               "\"c\"}, {\"consumer\": \"d\", \"lane\": "
-                               "\"l\"}]}]"};
+    const char *two[] = {"bt",
+                         "[{\"type\": \"t\", \"targets\": [{\"consumer\": "
+                         "\"c\"}, {\"consumer\": \"d\", \"lane\": "
+                         "\"l\"}]}]"};
     free(value(db, APPEND_SQL, 2, two));
     assert_int_equal(
             a2_test_int(db, "select count(*) from a2_cursors where session_id "
@@ -300,52 +317,53 @@ static void test_bad_targets(void **state)
 static void test_plain_checks(void **state)
 {
     (void)state;
-    char long_name[1100];
+    static char long_name[1100];
     memset(long_name, 'x', sizeof long_name - 1);
-    long_name[sizeof long_name - 1] = '\0';
-    static const struct {
-        const char *sql, *message;
-    } claims[] = {
-            {"select a2_claim(session => '', holder => $1, ttl_ms => 1000)",
+    const char *n = long_name;
+    const refused_call calls[] = {
+            {"select a2_claim(session => '', holder => $1, ttl_ms => 1000)", n,
              "INVALID_ARGUMENT: session must not be empty"},
             {"select a2_claim(session => 'pc', holder => '', ttl_ms => 1000) "
              "where $1::text is not null",
-             "INVALID_ARGUMENT: holder must not be empty"},
+             n, "INVALID_ARGUMENT: holder must not be empty"},
             {"select a2_claim(session => 'pc', holder => $1, ttl_ms => 1000)",
-             "INVALID_ARGUMENT: holder is longer than 1024 bytes"},
-            {"select a2_claim(session => $1, holder => 'h', ttl_ms => 1000)",
+             n, "INVALID_ARGUMENT: holder is longer than 1024 bytes"},
+            {"select a2_claim(session => $1, holder => 'h', ttl_ms => 1000)", n,
              "INVALID_ARGUMENT: session is longer than 1024 bytes"},
             {"select a2_claim(session => 'pc', holder => 'h', ttl_ms => 1000, "
              "consumers => '[\"\"]') where $1::text is not null",
-             "INVALID_ARGUMENT: a consumer's name must not be empty"},
+             n, "INVALID_ARGUMENT: a consumer's name must not be empty"},
             {"select a2_claim(session => 'pc', holder => 'h', ttl_ms => 1000, "
              "consumers => jsonb_build_array($1::text))",
+             n,
              "INVALID_ARGUMENT: a consumer's name is longer than 1024 bytes"},
             {"select a2_claim(session => 'pc', holder => 'h', ttl_ms => 1000, "
              "consumers => '[5]') where $1::text is not null",
-             "INVALID_ARGUMENT: a consumer must be a name or an object"},
-            {"select a2_complete(session => 'pc', consumer => $1, lane => null, "
+             n, "INVALID_ARGUMENT: a consumer must be a name or an object"},
+            {"select a2_complete(session => 'pc', consumer => $1, lane => "
+             "null, "
              "index => 1, attempt => 1)",
-             "INVALID_ARGUMENT: consumer is longer than 1024 bytes"},
-            {"select a2_complete(session => 'pc', consumer => '', lane => null, "
+             n, "INVALID_ARGUMENT: consumer is longer than 1024 bytes"},
+            {"select a2_complete(session => 'pc', consumer => '', lane => "
+             "null, "
              "index => 1, attempt => 1) where $1::text is not null",
-             "INVALID_ARGUMENT: consumer must not be empty"},
+             n, "INVALID_ARGUMENT: consumer must not be empty"},
             {"select a2_complete(session => 'pc', consumer => 'c', lane => '', "
              "index => 1, attempt => 1) where $1::text is not null",
-             "INVALID_ARGUMENT: lane must not be empty"},
-            {"select a2_complete(session => 'pc', consumer => 'c', lane => null, "
+             n, "INVALID_ARGUMENT: lane must not be empty"},
+            {"select a2_complete(session => 'pc', consumer => 'c', lane => "
+             "null, "
              "index => 0, attempt => 1) where $1::text is not null",
-             "INVALID_ARGUMENT: index and attempt must be at least 1"},
-            {"select a2_complete(session => 'pc', consumer => 'c', lane => null, "
+             n, "INVALID_ARGUMENT: index and attempt must be at least 1"},
+            {"select a2_complete(session => 'pc', consumer => 'c', lane => "
+             "null, "
              "index => 1, attempt => null) where $1::text is not null",
-             "INVALID_ARGUMENT: index and attempt must be at least 1"},
+             n, "INVALID_ARGUMENT: index and attempt must be at least 1"},
             {"select a2_complete(session => $1, consumer => 'c', lane => null, "
              "index => 1, attempt => 1)",
-             "INVALID_ARGUMENT: session is longer than 1024 bytes"},
+             n, "INVALID_ARGUMENT: session is longer than 1024 bytes"},
     };
-    const char *v[] = {long_name};
-    for (size_t i = 0; i < sizeof claims / sizeof claims[0]; i++)
-        expect_error(db, claims[i].sql, 1, v, "A2001", claims[i].message);
+    expect_refused(calls, sizeof calls / sizeof calls[0]);
     a2_test_exec(db, "begin isolation level repeatable read");
     const char *s[] = {"pc"};
     expect_error(db,
