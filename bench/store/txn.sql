@@ -1,0 +1,69 @@
+-- bench/store/txn.sql: the server time of one store operation in a
+-- transaction of its own, without the network, the client or the commit.
+-- bench_txn(op, n) runs op n times, each in a transaction it rolls back
+-- (so the tables stay as they were, and every run starts as the first),
+-- and returns the mean in microseconds. A plain expression or a statement
+-- of a PL/pgSQL function is made ready anew in each transaction, which is
+-- why a loop in one transaction would understate what a call costs.
+--   floor           bench_floor(): the least append (bench/floor.sql)
+--   append          a2_append of one event with an id and one target
+--   claim           a2_claim of a session's one head (served consumer,
+--                   after_xid), as a woken runner claims
+--   claim_complete  that claim, then a2_complete of its head
+--   claim_empty     a2_claim of a session with nothing to run
+-- Needs sql/schema.sql and bench/floor.sql; call it outside a transaction
+-- block: call bench_txn_setup(); select ... from bench_txn_run(...).
+create or replace procedure bench_txn_setup()
+language plpgsql
+as $$
+begin
+    if not exists (select 1 from a2_events where session_id = 'txn-1') then
+        perform a2_append(session => 'txn-1',
+                          events => '[{"type": "t", "targets": [{"consumer": "bench"}]}]');
+    end if;
+end
+$$;
+
+create or replace procedure bench_txn(op text, n integer, inout us numeric default null)
+language plpgsql
+as $$
+declare
+    t0 timestamptz;
+    r jsonb;
+    x bigint := pg_snapshot_xmin(pg_current_snapshot())::text::bigint - 1;
+begin
+    commit;
+    t0 := clock_timestamp();
+    for i in 1..n loop
+        if op = 'floor' then
+            perform bench_floor('txn-' || (i % 64), '{"n": 1}');
+        elsif op = 'append' then
+            r := a2_append(session => 'txn-' || (i % 64),
+                           events => jsonb_build_array(jsonb_build_object(
+                               'type', 'bench', 'id', md5(i::text), 'payload_text', '{"n": 1}',
+                               'targets', '[{"consumer": "bench"}]'::jsonb)),
+                           now_ms => 1, text_payloads => true);
+        elsif op in ('claim', 'claim_complete') then
+            r := a2_claim(session => 'txn-1', holder => 'h', expires_at => 99999999999999,
+                          consumers => '["bench"]', after_xid => x, now_ms => 1000,
+                          text_payloads => true);
+            if r->>'outcome' <> 'claimed' then
+                raise exception 'bench_txn: the claim found nothing: %', r;
+            end if;
+            if op = 'claim_complete' then
+                r := a2_complete(session => 'txn-1', consumer => 'bench', lane => null,
+                                 index => 1, attempt => (r->'heads'->0->>'attempt')::integer,
+                                 events => '[]', consumers => '["bench"]', now_ms => 1000,
+                                 text_payloads => true);
+            end if;
+        elsif op = 'claim_empty' then
+            r := a2_claim(session => 'txn-none', holder => 'h', expires_at => 99999999999999,
+                          consumers => '["bench"]', now_ms => 1000, text_payloads => true);
+        else
+            raise exception 'bench_txn: no operation %', op;
+        end if;
+        rollback;
+    end loop;
+    us := round(extract(epoch from clock_timestamp() - t0) * 1e6 / n, 1);
+end
+$$;
