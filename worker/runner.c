@@ -162,12 +162,6 @@ void a2_worker_reply_error(a2_worker_reply *reply, const char *text)
 
 /* ── the renewal thread ───────────────────────────────────────────────── */
 
-/* A lease is renewed a third of its ttl after its claim or last renewal. */
-static int64_t renew_period(const a2_worker_runner *r)
-{
-    return r->ttl_ms / 3 > 0 ? r->ttl_ms / 3 : 1;
-}
-
 static void *renew_main(void *arg)
 {
     a2_worker_runner *r = arg;
@@ -180,13 +174,7 @@ static void *renew_main(void *arg)
             if (!r->done[i])
                 live++;
         if (live == 0) {
-            /* Idle: awake again within a renewal period, which is soon
-             * enough for a claim published meanwhile (its first renewal is
-             * a period after it), so publish() need not wake this thread on
-             * the way to a handler. */
-            struct timespec ts =
-                    a2__mono_timespec(a2__mono_ms() + renew_period(r));
-            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            pthread_cond_wait(&r->cv, &r->mu);
             continue;
         }
         int64_t now = a2__mono_ms();
@@ -198,7 +186,7 @@ static void *renew_main(void *arg)
         if (live > cap) {
             a2_attempt_ref *nb = realloc(batch, live * sizeof *nb);
             if (!nb) {
-                r->next_renew = now + renew_period(r);
+                r->next_renew = now + r->ttl_ms / 3;
                 continue;
             }
             batch = nb;
@@ -210,7 +198,7 @@ static void *renew_main(void *arg)
                 batch[n++] = r->refs[i];
         const char *session = r->session;
         r->renew_busy = 1;
-        r->next_renew = now + renew_period(r);
+        r->next_renew = now + (r->ttl_ms / 3 > 0 ? r->ttl_ms / 3 : 1);
         pthread_mutex_unlock(&r->mu);
 
         a2_renew_result res = {0};
@@ -477,9 +465,8 @@ static void publish(a2_worker_runner *r, const char *session,
     r->refs = refs;
     r->done = done;
     r->nrefs = n;
-    /* No wake-up: the renewal thread waits at most a period at a time (see
-     * renew_main), and this claim's first renewal is a period from now. */
-    r->next_renew = a2__mono_ms() + renew_period(r);
+    r->next_renew = a2__mono_ms() + (r->ttl_ms / 3 > 0 ? r->ttl_ms / 3 : 1);
+    pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
 }
 
