@@ -40,11 +40,7 @@ select 'claim_hot ' || pg_stat_get_xact_tuples_hot_updated('a2_cursors'::regclas
 select a2_complete(session => 'hist', consumer => 'w', lane => null, index => 2001, attempt => 1,
                    events => '[]', now_ms => 5100)->>'outcome';
 select pg_temp.mark('complete');
-select string_agg(r->>'outcome', ',') from jsonb_array_elements(a2_batch(jsonb_build_array(
-  jsonb_build_object('op', 'complete', 'session', 'hist', 'consumer', 'w', 'index', 2002,
-                     'attempt', 1, 'now_ms', 5200),
-  jsonb_build_object('op', 'complete', 'session', 'hist', 'consumer', 'w', 'index', 2003,
-                     'attempt', 1, 'now_ms', 5200)))) r;
+select pg_temp.complete_pair('hist', 'w', 2002, 5200);
 select pg_temp.mark('batch');
 select jsonb_array_length(a2_renew(session => 'hist', holder => 'h', ttl_ms => 60000, now_ms => 5300,
                                    claims => '[{"consumer": "w", "index": 2004, "attempt": 1}]')->'renewed');

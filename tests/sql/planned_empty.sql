@@ -23,11 +23,7 @@ select pg_temp.mark('start');
 select jsonb_array_length(a2_claim(session => 'p-0', holder => 'h', ttl_ms => 60000,
                                    consumers => '["w"]', now_ms => 2100)->'heads');
 select pg_temp.mark('pclaim');
-select string_agg(r->>'outcome', ',') from jsonb_array_elements(a2_batch(jsonb_build_array(
-  jsonb_build_object('op', 'complete', 'session', 'p-0', 'consumer', 'w', 'index', 1,
-                     'attempt', 1, 'now_ms', 2200),
-  jsonb_build_object('op', 'complete', 'session', 'p-0', 'consumer', 'w', 'index', 2,
-                     'attempt', 1, 'now_ms', 2200)))) r;
+select pg_temp.complete_pair('p-0', 'w', 1, 2200);
 select pg_temp.mark('pbatch');
 select a2_complete(session => 'p-0', consumer => 'w', lane => null, index => 3, attempt => 1,
                    events => '[]', now_ms => 2300)->>'outcome';

@@ -22,3 +22,17 @@ begin
     return what || ' ' || (r - was.rows) || ' ' || (b - was.blocks);
 end
 $$;
+
+-- pg_temp.complete_pair(session, consumer, first, now_ms): heads first and
+-- first + 1 of consumer's event cursors (attempt 1) completed in one
+-- a2_batch; their outcomes, joined by commas.
+create function pg_temp.complete_pair(session text, consumer text, first bigint, now_ms bigint)
+returns text
+language sql as $$
+select string_agg(r->>'outcome', ',')
+  from jsonb_array_elements(a2_batch((
+           select jsonb_agg(jsonb_build_object('op', 'complete', 'session', session,
+                                               'consumer', consumer, 'index', i,
+                                               'attempt', 1, 'now_ms', now_ms) order by i)
+             from generate_series(first, first + 1) i))) r
+$$;
