@@ -320,9 +320,9 @@ set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
-    v_session text := a2_append.session;
-    v_events jsonb := a2_append.events;
-    v_consumers jsonb := a2_append.consumers;
+    v_session alias for a2_append.session;
+    v_events alias for a2_append.events;
+    v_consumers alias for a2_append.consumers;
     v_origin bigint := nullif(a2_append.origin, 0);
     v_now bigint := coalesce(a2_append.now_ms, a2__now_ms());
     v_served text[];
@@ -344,13 +344,13 @@ declare
     v_logs boolean;
     f record;
 begin
-    if current_setting('transaction_isolation') <> 'read committed' then
+    -- One plain expression finds any fault; each call below raises only
+    -- for its own, in this order.
+    if current_setting('transaction_isolation') <> 'read committed'
+       or v_session is null or v_session = '' or octet_length(v_session) > 1024
+       or v_origin < 0 then
         perform a2__writable('a2_append');
-    end if;
-    if v_session is null or v_session = '' or octet_length(v_session) > 1024 then
         perform a2__name('session', v_session);
-    end if;
-    if v_origin < 0 then
         perform a2__fail('INVALID_ARGUMENT', 'origin index must not be negative');
     end if;
     if v_consumers is not null then
@@ -478,18 +478,21 @@ begin
         on conflict do nothing;
     end if;
     if v_lanes or v_consumers is not null or not v_started then
+        -- Lanes and log cursors start here; has_pending is then asked of
+        -- the session (the common case above started an event cursor).
         v_clear := coalesce(v_clear, (select c.clear_index from a2_clears c
                                        where c.session_id = v_session), 0);
-    end if;
-    if v_lanes or v_consumers is not null then
-        v_logs := a2__start_work(v_session, v_events, v_consumers, v_base, v_clear, false,
-                                 v_lanes, v_now);
+        if v_lanes or v_consumers is not null then
+            v_logs := a2__start_work(v_session, v_events, v_consumers, v_base, v_clear, false,
+                                     v_lanes, v_now);
+        end if;
+        v_started := v_started or coalesce(v_logs, false)
+                     or a2__has_pending(v_session, v_served, v_clear);
     end if;
     return jsonb_build_object(
         'outcome', 'appended',
         'events', jsonb_build_array(jsonb_build_object('index', v_base + 1, 'id', v_id)),
-        'has_pending', v_started or coalesce(v_logs, false)
-                       or a2__has_pending(v_session, v_served, v_clear));
+        'has_pending', v_started);
 end
 $fn$;
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Schema 7 over an older one: `a2 schema apply` rebuilds a2_cursors_heads
+# Schema 8 over an older one: `a2 schema apply` rebuilds a2_cursors_heads
 # and a2_cursors_pending from schema 5's definitions (two keys; no
 # "failed_at is null" in the heads index), keeps the rows, drops the old
 # a2__unpin(text, text, text, bigint), and a second apply changes nothing;
 # over schema 6 it rebuilds a2_cursors_pending (no "consumer <> ''"), drops
-# a2_cursors_holds and sets a2_cursors' fillfactor to 80.
+# a2_cursors_holds and sets a2_cursors' fillfactor to 80; over schema 7 it
+# drops the CHECK constraint on a2_cursors.kind.
 set -uo pipefail
 : "${A2_TEST_DB:?run under tests/run}" "${A2_BIN:?run under tests/run}"
 fail() { echo "test_schema_upgrade: $*"; exit 1; }
@@ -50,5 +51,14 @@ A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema apply >/dev/null || fail "a2 schema apply 
 [ -z "$(q "select to_regclass('a2_cursors_holds')")" ] || fail "a2_cursors_holds is still there"
 [ "$(q "select reloptions::text from pg_class where oid = 'a2_cursors'::regclass")" = "{fillfactor=80}" ] ||
     fail "a2_cursors' options: $(q "select reloptions::text from pg_class where oid = 'a2_cursors'::regclass")"
+# Schema 7's CHECK on a2_cursors.kind.
+checks() { q "select count(*) from pg_constraint where conrelid = 'a2_cursors'::regclass and contype = 'c'"; }
+[ "$(checks)" = 0 ] || fail "a fresh schema has CHECK constraints on a2_cursors"
+q "alter table a2_cursors add constraint a2_cursors_kind_check check (kind in ('event', 'lane', 'log'))" ||
+    fail "schema 7 check"
+A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema apply >/dev/null || fail "a2 schema apply over schema 7 failed"
+[ "$(checks)" = 0 ] || fail "after apply over schema 7: $(checks) CHECK constraints on a2_cursors"
+[ "$(q "select count(*) from a2_cursors where session_id = 'up' and head = 1")" = 1 ] ||
+    fail "the cursor row is gone after apply over schema 7"
 A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema check >/dev/null || fail "schema check after the upgrade"
 echo "test_schema_upgrade: passed"
