@@ -8,11 +8,11 @@
 #include <string.h>
 
 /* Payloads travel as their JSON text (payload_text) and come back as text
- * (text_payloads), so numbers keep the caller's precision both ways. */
-#define SQL_APPEND                                                             \
-    "select a2_append(session => $1, events => $2::jsonb, consumers => "     \
-    "$3::jsonb, origin => $4::bigint, now_ms => $5::bigint, text_payloads "  \
-    "=> true)"
+ * (text_payloads), so numbers keep the caller's precision both ways.
+ * Arguments in the function's order (session, events, consumers, origin,
+ * now_ms, text_payloads), every one given: a call planned with names, or
+ * with a default to fill in, costs more (store_int.h). */
+#define SQL_APPEND "select a2_append($1, $2, $3, $4, $5, true)"
 #define SQL_READ                                                               \
     "select * from a2_read(session => $1, after => $2::bigint, max_events "  \
     "=> $3::bigint, types => $4::jsonb)"

@@ -8,24 +8,23 @@
 
 #include <string.h>
 
+/* Arguments in each function's order, every one given (store_int.h):
+ *   a2_claim(session, holder, ttl_ms, expires_at, consumers, exclude,
+ *            max_failures, through, now_ms, text_payloads, after_xid, wait_ms)
+ *   a2_renew(session, holder, claims, ttl_ms, expires_at, now_ms)
+ *   a2_complete(session, consumer, lane, index, attempt, events, consumers,
+ *               now_ms, text_payloads)
+ *   a2_fail(session, consumer, lane, index, attempt, error, max_failures,
+ *           retry_after_ms, now_ms) */
 #define SQL_CLAIM                                                              \
-    "select a2_claim(session => $1, holder => $2, ttl_ms => null, "           \
-    "expires_at => $3::bigint, "                                               \
-    "consumers => $4::jsonb, exclude => $5::jsonb, max_failures => "           \
-    "$6::integer, through => $7::bigint, now_ms => $8::bigint, "               \
-    "text_payloads => true, after_xid => $9::bigint, wait_ms => $10::bigint)"
-#define SQL_RENEW                                                              \
-    "select a2_renew(session => $1, holder => $2, claims => $3::jsonb, "       \
-    "ttl_ms => null, expires_at => $4::bigint, now_ms => $5::bigint)"
+    "select a2_claim($1, $2, null, $3, $4, $5, $6::integer, $7, $8, true, "   \
+    "$9, $10)"
+#define SQL_RENEW "select a2_renew($1, $2, $3, null, $4, $5)"
 #define SQL_COMPLETE                                                           \
-    "select a2_complete(session => $1, consumer => $2, lane => $3, index => "  \
-    "$4::bigint, attempt => $5::integer, events => $6::jsonb, consumers => "   \
-    "$7::jsonb, now_ms => $8::bigint, text_payloads => true)"
-#define SQL_SETTLE "select a2_batch(ops => $1::jsonb)"
+    "select a2_complete($1, $2, $3, $4, $5::integer, $6, $7, $8, true)"
+#define SQL_SETTLE "select a2_batch($1)"
 #define SQL_FAIL                                                               \
-    "select a2_fail(session => $1, consumer => $2, lane => $3, index => "      \
-    "$4::bigint, attempt => $5::integer, error => $6, max_failures => "        \
-    "$7::integer, retry_after_ms => $8::bigint, now_ms => $9::bigint)"
+    "select a2_fail($1, $2, $3, $4, $5::integer, $6, $7::integer, $8, $9)"
 
 void a2_claim_result_free(a2_claim_result *r)
 {

@@ -7,7 +7,9 @@
 // Each job is one `select a2_append(session => ..., events => ...)`
 // (docs/sql.md) of one event {"seq": N} for consumer "bench" (a concurrent
 // cursor) in session "s<N % 64>", as a2_peer.c appends them; P at a time on a
-// pool of P connections.
+// pool of P connections. The call is a named query, prepared once on each
+// connection (node-postgres's way to skip parsing and planning a statement
+// it sends again, as docs/sql.md advises where no pooler is in between).
 "use strict";
 
 const pg = require("pg");
@@ -24,10 +26,14 @@ async function main() {
   pool.on("error", (e) => console.error(`a2.js: pool: ${e.message}`));
   try {
     await c.produce(o, (seq) =>
-      pool.query(APPEND, [
-        `s${seq % SESSIONS}`,
-        JSON.stringify([{ type: "bench.job", payload: { seq }, targets: [{ consumer: "bench" }] }]),
-      ]),
+      pool.query({
+        name: "a2-append",
+        text: APPEND,
+        values: [
+          `s${seq % SESSIONS}`,
+          JSON.stringify([{ type: "bench.job", payload: { seq }, targets: [{ consumer: "bench" }] }]),
+        ],
+      }),
     );
   } finally {
     await pool.end();
