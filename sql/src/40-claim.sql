@@ -87,7 +87,14 @@ begin
     end if;
     v_expires := case when coalesce(a2_claim.expires_at, 0) > 0 then a2_claim.expires_at
                       else v_now + a2_claim.ttl_ms end;
-    if a2_claim.after_xid is not null then
+    -- A transaction before the snapshot's xmin has ended: nothing to wait
+    -- for (the common case, in one plain expression; a2__await_xid checks
+    -- the arguments and waits).
+    if a2_claim.after_xid is not null
+       and (a2_claim.after_xid not between 0 and 4294967295
+            or a2_claim.wait_ms is null or a2_claim.wait_ms < 0
+            or (pg_snapshot_xmin(pg_current_snapshot())::text::bigint - a2_claim.after_xid)
+               & 4294967295 not between 1 and 2147483647) then
         v_waited := clock_timestamp();
         v_visible := a2__await_xid(v_session, a2_claim.after_xid, a2_claim.wait_ms);
         v_waited_ms := (extract(epoch from clock_timestamp() - v_waited) * 1000)::bigint;

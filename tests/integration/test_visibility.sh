@@ -152,6 +152,11 @@ run psql "$A2_TEST_DB" -XAtq -v ON_ERROR_STOP=1 -c "select a2_claim(session => '
 check "a negative after_xid is refused: $err" has "$err" "after_xid must be a 32-bit transaction id"
 run psql "$A2_TEST_DB" -XAtq -v ON_ERROR_STOP=1 -c "select a2_claim(session => 'v-sql', holder => 'sql', ttl_ms => 1000, after_xid => 5, wait_ms => -1)"
 check "a negative wait_ms is refused: $err" has "$err" "wait_ms must not be negative"
+# (An xid before every snapshot's xmin skips the wait, but not these checks.)
+run psql "$A2_TEST_DB" -XAtq -v ON_ERROR_STOP=1 -c "select a2_claim(session => 'v-sql', holder => 'sql', ttl_ms => 1000, after_xid => 4294967296)"
+check "an after_xid over 32 bits is refused: $err" has "$err" "after_xid must be a 32-bit transaction id"
+run psql "$A2_TEST_DB" -XAtq -v ON_ERROR_STOP=1 -c "select a2_claim(session => 'v-sql', holder => 'sql', ttl_ms => 1000, after_xid => 5, wait_ms => null)"
+check "a null wait_ms is refused: $err" has "$err" "wait_ms must not be negative"
 # An xid that is not in progress (committed, or never used) is not waited
 # for (the head is sql's now: busy until its lease ends).
 got=$(claim ", after_xid => 3, wait_ms => 60000")
