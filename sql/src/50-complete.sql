@@ -18,6 +18,7 @@ declare
     v_types jsonb := case when c.kind = 'log' and retype then new_types else c.types end;
     v_next bigint;
     v_hold bigint;
+    v_pinned boolean;
 begin
     if c.kind = 'lane' then
         update a2_lane_events lane
@@ -40,7 +41,6 @@ begin
         end if;
     end if;
     v_hold := a2__hold(v_hold, a2__now_ms());
-    perform a2__unpin(c.session_id, array[c.head], array[c.consumer], array[c.cursor_key]);
     update a2_cursors cur
        set position = c.head, head = v_next,
            attempt_count = 0, first_claimed_at = null, last_claimed_at = null,
@@ -54,7 +54,16 @@ begin
            returned_event_ids = case when c.kind = 'lane' or not receipt then cur.returned_event_ids
                                      else a2__advance.ids end
      where cur.session_id = c.session_id and cur.cursor_key = c.cursor_key
-       and cur.consumer = c.consumer and cur.epoch = c.epoch;
+       and cur.consumer = c.consumer and cur.epoch = c.epoch
+    -- Whether the session has snapshot pins to release (most have none):
+    -- asked in this statement, so that the common case makes no call.
+    returning exists (select 1 from a2_snapshot_pins pin where pin.session_id = c.session_id)
+              or exists (select 1 from a2_snapshot_history history
+                          where history.session_id = c.session_id)
+      into v_pinned;
+    if v_pinned then
+        perform a2__unpin(c.session_id, array[c.head], array[c.consumer], array[c.cursor_key]);
+    end if;
 end
 $fn$;
 
