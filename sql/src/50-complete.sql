@@ -197,6 +197,7 @@ declare
     v_lanes boolean := false;
     v_dup boolean := false;
     v_clear bigint;
+    v_held record;
     v_cur a2_cursors;
     v_base bigint;
     v_out jsonb := '[]';
@@ -230,19 +231,30 @@ begin
                  and cardinality(v_ids) > (select count(distinct i) from unnest(v_ids) i);
     end if;
 
-    v_clear := coalesce((select c.clear_index from a2_clears c where c.session_id = v_session), 0);
-    if v_idx <= v_clear then
-        return '{"outcome": "superseded"}';
-    end if;
-    select cur.* into v_cur from a2_cursors cur
+    -- The held row, locked, and the session's clear marker, in one
+    -- statement; a head at or below the marker is superseded.
+    select cur as row, coalesce((select c.clear_index from a2_clears c
+                                  where c.session_id = v_session), 0) as clear_index
+      into v_held
+      from a2_cursors cur
      where cur.session_id = v_session and cur.cursor_key = a2__cursor_key(v_lane, v_idx)
        and cur.consumer = v_consumer and cur.head = v_idx and cur.attempt_count = v_attempt
        and cur.failed_at is null and cur.claim_holder is not null
      order by cur.cursor_key limit 1
        for update of cur;
     if not found then
+        v_clear := coalesce((select c.clear_index from a2_clears c
+                              where c.session_id = v_session), 0);
+        if v_idx <= v_clear then
+            return '{"outcome": "superseded"}';
+        end if;
         return a2__settle_unheld(v_session, v_consumer, v_lane, v_idx, v_attempt, v_ids, v_dup,
                                  a2_complete.text_payloads);
+    end if;
+    v_cur := v_held.row;
+    v_clear := v_held.clear_index;
+    if v_idx <= v_clear then
+        return '{"outcome": "superseded"}';
     end if;
     if v_dup then
         perform a2__fail('PARTIAL_DUPLICATE_BATCH',
