@@ -1,8 +1,10 @@
 /*
  * liba2store attempts: claiming a session's heads (a2_claim), extending
  * the claims (a2_renew), and settling an attempt by completing it
- * (a2_complete) or failing it (a2_fail), one call each, or several of one
- * session in one a2_batch (a2_store_settle).
+ * (a2_complete) or failing it (a2_fail), one call each, or several in one
+ * a2_batch: the claims of several sessions (a2_store_claim_sessions), the
+ * settlements of one session or of several (a2_store_settle,
+ * a2_store_settle_sessions).
  */
 #include "store_int.h"
 
@@ -22,7 +24,7 @@
 #define SQL_RENEW "select a2_renew($1, $2, $3, null, $4, $5)"
 #define SQL_COMPLETE                                                           \
     "select a2_complete($1, $2, $3, $4, $5::integer, $6, $7, $8, true)"
-#define SQL_SETTLE "select a2_batch($1)"
+#define SQL_BATCH "select a2_batch($1)"
 #define SQL_FAIL                                                               \
     "select a2_fail($1, $2, $3, $4, $5::integer, $6, $7::integer, $8, $9)"
 
@@ -102,6 +104,24 @@ static int decode_claim(a2_store *s, const char *session, const json_t *res,
     return 0;
 }
 
+/* The heads req excludes, as a2_claim takes them (NULL: out of memory). */
+static json_t *excluded_json(const a2_claim_request *req)
+{
+    json_t *excluded = json_array();
+    for (size_t i = 0; excluded && i < req->nexclude; i++)
+        excluded = a2__store_push(excluded,
+                                  a2__store_head_json(req->exclude[i].consumer,
+                                                      req->exclude[i].lane,
+                                                      req->exclude[i].index));
+    return excluded;
+}
+
+/* The lease a claim made now gives. */
+static int64_t claim_expiry(const a2_claim_request *req, int64_t now)
+{
+    return req->expires_at_ms ? req->expires_at_ms : now + req->ttl_ms;
+}
+
 int a2_store_claim(a2_store *s, const char *session,
                    const a2_claim_request *req, a2_claim_result *out)
 {
@@ -114,20 +134,13 @@ int a2_store_claim(a2_store *s, const char *session,
     if (rc)
         return rc;
     int64_t now = a2__store_now(s);
-    json_t *excluded = json_array();
-    for (size_t i = 0; excluded && i < req->nexclude; i++)
-        excluded = a2__store_push(excluded,
-                                  a2__store_head_json(req->exclude[i].consumer,
-                                                      req->exclude[i].lane,
-                                                      req->exclude[i].index));
     a2__store_params p = {0};
     a2__store_param_text(&p, session);
     a2__store_param_text(&p, req->holder);
-    a2__store_param_int(&p, req->expires_at_ms ? req->expires_at_ms
-                                               : now + req->ttl_ms);
+    a2__store_param_int(&p, claim_expiry(req, now));
     a2__store_param_json(
             &p, a2__store_consumers_json(req->consumers, req->nconsumers));
-    a2__store_param_json(&p, excluded);
+    a2__store_param_json(&p, excluded_json(req));
     a2__store_param_int(&p,
                         req->max_failures ? req->max_failures : A2_STORE_NONE);
     a2__store_param_int(&p, req->through ? req->through : A2_STORE_NONE);
@@ -141,6 +154,100 @@ int a2_store_claim(a2_store *s, const char *session,
         rc = decode_claim(s, session, res, out);
     if (rc)
         a2_claim_result_free(out);
+    json_decref(res);
+    return rc;
+}
+
+/* The a2_batch operation claiming cs for req, made at now (NULL: out of
+ * memory). */
+static json_t *claim_op(const a2_claim_session *cs, const a2_claim_request *req,
+                        int64_t now)
+{
+    json_t *o = json_pack(
+            "{s:s, s:s, s:s, s:I, s:o, s:o, s:I, s:b, s:I}", "op", "claim",
+            "session", cs->session, "holder", req->holder, "expires_at",
+            (json_int_t)claim_expiry(req, now), "consumers",
+            a2__store_consumers_json(req->consumers, req->nconsumers),
+            "exclude", excluded_json(req), "now_ms", (json_int_t)now,
+            "text_payloads", 1, "wait_ms",
+            (json_int_t)(req->wait_ms > 0 ? req->wait_ms : 1000));
+    if (o && req->max_failures &&
+        json_object_set_new(o, "max_failures",
+                            json_integer(req->max_failures)) != 0)
+        goto nomem;
+    if (o && req->through &&
+        json_object_set_new(o, "through", json_integer(req->through)) != 0)
+        goto nomem;
+    if (o && cs->after_xid &&
+        json_object_set_new(o, "after_xid",
+                            json_integer((json_int_t)cs->after_xid)) != 0)
+        goto nomem;
+    return o;
+nomem:
+    json_decref(o);
+    return NULL;
+}
+
+/* The sessions of a2_store_claim_sessions: 1..A2_STORE_MAX_SETTLE names,
+ * none twice. */
+static int check_claim_sessions(a2_store *s, const a2_claim_session *cs,
+                                size_t n)
+{
+    if (!cs || n < 1 || n > A2_STORE_MAX_SETTLE)
+        return a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                              "a claim of sessions takes 1 to %d sessions, "
+                              "not %zu",
+                              A2_STORE_MAX_SETTLE, n);
+    const char **names = malloc(n * sizeof *names);
+    if (!names)
+        return a2__store_nomem(s);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        rc = a2__store_check_name(s, "session", cs[i].session);
+        names[i] = cs[i].session;
+    }
+    const char *twice = rc == 0 ? a2__store_first_repeat(names, n) : NULL;
+    if (twice)
+        rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                            "session \"%s\" is listed twice", twice);
+    free(names);
+    return rc;
+}
+
+int a2_store_claim_sessions(a2_store *s, const a2_claim_session *sessions,
+                            size_t n, const a2_claim_request *req,
+                            a2_claim_result *out)
+{
+    if (!s || !out)
+        return A2_EINVALID_ARGUMENT;
+    int rc = check_claim_sessions(s, sessions, n);
+    if (rc == 0)
+        rc = check_claim(s, req);
+    if (rc)
+        return rc;
+    memset(out, 0, n * sizeof *out);
+    int64_t now = a2__store_now(s);
+    json_t *ops = json_array();
+    for (size_t i = 0; ops && i < n; i++)
+        ops = a2__store_push(ops, claim_op(&sessions[i], req, now));
+    if (!ops)
+        return a2__store_nomem(s);
+    a2__store_params p = {0};
+    a2__store_param_json(&p, ops);
+    json_t *res = NULL;
+    rc = a2__store_run(s, SQL_BATCH, &p, false, &res);
+    if (rc == 0 && json_array_size(res) != n)
+        rc = a2__store_fail(s, A2_ESTORE_FAILED,
+                            "a2_batch returned %zu results for %zu claims",
+                            json_array_size(res), n);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = decode_claim(s, sessions[i].session, json_array_get(res, i),
+                          &out[i]);
+    if (rc)
+        for (size_t i = 0; i < n; i++)
+            a2_claim_result_free(&out[i]);
+    else
+        a2__store_ok(s);
     json_decref(res);
     return rc;
 }
@@ -400,7 +507,15 @@ static json_t *settle_op(const char *session, const a2_settlement *st,
     return o;
 }
 
+/* The session of settlement i: sessions[i], or session for all. */
+static const char *session_of(const char *session, const char *const *sessions,
+                              size_t i)
+{
+    return sessions ? sessions[i] : session;
+}
+
 static int check_settlements(a2_store *s, const char *session,
+                             const char *const *sessions,
                              const a2_settlement *sts, size_t n,
                              const a2_consumer *consumers, size_t nconsumers)
 {
@@ -408,11 +523,14 @@ static int check_settlements(a2_store *s, const char *session,
         return a2__store_fail(s, A2_EINVALID_ARGUMENT,
                               "a settle takes 1 to %d settlements, not %zu",
                               A2_STORE_MAX_SETTLE, n);
-    int rc = a2__store_check_name(s, "session", session);
+    int rc = sessions ? 0 : a2__store_check_name(s, "session", session);
     if (rc == 0)
         rc = a2__store_check_consumers(s, consumers, nconsumers);
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        rc = a2__store_check_attempt(s, &sts[i].attempt);
+        if (sessions)
+            rc = a2__store_check_name(s, "session", sessions[i]);
+        if (rc == 0)
+            rc = a2__store_check_attempt(s, &sts[i].attempt);
         if (rc == 0 && sts[i].fail)
             rc = check_fail(s, sts[i].fail);
         else if (rc == 0)
@@ -421,13 +539,17 @@ static int check_settlements(a2_store *s, const char *session,
     return rc;
 }
 
-int a2_store_settle(a2_store *s, const char *session, const a2_settlement *sts,
-                    size_t n, const a2_consumer *consumers, size_t nconsumers,
-                    a2_settle_result *out)
+/* a2_store_settle and a2_store_settle_sessions: settlement i is of
+ * session_of(session, sessions, i). */
+static int settle_batch(a2_store *s, const char *session,
+                        const char *const *sessions, const a2_settlement *sts,
+                        size_t n, const a2_consumer *consumers,
+                        size_t nconsumers, a2_settle_result *out)
 {
     if (!s || !out)
         return A2_EINVALID_ARGUMENT;
-    int rc = check_settlements(s, session, sts, n, consumers, nconsumers);
+    int rc = check_settlements(s, session, sessions, sts, n, consumers,
+                               nconsumers);
     if (rc)
         return rc;
     memset(out, 0, n * sizeof *out);
@@ -440,8 +562,10 @@ int a2_store_settle(a2_store *s, const char *session, const a2_settlement *sts,
         if (!sts[i].fail && !(ids[i] = a2__store_batch_ids(
                                       s, sts[i].events, sts[i].nevents, &rc)))
             break;
-        ops = ops ? a2__store_push(ops, settle_op(session, &sts[i], ids[i],
-                                                  consumers, nconsumers, now))
+        ops = ops ? a2__store_push(ops,
+                                   settle_op(session_of(session, sessions, i),
+                                             &sts[i], ids[i], consumers,
+                                             nconsumers, now))
                   : NULL;
     }
     json_t *res = NULL;
@@ -451,7 +575,7 @@ int a2_store_settle(a2_store *s, const char *session, const a2_settlement *sts,
         a2__store_params p = {0};
         a2__store_param_json(&p, ops);
         ops = NULL;
-        rc = a2__store_run(s, SQL_SETTLE, &p, false, &res);
+        rc = a2__store_run(s, SQL_BATCH, &p, false, &res);
     }
     if (rc == 0 && json_array_size(res) != n)
         rc = a2__store_fail(s, A2_ESTORE_FAILED,
@@ -464,8 +588,9 @@ int a2_store_settle(a2_store *s, const char *session, const a2_settlement *sts,
             decode_fail(r, &out[i].outcome, &out[i].failure_count);
         } else {
             a2_cause cause = a2__store_attempt_cause(&sts[i].attempt);
-            rc = decode_complete(s, session, r, sts[i].events, sts[i].nevents,
-                                 &cause, now, &out[i].outcome, &out[i].events);
+            rc = decode_complete(s, session_of(session, sessions, i), r,
+                                 sts[i].events, sts[i].nevents, &cause, now,
+                                 &out[i].outcome, &out[i].events);
         }
     }
     if (rc)
@@ -479,4 +604,22 @@ int a2_store_settle(a2_store *s, const char *session, const a2_settlement *sts,
     json_decref(ops);
     json_decref(res);
     return rc;
+}
+
+int a2_store_settle(a2_store *s, const char *session, const a2_settlement *sts,
+                    size_t n, const a2_consumer *consumers, size_t nconsumers,
+                    a2_settle_result *out)
+{
+    return settle_batch(s, session, NULL, sts, n, consumers, nconsumers, out);
+}
+
+int a2_store_settle_sessions(a2_store *s, const char *const *sessions,
+                             const a2_settlement *sts, size_t n,
+                             const a2_consumer *consumers, size_t nconsumers,
+                             a2_settle_result *out)
+{
+    if (s && out && !sessions)
+        return a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                              "sessions must not be NULL");
+    return settle_batch(s, NULL, sessions, sts, n, consumers, nconsumers, out);
 }

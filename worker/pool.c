@@ -48,6 +48,7 @@ struct a2_worker_pool {
     int64_t timer_wait; /* the timer thread sleeps until (monotonic ms), -1:
                            until signalled */
     a2_worker_pool_stats sums;
+    int idle; /* slots waiting for work */
 
     pthread_t timer_thread;
     int timer_started;
@@ -86,56 +87,105 @@ static void timer_set(a2_worker_pool *p, int64_t at)
         pthread_cond_signal(&p->timer_cv);
 }
 
+/* At most this many woken sessions one slot runs together. */
+#define POOL_MAX_TOGETHER 32
+
+/* Runs n taken jobs on slot s (outside mu): woken sessions without log
+ * wake-ups together (a2_worker_runner_run_sessions), any other on its own.
+ * rcs[i], st[i]: each job's result. */
+static void run_jobs(pool_slot *s, const a2__run *runs, size_t n, int *rcs,
+                     a2_worker_run_stats *st)
+{
+    a2_claim_session together[POOL_MAX_TOGETHER];
+    size_t place[POOL_MAX_TOGETHER];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (n > 1 && runs[i].woken && !runs[i].wake_log) {
+            together[k] = (a2_claim_session){runs[i].session, runs[i].xid};
+            place[k++] = i;
+        } else if (runs[i].woken) {
+            rcs[i] = a2_worker_runner_run_woken(s->runner, runs[i].session,
+                                                runs[i].wake_log != 0,
+                                                runs[i].xid, &st[i]);
+        } else {
+            rcs[i] = a2_worker_runner_run(s->runner, runs[i].session,
+                                          runs[i].wake_log != 0, &st[i]);
+        }
+    }
+    if (k == 0)
+        return;
+    a2_worker_run_stats kst[POOL_MAX_TOGETHER];
+    int rc = a2_worker_runner_run_sessions(s->runner, together, k, kst);
+    for (size_t i = 0; i < k; i++) {
+        rcs[place[i]] = rc;
+        st[place[i]] = kst[i];
+    }
+}
+
 static void *slot_main(void *arg)
 {
     pool_slot *s = arg;
     a2_worker_pool *p = s->pool;
+    a2__job *jobs[POOL_MAX_TOGETHER];
+    a2__run runs[POOL_MAX_TOGETHER];
+    int rcs[POOL_MAX_TOGETHER];
+    a2_worker_run_stats st[POOL_MAX_TOGETHER];
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        a2__run run;
-        a2__job *j = p->stopping ? NULL : a2__sched_take(p->sched, &run);
-        if (!j) {
+        size_t n = 0;
+        jobs[0] = p->stopping ? NULL : a2__sched_take(p->sched, &runs[0]);
+        if (!jobs[0]) {
             if (p->stopping)
                 break;
+            p->idle++;
             pthread_cond_wait(&p->work_cv, &p->mu);
+            p->idle--;
             continue;
         }
+        n = 1;
+        /* Sessions queued while no other slot waits for work: this slot
+         * takes them too, and runs the woken ones in one claim and one
+         * settlement round trip. */
+        while (n < POOL_MAX_TOGETHER && p->idle == 0 && runs[0].woken &&
+               (jobs[n] = a2__sched_take(p->sched, &runs[n])))
+            n++;
         pthread_mutex_unlock(&p->mu);
 
-        /* run.session stays valid: only this thread ends the job. */
-        a2_worker_run_stats st = {0};
-        int rc = run.woken ? a2_worker_runner_run_woken(s->runner, run.session,
-                                                        run.wake_log != 0,
-                                                        run.xid, &st)
-                           : a2_worker_runner_run(s->runner, run.session,
-                                                  run.wake_log != 0, &st);
-        int failed = rc != 0 && rc != A2_WORKER_ESTOPPED;
-        if (failed)
-            plog(p, "%s",
-                 rc == A2_WORKER_ESTORE ? a2_worker_runner_last_error(s->runner)
-                                        : "out of memory");
+        /* runs[i].session stays valid: only this thread ends the job. */
+        memset(st, 0, n * sizeof *st);
+        memset(rcs, 0, n * sizeof *rcs);
+        run_jobs(s, runs, n, rcs, st);
 
         pthread_mutex_lock(&p->mu);
-        a2_worker_pool_stats *m = &p->sums;
-        m->runs++;
-        m->woken_runs += run.woken != 0;
-        m->failed_runs += failed;
-        m->claimed += st.claimed;
-        m->completed += st.completed;
-        m->failed += st.failed;
-        m->dead_lettered += st.dead_lettered;
-        m->superseded += st.superseded;
-        m->renewals += st.renewals;
-        m->visibility_waits += st.visibility_waits;
-        a2__run_end end = {.failed = failed,
-                            .retry_at = st.retry_at,
-                            .claimed = st.claimed > 0};
-        int64_t now = a2__mono_ms();
-        a2__next next = a2__sched_done(p->sched, j, &end, a2__real_ms(), now);
-        if (next.kind == A2W_RUN_AGAIN)
-            pthread_cond_signal(&p->work_cv);
-        else if (next.kind == A2W_TIMER)
-            timer_set(p, now + next.delay_ms);
+        for (size_t i = 0; i < n; i++) {
+            int failed = rcs[i] != 0 && rcs[i] != A2_WORKER_ESTOPPED;
+            if (failed && (i == 0 || rcs[i] != rcs[i - 1]))
+                plog(p, "%s",
+                     rcs[i] == A2_WORKER_ESTORE
+                             ? a2_worker_runner_last_error(s->runner)
+                             : "out of memory");
+            a2_worker_pool_stats *m = &p->sums;
+            m->runs++;
+            m->woken_runs += runs[i].woken != 0;
+            m->failed_runs += failed;
+            m->claimed += st[i].claimed;
+            m->completed += st[i].completed;
+            m->failed += st[i].failed;
+            m->dead_lettered += st[i].dead_lettered;
+            m->superseded += st[i].superseded;
+            m->renewals += st[i].renewals;
+            m->visibility_waits += st[i].visibility_waits;
+            a2__run_end end = {.failed = failed,
+                                .retry_at = st[i].retry_at,
+                                .claimed = st[i].claimed > 0};
+            int64_t now = a2__mono_ms();
+            a2__next next = a2__sched_done(p->sched, jobs[i], &end,
+                                           a2__real_ms(), now);
+            if (next.kind == A2W_RUN_AGAIN)
+                pthread_cond_signal(&p->work_cv);
+            else if (next.kind == A2W_TIMER)
+                timer_set(p, now + next.delay_ms);
+        }
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;

@@ -1,9 +1,9 @@
 /*
- * a2_worker_runner: claim -> handle -> complete/fail for one session (the
- * outcomes of a claim's fast handlers settled together in one round trip),
- * with a
- * renewal thread that extends the leases of the unfinished heads of a claim
- * at a third of the ttl, on its own store connection.
+ * a2_worker_runner: claim -> handle -> complete/fail for one session, or
+ * for several sessions with one claim and one settlement round trip (the
+ * outcomes of fast handlers settled together), with a renewal thread that
+ * extends the leases of the unfinished heads at a third of the ttl, on its
+ * own store connection.
  */
 #include "a2/worker.h"
 
@@ -20,14 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-struct a2_worker_reply {
-    a2_append_event *events;
-    size_t nevents;
-    size_t cap;
-    char **owned; /* type, payload, id of every event: 3 per event */
-    char *error;
-    const a2_head *head;
-};
 
 typedef struct {
     a2_consumer consumer;
@@ -62,9 +54,10 @@ struct a2_worker_runner {
     pthread_t thread;
     int thread_started;
     int quit;
-    const char *session;  /* the session of the claim being run */
-    a2_attempt_ref *refs; /* its heads */
-    unsigned char *done;  /* per head: finished */
+    const char **sessions;  /* per head of the run (head_run): its session */
+    a2_attempt_ref *refs;   /* the heads */
+    unsigned char *done;    /* per head: finished */
+    unsigned char *renewed; /* per head: renewed in this round */
     size_t nrefs;
     int renew_busy;     /* a renewal is in flight */
     int64_t next_renew; /* monotonic ms */
@@ -75,90 +68,6 @@ struct a2_worker_runner {
 };
 
 #define RLOG(r, ...) a2__worker_logf((r)->log, (r)->log_ctx, __VA_ARGS__)
-
-/* ── replies ──────────────────────────────────────────────────────────── */
-
-static void reply_reset(a2_worker_reply *rp)
-{
-    for (size_t i = 0; i < rp->nevents * 3; i++)
-        free(rp->owned[i]);
-    rp->nevents = 0;
-    free(rp->error);
-    rp->error = NULL;
-}
-
-static void reply_free(a2_worker_reply *rp)
-{
-    reply_reset(rp);
-    free(rp->events);
-    free(rp->owned);
-}
-
-int a2_worker_reply_add(a2_worker_reply *reply, const char *type,
-                        const char *payload, const char *id)
-{
-    if (!reply || !type || !*type || (id && !*id))
-        return A2_WORKER_EINVAL;
-    if (payload) {
-        json_t *v = json_loads(payload, JSON_DECODE_ANY, NULL);
-        if (!v)
-            return A2_WORKER_EINVAL;
-        json_decref(v);
-    }
-    if (reply->nevents >= A2_STORE_MAX_EVENTS)
-        return A2_WORKER_EINVAL;
-    if (reply->nevents == reply->cap) {
-        size_t cap = reply->cap ? reply->cap * 2 : 8;
-        a2_append_event *ev = realloc(reply->events, cap * sizeof *ev);
-        if (!ev)
-            return A2_WORKER_ENOMEM;
-        reply->events = ev;
-        char **ow = realloc(reply->owned, cap * 3 * sizeof *ow);
-        if (!ow)
-            return A2_WORKER_ENOMEM;
-        reply->owned = ow;
-        reply->cap = cap;
-    }
-    char genid[A2_STORE_MAX_NAME];
-    if (!id) {
-        const a2_head *h = reply->head;
-        snprintf(genid, sizeof genid, "ret-%s-%lld-%zu",
-                 h && h->dispatch.consumer ? h->dispatch.consumer : "?",
-                 h ? (long long)h->event.index : 0LL, reply->nevents + 1);
-        id = genid;
-    }
-    char **o = &reply->owned[reply->nevents * 3];
-    o[0] = strdup(type);
-    o[1] = payload ? strdup(payload) : NULL;
-    o[2] = strdup(id);
-    if (!o[0] || (payload && !o[1]) || !o[2]) {
-        free(o[0]);
-        free(o[1]);
-        free(o[2]);
-        return A2_WORKER_ENOMEM;
-    }
-    a2_append_event *e = &reply->events[reply->nevents];
-    memset(e, 0, sizeof *e);
-    e->type = o[0];
-    e->payload = o[1];
-    e->id = o[2];
-    reply->nevents++;
-    return 0;
-}
-
-void a2_worker_reply_error(a2_worker_reply *reply, const char *text)
-{
-    if (!reply)
-        return;
-    free(reply->error);
-    reply->error = NULL;
-    if (!text)
-        return;
-    size_t n = strlen(text);
-    if (n > A2_WORKER_MAX_ERROR_TEXT)
-        text += n - A2_WORKER_MAX_ERROR_TEXT;
-    reply->error = strdup(text);
-}
 
 /* ── the renewal thread ───────────────────────────────────────────────── */
 
@@ -192,13 +101,23 @@ static void *renew_main(void *arg)
             batch = nb;
             cap = live;
         }
+        /* The live heads of the first session that has any (several
+         * sessions' heads: one renewal a session, the next one at once). */
+        const char *session = NULL;
         size_t n = 0;
         for (size_t i = 0; i < r->nrefs; i++)
-            if (!r->done[i])
+            if (!r->done[i] && !r->renewed[i] &&
+                (!session || strcmp(r->sessions[i], session) == 0)) {
+                session = r->sessions[i];
+                r->renewed[i] = 1;
                 batch[n++] = r->refs[i];
-        const char *session = r->session;
+            }
+        if (!session) { /* every live head renewed: the next round */
+            memset(r->renewed, 0, r->nrefs);
+            r->next_renew = now + (r->ttl_ms / 3 > 0 ? r->ttl_ms / 3 : 1);
+            continue;
+        }
         r->renew_busy = 1;
-        r->next_renew = now + (r->ttl_ms / 3 > 0 ? r->ttl_ms / 3 : 1);
         pthread_mutex_unlock(&r->mu);
 
         a2_renew_result res = {0};
@@ -457,14 +376,72 @@ static int ensure_store(a2_worker_runner *r)
     return 0;
 }
 
-static void publish(a2_worker_runner *r, const char *session,
-                    a2_attempt_ref *refs, unsigned char *done, size_t n)
+/* The heads of one run, in the order their handlers run: one claim's, or
+ * the claims of several sessions one after the other. */
+typedef struct head_run {
+    size_t n;
+    const a2_head **heads;
+    const char **sessions;     /* each head's session */
+    a2_worker_run_stats **st;  /* where each head's outcome counts */
+    a2_attempt_ref *refs;      /* each head's attempt */
+    unsigned char *done;       /* n: handled and settled (renewal stops) */
+    unsigned char *renewed;    /* n: renewed in the current round */
+} head_run;
+
+static void head_run_free(head_run *hr)
+{
+    free(hr->heads);
+    free(hr->sessions);
+    free(hr->st);
+    free(hr->refs);
+    free(hr->done);
+    memset(hr, 0, sizeof *hr);
+}
+
+/* Room for n heads; 0, or A2_WORKER_ENOMEM with the runner's error set. */
+static int head_run_init(a2_worker_runner *r, head_run *hr, size_t n)
+{
+    memset(hr, 0, sizeof *hr);
+    size_t k = n ? n : 1;
+    hr->heads = calloc(k, sizeof *hr->heads);
+    hr->sessions = calloc(k, sizeof *hr->sessions);
+    hr->st = calloc(k, sizeof *hr->st);
+    hr->refs = calloc(k, sizeof *hr->refs);
+    hr->done = calloc(2 * k, 1);
+    if (!hr->heads || !hr->sessions || !hr->st || !hr->refs || !hr->done) {
+        head_run_free(hr);
+        snprintf(r->last_error, sizeof r->last_error, "out of memory");
+        return A2_WORKER_ENOMEM;
+    }
+    hr->renewed = hr->done + k;
+    return 0;
+}
+
+/* Appends the heads of session's claim, counted in st. */
+static void head_run_add(head_run *hr, const char *session,
+                         const a2_heads *heads, a2_worker_run_stats *st)
+{
+    for (size_t i = 0; i < heads->count; i++, hr->n++) {
+        const a2_head *h = &heads->items[i];
+        hr->heads[hr->n] = h;
+        hr->sessions[hr->n] = session;
+        hr->st[hr->n] = st;
+        hr->refs[hr->n] = (a2_attempt_ref){h->dispatch.consumer,
+                                           h->dispatch.lane, h->event.index,
+                                           h->dispatch.attempt_count};
+    }
+    st->claimed += heads->count;
+}
+
+/* Hands the run's heads to the renewal thread. */
+static void publish(a2_worker_runner *r, head_run *hr)
 {
     pthread_mutex_lock(&r->mu);
-    r->session = session;
-    r->refs = refs;
-    r->done = done;
-    r->nrefs = n;
+    r->sessions = hr->sessions;
+    r->refs = hr->refs;
+    r->done = hr->done;
+    r->renewed = hr->renewed;
+    r->nrefs = hr->n;
     r->next_renew = a2__mono_ms() + (r->ttl_ms / 3 > 0 ? r->ttl_ms / 3 : 1);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
@@ -477,16 +454,17 @@ static void mark_done(a2_worker_runner *r, size_t i)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Withdraws the claim from the renewal thread, waiting out a renewal in
- * flight (it reads the claim's strings). */
+/* Withdraws the run from the renewal thread, waiting out a renewal in
+ * flight (it reads the run's strings); its renewals count in st. */
 static void unpublish(a2_worker_runner *r, a2_worker_run_stats *st)
 {
     pthread_mutex_lock(&r->mu);
     while (r->renew_busy)
         pthread_cond_wait(&r->cv, &r->mu);
-    r->session = NULL;
+    r->sessions = NULL;
     r->refs = NULL;
     r->done = NULL;
+    r->renewed = NULL;
     r->nrefs = 0;
     st->renewals += r->renewals;
     r->renewals = 0;
@@ -529,12 +507,12 @@ static void note_outcome(a2_worker_runner *r, const char *session,
 static a2_fail_request fail_request(const a2_worker_runner *r,
                                     const a2_worker_reply *rp)
 {
-    return (a2_fail_request){.error = rp->error ? rp->error : "",
+    return (a2_fail_request){.error = rp->error ? rp->error : "handler failed",
                              .max_failures = r->max_failures,
                              .retry_after_ms = r->retry_after_ms};
 }
 
-/* Completes or fails one head after its handler ran. */
+/* Settles one head: completes it (handler_rc 0) or fails it. */
 static int settle(a2_worker_runner *r, const char *session,
                   const a2_attempt_ref *ref, int handler_rc,
                   a2_worker_reply *rp, a2_worker_run_stats *st)
@@ -569,31 +547,31 @@ static int settle(a2_worker_runner *r, const char *session,
     return 0;
 }
 
-/* Outcomes wait to be settled together while the handlers of a claim's
+/* Outcomes wait to be settled together while the handlers of a run's
  * heads take less than this (ms) each and the first outcome waited no
  * longer: fast handlers' outcomes go in one round trip; after a slow
  * handler, what waits is settled before the next handler runs. */
 #define SETTLE_HOLD_MS 5
 
-/* Settles heads [from, to) of run_heads' arrays: one head as settle does;
- * several in one round trip (a2_store_settle), or, should the store refuse
+/* Settles heads [from, to) of the run: one head as settle does; several in
+ * one round trip (a2_store_settle_sessions), or, should the store refuse
  * that call (a refused returned event, a deadlock: nothing was settled),
  * each on its own. */
-static int settle_range(a2_worker_runner *r, const char *session,
-                        const a2_attempt_ref *refs, const int *hrc,
-                        a2_worker_reply *rps, const a2_settlement *sts,
-                        a2_settle_result *res, size_t from, size_t to,
-                        a2_worker_run_stats *st)
+static int settle_range(a2_worker_runner *r, const head_run *hr,
+                        const int *hrc, a2_worker_reply *rps,
+                        const a2_settlement *sts, a2_settle_result *res,
+                        size_t from, size_t to)
 {
     size_t n = to - from;
     int rc = 0;
-    if (n > 1 && a2_store_settle(r->store, session, sts + from, n, r->consumers,
-                                 r->nconsumers, res) == 0) {
-        st->settled_together += n;
+    if (n > 1 && a2_store_settle_sessions(r->store, hr->sessions + from,
+                                          sts + from, n, r->consumers,
+                                          r->nconsumers, res) == 0) {
         for (size_t i = from; i < to; i++) {
             const a2_settle_result *o = &res[i - from];
-            note_outcome(r, session, &refs[i], o->outcome, o->failure_count,
-                         o->events.count, st);
+            hr->st[i]->settled_together++;
+            note_outcome(r, hr->sessions[i], &hr->refs[i], o->outcome,
+                         o->failure_count, o->events.count, hr->st[i]);
             mark_done(r, i);
         }
         a2_settle_results_free(res, n);
@@ -602,27 +580,24 @@ static int settle_range(a2_worker_runner *r, const char *session,
     if (n > 1) {
         const a2_store_error *e = a2_store_last_error(r->store);
         if (e->code == A2_ESTORE_UNAVAILABLE || e->code == A2_ESTORE_NOMEM)
-            return store_error(r, "settle", session);
-        RLOG(r,
-             "settling %zu heads of %s together was refused (%s): one by "
-             "one",
-             n, session, e->message);
+            return store_error(r, "settle", hr->sessions[from]);
+        RLOG(r, "settling %zu heads together was refused (%s): one by one",
+             n, e->message);
     }
     for (size_t i = from; i < to && rc == 0; i++) {
-        rc = settle(r, session, &refs[i], hrc[i], &rps[i], st);
+        rc = settle(r, hr->sessions[i], &hr->refs[i], hrc[i], &rps[i],
+                    hr->st[i]);
         mark_done(r, i);
     }
     return rc;
 }
 
-/* Runs the handler of each of a claim's heads in order; the outcomes of
+/* Runs the handler of each of the run's heads in order; the outcomes of
  * handlers that follow each other within SETTLE_HOLD_MS are settled
  * together, in one round trip. */
-static int run_heads(a2_worker_runner *r, const char *session,
-                     const a2_heads *heads, const a2_attempt_ref *refs,
-                     a2_worker_run_stats *st)
+static int run_heads(a2_worker_runner *r, const head_run *hr)
 {
-    size_t n = heads->count;
+    size_t n = hr->n;
     a2_worker_reply *rps = calloc(n, sizeof *rps);
     int *hrc = calloc(n, sizeof *hrc);
     a2_settlement *sts = calloc(n, sizeof *sts);
@@ -640,20 +615,19 @@ static int run_heads(a2_worker_runner *r, const char *session,
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (i > from &&
             (slow || a2__mono_ms() - held_at >= SETTLE_HOLD_MS)) {
-            rc = settle_range(r, session, refs, hrc, rps, sts, res, from, i,
-                              st);
+            rc = settle_range(r, hr, hrc, rps, sts, res, from, i);
             from = i;
             if (rc != 0)
                 break;
         }
-        rps[i].head = &heads->items[i];
+        rps[i].head = hr->heads[i];
         int64_t began = a2__mono_ms();
-        hrc[i] = r->handler(r->ctx, &heads->items[i], &rps[i]);
+        hrc[i] = r->handler(r->ctx, hr->heads[i], &rps[i]);
         int64_t ended = a2__mono_ms();
         slow = ended - began >= SETTLE_HOLD_MS;
         if (i == from)
             held_at = ended;
-        sts[i].attempt = refs[i];
+        sts[i].attempt = hr->refs[i];
         if (hrc[i] == 0) {
             sts[i].events = rps[i].events;
             sts[i].nevents = rps[i].nevents;
@@ -663,15 +637,26 @@ static int run_heads(a2_worker_runner *r, const char *session,
         }
     }
     if (rc == 0 && from < n)
-        rc = settle_range(r, session, refs, hrc, rps, sts, res, from, n, st);
+        rc = settle_range(r, hr, hrc, rps, sts, res, from, n);
 done:
     for (size_t i = 0; rps && i < n; i++)
-        reply_free(&rps[i]);
+        a2__worker_reply_free(&rps[i]);
     free(rps);
     free(hrc);
     free(sts);
     free(frs);
     free(res);
+    return rc;
+}
+
+/* Publishes the run, runs its heads and withdraws it (renewals counted in
+ * st). */
+static int run_published(a2_worker_runner *r, head_run *hr,
+                         a2_worker_run_stats *st)
+{
+    publish(r, hr);
+    int rc = hr->n > 0 ? run_heads(r, hr) : 0;
+    unpublish(r, st);
     return rc;
 }
 
@@ -692,6 +677,46 @@ static int wake_logs(a2_worker_runner *r, const char *session,
             return store_error(r, "wake_log", session);
     }
     return 0;
+}
+
+/* What a claim's result says before its heads run: counts its dead
+ * letters in st; 1 when the claim found nothing to run (settled or busy:
+ * st->retry_at set), 2 when it must be made again (still waiting for the
+ * wake-up's commit), 0 when it claimed heads. */
+static int claim_verdict(a2_worker_runner *r, const char *session,
+                         const a2_claim_result *cl, a2_worker_run_stats *st)
+{
+    if (cl->outcome == A2_CLAIM_BUSY && cl->waiting_for) {
+        /* The store waited for the commit and it is still not visible
+         * (a synchronous standby holds it, say): wait again. */
+        st->visibility_waits++;
+        return 2;
+    }
+    /* Heads whose lapsed lease was their last attempt. */
+    for (size_t i = 0; i < cl->dead_lettered.count; i++) {
+        const a2_head *d = &cl->dead_lettered.items[i];
+        st->dead_lettered++;
+        RLOG(r, "dead-lettered %s %s #%lld: its lease lapsed at failure %d",
+             session, d->dispatch.consumer, (long long)d->event.index,
+             d->dispatch.failure_count);
+    }
+    if (cl->outcome == A2_CLAIM_SETTLED || cl->outcome == A2_CLAIM_BUSY) {
+        st->retry_at = cl->outcome == A2_CLAIM_BUSY ? cl->retry_at : 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* The claim request of the runner (after_xid: the wake-up's commit). */
+static a2_claim_request claim_request(const a2_worker_runner *r,
+                                      uint64_t after_xid)
+{
+    return (a2_claim_request){.holder = r->holder,
+                              .ttl_ms = r->ttl_ms,
+                              .consumers = r->consumers,
+                              .nconsumers = r->nconsumers,
+                              .max_failures = r->max_failures,
+                              .after_xid = after_xid};
 }
 
 /* The run of a2_worker_runner_run; with once, it ends after the first
@@ -715,71 +740,32 @@ static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
     if (wake_log && (rc = wake_logs(r, session, after_xid)) != 0)
         return rc;
     while (!r->stopping) {
-        a2_claim_request req = {.holder = r->holder,
-                                .ttl_ms = r->ttl_ms,
-                                .consumers = r->consumers,
-                                .nconsumers = r->nconsumers,
-                                .max_failures = r->max_failures,
-                                .after_xid = after_xid};
+        a2_claim_request req = claim_request(r, after_xid);
         a2_claim_result cl = {0};
         if (a2_store_claim(r->store, session, &req, &cl) != 0) {
             a2_claim_result_free(&cl);
             rc = store_error(r, "claim", session);
             break;
         }
-        if (cl.outcome == A2_CLAIM_BUSY && cl.waiting_for) {
-            /* The store waited for the commit and it is still not visible
-             * (a synchronous standby holds it, say): wait again. */
-            st->visibility_waits++;
+        int v = claim_verdict(r, session, &cl, st);
+        if (v == 2) {
             a2_claim_result_free(&cl);
             if (wake_log && (rc = wake_logs(r, session, after_xid)) != 0)
                 break;
             continue;
         }
         after_xid = 0; /* visible: later claims need not wait */
-        /* Heads whose lapsed lease was their last attempt. */
-        for (size_t i = 0; i < cl.dead_lettered.count; i++) {
-            const a2_head *d = &cl.dead_lettered.items[i];
-            st->dead_lettered++;
-            RLOG(r, "dead-lettered %s %s #%lld: its lease lapsed at failure %d",
-                 session, d->dispatch.consumer, (long long)d->event.index,
-                 d->dispatch.failure_count);
-        }
-        if (cl.outcome == A2_CLAIM_SETTLED) {
-            st->retry_at = 0;
+        if (v == 1) {
             a2_claim_result_free(&cl);
             break;
         }
-        if (cl.outcome == A2_CLAIM_BUSY) {
-            st->retry_at = cl.retry_at;
-            a2_claim_result_free(&cl);
-            break;
+        head_run hr;
+        rc = head_run_init(r, &hr, cl.heads.count);
+        if (rc == 0) {
+            head_run_add(&hr, session, &cl.heads, st);
+            rc = run_published(r, &hr, st);
+            head_run_free(&hr);
         }
-        size_t n = cl.heads.count;
-        a2_attempt_ref *refs = calloc(n ? n : 1, sizeof *refs);
-        unsigned char *done = calloc(n ? n : 1, 1);
-        if (!refs || !done) {
-            free(refs);
-            free(done);
-            a2_claim_result_free(&cl);
-            snprintf(r->last_error, sizeof r->last_error, "out of memory");
-            rc = A2_WORKER_ENOMEM;
-            break;
-        }
-        for (size_t i = 0; i < n; i++) {
-            const a2_head *h = &cl.heads.items[i];
-            refs[i].consumer = h->dispatch.consumer;
-            refs[i].lane = h->dispatch.lane;
-            refs[i].index = h->event.index;
-            refs[i].attempt = h->dispatch.attempt_count;
-        }
-        st->claimed += n;
-        publish(r, session, refs, done, n);
-        if (n > 0)
-            rc = run_heads(r, session, &cl.heads, refs, st);
-        unpublish(r, st);
-        free(refs);
-        free(done);
         /* A claim that dead-lettered nothing took every eligible head of
          * its snapshot: what became claimable since is announced by a2-
          * consumer, so a woken run need not claim again to find out. */
@@ -806,6 +792,88 @@ int a2_worker_runner_run_woken(a2_worker_runner *r, const char *session,
                                a2_worker_run_stats *stats)
 {
     return run_session(r, session, wake_log, true, after_xid, stats);
+}
+
+/* Adds the counts of b to a; a's retry_at becomes b's. */
+static void stats_add(a2_worker_run_stats *a, const a2_worker_run_stats *b)
+{
+    a->claimed += b->claimed;
+    a->completed += b->completed;
+    a->failed += b->failed;
+    a->dead_lettered += b->dead_lettered;
+    a->superseded += b->superseded;
+    a->renewals += b->renewals;
+    a->visibility_waits += b->visibility_waits;
+    a->settled_together += b->settled_together;
+    a->retry_at = b->retry_at;
+}
+
+int a2_worker_runner_run_sessions(a2_worker_runner *r,
+                                  const a2_claim_session *sessions, size_t n,
+                                  a2_worker_run_stats *stats)
+{
+    if (!r || !sessions || !stats || n == 0 || n > A2_STORE_MAX_SETTLE)
+        return A2_WORKER_EINVAL;
+    memset(stats, 0, n * sizeof *stats);
+    for (size_t i = 0; i < n; i++)
+        if (!sessions[i].session || !*sessions[i].session)
+            return A2_WORKER_EINVAL;
+    if (n == 1)
+        return run_session(r, sessions[0].session, false, true,
+                           sessions[0].after_xid, &stats[0]);
+    if (r->stopping)
+        return A2_WORKER_ESTOPPED;
+    int rc = ensure_store(r);
+    if (rc != 0)
+        return rc;
+    a2_claim_result *cl = calloc(n, sizeof *cl);
+    unsigned char *again = calloc(n, 1); /* run on its own afterwards */
+    if (!cl || !again) {
+        free(cl);
+        free(again);
+        snprintf(r->last_error, sizeof r->last_error, "out of memory");
+        return A2_WORKER_ENOMEM;
+    }
+    a2_claim_request req = claim_request(r, 0);
+    if (a2_store_claim_sessions(r->store, sessions, n, &req, cl) != 0) {
+        const a2_store_error *e = a2_store_last_error(r->store);
+        if (e->code == A2_ESTORE_UNAVAILABLE || e->code == A2_ESTORE_NOMEM)
+            rc = store_error(r, "claim", sessions[0].session);
+        else /* refused (a deadlock, say): nothing claimed */
+            memset(again, 1, n);
+    } else {
+        size_t total = 0;
+        for (size_t i = 0; i < n; i++)
+            total += cl[i].heads.count;
+        head_run hr;
+        rc = head_run_init(r, &hr, total);
+        for (size_t i = 0; rc == 0 && i < n; i++) {
+            int v = claim_verdict(r, sessions[i].session, &cl[i], &stats[i]);
+            /* Still waiting for its commit, or a claim that dead-lettered
+             * a head (it may not have taken every eligible one): again. */
+            again[i] = v == 2 || (v == 0 && cl[i].dead_lettered.count > 0);
+            if (v == 0)
+                head_run_add(&hr, sessions[i].session, &cl[i].heads,
+                             &stats[i]);
+        }
+        if (rc == 0) {
+            rc = run_published(r, &hr, &stats[0]);
+            head_run_free(&hr);
+        }
+        for (size_t i = 0; i < n; i++)
+            a2_claim_result_free(&cl[i]);
+    }
+    for (size_t i = 0; rc == 0 && i < n && !r->stopping; i++) {
+        if (!again[i])
+            continue;
+        a2_worker_run_stats more;
+        rc = run_session(r, sessions[i].session, false, true,
+                         sessions[i].after_xid, &more);
+        stats_add(&stats[i], &more);
+    }
+    free(cl);
+    free(again);
+    return rc;
 }
 
 int a2_worker_runner_pending(a2_worker_runner *r,

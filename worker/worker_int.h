@@ -7,6 +7,21 @@
 #include <stdint.h>
 
 #include "a2/store.h"
+#include "a2/worker.h"
+
+/* A handler's reply (worker/reply.c): its returned events, their strings
+ * (owned), the error of a failed attempt, and the head it answers. */
+struct a2_worker_reply {
+    a2_append_event *events;
+    size_t nevents;
+    size_t cap;
+    char **owned; /* type, payload, id of every event: 3 per event */
+    char *error;
+    const a2_head *head;
+};
+
+/* Frees what the reply holds (not the reply itself). */
+void a2__worker_reply_free(a2_worker_reply *rp);
 
 /* vsnprintf into buf and, when log is set, hands the line to it. */
 void a2__worker_logf(void (*log)(void *, const char *), void *ctx,

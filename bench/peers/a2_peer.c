@@ -307,6 +307,7 @@ static struct {
     int ring[MAX_SESSIONS];
     int ring_head, ring_len;
     int stopping;
+    int idle;       /* slots waiting for work */
     int pipe_fd[2]; /* a slot wakes the main loop (a new timer) */
 } sc = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
@@ -445,72 +446,126 @@ typedef struct slot {
     pthread_t thread;
 } slot;
 
+/* At most this many woken sessions one slot runs together (as
+ * a2_worker_pool does). */
+#define MAX_TOGETHER 32
+
+/* Counts one run's stats into the cell's totals. */
+static void count_run(int woken, int rc, const a2_worker_run_stats *st,
+                      const slot *s)
+{
+    atomic_fetch_add(&runs, 1);
+    if (woken)
+        atomic_fetch_add(&woken_runs, 1);
+    if (st->claimed == 0) {
+        atomic_fetch_add(&empty_runs, 1);
+        if (woken)
+            atomic_fetch_add(&empty_woken, 1);
+    }
+    atomic_fetch_add(&claimed, (long)st->claimed);
+    atomic_fetch_add(&visibility_waits, (long)st->visibility_waits);
+    atomic_fetch_add(&completed, (long)st->completed);
+    atomic_fetch_add(&failed_heads,
+                     (long)(st->failed + st->dead_lettered + st->superseded));
+    int failed = rc != 0 && rc != A2_WORKER_ESTOPPED;
+    if (failed && atomic_fetch_add(&run_errors, 1) == 0)
+        fprintf(stderr, "a2-bench-peers: run: %s\n",
+                a2_worker_runner_last_error(s->runner));
+}
+
 static void *slot_main(void *arg)
 {
     slot *s = arg;
-    char session[A2_STORE_MAX_NAME + 1];
+    char session[MAX_TOGETHER][A2_STORE_MAX_NAME + 1];
+    job *js[MAX_TOGETHER];
+    int woken[MAX_TOGETHER], rcs[MAX_TOGETHER];
+    a2_claim_session together[MAX_TOGETHER];
+    a2_worker_run_stats st[MAX_TOGETHER];
     pthread_mutex_lock(&sc.mu);
     for (;;) {
         if (sc.stopping)
             break;
-        job *j = pop_ready();
-        if (!j) {
+        size_t n = 0;
+        /* One session; more when no other slot waits for work (then the
+         * woken ones run together: one claim and one settlement round
+         * trip for all). */
+        while (n < MAX_TOGETHER && (n == 0 || sc.idle == 0)) {
+            job *j = pop_ready();
+            if (!j)
+                break;
+            j->running = 1;
+            j->again = 0;
+            woken[n] = j->hinted;
+            if (j->timer)
+                atomic_fetch_add(&timer_runs, 1);
+            j->timer = 0;
+            together[n] = (a2_claim_session){session[n], j->xid};
+            j->xid = 0;
+            strcpy(session[n], j->session);
+            js[n++] = j;
+        }
+        if (n == 0) {
+            sc.idle++;
             pthread_cond_wait(&sc.cv, &sc.mu);
+            sc.idle--;
             continue;
         }
-        j->running = 1;
-        j->again = 0;
-        int woken = j->hinted;
-        if (j->timer)
-            atomic_fetch_add(&timer_runs, 1);
-        j->timer = 0;
-        uint64_t xid = j->xid;
-        j->xid = 0;
-        strcpy(session, j->session);
         pthread_mutex_unlock(&sc.mu);
 
-        a2_worker_run_stats st;
-        memset(&st, 0, sizeof st);
-        int rc = woken ? a2_worker_runner_run_woken(s->runner, session, false,
-                                                    xid, &st)
-                       : a2_worker_runner_run(s->runner, session, false, &st);
-        atomic_fetch_add(&runs, 1);
-        if (woken)
-            atomic_fetch_add(&woken_runs, 1);
-        if (st.claimed == 0) {
-            atomic_fetch_add(&empty_runs, 1);
-            if (woken)
-                atomic_fetch_add(&empty_woken, 1);
+        memset(st, 0, sizeof st);
+        size_t k = 0; /* woken ones first, together */
+        for (size_t i = 0; i < n; i++)
+            if (woken[i] && i != k) {
+                a2_claim_session t = together[i];
+                together[i] = together[k];
+                together[k] = t;
+                job *tj = js[i];
+                js[i] = js[k];
+                js[k] = tj;
+                int tw = woken[i];
+                woken[i] = woken[k];
+                woken[k++] = tw;
+            } else if (woken[i]) {
+                k++;
+            }
+        if (k > 1) {
+            int rc = a2_worker_runner_run_sessions(s->runner, together, k, st);
+            for (size_t i = 0; i < k; i++)
+                rcs[i] = rc;
+        } else if (k == 1) {
+            rcs[0] = a2_worker_runner_run_woken(s->runner, together[0].session,
+                                                false, together[0].after_xid,
+                                                &st[0]);
         }
-        atomic_fetch_add(&claimed, (long)st.claimed);
-        atomic_fetch_add(&visibility_waits, (long)st.visibility_waits);
-        atomic_fetch_add(&completed, (long)st.completed);
-        atomic_fetch_add(&failed_heads,
-                         (long)(st.failed + st.dead_lettered + st.superseded));
-        int failed = rc != 0 && rc != A2_WORKER_ESTOPPED;
-        if (failed && atomic_fetch_add(&run_errors, 1) == 0)
-            fprintf(stderr, "a2-bench-peers: run %s: %s\n", session,
-                    a2_worker_runner_last_error(s->runner));
+        for (size_t i = k; i < n; i++)
+            rcs[i] = a2_worker_runner_run(s->runner, together[i].session,
+                                          false, &st[i]);
+        for (size_t i = 0; i < n; i++)
+            count_run(woken[i], rcs[i], &st[i], s);
 
         pthread_mutex_lock(&sc.mu);
-        j->running = 0;
-        if (sc.stopping) {
-            j->used = 0;
-        } else if (j->again) {
-            j->again = 0;
-            push_ready(j);
-        } else if (failed) {
-            j->at = a2__mono_ms() + STORE_RETRY_MS;
-        } else if (st.retry_at > 0) {
-            int64_t due = st.retry_at - a2__real_ms();
-            j->at = a2__mono_ms() + (due > 0 ? due : 0) + 5;
-        } else {
-            j->used = 0;
-        }
-        if (j->used && j->at) {
-            char c = 0;
-            ssize_t w = write(sc.pipe_fd[1], &c, 1);
-            (void)w;
+        for (size_t i = 0; i < n; i++) {
+            job *j = js[i];
+            int failed = rcs[i] != 0 && rcs[i] != A2_WORKER_ESTOPPED;
+            j->running = 0;
+            if (sc.stopping) {
+                j->used = 0;
+            } else if (j->again) {
+                j->again = 0;
+                push_ready(j);
+            } else if (failed) {
+                j->at = a2__mono_ms() + STORE_RETRY_MS;
+            } else if (st[i].retry_at > 0) {
+                int64_t due = st[i].retry_at - a2__real_ms();
+                j->at = a2__mono_ms() + (due > 0 ? due : 0) + 5;
+            } else {
+                j->used = 0;
+            }
+            if (j->used && j->at) {
+                char c = 0;
+                ssize_t w = write(sc.pipe_fd[1], &c, 1);
+                (void)w;
+            }
         }
     }
     pthread_mutex_unlock(&sc.mu);

@@ -434,6 +434,30 @@ A2_STORE_MUST_CHECK int a2_store_claim(a2_store *store, const char *session,
                                        const a2_claim_request *req,
                                        a2_claim_result *out);
 
+/* One session of a2_store_claim_sessions: its name and the `xid` of the
+ * wake-up that asked for its claim (0: none; see after_xid above). */
+typedef struct a2_claim_session {
+    const char *session;
+    uint64_t after_xid;
+} a2_claim_session;
+
+/*
+ * Claims for each of n sessions (1..A2_STORE_MAX_SETTLE, none twice) what
+ * a2_store_claim would with req (req->after_xid is not used: each session
+ * has its own), in one transaction and one round trip (a2_batch), all or
+ * nothing. out (n entries) gets each session's result in the order given;
+ * free each with a2_claim_result_free. a2_batch takes the sessions' locks
+ * in the byte order of their names, so two such calls never wait on each
+ * other in a cycle; the locks are held to the call's commit, and a claim
+ * that waits for its wake-up's commit (at most req->wait_ms) holds those
+ * of the sessions claimed before it meanwhile. A2_ESTORE_FAILED for a
+ * deadlock with another transaction: nothing was claimed, claim again.
+ */
+A2_STORE_MUST_CHECK int
+a2_store_claim_sessions(a2_store *store, const a2_claim_session *sessions,
+                        size_t n, const a2_claim_request *req,
+                        a2_claim_result *out);
+
 typedef struct a2_attempt_ref {
     const char *consumer;
     const char *lane; /* NULL: a concurrent cursor */
@@ -541,6 +565,16 @@ A2_STORE_MUST_CHECK int a2_store_settle(a2_store *store, const char *session,
                                         size_t n, const a2_consumer *consumers,
                                         size_t nconsumers,
                                         a2_settle_result *out);
+
+/* a2_store_settle of the settlements of several sessions: sessions[i] is
+ * the session of settlements[i]. One transaction and one round trip, all or
+ * nothing; a2_batch settles them grouped by session (in the byte order of
+ * the names), each session's in the order given. */
+A2_STORE_MUST_CHECK int
+a2_store_settle_sessions(a2_store *store, const char *const *sessions,
+                         const a2_settlement *settlements, size_t n,
+                         const a2_consumer *consumers, size_t nconsumers,
+                         a2_settle_result *out);
 
 /* The session's dead-lettered heads above the clear marker. */
 A2_STORE_MUST_CHECK int

@@ -311,8 +311,8 @@ typedef struct a2_worker_run_stats {
     uint64_t visibility_waits; /* claims that waited a second for the
                                   wake-up's commit and still found it
                                   invisible (then claimed again) */
-    uint64_t settled_together; /* heads of a claim of several settled in
-                                  one round trip (a2_store_settle) */
+    uint64_t settled_together; /* heads settled with others in one round
+                                  trip (a2_store_settle_sessions) */
 } a2_worker_run_stats;
 
 /*
@@ -364,6 +364,27 @@ A2_WORKER_MUST_CHECK int a2_worker_runner_run_woken(a2_worker_runner *r,
                                                     bool wake_log,
                                                     uint64_t after_xid,
                                                     a2_worker_run_stats *stats);
+
+/*
+ * a2_worker_runner_run_woken (without wake_log) for n woken sessions at once
+ * (1..A2_STORE_MAX_SETTLE, none twice; each with its wake-up's xid as
+ * after_xid): one claim round trip for all of them
+ * (a2_store_claim_sessions), their heads handled session by session in the
+ * order given (each session's in its claim's order, so every lane keeps its
+ * order), the outcomes settled together (a2_store_settle_sessions) as a
+ * claim's are. Under load, when several sessions wait for a free worker,
+ * that is two round trips for all of them instead of two for each. A
+ * session whose claim dead-lettered a head, that still waits for its
+ * wake-up's commit, or all of them should the store refuse the claim of
+ * several (a deadlock), then run on their own as run_woken runs them.
+ * stats: n entries, one per session (the renewals of the shared run count
+ * in the first). Returns 0, A2_WORKER_ESTOPPED, A2_WORKER_EINVAL,
+ * A2_WORKER_ESTORE or A2_WORKER_ENOMEM, as run_woken.
+ */
+A2_WORKER_MUST_CHECK int
+a2_worker_runner_run_sessions(a2_worker_runner *r,
+                              const a2_claim_session *sessions, size_t n,
+                              a2_worker_run_stats *stats);
 
 /* Asks a run in progress to stop after the heads it has claimed: no new
  * claim is made. Async-signal-safe. */
