@@ -92,9 +92,9 @@ static void timer_set(a2_worker_pool *p, int64_t at)
 
 /* Runs n taken jobs on slot s (outside mu): woken sessions without log
  * wake-ups together (a2_worker_runner_run_sessions), any other on its own.
- * rcs[i], st[i]: each job's result. */
+ * rcs[i], st[i]: each job's result; together_of[i]: it ran with others. */
 static void run_jobs(pool_slot *s, const a2__run *runs, size_t n, int *rcs,
-                     a2_worker_run_stats *st)
+                     a2_worker_run_stats *st, unsigned char *together_of)
 {
     a2_claim_session together[POOL_MAX_TOGETHER];
     size_t place[POOL_MAX_TOGETHER];
@@ -119,6 +119,7 @@ static void run_jobs(pool_slot *s, const a2__run *runs, size_t n, int *rcs,
     for (size_t i = 0; i < k; i++) {
         rcs[place[i]] = rc;
         st[place[i]] = kst[i];
+        together_of[place[i]] = k > 1;
     }
 }
 
@@ -130,6 +131,7 @@ static void *slot_main(void *arg)
     a2__run runs[POOL_MAX_TOGETHER];
     int rcs[POOL_MAX_TOGETHER];
     a2_worker_run_stats st[POOL_MAX_TOGETHER];
+    unsigned char together_of[POOL_MAX_TOGETHER];
     pthread_mutex_lock(&p->mu);
     for (;;) {
         size_t n = 0;
@@ -154,7 +156,8 @@ static void *slot_main(void *arg)
         /* runs[i].session stays valid: only this thread ends the job. */
         memset(st, 0, n * sizeof *st);
         memset(rcs, 0, n * sizeof *rcs);
-        run_jobs(s, runs, n, rcs, st);
+        memset(together_of, 0, n);
+        run_jobs(s, runs, n, rcs, st, together_of);
 
         pthread_mutex_lock(&p->mu);
         for (size_t i = 0; i < n; i++) {
@@ -175,6 +178,7 @@ static void *slot_main(void *arg)
             m->superseded += st[i].superseded;
             m->renewals += st[i].renewals;
             m->visibility_waits += st[i].visibility_waits;
+            m->together_runs += together_of[i];
             a2__run_end end = {.failed = failed,
                                 .retry_at = st[i].retry_at,
                                 .claimed = st[i].claimed > 0};

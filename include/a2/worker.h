@@ -413,7 +413,12 @@ typedef struct a2_worker_pool a2_worker_pool;
 /*
  * A pool's handler: as a2_worker_handler, called on the thread of slot
  * (1..slots, as in the slot's holder "<name>/<slot>"). A slot runs one
- * handler at a time, so per-slot state indexed by slot needs no lock.
+ * handler at a time, so per-slot state indexed by slot needs no lock. A
+ * slot that frees up while no other waits for work takes every woken
+ * session queued (up to 32) and runs them together
+ * (a2_worker_runner_run_sessions: one claim and one settlement round trip
+ * for all, their handlers one after the other on that slot); while a slot
+ * waits, each takes one session.
  */
 typedef int (*a2_worker_pool_handler)(void *ctx, int slot, const a2_head *head,
                                       a2_worker_reply *reply);
@@ -525,6 +530,9 @@ typedef struct a2_worker_pool_stats {
     uint64_t superseded;
     uint64_t renewals;
     uint64_t visibility_waits;
+    uint64_t together_runs; /* woken runs made with others: one claim and
+                               one settlement round trip for several
+                               sessions (a2_worker_runner_run_sessions) */
 } a2_worker_pool_stats;
 
 /* Fills *out (zeros for a NULL pool). Any thread. */

@@ -4,7 +4,7 @@
  * number), a failed run is retried on the pool's timer, a wake-up without
  * an xid that finds nothing is looked at again three times, events of other
  * consumers are ignored, sweeps and resyncs run, and a stopped pool refuses
- * calls.
+ * calls; woken sessions queued while every slot is busy run together.
  */
 #include "a2/worker.h"
 #include "a2test.h"
@@ -162,8 +162,85 @@ static void test_pool(void **state)
     a2_worker_pool_free(p);
 }
 
+/* ── woken sessions run together ──────────────────────────────────────── */
+
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static int gate_open;
+static char order[8][16]; /* the sessions of the handlers' calls */
+static int norder;
+
+/* Session "gate" waits until the gate opens; every call is recorded. */
+static int gate_handler(void *ctx, int slot, const a2_head *h,
+                        a2_worker_reply *reply)
+{
+    (void)ctx;
+    (void)slot;
+    (void)reply;
+    pthread_mutex_lock(&mu);
+    if (norder < 8)
+        snprintf(order[norder++], sizeof order[0], "%s", h->event.session_id);
+    while (strcmp(h->event.session_id, "gate") == 0 && !gate_open)
+        pthread_cond_wait(&gate_cv, &mu);
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+/* One slot, busy with session "gate" while five sessions are woken: once
+ * it is free, it runs the five together (one claim and one settlement round
+ * trip), in the order they were woken. */
+static void test_pool_together(void **state)
+{
+    (void)state;
+    a2_consumer c = {.name = "tog"};
+    a2_worker_pool_options o = {.db = a2_test_db(),
+                                .name = "t2",
+                                .consumers = &c,
+                                .nconsumers = 1,
+                                .slots = 1,
+                                .handler = gate_handler,
+                                .log = logit};
+    char err[256];
+    a2_worker_pool *p = a2_worker_pool_new(&o, err, sizeof err);
+    assert_non_null(p);
+    append_for("gate", "tog");
+    assert_int_equal(a2_worker_pool_wake(p, "gate", false, 0), 0);
+    int64_t end = a2_test_now_ms() + 30000;
+    for (;;) { /* the gate's handler has started */
+        pthread_mutex_lock(&mu);
+        int started = norder;
+        pthread_mutex_unlock(&mu);
+        if (started == 1)
+            break;
+        if (a2_test_now_ms() > end)
+            fail_msg("the gate's handler did not start");
+        usleep(10000);
+    }
+    for (int i = 0; i < 5; i++) {
+        char s[16];
+        snprintf(s, sizeof s, "t%d", i);
+        append_for(s, "tog");
+        assert_int_equal(a2_worker_pool_wake(p, s, false, 0), 0);
+    }
+    pthread_mutex_lock(&mu);
+    gate_open = 1;
+    pthread_cond_broadcast(&gate_cv);
+    pthread_mutex_unlock(&mu);
+    a2_worker_pool_stats st;
+    wait_stats(p, &st, 6, 30000);
+    assert_int_equal(st.together_runs, 5);
+    assert_int_equal(st.runs, 6);
+    assert_int_equal(norder, 6);
+    for (int i = 0; i < 5; i++) {
+        char s[16];
+        snprintf(s, sizeof s, "t%d", i);
+        assert_string_equal(order[i + 1], s);
+    }
+    a2_worker_pool_free(p);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_pool)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_pool),
+                                       cmocka_unit_test(test_pool_together)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
