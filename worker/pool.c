@@ -24,6 +24,7 @@ typedef struct {
     pthread_t thread;
     int started;
     a2_worker_runner *runner;
+    int slow; /* a handler of its last run took 5 ms or more */
 } pool_slot;
 
 struct a2_worker_pool {
@@ -145,10 +146,16 @@ static void *slot_main(void *arg)
             continue;
         }
         n = 1;
-        /* Sessions queued while no other slot waits for work: this slot
-         * takes them too, and runs the woken ones in one claim and one
-         * settlement round trip. */
-        while (n < POOL_MAX_TOGETHER && p->idle == 0 && runs[0].woken &&
+        /* Sessions queued while no other slot waits for work, after quick
+         * handlers: this slot takes its share of them, and runs the woken
+         * ones in one claim and one settlement round trip. Slow handlers
+         * gain little from that and would wait for each other. */
+        size_t share = 1;
+        if (p->idle == 0 && !s->slow && runs[0].woken) {
+            size_t waiting = a2__sched_queued(p->sched) + 1;
+            share = (waiting + (size_t)p->nslots - 1) / (size_t)p->nslots;
+        }
+        while (n < share && n < POOL_MAX_TOGETHER &&
                (jobs[n] = a2__sched_take(p->sched, &runs[n])))
             n++;
         pthread_mutex_unlock(&p->mu);
@@ -160,7 +167,9 @@ static void *slot_main(void *arg)
         run_jobs(s, runs, n, rcs, st, together_of);
 
         pthread_mutex_lock(&p->mu);
+        s->slow = 0;
         for (size_t i = 0; i < n; i++) {
+            s->slow |= st[i].slow_handlers > 0;
             int failed = rcs[i] != 0 && rcs[i] != A2_WORKER_ESTOPPED;
             if (failed && (i == 0 || rcs[i] != rcs[i - 1]))
                 plog(p, "%s",

@@ -625,6 +625,7 @@ static int run_heads(a2_worker_runner *r, const head_run *hr)
         hrc[i] = r->handler(r->ctx, hr->heads[i], &rps[i]);
         int64_t ended = a2__mono_ms();
         slow = ended - began >= SETTLE_HOLD_MS;
+        hr->st[i]->slow_handlers += slow;
         if (i == from)
             held_at = ended;
         sts[i].attempt = hr->refs[i];
@@ -805,6 +806,7 @@ static void stats_add(a2_worker_run_stats *a, const a2_worker_run_stats *b)
     a->renewals += b->renewals;
     a->visibility_waits += b->visibility_waits;
     a->settled_together += b->settled_together;
+    a->slow_handlers += b->slow_handlers;
     a->retry_at = b->retry_at;
 }
 

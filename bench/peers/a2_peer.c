@@ -444,6 +444,7 @@ typedef struct slot {
     int id;
     a2_worker_runner *runner;
     pthread_t thread;
+    int slow; /* a handler of its last run took 5 ms or more */
 } slot;
 
 /* At most this many woken sessions one slot runs together (as
@@ -486,10 +487,15 @@ static void *slot_main(void *arg)
         if (sc.stopping)
             break;
         size_t n = 0;
-        /* One session; more when no other slot waits for work (then the
-         * woken ones run together: one claim and one settlement round
-         * trip for all). */
-        while (n < MAX_TOGETHER && (n == 0 || sc.idle == 0)) {
+        /* One session; as a2_worker_pool does, after quick handlers and
+         * while no other slot waits for work, the slot's share of those
+         * queued (the woken ones then run together: one claim and one
+         * settlement round trip for all). */
+        size_t share = 1;
+        if (sc.idle == 0 && !s->slow)
+            share = ((size_t)sc.ring_len + (size_t)cfg.slots - 1) /
+                    (size_t)cfg.slots;
+        while (n < MAX_TOGETHER && (n == 0 || n < share)) {
             job *j = pop_ready();
             if (!j)
                 break;
@@ -544,8 +550,10 @@ static void *slot_main(void *arg)
             count_run(woken[i], rcs[i], &st[i], s);
 
         pthread_mutex_lock(&sc.mu);
+        s->slow = 0;
         for (size_t i = 0; i < n; i++) {
             job *j = js[i];
+            s->slow |= st[i].slow_handlers > 0;
             int failed = rcs[i] != 0 && rcs[i] != A2_WORKER_ESTOPPED;
             j->running = 0;
             if (sc.stopping) {

@@ -4,7 +4,8 @@
  * number), a failed run is retried on the pool's timer, a wake-up without
  * an xid that finds nothing is looked at again three times, events of other
  * consumers are ignored, sweeps and resyncs run, and a stopped pool refuses
- * calls; woken sessions queued while every slot is busy run together.
+ * calls; woken sessions queued while every slot is busy run together
+ * after quick handlers, one by one after slow ones.
  */
 #include "a2/worker.h"
 #include "a2test.h"
@@ -169,6 +170,8 @@ static int gate_open;
 static char order[8][16]; /* the sessions of the handlers' calls */
 static int norder;
 
+static int slow_ms; /* every handler but the gate's takes this long */
+
 /* Session "gate" waits until the gate opens; every call is recorded. */
 static int gate_handler(void *ctx, int slot, const a2_head *h,
                         a2_worker_reply *reply)
@@ -179,21 +182,23 @@ static int gate_handler(void *ctx, int slot, const a2_head *h,
     pthread_mutex_lock(&mu);
     if (norder < 8)
         snprintf(order[norder++], sizeof order[0], "%s", h->event.session_id);
-    while (strcmp(h->event.session_id, "gate") == 0 && !gate_open)
+    int gate = strncmp(h->event.session_id, "gate", 4) == 0;
+    while (gate && !gate_open)
         pthread_cond_wait(&gate_cv, &mu);
     pthread_mutex_unlock(&mu);
+    if (!gate && slow_ms)
+        usleep((useconds_t)slow_ms * 1000);
     return 0;
 }
 
-/* One slot, busy with session "gate" while five sessions are woken: once
- * it is free, it runs the five together (one claim and one settlement round
- * trip), in the order they were woken. */
-static void test_pool_together(void **state)
+/* With one slot busy with session gate<prefix> while five sessions are
+ * woken, then freed: the handlers run in the order the sessions were
+ * woken, and the pool's stats after all six. */
+static void run_gated(const char *prefix, a2_worker_pool_stats *st)
 {
-    (void)state;
     a2_consumer c = {.name = "tog"};
     a2_worker_pool_options o = {.db = a2_test_db(),
-                                .name = "t2",
+                                .name = prefix,
                                 .consumers = &c,
                                 .nconsumers = 1,
                                 .slots = 1,
@@ -202,8 +207,12 @@ static void test_pool_together(void **state)
     char err[256];
     a2_worker_pool *p = a2_worker_pool_new(&o, err, sizeof err);
     assert_non_null(p);
-    append_for("gate", "tog");
-    assert_int_equal(a2_worker_pool_wake(p, "gate", false, 0), 0);
+    norder = 0;
+    gate_open = 0;
+    char gate[32];
+    snprintf(gate, sizeof gate, "gate%s", prefix);
+    append_for(gate, "tog");
+    assert_int_equal(a2_worker_pool_wake(p, gate, false, 0), 0);
     int64_t end = a2_test_now_ms() + 30000;
     for (;;) { /* the gate's handler has started */
         pthread_mutex_lock(&mu);
@@ -216,8 +225,8 @@ static void test_pool_together(void **state)
         usleep(10000);
     }
     for (int i = 0; i < 5; i++) {
-        char s[16];
-        snprintf(s, sizeof s, "t%d", i);
+        char s[32];
+        snprintf(s, sizeof s, "%s%d", prefix, i);
         append_for(s, "tog");
         assert_int_equal(a2_worker_pool_wake(p, s, false, 0), 0);
     }
@@ -225,22 +234,43 @@ static void test_pool_together(void **state)
     gate_open = 1;
     pthread_cond_broadcast(&gate_cv);
     pthread_mutex_unlock(&mu);
-    a2_worker_pool_stats st;
-    wait_stats(p, &st, 6, 30000);
-    assert_int_equal(st.together_runs, 5);
-    assert_int_equal(st.runs, 6);
+    wait_stats(p, st, 6, 30000);
+    assert_int_equal(st->runs, 6);
     assert_int_equal(norder, 6);
     for (int i = 0; i < 5; i++) {
-        char s[16];
-        snprintf(s, sizeof s, "t%d", i);
+        char s[32];
+        snprintf(s, sizeof s, "%s%d", prefix, i);
         assert_string_equal(order[i + 1], s);
     }
     a2_worker_pool_free(p);
 }
 
+/* Quick handlers: once the gate's slow run is over, the slot runs the
+ * first session alone, then takes the others together (one claim and one
+ * settlement round trip; fewer should a handler be descheduled for 5 ms). */
+static void test_pool_together(void **state)
+{
+    (void)state;
+    slow_ms = 0;
+    a2_worker_pool_stats st;
+    run_gated("t", &st);
+    assert_true(st.together_runs >= 2 && st.together_runs <= 4);
+}
+
+/* Slow handlers (10 ms): the slot takes one session at a time. */
+static void test_pool_slow_alone(void **state)
+{
+    (void)state;
+    slow_ms = 10;
+    a2_worker_pool_stats st;
+    run_gated("u", &st);
+    assert_int_equal(st.together_runs, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_pool),
-                                       cmocka_unit_test(test_pool_together)};
+                                       cmocka_unit_test(test_pool_together),
+                                       cmocka_unit_test(test_pool_slow_alone)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
