@@ -5,7 +5,8 @@
  * argument checks, and a2_worker_runner_run_sessions running the heads of
  * several woken sessions (lane order, one settlement round trip, renewals
  * of every session's heads, a session run again on its own after a
- * dead letter, each on its own when the store refuses them together).
+ * dead letter, each on its own when the store refuses them together;
+ * two runners on overlapping sessions with appends meanwhile).
  */
 #include "a2/store.h"
 #include "a2/worker.h"
@@ -19,6 +20,7 @@
 #include <cmocka.h>
 /* clang-format on */
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -472,6 +474,155 @@ static void test_runner_sessions_refused(void **state)
     a2_worker_runner_free(r);
 }
 
+/* ── two runners, overlapping sessions, appends meanwhile ───────────── */
+
+#define CC_SESSIONS 8
+#define CC_EVENTS 400
+
+typedef struct {
+    char names[CC_SESSIONS][80];
+    pthread_mutex_t mu;
+    int n;                       /* handler calls */
+    int sess[CC_EVENTS * 2];     /* each call's session */
+    int64_t idx[CC_EVENTS * 2];  /* and index */
+    int lane[CC_EVENTS * 2];     /* whether it was a lane's head */
+    volatile int appended;       /* the producer is done */
+    int errors;                  /* runs that failed */
+    char last_error[1300];
+} cc_state;
+
+static cc_state *cc;
+
+static int cc_handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
+{
+    (void)ctx;
+    (void)reply;
+    pthread_mutex_lock(&cc->mu);
+    int k = cc->n++;
+    if (k < CC_EVENTS * 2) {
+        cc->sess[k] = -1;
+        for (int i = 0; i < CC_SESSIONS; i++)
+            if (strcmp(cc->names[i], head->event.session_id) == 0)
+                cc->sess[k] = i;
+        cc->idx[k] = head->event.index;
+        cc->lane[k] = head->dispatch.lane != NULL;
+    }
+    pthread_mutex_unlock(&cc->mu);
+    return 0;
+}
+
+static void *cc_producer(void *arg)
+{
+    (void)arg;
+    a2_store *s = a2_test_store_try();
+    unsigned seed = 7;
+    for (int i = 0; s && i < CC_EVENTS; i++) {
+        int k = (int)(rand_r(&seed) % CC_SESSIONS);
+        a2_target tg = {.consumer = "a", .lane = i % 2 ? "q" : NULL};
+        a2_append_event ev = {.type = "job", .targets = &tg, .ntargets = 1};
+        a2_events out;
+        if (a2_store_append(s, cc->names[k], &ev, 1, NULL, &out) == 0)
+            a2_events_free(&out);
+    }
+    a2_store_close(s);
+    cc->appended = 1;
+    return NULL;
+}
+
+static void *cc_worker(void *arg)
+{
+    static const a2_consumer cons[] = {{.name = "a"}};
+    char err[512], holder[32];
+    snprintf(holder, sizeof holder, "cc-%ld", (long)(intptr_t)arg);
+    a2_worker_runner_options o = {.db = a2_test_db(),
+                                  .holder = holder,
+                                  .consumers = cons,
+                                  .nconsumers = 1,
+                                  .ttl_ms = 60000,
+                                  .handler = cc_handler};
+    a2_worker_runner *r = a2_worker_runner_new(&o, err, sizeof err);
+    unsigned seed = (unsigned)(intptr_t)arg + 1;
+    int64_t end = a2_test_now_ms() + 60000;
+    while (r && a2_test_now_ms() < end) {
+        pthread_mutex_lock(&cc->mu);
+        int done = cc->appended && cc->n >= CC_EVENTS;
+        pthread_mutex_unlock(&cc->mu);
+        if (done)
+            break;
+        /* 2 to 8 distinct sessions, in a random order. */
+        int perm[CC_SESSIONS];
+        for (int i = 0; i < CC_SESSIONS; i++)
+            perm[i] = i;
+        for (int i = CC_SESSIONS - 1; i > 0; i--) {
+            int j = (int)(rand_r(&seed) % (unsigned)(i + 1));
+            int t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+        size_t n = 2 + rand_r(&seed) % (CC_SESSIONS - 1);
+        a2_claim_session cs[CC_SESSIONS];
+        for (size_t i = 0; i < n; i++)
+            cs[i] = (a2_claim_session){cc->names[perm[i]], 0};
+        a2_worker_run_stats st[CC_SESSIONS];
+        if (a2_worker_runner_run_sessions(r, cs, n, st) != 0) {
+            pthread_mutex_lock(&cc->mu);
+            cc->errors++;
+            snprintf(cc->last_error, sizeof cc->last_error, "%s",
+                     a2_worker_runner_last_error(r));
+            pthread_mutex_unlock(&cc->mu);
+        }
+    }
+    if (!r) {
+        pthread_mutex_lock(&cc->mu);
+        cc->errors++;
+        snprintf(cc->last_error, sizeof cc->last_error, "%s", err);
+        pthread_mutex_unlock(&cc->mu);
+    }
+    a2_worker_runner_free(r);
+    return NULL;
+}
+
+/* Two runners claim random sets of eight sessions, in random orders, while
+ * a producer appends 400 events to them (half in a lane): every event runs
+ * once, every lane in index order, and no run fails (the sessions' locks
+ * are taken in name order, so the runners never deadlock). */
+static void test_runner_sessions_concurrent(void **state)
+{
+    sfx *x = *state;
+    cc = calloc(1, sizeof *cc);
+    assert_non_null(cc);
+    pthread_mutex_init(&cc->mu, NULL);
+    for (int i = 0; i < CC_SESSIONS; i++)
+        snprintf(cc->names[i], sizeof cc->names[i], "%s-c%d", x->f->session,
+                 i);
+    pthread_t prod, w[2];
+    assert_int_equal(pthread_create(&prod, NULL, cc_producer, NULL), 0);
+    for (intptr_t i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&w[i], NULL, cc_worker, (void *)i), 0);
+    pthread_join(prod, NULL);
+    for (int i = 0; i < 2; i++)
+        pthread_join(w[i], NULL);
+    if (cc->errors)
+        fail_msg("%d runs failed, the last: %s", cc->errors, cc->last_error);
+    assert_int_equal(cc->n, CC_EVENTS);
+    /* Once each, and each lane's heads in index order. */
+    int64_t last_lane[CC_SESSIONS] = {0};
+    for (int k = 0; k < cc->n; k++) {
+        assert_true(cc->sess[k] >= 0);
+        for (int j = 0; j < k; j++)
+            if (cc->sess[j] == cc->sess[k] && cc->idx[j] == cc->idx[k])
+                fail_msg("%s #%lld ran twice", cc->names[cc->sess[k]],
+                         (long long)cc->idx[k]);
+        if (cc->lane[k]) {
+            assert_true(cc->idx[k] > last_lane[cc->sess[k]]);
+            last_lane[cc->sess[k]] = cc->idx[k];
+        }
+    }
+    pthread_mutex_destroy(&cc->mu);
+    free(cc);
+    cc = NULL;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -494,6 +645,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_runner_sessions_dead_letter,
                                             setup, teardown),
             cmocka_unit_test_setup_teardown(test_runner_sessions_refused,
+                                            setup, teardown),
+            cmocka_unit_test_setup_teardown(test_runner_sessions_concurrent,
                                             setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
