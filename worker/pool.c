@@ -24,7 +24,7 @@ typedef struct {
     pthread_t thread;
     int started;
     a2_worker_runner *runner;
-    int slow; /* a handler of its last run took 5 ms or more */
+    int64_t session_us; /* handler time a session in its last run (µs) */
 } pool_slot;
 
 struct a2_worker_pool {
@@ -88,8 +88,18 @@ static void timer_set(a2_worker_pool *p, int64_t at)
         pthread_cond_signal(&p->timer_cv);
 }
 
-/* At most this many woken sessions one slot runs together. */
+/* At most this many woken sessions one slot runs together, and about this
+ * much handler time (µs) among them. */
 #define POOL_MAX_TOGETHER 32
+#define POOL_TOGETHER_US 5000
+
+size_t a2__pool_take_count(int64_t session_us)
+{
+    if (session_us <= POOL_TOGETHER_US / POOL_MAX_TOGETHER)
+        return POOL_MAX_TOGETHER;
+    int64_t n = POOL_TOGETHER_US / session_us;
+    return n < 1 ? 1 : (size_t)n;
+}
 
 /* Runs n taken jobs on slot s (outside mu): woken sessions without log
  * wake-ups together (a2_worker_runner_run_sessions), any other on its own.
@@ -146,17 +156,14 @@ static void *slot_main(void *arg)
             continue;
         }
         n = 1;
-        /* Sessions queued while no other slot waits for work, after quick
-         * handlers: this slot takes its share of them, and runs the woken
+        /* Sessions queued while no other slot waits for work: this slot
+         * takes those its handlers run in about 5 ms, and runs the woken
          * ones in one claim and one settlement round trip. Slow handlers
          * gain little from that and would wait for each other. */
-        size_t share = 1;
-        if (p->idle == 0 && !s->slow && runs[0].woken) {
-            size_t waiting = a2__sched_queued(p->sched) + 1;
-            share = (waiting + (size_t)p->nslots - 1) / (size_t)p->nslots;
-        }
-        while (n < share && n < POOL_MAX_TOGETHER &&
-               (jobs[n] = a2__sched_take(p->sched, &runs[n])))
+        size_t take = p->idle == 0 && runs[0].woken
+                              ? a2__pool_take_count(s->session_us)
+                              : 1;
+        while (n < take && (jobs[n] = a2__sched_take(p->sched, &runs[n])))
             n++;
         pthread_mutex_unlock(&p->mu);
 
@@ -166,10 +173,12 @@ static void *slot_main(void *arg)
         memset(together_of, 0, n);
         run_jobs(s, runs, n, rcs, st, together_of);
 
+        uint64_t us = 0;
+        for (size_t i = 0; i < n; i++)
+            us += st[i].handler_us;
+        s->session_us = (int64_t)(us / n);
         pthread_mutex_lock(&p->mu);
-        s->slow = 0;
         for (size_t i = 0; i < n; i++) {
-            s->slow |= st[i].slow_handlers > 0;
             int failed = rcs[i] != 0 && rcs[i] != A2_WORKER_ESTOPPED;
             if (failed && (i == 0 || rcs[i] != rcs[i - 1]))
                 plog(p, "%s",

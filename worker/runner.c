@@ -621,11 +621,12 @@ static int run_heads(a2_worker_runner *r, const head_run *hr)
                 break;
         }
         rps[i].head = hr->heads[i];
-        int64_t began = a2__mono_ms();
+        int64_t began = a2__mono_us();
         hrc[i] = r->handler(r->ctx, hr->heads[i], &rps[i]);
-        int64_t ended = a2__mono_ms();
-        slow = ended - began >= SETTLE_HOLD_MS;
-        hr->st[i]->slow_handlers += slow;
+        int64_t ended_us = a2__mono_us();
+        int64_t ended = ended_us / 1000;
+        slow = ended_us - began >= SETTLE_HOLD_MS * 1000;
+        hr->st[i]->handler_us += (uint64_t)(ended_us - began);
         if (i == from)
             held_at = ended;
         sts[i].attempt = hr->refs[i];
@@ -806,7 +807,7 @@ static void stats_add(a2_worker_run_stats *a, const a2_worker_run_stats *b)
     a->renewals += b->renewals;
     a->visibility_waits += b->visibility_waits;
     a->settled_together += b->settled_together;
-    a->slow_handlers += b->slow_handlers;
+    a->handler_us += b->handler_us;
     a->retry_at = b->retry_at;
 }
 

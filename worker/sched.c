@@ -306,11 +306,6 @@ void a2__sched_stop(a2__sched *s)
     s->stopping = 1;
 }
 
-size_t a2__sched_queued(const a2__sched *s)
-{
-    return s->nqueued;
-}
-
 void a2__sched_counts(const a2__sched *s, a2_worker_pool_stats *out)
 {
     out->sessions = s->njobs;

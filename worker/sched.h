@@ -109,9 +109,6 @@ int a2__sched_fire(a2__sched *s, int64_t now_mono, int64_t *next);
  * ends. */
 void a2__sched_stop(a2__sched *s);
 
-/* How many sessions wait in the ready queue. */
-size_t a2__sched_queued(const a2__sched *s);
-
 /* sessions, queued, running, timers, merged, timer_runs and rechecks of
  * *out; the other fields are left alone. */
 void a2__sched_counts(const a2__sched *s, a2_worker_pool_stats *out);

@@ -42,4 +42,9 @@ void a2__worker_err_init(char **err, size_t *errlen, char *spare,
 int a2__worker_check_names(const a2_consumer *consumers, size_t n, char *err,
                            size_t errlen);
 
+/* How many queued woken sessions a pool slot takes at once, after a run
+ * whose handlers took session_us a session: as many as run in about 5 ms,
+ * 1 to 32 (worker/pool.c). */
+size_t a2__pool_take_count(int64_t session_us);
+
 #endif

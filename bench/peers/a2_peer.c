@@ -55,6 +55,7 @@
  *       wake-up, and the handler's start.
  */
 #include "../../common/clock.h"
+#include "../../worker/worker_int.h"
 #include "../common.h"
 #include "a2/store.h"
 #include "a2/worker.h"
@@ -444,7 +445,7 @@ typedef struct slot {
     int id;
     a2_worker_runner *runner;
     pthread_t thread;
-    int slow; /* a handler of its last run took 5 ms or more */
+    int64_t session_us; /* handler time a session in its last run (µs) */
 } slot;
 
 /* At most this many woken sessions one slot runs together (as
@@ -487,15 +488,12 @@ static void *slot_main(void *arg)
         if (sc.stopping)
             break;
         size_t n = 0;
-        /* One session; as a2_worker_pool does, after quick handlers and
-         * while no other slot waits for work, the slot's share of those
-         * queued (the woken ones then run together: one claim and one
-         * settlement round trip for all). */
-        size_t share = 1;
-        if (sc.idle == 0 && !s->slow)
-            share = ((size_t)sc.ring_len + (size_t)cfg.slots - 1) /
-                    (size_t)cfg.slots;
-        while (n < MAX_TOGETHER && (n == 0 || n < share)) {
+        /* One session; as a2_worker_pool does, while no other slot waits
+         * for work, as many queued ones as its handlers run in about 5 ms
+         * (the woken ones then run together: one claim and one settlement
+         * round trip for all). */
+        size_t take = sc.idle == 0 ? a2__pool_take_count(s->session_us) : 1;
+        while (n < MAX_TOGETHER && (n == 0 || n < take)) {
             job *j = pop_ready();
             if (!j)
                 break;
@@ -549,11 +547,13 @@ static void *slot_main(void *arg)
         for (size_t i = 0; i < n; i++)
             count_run(woken[i], rcs[i], &st[i], s);
 
+        uint64_t us = 0;
+        for (size_t i = 0; i < n; i++)
+            us += st[i].handler_us;
+        s->session_us = (int64_t)(us / n);
         pthread_mutex_lock(&sc.mu);
-        s->slow = 0;
         for (size_t i = 0; i < n; i++) {
             job *j = js[i];
-            s->slow |= st[i].slow_handlers > 0;
             int failed = rcs[i] != 0 && rcs[i] != A2_WORKER_ESTOPPED;
             j->running = 0;
             if (sc.stopping) {

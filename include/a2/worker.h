@@ -313,7 +313,7 @@ typedef struct a2_worker_run_stats {
                                   invisible (then claimed again) */
     uint64_t settled_together; /* heads settled with others in one round
                                   trip (a2_store_settle_sessions) */
-    uint64_t slow_handlers;    /* handler calls of 5 ms or more */
+    uint64_t handler_us;       /* time spent in handler calls (µs) */
 } a2_worker_run_stats;
 
 /*
@@ -415,12 +415,12 @@ typedef struct a2_worker_pool a2_worker_pool;
  * A pool's handler: as a2_worker_handler, called on the thread of slot
  * (1..slots, as in the slot's holder "<name>/<slot>"). A slot runs one
  * handler at a time, so per-slot state indexed by slot needs no lock. A
- * slot whose last handlers were quick (under 5 ms each) and that frees up
- * while no other waits for work takes its share of the woken sessions
- * queued (their number over the slots, rounded up, at most 32) and runs
- * them together (a2_worker_runner_run_sessions: one claim and one
- * settlement round trip for all, their handlers one after the other on
- * that slot); otherwise it takes one session.
+ * slot that frees up while no other waits for work takes as many of the
+ * woken sessions queued as its handlers run in about 5 ms (by the handler
+ * time a session of its last run; at most 32) and runs them together
+ * (a2_worker_runner_run_sessions: one claim and one settlement round trip
+ * for all, their handlers one after the other on that slot); a slot whose
+ * handlers take 5 ms or more a session takes one.
  */
 typedef int (*a2_worker_pool_handler)(void *ctx, int slot, const a2_head *head,
                                       a2_worker_reply *reply);

@@ -1,10 +1,13 @@
 /*
  * a2_worker_pool without a database: the options refused before any
- * connection, a store that cannot be reached, and NULL-safe calls. (The
+ * connection, a store that cannot be reached, NULL-safe calls, and how many
+ * queued sessions a slot takes at once by its handlers' time. (The
  * table it runs is tested in test_worker_sched.c; pools that run handlers,
  * through a2-worker, in the integration tests.)
  */
 #include "a2/worker.h"
+
+#include "../../worker/worker_int.h"
 
 /* clang-format off */
 #include <stdarg.h>
@@ -101,12 +104,29 @@ static void test_null_pool(void **state)
     assert_int_equal(a2_worker_pool_event(NULL, &ev), A2_WORKER_EINVAL);
 }
 
+/* As many sessions as the last run's handlers run in about 5 ms: 32 for
+ * quick ones (or none measured), 1 from 5 ms a session. */
+static void test_take_count(void **state)
+{
+    (void)state;
+    assert_int_equal(a2__pool_take_count(0), 32);
+    assert_int_equal(a2__pool_take_count(20), 32);
+    assert_int_equal(a2__pool_take_count(156), 32);
+    assert_int_equal(a2__pool_take_count(200), 25);
+    assert_int_equal(a2__pool_take_count(1000), 5);
+    assert_int_equal(a2__pool_take_count(2500), 2);
+    assert_int_equal(a2__pool_take_count(4999), 1);
+    assert_int_equal(a2__pool_take_count(5000), 1);
+    assert_int_equal(a2__pool_take_count(3600000000LL), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_bad_options),
             cmocka_unit_test(test_unreachable_store),
             cmocka_unit_test(test_null_pool),
+            cmocka_unit_test(test_take_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
