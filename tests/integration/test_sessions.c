@@ -322,19 +322,28 @@ static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
     return 0;
 }
 
-static a2_worker_runner *runner_new(hctx *h, int64_t ttl_ms)
+/* A runner's options: consumer "a", 3 failures, a minute's retry hold. */
+static a2_worker_runner_options runner_options(const char *holder,
+                                               a2_worker_handler fn, void *ctx,
+                                               int64_t ttl_ms)
 {
     static const a2_consumer cons[] = {{.name = "a"}};
+    return (a2_worker_runner_options){.db = a2_test_db(),
+                                      .holder = holder,
+                                      .consumers = cons,
+                                      .nconsumers = 1,
+                                      .ttl_ms = ttl_ms,
+                                      .max_failures = 3,
+                                      .retry_after_ms = 60000,
+                                      .handler = fn,
+                                      .ctx = ctx};
+}
+
+static a2_worker_runner *runner_new(hctx *h, int64_t ttl_ms)
+{
     char err[512];
-    a2_worker_runner_options o = {.db = a2_test_db(),
-                                  .holder = "sessions-runner",
-                                  .consumers = cons,
-                                  .nconsumers = 1,
-                                  .ttl_ms = ttl_ms,
-                                  .max_failures = 3,
-                                  .retry_after_ms = 60000,
-                                  .handler = handler,
-                                  .ctx = h};
+    a2_worker_runner_options o =
+            runner_options("sessions-runner", handler, h, ttl_ms);
     a2_worker_runner *r = a2_worker_runner_new(&o, err, sizeof err);
     if (!r)
         fail_msg("runner: %s", err);
@@ -531,15 +540,10 @@ static void *cc_producer(void *arg)
 
 static void *cc_worker(void *arg)
 {
-    static const a2_consumer cons[] = {{.name = "a"}};
     char err[512], holder[32];
     snprintf(holder, sizeof holder, "cc-%ld", (long)(intptr_t)arg);
-    a2_worker_runner_options o = {.db = a2_test_db(),
-                                  .holder = holder,
-                                  .consumers = cons,
-                                  .nconsumers = 1,
-                                  .ttl_ms = 60000,
-                                  .handler = cc_handler};
+    a2_worker_runner_options o =
+            runner_options(holder, cc_handler, NULL, 60000);
     a2_worker_runner *r = a2_worker_runner_new(&o, err, sizeof err);
     unsigned seed = (unsigned)(intptr_t)arg + 1;
     int64_t end = a2_test_now_ms() + 60000;
