@@ -95,10 +95,9 @@ static void timer_set(a2_worker_pool *p, int64_t at)
 
 size_t a2__pool_take_count(int64_t session_us)
 {
-    if (session_us <= POOL_TOGETHER_US / POOL_MAX_TOGETHER)
-        return POOL_MAX_TOGETHER;
-    int64_t n = POOL_TOGETHER_US / session_us;
-    return n < 1 ? 1 : (size_t)n;
+    int64_t n = session_us > 0 ? POOL_TOGETHER_US / session_us
+                               : POOL_MAX_TOGETHER;
+    return n < 1 ? 1 : n > POOL_MAX_TOGETHER ? POOL_MAX_TOGETHER : (size_t)n;
 }
 
 /* Runs n taken jobs on slot s (outside mu): woken sessions without log

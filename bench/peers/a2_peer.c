@@ -481,8 +481,10 @@ static void *slot_main(void *arg)
     char session[MAX_TOGETHER][A2_STORE_MAX_NAME + 1];
     job *js[MAX_TOGETHER];
     int woken[MAX_TOGETHER], rcs[MAX_TOGETHER];
+    uint64_t xids[MAX_TOGETHER];
     a2_claim_session together[MAX_TOGETHER];
-    a2_worker_run_stats st[MAX_TOGETHER];
+    size_t place[MAX_TOGETHER];
+    a2_worker_run_stats st[MAX_TOGETHER], kst[MAX_TOGETHER];
     pthread_mutex_lock(&sc.mu);
     for (;;) {
         if (sc.stopping)
@@ -493,7 +495,7 @@ static void *slot_main(void *arg)
          * (the woken ones then run together: one claim and one settlement
          * round trip for all). */
         size_t take = sc.idle == 0 ? a2__pool_take_count(s->session_us) : 1;
-        while (n < MAX_TOGETHER && (n == 0 || n < take)) {
+        while (n < take) {
             job *j = pop_ready();
             if (!j)
                 break;
@@ -503,7 +505,7 @@ static void *slot_main(void *arg)
             if (j->timer)
                 atomic_fetch_add(&timer_runs, 1);
             j->timer = 0;
-            together[n] = (a2_claim_session){session[n], j->xid};
+            xids[n] = j->xid;
             j->xid = 0;
             strcpy(session[n], j->session);
             js[n++] = j;
@@ -516,34 +518,29 @@ static void *slot_main(void *arg)
         }
         pthread_mutex_unlock(&sc.mu);
 
+        /* The woken sessions together (one alone: run_woken), the others
+         * on their own. */
         memset(st, 0, sizeof st);
-        size_t k = 0; /* woken ones first, together */
-        for (size_t i = 0; i < n; i++)
-            if (woken[i] && i != k) {
-                a2_claim_session t = together[i];
-                together[i] = together[k];
-                together[k] = t;
-                job *tj = js[i];
-                js[i] = js[k];
-                js[k] = tj;
-                int tw = woken[i];
-                woken[i] = woken[k];
-                woken[k++] = tw;
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (woken[i] && n > 1) {
+                together[k] = (a2_claim_session){session[i], xids[i]};
+                place[k++] = i;
             } else if (woken[i]) {
-                k++;
+                rcs[i] = a2_worker_runner_run_woken(s->runner, session[i],
+                                                    false, xids[i], &st[i]);
+            } else {
+                rcs[i] = a2_worker_runner_run(s->runner, session[i], false,
+                                              &st[i]);
             }
-        if (k > 1) {
-            int rc = a2_worker_runner_run_sessions(s->runner, together, k, st);
-            for (size_t i = 0; i < k; i++)
-                rcs[i] = rc;
-        } else if (k == 1) {
-            rcs[0] = a2_worker_runner_run_woken(s->runner, together[0].session,
-                                                false, together[0].after_xid,
-                                                &st[0]);
         }
-        for (size_t i = k; i < n; i++)
-            rcs[i] = a2_worker_runner_run(s->runner, together[i].session,
-                                          false, &st[i]);
+        if (k > 0) {
+            int rc = a2_worker_runner_run_sessions(s->runner, together, k, kst);
+            for (size_t i = 0; i < k; i++) {
+                rcs[place[i]] = rc;
+                st[place[i]] = kst[i];
+            }
+        }
         for (size_t i = 0; i < n; i++)
             count_run(woken[i], rcs[i], &st[i], s);
 
