@@ -89,7 +89,11 @@ begin
         a_epoch := a2__json_int('after.epoch', v_after->'epoch');
     end if;
     -- Planned per call (force_custom_plan): the null filters fold away and
-    -- the key comparison matches the index the consumer filter picks.
+    -- the key comparison matches the index the consumer filter picks. The
+    -- head's event is a lateral subquery behind offset 0, so it is looked
+    -- up by a2_events_pkey row by row: a join the planner may reorder
+    -- turns into a hash join over all of a2_events when it expects many
+    -- dead letters.
     if v_consumer is null then
         return query
             select cur.session_id, cur.consumer, cur.lane, cur.cursor_key, cur.kind, cur.epoch,
@@ -99,7 +103,10 @@ begin
                    e.event_type, e.payload, e.event_id, e.created_at, e.cause,
                    coalesce(clr.clear_index, 0)
               from a2_cursors cur
-              join a2_events e on e.session_id = cur.session_id and e.idx = cur.head
+              cross join lateral (select e.event_type, e.payload, e.event_id, e.created_at, e.cause
+                                    from a2_events e
+                                   where e.session_id = cur.session_id and e.idx = cur.head
+                                  offset 0) e
               left join a2_clears clr on clr.session_id = cur.session_id
              where cur.failed_at is not null
                and (a_session is null
@@ -122,7 +129,10 @@ begin
                    e.event_type, e.payload, e.event_id, e.created_at, e.cause,
                    coalesce(clr.clear_index, 0)
               from a2_cursors cur
-              join a2_events e on e.session_id = cur.session_id and e.idx = cur.head
+              cross join lateral (select e.event_type, e.payload, e.event_id, e.created_at, e.cause
+                                    from a2_events e
+                                   where e.session_id = cur.session_id and e.idx = cur.head
+                                  offset 0) e
               left join a2_clears clr on clr.session_id = cur.session_id
              where cur.consumer = v_consumer and cur.failed_at is not null
                and (a_session is null
@@ -174,9 +184,8 @@ begin
                and (v_from is null or cur.failed_at >= v_from)
                and (v_to is null or cur.failed_at < v_to)
                and (v_type is null
-                    or exists (select 1 from a2_events e
-                                where e.session_id = cur.session_id and e.idx = cur.head
-                                  and e.event_type = v_type))
+                    or (select e.event_type from a2_events e
+                         where e.session_id = cur.session_id and e.idx = cur.head) = v_type)
                and (v_error is null or strpos(lower(cur.last_error), v_error) > 0)
                and cur.head > coalesce(clr.clear_index, 0));
 end
@@ -218,10 +227,7 @@ declare
     v_cur a2_cursors;
     v_session text;
     v_clear bigint;
-    v_sessions text[];
-    v_keys text[];
-    v_consumers text[];
-    v_epochs bigint[];
+    v_tids tid[];
     v_more boolean;
 begin
     perform a2__writable('a2_redrive_matching');
@@ -230,17 +236,21 @@ begin
     if v_limit is null or v_limit < 1 or v_limit > 10000 then
         perform a2__fail('INVALID_ARGUMENT', 'max_rows must be between 1 and 10000');
     end if;
-    select coalesce(array_agg(m.session_id order by m.ord), '{}'),
-           coalesce(array_agg(m.cursor_key order by m.ord), '{}'),
-           coalesce(array_agg(m.consumer order by m.ord), '{}'),
-           coalesce(array_agg(m.epoch order by m.ord), '{}')
-      into v_sessions, v_keys, v_consumers, v_epochs
-      from (select cur.session_id, cur.cursor_key, cur.consumer, cur.epoch,
+    -- The rows are locked, so their ctids stay theirs until this
+    -- transaction writes them: the writes below find them by ctid (a Tid
+    -- Scan whatever the planner expects of the list).
+    select coalesce(array_agg(m.tid order by m.ord), '{}')
+      into v_tids
+      from (select cur.ctid as tid,
                    row_number() over (order by cur.failed_at, cur.session_id, cur.consumer,
                                                cur.cursor_key, cur.epoch) as ord
-              from (select cur.session_id, cur.cursor_key, cur.consumer, cur.epoch, cur.failed_at
+              from (select cur.ctid, cur.session_id, cur.cursor_key, cur.consumer, cur.epoch,
+                           cur.failed_at
                       from a2_cursors cur
-                      join a2_events e on e.session_id = cur.session_id and e.idx = cur.head
+                      cross join lateral (select e.event_type from a2_events e
+                                           where e.session_id = cur.session_id
+                                             and e.idx = cur.head
+                                          offset 0) e
                       left join a2_clears clr on clr.session_id = cur.session_id
                      where cur.failed_at is not null
                        and (v_consumer is null or cur.consumer = v_consumer)
@@ -254,29 +264,19 @@ begin
                      limit v_limit + 1
                        for update of cur) cur) m;
     -- One row past the limit says whether more match; it is not redriven.
-    v_more := cardinality(v_sessions) > v_limit;
+    v_more := cardinality(v_tids) > v_limit;
     if v_more then
-        v_sessions := v_sessions[1:v_limit];
-        v_keys := v_keys[1:v_limit];
-        v_consumers := v_consumers[1:v_limit];
-        v_epochs := v_epochs[1:v_limit];
+        v_tids := v_tids[1:v_limit];
     end if;
     if a2_redrive_matching.action = 'retry' then
         update a2_cursors cur set failed_at = null, failure_count = 0
-          from unnest(v_sessions, v_keys, v_consumers, v_epochs) as m(session_id, cursor_key,
-                                                                     consumer, epoch)
-         where cur.session_id = m.session_id and cur.cursor_key = m.cursor_key
-           and cur.consumer = m.consumer and cur.epoch = m.epoch
-           and cur.failed_at is not null;
+         where cur.ctid = any(v_tids) and cur.failed_at is not null;
         get diagnostics v_count = row_count;
     else
         for v_cur in
             select cur.*
-              from unnest(v_sessions, v_keys, v_consumers, v_epochs)
-                   with ordinality as m(session_id, cursor_key, consumer, epoch, ord)
-              join a2_cursors cur on cur.session_id = m.session_id
-               and cur.cursor_key = m.cursor_key and cur.consumer = m.consumer
-               and cur.epoch = m.epoch
+              from unnest(v_tids) with ordinality as m(tid, ord)
+              join a2_cursors cur on cur.ctid = m.tid
              where cur.failed_at is not null
              order by m.ord
         loop
