@@ -681,18 +681,29 @@ static int wake_logs(a2_worker_runner *r, const char *session,
     return 0;
 }
 
-/* What a claim's result says before its heads run: counts its dead
- * letters in st; 1 when the claim found nothing to run (settled or busy:
- * st->retry_at set), 2 when it must be made again (still waiting for the
- * wake-up's commit), 0 when it claimed heads. */
-static int claim_verdict(a2_worker_runner *r, const char *session,
-                         const a2_claim_result *cl, a2_worker_run_stats *st)
+/* What a claim's result asks of its run. */
+enum claim_verdict {
+    CLAIMED_ALL,  /* heads claimed, every eligible head of the claim's
+                   * snapshot: what became claimable since is announced by
+                   * a2-consumer, so a woken run need not claim again */
+    CLAIMED_SOME, /* heads claimed, and a head dead-lettered: it may not
+                   * have taken every eligible one, so claim again after */
+    CLAIMED_NONE, /* nothing to run (settled, or busy: st->retry_at set) */
+    CLAIM_AGAIN,  /* the wake-up's commit is still not visible */
+};
+
+/* The verdict on a claim's result before its heads run; counts its dead
+ * letters and visibility waits in st. */
+static enum claim_verdict claim_verdict(a2_worker_runner *r,
+                                        const char *session,
+                                        const a2_claim_result *cl,
+                                        a2_worker_run_stats *st)
 {
     if (cl->outcome == A2_CLAIM_BUSY && cl->waiting_for) {
         /* The store waited for the commit and it is still not visible
          * (a synchronous standby holds it, say): wait again. */
         st->visibility_waits++;
-        return 2;
+        return CLAIM_AGAIN;
     }
     /* Heads whose lapsed lease was their last attempt. */
     for (size_t i = 0; i < cl->dead_lettered.count; i++) {
@@ -704,9 +715,9 @@ static int claim_verdict(a2_worker_runner *r, const char *session,
     }
     if (cl->outcome == A2_CLAIM_SETTLED || cl->outcome == A2_CLAIM_BUSY) {
         st->retry_at = cl->outcome == A2_CLAIM_BUSY ? cl->retry_at : 0;
-        return 1;
+        return CLAIMED_NONE;
     }
-    return 0;
+    return cl->dead_lettered.count == 0 ? CLAIMED_ALL : CLAIMED_SOME;
 }
 
 /* The claim request of the runner (after_xid: the wake-up's commit). */
@@ -749,15 +760,15 @@ static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
             rc = store_error(r, "claim", session);
             break;
         }
-        int v = claim_verdict(r, session, &cl, st);
-        if (v == 2) {
+        enum claim_verdict v = claim_verdict(r, session, &cl, st);
+        if (v == CLAIM_AGAIN) {
             a2_claim_result_free(&cl);
             if (wake_log && (rc = wake_logs(r, session, after_xid)) != 0)
                 break;
             continue;
         }
         after_xid = 0; /* visible: later claims need not wait */
-        if (v == 1) {
+        if (v == CLAIMED_NONE) {
             a2_claim_result_free(&cl);
             break;
         }
@@ -768,14 +779,10 @@ static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
             rc = run_published(r, &hr, st);
             head_run_free(&hr);
         }
-        /* A claim that dead-lettered nothing took every eligible head of
-         * its snapshot: what became claimable since is announced by a2-
-         * consumer, so a woken run need not claim again to find out. */
-        bool took_all = cl.dead_lettered.count == 0;
         a2_claim_result_free(&cl);
         if (rc != 0)
             break;
-        if (once && took_all) {
+        if (once && v == CLAIMED_ALL) {
             st->retry_at = 0;
             break;
         }
@@ -851,11 +858,10 @@ int a2_worker_runner_run_sessions(a2_worker_runner *r,
         head_run hr;
         rc = head_run_init(r, &hr, total);
         for (size_t i = 0; rc == 0 && i < n; i++) {
-            int v = claim_verdict(r, sessions[i].session, &cl[i], &stats[i]);
-            /* Still waiting for its commit, or a claim that dead-lettered
-             * a head (it may not have taken every eligible one): again. */
-            again[i] = v == 2 || (v == 0 && cl[i].dead_lettered.count > 0);
-            if (v == 0)
+            enum claim_verdict v =
+                    claim_verdict(r, sessions[i].session, &cl[i], &stats[i]);
+            again[i] = v == CLAIM_AGAIN || v == CLAIMED_SOME;
+            if (v == CLAIMED_ALL || v == CLAIMED_SOME)
                 head_run_add(&hr, sessions[i].session, &cl[i].heads,
                              &stats[i]);
         }
