@@ -583,9 +583,15 @@ done:
     if (a.pool && !quiet) {
         a2_worker_pool_stats st;
         a2_worker_pool_get_stats(a.pool, &st);
-        a2__log("a2-worker", "stopped after %llu handler runs",
+        a2__log("a2-worker",
+                 "stopped after %llu handler runs in %llu session runs "
+                 "(%llu of them woken, %llu run together with other "
+                 "sessions)",
                  (unsigned long long)(st.completed + st.failed +
-                                      st.dead_lettered));
+                                      st.dead_lettered),
+                 (unsigned long long)st.runs,
+                 (unsigned long long)st.woken_runs,
+                 (unsigned long long)st.together_runs);
     }
     a2_worker_pool_free(a.pool);
     a2_worker_free(w);

@@ -201,6 +201,8 @@ check "the event in flight completed" [ "$(sql "select count(*) from a2_events w
 check "the handler saw the end of its stdin: $(tail -5 "$TMP/py.log")" grep -q "\[handler 1\] handler $last_pid bye" "$TMP/py.log"
 check "draining is logged" grep -q "SIGTERM received, draining 1 running handler" "$TMP/py.log"
 check "the handler's exit is logged" grep -q "handler 1 (pid [0-9]*) exited with status 0" "$TMP/py.log"
+got=$(grep -o "stopped after .*" "$TMP/py.log")
+check "the stop line counts the runs: $got" eval '[[ "$got" =~ ^stopped\ after\ ([0-9]+)\ handler\ runs\ in\ ([0-9]+)\ session\ runs\ \(([0-9]+)\ of\ them\ woken,\ ([0-9]+)\ run\ together\ with\ other\ sessions\)$ ]] && [ "${BASH_REMATCH[1]}" -ge "$(awk '"'"'$1 == "py"'"'"' "$RUNS" | wc -l)" ] && [ "${BASH_REMATCH[3]}" -le "${BASH_REMATCH[2]}" ] && [ "${BASH_REMATCH[3]}" -gt 0 ]'
 
 # --- (6) a handler that never answers, on a 4000 ms lease: the attempt
 # fails when the lease would lapse, the handler is restarted, nothing lost
