@@ -56,6 +56,19 @@ select 'chaos_conc', session_id, idx, '#' || idx from jobs where conc
 union all
 select 'chaos_log', session_id, idx, 'lane:log' from jobs;
 
+-- The checks below look rows up one by one in these: indexed, they take
+-- time in proportion to the run's evidence, not to its square.
+create index on comp (consumer, session_id, idx);
+create index on claims (consumer, session_id, idx, attempt);
+create index on ended (consumer, session_id, idx, attempt);
+create index on targets (consumer, session_id, idx);
+create index if not exists chaos_inv_key on chaos_inv (consumer, session_id, idx, attempt);
+analyze comp;
+analyze claims;
+analyze ended;
+analyze targets;
+analyze chaos_inv;
+
 -- 1. Every acknowledged append is stored, as it was sent, and nothing the
 -- producers did not see acknowledged is: an event missing, an event no
 -- producer acknowledged, or an event whose lane, targets or planned
