@@ -49,10 +49,11 @@
  *       head (session s<seq % K>, head seq / K + 1: one append per
  *       session, one event cursor per event), on the same clock.
  *       With --hops H (a2-consumer started with --trace-wakes; --sessions
- *       K), H gets "seq commit sent read push woken start" per handler run,
- *       µs since the Unix epoch: the trace of the first wake-up that named
- *       the head it ran (A2_WIRE_TRACE_*), when this worker read that
- *       wake-up, and the handler's start.
+ *       K), H gets "seq commit sent read push woken pick start" per
+ *       handler run, µs since the Unix epoch: the trace of the first
+ *       wake-up that named the head it ran (A2_WIRE_TRACE_*), when this
+ *       worker read that wake-up, when a slot took the session from the
+ *       queue, and the handler's start.
  */
 #include "../../common/clock.h"
 #include "../../worker/worker_int.h"
@@ -316,10 +317,12 @@ static int64_t *starts;
 static int64_t *wake_at; /* --wakes: first wake-up per seq (loop thread) */
 /* --hops: per head position (session s, head h: s + (h - 1) * K) the
  * first wake-up's trace and its read (loop thread); per payload seq the
- * position it ran at and its start (slot threads), µs of CLOCK_REALTIME */
+ * position it ran at, when its slot took its session from the queue and
+ * its start (slot threads), µs of CLOCK_REALTIME */
 #define HOP_N 5
 static int64_t (*hop_wake)[HOP_N];
-static int64_t *hop_pos, *hop_start;
+static int64_t *hop_pos, *hop_pick, *hop_start;
+static _Thread_local int64_t slot_pick_us; /* the slot's last take */
 static atomic_long started, runs, woken_runs, empty_woken, empty_runs,
         claimed, completed, failed_heads, run_errors, resyncs, wakes,
         visibility_waits, timer_runs;
@@ -359,6 +362,7 @@ static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
             atomic_fetch_add(&started, 1);
             if (hop_pos) {
                 hop_start[seq] = a2__real_us();
+                hop_pick[seq] = slot_pick_us;
                 hop_pos[seq] = position(head->event.session_id, head->event.index);
             }
         }
@@ -517,6 +521,8 @@ static void *slot_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&sc.mu);
+        if (hop_pick)
+            slot_pick_us = a2__real_us();
 
         /* The woken sessions together (one alone: run_woken), the others
          * on their own. */
@@ -655,8 +661,8 @@ static void note_wake(const a2_worker_event *ev)
     }
 }
 
-/* --hops: "seq commit sent read push woken start" for every handler run
- * whose head's first wake-up carried a trace. */
+/* --hops: "seq commit sent read push woken pick start" for every handler
+ * run whose head's first wake-up carried a trace. */
 static int write_hops(const char *path)
 {
     FILE *f = fopen(path, "w");
@@ -671,7 +677,7 @@ static int write_hops(const char *path)
         fprintf(f, "%ld", i);
         for (int k = 0; k < HOP_N; k++)
             fprintf(f, " %" PRId64, hop_wake[p][k]);
-        fprintf(f, " %" PRId64 "\n", hop_start[i]);
+        fprintf(f, " %" PRId64 " %" PRId64 "\n", hop_pick[i], hop_start[i]);
     }
     if (fclose(f) != 0) {
         fprintf(stderr, "a2-bench-peers: %s: %s\n", path, strerror(errno));
@@ -689,10 +695,11 @@ static int run_work(void)
     if (cfg.hops) {
         hop_wake = calloc((size_t)cfg.max, sizeof *hop_wake);
         hop_pos = calloc((size_t)cfg.max, sizeof *hop_pos);
+        hop_pick = calloc((size_t)cfg.max, sizeof *hop_pick);
         hop_start = calloc((size_t)cfg.max, sizeof *hop_start);
     }
     if (!starts || !slots || (cfg.wakes && !wake_at) ||
-        (cfg.hops && (!hop_wake || !hop_pos || !hop_start)))
+        (cfg.hops && (!hop_wake || !hop_pos || !hop_pick || !hop_start)))
         return 1;
     if (pipe(sc.pipe_fd) != 0)
         return 1;
@@ -872,6 +879,7 @@ static int run_work(void)
     free(wake_at);
     free(hop_wake);
     free(hop_pos);
+    free(hop_pick);
     free(hop_start);
     for (int i = 0; i < cfg.slots; i++)
         a2_worker_runner_free(slots[i].runner);

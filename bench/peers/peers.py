@@ -9,9 +9,11 @@
       started counts as infinitely late ("inf").
   peers.py hops HOPS
       HOPS holds a2-bench-peers work --hops lines ("seq commit sent read
-      push woken start", µs since the Unix epoch). Prints one line per hop
-      (commit -> walsender send -> a2-consumer read -> frame to the socket
-      -> worker read -> handler start, and commit -> handler start):
+      push woken pick start", µs since the Unix epoch). Prints one line per
+      hop (commit -> walsender send -> a2-consumer read -> frame to the
+      socket -> worker read -> handler start, that last one split at the
+      slot's take of the session from the queue, and commit -> handler
+      start):
       "hop NAME n N p50_ms A p99_ms B max_ms C".
   peers.py delayed DUE STARTS DRAIN_S
       DUE holds "seq due_ms" (epoch ms) for every acknowledged job, STARTS
@@ -84,7 +86,8 @@ def latency(acks_path, starts_path):
 
 HOPS = [("commit->walsender_send", 0, 1), ("walsender_send->consumer_read", 1, 2),
         ("consumer_read->socket", 2, 3), ("socket->worker_read", 3, 4),
-        ("worker_read->handler_start", 4, 5), ("commit->handler_start", 0, 5)]
+        ("worker_read->handler_start", 4, 6), ("worker_read->slot_take", 4, 5),
+        ("slot_take->handler_start", 5, 6), ("commit->handler_start", 0, 6)]
 
 
 def hops(path):
@@ -93,7 +96,7 @@ def hops(path):
         with open(path) as f:
             for line in f:
                 parts = line.split()
-                if len(parts) == 7:
+                if len(parts) == 8:
                     rows.append([int(v) for v in parts[1:]])
     except OSError:
         pass
