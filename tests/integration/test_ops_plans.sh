@@ -106,5 +106,40 @@ events_by_index "bulk skip of a type" \
 # What the calls did is what they say.
 n=$(psql "$A2_TEST_DB" -qXAt -c "select count(*) from a2_cursors where session_id = 'p-7' and head is null and position = 1")
 [ "$n" = 1 ] || fail "the cancelled head was not passed ($n)"
+# A dead letter written while a bulk retry waits for its row: the retry
+# redrives the row's new version (the one it locked).
+key=$(psql "$A2_TEST_DB" -qXAt -c "select session_id || ' ' || cursor_key from a2_cursors
+                                    where consumer = 'mail' and failed_at is not null
+                                    order by failed_at, session_id, consumer, cursor_key, epoch limit 1")
+read -r ks kc <<<"$key"
+psql "$A2_TEST_DB" -qXAt >/dev/null <<SQL &
+begin;
+update a2_cursors set last_error = 'written meanwhile'
+ where session_id = '$ks' and cursor_key = '$kc' and consumer = 'mail';
+do \$\$ begin
+    for i in 1..600 loop
+        exit when exists (select 1 from pg_locks where not granted);
+        perform pg_sleep(0.05);
+    end loop;
+end \$\$;
+commit;
+SQL
+holder=$!
+# (the retry starts once the writer holds the row: it waits in its loop)
+for _ in $(seq 1 600); do
+    [ "$(psql "$A2_TEST_DB" -qXAt -c "select count(*) from pg_stat_activity
+                                      where state = 'active' and query like 'do %pg_locks%'")" = 1 ] && break
+    sleep 0.05
+done
+got=$(psql "$A2_TEST_DB" -qXAt -c "select a2_redrive_matching(action => 'retry', consumer_name => 'mail', max_rows => 1)->'count'")
+wait $holder
+row=$(psql "$A2_TEST_DB" -qXAt -c "select (failed_at is null) || ' ' || last_error from a2_cursors
+                                   where session_id = '$ks' and cursor_key = '$kc' and consumer = 'mail'")
+if [ "$got" = 1 ] && [ "$row" = "true written meanwhile" ]; then
+    echo "ok: bulk retry of a row written while it waited"
+else
+    fail "bulk retry of a row written while it waited: count $got, row ($key): $row"
+fi
+
 [ $failures -eq 0 ] || { echo "$failures failures" >&2; exit 1; }
 echo "test_ops_plans: all passed"
