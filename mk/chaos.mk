@@ -7,7 +7,8 @@
 #                       TCP connections, then a drain and the invariants
 #                       table (tests/chaos/check.sql). CHAOS_VARIANT=asan runs
 #                       the ASan/UBSan programs (with a larger RSS bound).
-#   make chaos-short    the same for 120 s (part of make check)
+#   make chaos-short    the same for 120 s at up to 20 appends/s a producer
+#                       (part of make check)
 #   make fuzz-server    build build/fuzz/fuzz_server (a2-consumer's worker
 #                       server: frame reader and message handling over a real
 #                       socket) and fuzz for FUZZ_SERVER_TIME s (default 20)
@@ -32,7 +33,7 @@ chaos:
 
 chaos-short:
 	$(MAKE) VARIANT=$(CHAOS_VARIANT) all
-	A2_BIN=build/$(CHAOS_VARIANT)/bin CHAOS_SECONDS=120 CHAOS_DRAIN=150 $(CHAOS_RSS_ASAN) tests/chaos/run
+	A2_BIN=build/$(CHAOS_VARIANT)/bin CHAOS_SECONDS=120 CHAOS_RATE=20 CHAOS_DRAIN=150 $(CHAOS_RSS_ASAN) tests/chaos/run
 
 FUZZ_SERVER_TIME ?= 20
 FUZZ_WORKER_TIME ?= 20
