@@ -122,40 +122,13 @@ static int64_t claim_expiry(const a2_claim_request *req, int64_t now)
     return req->expires_at_ms ? req->expires_at_ms : now + req->ttl_ms;
 }
 
-int a2_store_claim(a2_store *s, const char *session,
-                   const a2_claim_request *req, a2_claim_result *out)
+/* Whether req brings log cursors up to date before it claims. */
+static bool wakes_logs(const a2_claim_request *req)
 {
-    if (!s || !out)
-        return A2_EINVALID_ARGUMENT;
-    memset(out, 0, sizeof *out);
-    int rc = a2__store_check_name(s, "session", session);
-    if (rc == 0)
-        rc = check_claim(s, req);
-    if (rc)
-        return rc;
-    int64_t now = a2__store_now(s);
-    a2__store_params p = {0};
-    a2__store_param_text(&p, session);
-    a2__store_param_text(&p, req->holder);
-    a2__store_param_int(&p, claim_expiry(req, now));
-    a2__store_param_json(
-            &p, a2__store_consumers_json(req->consumers, req->nconsumers));
-    a2__store_param_json(&p, excluded_json(req));
-    a2__store_param_int(&p,
-                        req->max_failures ? req->max_failures : A2_STORE_NONE);
-    a2__store_param_int(&p, req->through ? req->through : A2_STORE_NONE);
-    a2__store_param_int(&p, now);
-    a2__store_param_int(&p, req->after_xid ? (int64_t)req->after_xid
-                                           : A2_STORE_NONE);
-    a2__store_param_int(&p, req->wait_ms > 0 ? req->wait_ms : 1000);
-    json_t *res = NULL;
-    rc = a2__store_run(s, SQL_CLAIM, &p, false, &res);
-    if (rc == 0)
-        rc = decode_claim(s, session, res, out);
-    if (rc)
-        a2_claim_result_free(out);
-    json_decref(res);
-    return rc;
+    for (size_t i = 0; req->wake_logs && i < req->nconsumers; i++)
+        if (req->consumers[i].log)
+            return true;
+    return false;
 }
 
 /* The a2_batch operation claiming cs for req, made at now (NULL: out of
@@ -186,6 +159,113 @@ static json_t *claim_op(const a2_claim_session *cs, const a2_claim_request *req,
 nomem:
     json_decref(o);
     return NULL;
+}
+
+/* The a2_batch operation bringing cs's log cursor of the log consumer c up
+ * to date (NULL: out of memory). */
+static json_t *wake_log_op(const a2_claim_session *cs, const a2_consumer *c,
+                           const a2_claim_request *req)
+{
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s?, s:o, s:b, s:I}", "op",
+                          "wake_log", "session", cs->session, "consumer",
+                          c->name, "lane", c->log->lane, "types",
+                          a2__store_types_json(c->log), "backfill",
+                          c->log->backfill, "wait_ms",
+                          (json_int_t)(req->wait_ms > 0 ? req->wait_ms : 1000));
+    if (o && cs->after_xid &&
+        json_object_set_new(o, "after_xid",
+                            json_integer((json_int_t)cs->after_xid)) != 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The claims of n checked sessions for req in one a2_batch, each after its
+ * log wake-ups when req asks for them (a2_store_claim_sessions). */
+static int claim_batch(a2_store *s, const a2_claim_session *sessions,
+                       size_t n, const a2_claim_request *req,
+                       a2_claim_result *out)
+{
+    memset(out, 0, n * sizeof *out);
+    int64_t now = a2__store_now(s);
+    bool logs = wakes_logs(req);
+    /* at[i]: the place of session i's claim among the operations. */
+    size_t *at = malloc(n * sizeof *at);
+    json_t *ops = at ? json_array() : NULL;
+    for (size_t i = 0; ops && i < n; i++) {
+        for (size_t c = 0; ops && logs && c < req->nconsumers; c++)
+            if (req->consumers[c].log)
+                ops = a2__store_push(ops, wake_log_op(&sessions[i],
+                                                      &req->consumers[c], req));
+        at[i] = ops ? json_array_size(ops) : 0;
+        if (ops)
+            ops = a2__store_push(ops, claim_op(&sessions[i], req, now));
+    }
+    if (!ops) {
+        free(at);
+        return a2__store_nomem(s);
+    }
+    size_t nops = json_array_size(ops);
+    a2__store_params p = {0};
+    a2__store_param_json(&p, ops);
+    json_t *res = NULL;
+    int rc = a2__store_run(s, SQL_BATCH, &p, false, &res);
+    if (rc == 0 && json_array_size(res) != nops)
+        rc = a2__store_fail(s, A2_ESTORE_FAILED,
+                            "a2_batch returned %zu results for %zu operations",
+                            json_array_size(res), nops);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = decode_claim(s, sessions[i].session, json_array_get(res, at[i]),
+                          &out[i]);
+    free(at);
+    if (rc)
+        for (size_t i = 0; i < n; i++)
+            a2_claim_result_free(&out[i]);
+    else
+        a2__store_ok(s);
+    json_decref(res);
+    return rc;
+}
+
+int a2_store_claim(a2_store *s, const char *session,
+                   const a2_claim_request *req, a2_claim_result *out)
+{
+    if (!s || !out)
+        return A2_EINVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    int rc = a2__store_check_name(s, "session", session);
+    if (rc == 0)
+        rc = check_claim(s, req);
+    if (rc)
+        return rc;
+    if (wakes_logs(req)) {
+        a2_claim_session cs = {session, req->after_xid};
+        return claim_batch(s, &cs, 1, req, out);
+    }
+    int64_t now = a2__store_now(s);
+    a2__store_params p = {0};
+    a2__store_param_text(&p, session);
+    a2__store_param_text(&p, req->holder);
+    a2__store_param_int(&p, claim_expiry(req, now));
+    a2__store_param_json(
+            &p, a2__store_consumers_json(req->consumers, req->nconsumers));
+    a2__store_param_json(&p, excluded_json(req));
+    a2__store_param_int(&p,
+                        req->max_failures ? req->max_failures : A2_STORE_NONE);
+    a2__store_param_int(&p, req->through ? req->through : A2_STORE_NONE);
+    a2__store_param_int(&p, now);
+    a2__store_param_int(&p, req->after_xid ? (int64_t)req->after_xid
+                                           : A2_STORE_NONE);
+    a2__store_param_int(&p, req->wait_ms > 0 ? req->wait_ms : 1000);
+    json_t *res = NULL;
+    rc = a2__store_run(s, SQL_CLAIM, &p, false, &res);
+    if (rc == 0)
+        rc = decode_claim(s, session, res, out);
+    if (rc)
+        a2_claim_result_free(out);
+    json_decref(res);
+    return rc;
 }
 
 /* The sessions of a2_store_claim_sessions: 1..A2_STORE_MAX_SETTLE names,
@@ -223,33 +303,7 @@ int a2_store_claim_sessions(a2_store *s, const a2_claim_session *sessions,
     int rc = check_claim_sessions(s, sessions, n);
     if (rc == 0)
         rc = check_claim(s, req);
-    if (rc)
-        return rc;
-    memset(out, 0, n * sizeof *out);
-    int64_t now = a2__store_now(s);
-    json_t *ops = json_array();
-    for (size_t i = 0; ops && i < n; i++)
-        ops = a2__store_push(ops, claim_op(&sessions[i], req, now));
-    if (!ops)
-        return a2__store_nomem(s);
-    a2__store_params p = {0};
-    a2__store_param_json(&p, ops);
-    json_t *res = NULL;
-    rc = a2__store_run(s, SQL_BATCH, &p, false, &res);
-    if (rc == 0 && json_array_size(res) != n)
-        rc = a2__store_fail(s, A2_ESTORE_FAILED,
-                            "a2_batch returned %zu results for %zu claims",
-                            json_array_size(res), n);
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        rc = decode_claim(s, sessions[i].session, json_array_get(res, i),
-                          &out[i]);
-    if (rc)
-        for (size_t i = 0; i < n; i++)
-            a2_claim_result_free(&out[i]);
-    else
-        a2__store_ok(s);
-    json_decref(res);
-    return rc;
+    return rc ? rc : claim_batch(s, sessions, n, req, out);
 }
 
 /* ── renew ───────────────────────────────────────────────────────────── */

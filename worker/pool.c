@@ -100,8 +100,8 @@ size_t a2__pool_take_count(int64_t session_us)
     return n < 1 ? 1 : n > POOL_MAX_TOGETHER ? POOL_MAX_TOGETHER : (size_t)n;
 }
 
-/* Runs n taken jobs on slot s (outside mu): woken sessions without log
- * wake-ups together (a2_worker_runner_run_sessions), any other on its own.
+/* Runs n taken jobs on slot s (outside mu): woken sessions together
+ * (a2_worker_runner_run_sessions), any other on its own.
  * rcs[i], st[i]: each job's result; together_of[i]: it ran with others. */
 static void run_jobs(pool_slot *s, const a2__run *runs, size_t n, int *rcs,
                      a2_worker_run_stats *st, unsigned char *together_of)
@@ -110,7 +110,7 @@ static void run_jobs(pool_slot *s, const a2__run *runs, size_t n, int *rcs,
     size_t place[POOL_MAX_TOGETHER];
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        if (n > 1 && runs[i].woken && !runs[i].wake_log) {
+        if (n > 1 && runs[i].woken) {
             together[k] = (a2_claim_session){runs[i].session, runs[i].xid};
             place[k++] = i;
         } else if (runs[i].woken) {

@@ -662,25 +662,6 @@ static int run_published(a2_worker_runner *r, head_run *hr,
     return rc;
 }
 
-/* Brings every served log consumer's cursor up to date (after_xid: the
- * commit to wait for first, 0: none). */
-static int wake_logs(a2_worker_runner *r, const char *session,
-                     uint64_t after_xid)
-{
-    for (size_t i = 0; i < r->nconsumers; i++) {
-        if (!r->consumers[i].log)
-            continue;
-        a2_cursors cur = {0};
-        int64_t head = 0;
-        int wrc = a2_store_wake_log(r->store, session, &r->consumers[i],
-                                    after_xid, &cur, &head);
-        a2_cursors_free(&cur);
-        if (wrc != 0)
-            return store_error(r, "wake_log", session);
-    }
-    return 0;
-}
-
 /* What a claim's result asks of its run. */
 enum claim_verdict {
     CLAIMED_ALL,  /* heads claimed, every eligible head of the claim's
@@ -720,16 +701,19 @@ static enum claim_verdict claim_verdict(a2_worker_runner *r,
     return cl->dead_lettered.count == 0 ? CLAIMED_ALL : CLAIMED_SOME;
 }
 
-/* The claim request of the runner (after_xid: the wake-up's commit). */
+/* The claim request of the runner (after_xid: the wake-up's commit;
+ * wake_logs: bring the served log consumers' cursors up to date first, in
+ * the claim's transaction). */
 static a2_claim_request claim_request(const a2_worker_runner *r,
-                                      uint64_t after_xid)
+                                      uint64_t after_xid, bool wake_logs)
 {
     return (a2_claim_request){.holder = r->holder,
                               .ttl_ms = r->ttl_ms,
                               .consumers = r->consumers,
                               .nconsumers = r->nconsumers,
                               .max_failures = r->max_failures,
-                              .after_xid = after_xid};
+                              .after_xid = after_xid,
+                              .wake_logs = wake_logs};
 }
 
 /* The run of a2_worker_runner_run; with once, it ends after the first
@@ -750,10 +734,10 @@ static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
     int rc = ensure_store(r);
     if (rc != 0)
         return rc;
-    if (wake_log && (rc = wake_logs(r, session, after_xid)) != 0)
-        return rc;
     while (!r->stopping) {
-        a2_claim_request req = claim_request(r, after_xid);
+        /* The first claim (and one made again while the wake-up's commit
+         * is not visible) brings the log cursors up to date first. */
+        a2_claim_request req = claim_request(r, after_xid, wake_log);
         a2_claim_result cl = {0};
         if (a2_store_claim(r->store, session, &req, &cl) != 0) {
             a2_claim_result_free(&cl);
@@ -763,11 +747,10 @@ static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
         enum claim_verdict v = claim_verdict(r, session, &cl, st);
         if (v == CLAIM_AGAIN) {
             a2_claim_result_free(&cl);
-            if (wake_log && (rc = wake_logs(r, session, after_xid)) != 0)
-                break;
             continue;
         }
         after_xid = 0; /* visible: later claims need not wait */
+        wake_log = false;
         if (v == CLAIMED_NONE) {
             a2_claim_result_free(&cl);
             break;
@@ -803,6 +786,15 @@ int a2_worker_runner_run_woken(a2_worker_runner *r, const char *session,
     return run_session(r, session, wake_log, true, after_xid, stats);
 }
 
+/* Whether the runner serves a log consumer. */
+static bool serves_log(const a2_worker_runner *r)
+{
+    for (size_t i = 0; i < r->nconsumers; i++)
+        if (r->consumers[i].log)
+            return true;
+    return false;
+}
+
 /* Adds the counts of b to a; a's retry_at becomes b's. */
 static void stats_add(a2_worker_run_stats *a, const a2_worker_run_stats *b)
 {
@@ -829,7 +821,7 @@ int a2_worker_runner_run_sessions(a2_worker_runner *r,
         if (!sessions[i].session || !*sessions[i].session)
             return A2_WORKER_EINVAL;
     if (n == 1)
-        return run_session(r, sessions[0].session, false, true,
+        return run_session(r, sessions[0].session, serves_log(r), true,
                            sessions[0].after_xid, &stats[0]);
     if (r->stopping)
         return A2_WORKER_ESTOPPED;
@@ -844,7 +836,7 @@ int a2_worker_runner_run_sessions(a2_worker_runner *r,
         snprintf(r->last_error, sizeof r->last_error, "out of memory");
         return A2_WORKER_ENOMEM;
     }
-    a2_claim_request req = claim_request(r, 0);
+    a2_claim_request req = claim_request(r, 0, serves_log(r));
     if (a2_store_claim_sessions(r->store, sessions, n, &req, cl) != 0) {
         const a2_store_error *e = a2_store_last_error(r->store);
         if (e->code == A2_ESTORE_UNAVAILABLE || e->code == A2_ESTORE_NOMEM)
@@ -876,7 +868,7 @@ int a2_worker_runner_run_sessions(a2_worker_runner *r,
         if (!again[i])
             continue;
         a2_worker_run_stats more;
-        rc = run_session(r, sessions[i].session, false, true,
+        rc = run_session(r, sessions[i].session, serves_log(r), true,
                          sessions[i].after_xid, &more);
         stats_add(&stats[i], &more);
     }

@@ -400,6 +400,11 @@ typedef struct a2_claim_request {
      * claim again with the same after_xid. */
     uint64_t after_xid;
     int64_t wait_ms;
+    /* First bring the session's cursor of each log consumer in consumers
+     * up to date, as a2_store_wake_log does (after after_xid), in the
+     * claim's transaction and round trip: one commit where a wake-up of a
+     * log consumer took two. */
+    bool wake_logs;
 } a2_claim_request;
 
 typedef enum a2_claim_outcome {

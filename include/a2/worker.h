@@ -334,7 +334,8 @@ void a2_worker_runner_free(a2_worker_runner *r);
 
 /*
  * Works session: (wake_log: first brings every served log consumer's cursor
- * up to date with a2_store_wake_log), then claim -> handle -> complete/fail
+ * up to date as a2_store_wake_log does, in the first claim's transaction
+ * and round trip), then claim -> handle -> complete/fail
  * until the session is settled (stats->retry_at 0) or busy (stats->retry_at
  * set: claim again then). Returns 0, A2_WORKER_ESTOPPED when stopped before
  * claiming, or A2_WORKER_ESTORE (the reason in a2_worker_runner_last_error;
@@ -367,9 +368,10 @@ A2_WORKER_MUST_CHECK int a2_worker_runner_run_woken(a2_worker_runner *r,
                                                     a2_worker_run_stats *stats);
 
 /*
- * a2_worker_runner_run_woken (without wake_log) for n woken sessions at once
+ * a2_worker_runner_run_woken for n woken sessions at once
  * (1..A2_STORE_MAX_SETTLE, none twice; each with its wake-up's xid as
- * after_xid): one claim round trip for all of them
+ * after_xid; with wake_log when the runner serves a log consumer): one
+ * claim round trip for all of them, log wake-ups included
  * (a2_store_claim_sessions), their heads handled session by session in the
  * order given (each session's in its claim's order, so every lane keeps its
  * order), the outcomes settled together (a2_store_settle_sessions) as a

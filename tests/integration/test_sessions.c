@@ -149,6 +149,72 @@ static void test_claim_sessions_all_or_nothing(void **state)
     a2_claim_result_free(&cr);
 }
 
+/* A log consumer of type "job", lane "main". */
+static const a2_log_spec log_spec = {.lane = "main", .backfill = true};
+static const a2_consumer log_consumer[] = {{.name = "lg", .log = &log_spec}};
+
+/* An event for no target: only a log consumer runs it. */
+static void append_untargeted(fx *f, const char *session, const char *id)
+{
+    a2_append_event ev = {.type = "job", .id = id};
+    a2_events out;
+    OK(a2_store_append(f->s, session, &ev, 1, NULL, &out));
+    a2_events_free(&out);
+}
+
+/* With wake_logs, a claim brings the log consumer's cursor up to date in
+ * its own round trip and transaction: one round trip claims the log's
+ * first event, in one session and in two at once; without it, the cursor
+ * is not started and the claim finds nothing. */
+static void test_claim_wake_logs(void **state)
+{
+    sfx *x = *state;
+    fx *f = x->f;
+    for (int i = 0; i < 3; i++)
+        append_untargeted(f, x->s[i], "e1");
+    a2_claim_request req = {.holder = "h",
+                            .ttl_ms = 30000,
+                            .consumers = log_consumer,
+                            .nconsumers = 1};
+    a2_claim_result cr;
+    OK(a2_store_claim(f->s, x->s[0], &req, &cr));
+    assert_int_equal(cr.outcome, A2_CLAIM_SETTLED);
+    a2_claim_result_free(&cr);
+    assert_int_equal(rows(f, "a2_cursors", x->s[0], "consumer = 'lg'"), 0);
+
+    req.wake_logs = true;
+    uint64_t trips = a2_store_round_trips(f->s);
+    OK(a2_store_claim(f->s, x->s[0], &req, &cr));
+    assert_int_equal(a2_store_round_trips(f->s), trips + 1);
+    a2_attempt_ref one = only_head(&cr);
+    assert_string_equal(one.consumer, "lg");
+    assert_string_equal(one.lane, "main");
+    assert_int_equal(one.index, 1);
+    a2_claim_result_free(&cr);
+
+    a2_claim_session cs[2] = {{x->s[2], 0}, {x->s[1], 0}};
+    a2_claim_result out[2];
+    trips = a2_store_round_trips(f->s);
+    OK(a2_store_claim_sessions(f->s, cs, 2, &req, out));
+    assert_int_equal(a2_store_round_trips(f->s), trips + 1);
+    for (int i = 0; i < 2; i++) {
+        assert_string_equal(out[i].heads.items[0].event.session_id,
+                            cs[i].session);
+        assert_string_equal(only_head(&out[i]).consumer, "lg");
+        a2_claim_result_free(&out[i]);
+    }
+    /* A wake-up's xid the store refuses refuses the log wake-ups with the
+     * claims: no cursor is started. */
+    append_untargeted(f, x->s[0], "e2");
+    char other[96];
+    snprintf(other, sizeof other, "%s-new", x->s[0]);
+    append_untargeted(f, other, "e1");
+    a2_claim_session bad[2] = {{other, 0}, {x->s[1], BAD_XID}};
+    assert_int_equal(a2_store_claim_sessions(f->s, bad, 2, &req, out),
+                     A2_EINVALID_ARGUMENT);
+    assert_int_equal(rows(f, "a2_cursors", other, "consumer = 'lg'"), 0);
+}
+
 /* Bad arguments are refused before any call. */
 static void test_claim_sessions_invalid(void **state)
 {
@@ -388,6 +454,45 @@ static void test_runner_sessions(void **state)
     assert_int_equal(a2_worker_runner_run_sessions(r, cs, 1, st), 0);
     assert_int_equal(h.calls, 4);
     assert_int_equal(st[0].completed, 1);
+    a2_worker_runner_free(r);
+}
+
+/* A runner serving a log consumer brings its cursors up to date in the
+ * claim of several sessions: their log events run in one run, in the order
+ * given, and settle together; a second event of one of them runs in the
+ * next run. */
+static void test_runner_sessions_log(void **state)
+{
+    sfx *x = *state;
+    fx *f = x->f;
+    for (int i = 0; i < 3; i++)
+        append_untargeted(f, x->s[i], "e1");
+    hctx h = {0};
+    char err[512];
+    a2_worker_runner_options o =
+            runner_options("sessions-runner", handler, &h, 30000);
+    o.consumers = log_consumer;
+    a2_worker_runner *r = a2_worker_runner_new(&o, err, sizeof err);
+    if (!r)
+        fail_msg("runner: %s", err);
+    a2_claim_session cs[3] = {{x->s[2], 0}, {x->s[0], 0}, {x->s[1], 0}};
+    a2_worker_run_stats st[3];
+    assert_int_equal(a2_worker_runner_run_sessions(r, cs, 3, st), 0);
+    assert_int_equal(h.calls, 3);
+    for (int i = 0; i < 3; i++) {
+        char want[96];
+        snprintf(want, sizeof want, "%s 1", cs[i].session);
+        assert_string_equal(h.order[i], want);
+        assert_int_equal(st[i].completed, 1);
+        assert_int_equal(st[i].settled_together, 1);
+    }
+    append_untargeted(f, x->s[0], "e2");
+    assert_int_equal(a2_worker_runner_run_sessions(r, cs, 2, st), 0);
+    assert_int_equal(h.calls, 4);
+    assert_int_equal(st[1].completed, 1);
+    assert_int_equal(rows(f, "a2_cursors", x->s[0],
+                          "consumer = 'lg' and position = 2 and head is null"),
+                     1);
     a2_worker_runner_free(r);
 }
 
@@ -634,6 +739,8 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(test_claim_sessions_all_or_nothing,
                                             setup, teardown),
+            cmocka_unit_test_setup_teardown(test_claim_wake_logs, setup,
+                                            teardown),
             cmocka_unit_test_setup_teardown(test_claim_sessions_invalid, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_settle_sessions, setup,
@@ -643,6 +750,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_settle_sessions_invalid,
                                             setup, teardown),
             cmocka_unit_test_setup_teardown(test_runner_sessions, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_runner_sessions_log, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_runner_sessions_renews, setup,
                                             teardown),

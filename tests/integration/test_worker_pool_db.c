@@ -28,12 +28,16 @@ static int calls;
 static int f_calls;
 static int running_now, max_running;
 
+/* Appends a job to session for consumer (NULL: for no target, a log
+ * consumer's). */
 static void append_for(const char *session, const char *consumer)
 {
     a2_store *s = a2_test_store_open(a2_test_db());
     a2_target t = {.consumer = consumer};
-    a2_append_event e = {
-            .type = "job", .payload = "{}", .targets = &t, .ntargets = 1};
+    a2_append_event e = {.type = "job",
+                         .payload = "{}",
+                         .targets = consumer ? &t : NULL,
+                         .ntargets = consumer ? 1 : 0};
     a2_events out = {0};
     assert_int_equal(a2_store_append(s, session, &e, 1, NULL, &out), 0);
     a2_events_free(&out);
@@ -193,10 +197,13 @@ static int gate_handler(void *ctx, int slot, const a2_head *h,
 
 /* With one slot busy with session gate<prefix> while five sessions are
  * woken, then freed: the handlers run in the order the sessions were
- * woken, and the pool's stats after all six. */
-static void run_gated(const char *prefix, a2_worker_pool_stats *st)
+ * woken, and the pool's stats after all six. log: the consumer is a log
+ * consumer of the jobs (they target none) and the wake-ups are log ones. */
+static void run_gated(const char *prefix, bool log, a2_worker_pool_stats *st)
 {
-    a2_consumer c = {.name = "tog"};
+    static const a2_log_spec spec = {.lane = "main", .backfill = true};
+    a2_consumer c = {.name = "tog", .log = log ? &spec : NULL};
+    const char *target = log ? NULL : "tog";
     a2_worker_pool_options o = {.db = a2_test_db(),
                                 .name = prefix,
                                 .consumers = &c,
@@ -211,8 +218,8 @@ static void run_gated(const char *prefix, a2_worker_pool_stats *st)
     gate_open = 0;
     char gate[32];
     snprintf(gate, sizeof gate, "gate%s", prefix);
-    append_for(gate, "tog");
-    assert_int_equal(a2_worker_pool_wake(p, gate, false, 0), 0);
+    append_for(gate, target);
+    assert_int_equal(a2_worker_pool_wake(p, gate, log, 0), 0);
     int64_t end = a2_test_now_ms() + 30000;
     for (;;) { /* the gate's handler has started */
         pthread_mutex_lock(&mu);
@@ -227,8 +234,8 @@ static void run_gated(const char *prefix, a2_worker_pool_stats *st)
     for (int i = 0; i < 5; i++) {
         char s[32];
         snprintf(s, sizeof s, "%s%d", prefix, i);
-        append_for(s, "tog");
-        assert_int_equal(a2_worker_pool_wake(p, s, false, 0), 0);
+        append_for(s, target);
+        assert_int_equal(a2_worker_pool_wake(p, s, log, 0), 0);
     }
     pthread_mutex_lock(&mu);
     gate_open = 1;
@@ -253,8 +260,20 @@ static void test_pool_together(void **state)
     (void)state;
     slow_ms = 0;
     a2_worker_pool_stats st;
-    run_gated("t", &st);
+    run_gated("t", false, &st);
     assert_true(st.together_runs >= 2 && st.together_runs <= 4);
+}
+
+/* The same with log wake-ups: each session's log cursor is brought up to
+ * date in the claim of the sessions run together. */
+static void test_pool_together_log(void **state)
+{
+    (void)state;
+    slow_ms = 0;
+    a2_worker_pool_stats st;
+    run_gated("g", true, &st);
+    assert_true(st.together_runs >= 2 && st.together_runs <= 4);
+    assert_int_equal(st.completed, 6);
 }
 
 /* Slow handlers (10 ms): the slot takes one session at a time. */
@@ -263,7 +282,7 @@ static void test_pool_slow_alone(void **state)
     (void)state;
     slow_ms = 10;
     a2_worker_pool_stats st;
-    run_gated("u", &st);
+    run_gated("u", false, &st);
     assert_int_equal(st.together_runs, 0);
 }
 
@@ -271,6 +290,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_pool),
                                        cmocka_unit_test(test_pool_together),
+                                       cmocka_unit_test(test_pool_together_log),
                                        cmocka_unit_test(test_pool_slow_alone)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
