@@ -91,6 +91,7 @@ static struct {
     long max, expect;
     int producers, sessions, slots;
     int realtime;
+    int log; /* --log 1: jobs target no consumer, a log consumer runs them */
 } cfg = {
         .seconds = 0,
         .drain = 5,
@@ -131,6 +132,11 @@ static int64_t *acks;
 static atomic_long next_seq, produced, produce_errors;
 static int64_t produce_t0;
 
+/* --log: the log consumer's spec (the job type, from the log's start). */
+static const char *const log_types[] = {EVENT_TYPE};
+static const a2_log_spec log_spec = {
+        .lane = "bench", .types = log_types, .ntypes = 1, .backfill = true};
+
 static void *producer_main(void *arg)
 {
     a2_store *st = arg;
@@ -151,8 +157,8 @@ static void *producer_main(void *arg)
         snprintf(payload, sizeof payload, "{\"seq\":%ld}", seq);
         a2_append_event ev = {.type = EVENT_TYPE,
                               .payload = payload,
-                              .targets = &target,
-                              .ntargets = 1};
+                              .targets = cfg.log ? NULL : &target,
+                              .ntargets = cfg.log ? 0 : 1};
         a2_events out = {0};
         if (a2_store_append(st, session, &ev, 1, NULL, &out) == 0) {
             acks[seq] = a2__mono_ns();
@@ -244,8 +250,8 @@ static int run_bulk(bool delayed)
             snprintf(payload[n], sizeof payload[n], "{\"seq\":%ld}", seq);
             ev[n] = (a2_append_event){.type = EVENT_TYPE,
                                       .payload = payload[n],
-                                      .targets = &target,
-                                      .ntargets = 1,
+                                      .targets = cfg.log ? NULL : &target,
+                                      .ntargets = cfg.log ? 0 : 1,
                                       .not_before = delayed ? due_ms(seq) : 0};
             n++;
         }
@@ -534,9 +540,9 @@ static void *slot_main(void *arg)
                 place[k++] = i;
             } else if (woken[i]) {
                 rcs[i] = a2_worker_runner_run_woken(s->runner, session[i],
-                                                    false, xids[i], &st[i]);
+                                                    cfg.log, xids[i], &st[i]);
             } else {
-                rcs[i] = a2_worker_runner_run(s->runner, session[i], false,
+                rcs[i] = a2_worker_runner_run(s->runner, session[i], cfg.log,
                                               &st[i]);
             }
         }
@@ -650,7 +656,8 @@ static void on_signal(int sig)
  * its trace (--hops). */
 static void note_wake(const a2_worker_event *ev)
 {
-    long seq = position(ev->session, ev->head);
+    long seq = position(ev->session,
+                        ev->type == A2_WORKER_EV_LOG ? ev->idx : ev->head);
     if (seq < 0)
         return;
     if (wake_at && !wake_at[seq])
@@ -711,7 +718,7 @@ static int run_work(void)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
 
-    a2_consumer served = {.name = CONSUMER, .log = NULL};
+    a2_consumer served = {.name = CONSUMER, .log = cfg.log ? &log_spec : NULL};
     char err[512];
     a2_worker_runner_options rro = {.db = cfg.db,
                                     .holder = "peers-resync",
@@ -740,7 +747,9 @@ static int run_work(void)
     }
     a2_worker_options wo = {.connect = cfg.connect, .name = "bench-peers"};
     a2_worker *w = a2_worker_new(&wo, err, sizeof err);
-    if (!w || a2_worker_subscribe(w, CONSUMER, 0, NULL, 0) != 0) {
+    if (!w || a2_worker_subscribe(w, CONSUMER, cfg.log,
+                                  cfg.log ? log_types : NULL,
+                                  cfg.log ? 1 : 0) != 0) {
         fprintf(stderr, "a2-bench-peers: worker: %s\n", w ? "subscribe" : err);
         return 1;
     }
@@ -816,6 +825,7 @@ static int run_work(void)
         while (a2_worker_next(w, &ev) == 1) {
             switch (ev.type) {
             case A2_WORKER_EV_WAKE:
+            case A2_WORKER_EV_LOG:
                 atomic_fetch_add(&wakes, 1);
                 note_wake(&ev);
                 if (ev.session)
@@ -906,7 +916,10 @@ static int usage(void)
             "           [--expect N | --expect-file F] [--drain S] "
             "[--seconds S] [--max-seconds S]\n"
             "           [--until-ms T] [--clock monotonic|realtime]\n"
-            "           [--wakes FILE --sessions K] [--hops FILE]\n");
+            "           [--wakes FILE --sessions K] [--hops FILE]\n"
+            "  --log 1 (produce, bulk, delay, work): the jobs target no "
+            "consumer; a log\n"
+            "           consumer of their type runs them\n");
     return 2;
 }
 
@@ -938,6 +951,7 @@ static int set_option(const char *k, const char *v)
             {"--producers", 'i', &cfg.producers},
             {"--sessions", 'i', &cfg.sessions},
             {"--slots", 'i', &cfg.slots},
+            {"--log", 'i', &cfg.log},
     };
     if (strcmp(k, "--clock") == 0) {
         if (strcmp(v, "realtime") == 0)
