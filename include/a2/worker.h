@@ -133,7 +133,7 @@ typedef struct a2_worker_options {
 typedef enum a2_worker_event_type {
     A2_WORKER_EV_WAKE = 1,     /* consumer, session, cursor, head, lsn, xid */
     A2_WORKER_EV_LOG,          /* consumer, session, idx, event_type, lsn:
-                                  call a2_store_wake_log, then claim */
+                                  claim with a2_claim_request.wake_logs */
     A2_WORKER_EV_CLEARED,      /* session, clear_index, lsn */
     A2_WORKER_EV_RESYNC,       /* consumer; sessions[nsessions], or
                                   all_sessions: claim whatever is pending */
