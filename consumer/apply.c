@@ -27,7 +27,7 @@ char *a2__apply_tdup(a2_change_text t)
 
 int a2__apply_teq(a2_change_text t, const char *s)
 {
-    return t.ptr && strlen(s) == t.len && memcmp(t.ptr, s, t.len) == 0;
+    return t.ptr && s && strlen(s) == t.len && memcmp(t.ptr, s, t.len) == 0;
 }
 
 a2__apply *a2__apply_new(a2__audit *audit, a2__timers *timers,
@@ -97,6 +97,25 @@ static void free_actions(a2__apply *ap)
     for (size_t i = 0; i < ap->nacts; i++)
         act_free(&ap->acts[i]);
     ap->nacts = 0;
+}
+
+void a2__apply_drop_wakes(a2__apply *ap, a2_change_text session,
+                          a2_change_text consumer, a2_change_text cursor_key,
+                          int64_t head)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < ap->nacts; i++) {
+        a2__apply_act *a = &ap->acts[i];
+        if (a->kind == A2C_ACT_WAKE && a->wake.head == head &&
+            a2__apply_teq(session, a->wake.key.session) &&
+            a2__apply_teq(consumer, a->wake.key.consumer) &&
+            a2__apply_teq(cursor_key, a->wake.key.cursor_key)) {
+            act_free(a);
+            continue;
+        }
+        ap->acts[kept++] = *a;
+    }
+    ap->nacts = kept;
 }
 
 void a2__apply_free(a2__apply *ap)

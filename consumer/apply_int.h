@@ -117,10 +117,16 @@ struct a2__apply {
  * for a resync at commit. Takes ownership of the action's strings. */
 void a2__apply_add(a2__apply *ap, a2__apply_act act);
 
+/* Drops the wake-ups added for head of the cursor (session, consumer,
+ * cursor_key) so far in this transaction. */
+void a2__apply_drop_wakes(a2__apply *ap, a2_change_text session,
+                          a2_change_text consumer, a2_change_text cursor_key,
+                          int64_t head);
+
 /* A copy of t as a C string (NULL for SQL NULL or out of memory). */
 char *a2__apply_tdup(a2_change_text t);
 
-/* 1 when t is the string s. */
+/* 1 when t is the string s (0 when either is NULL). */
 int a2__apply_teq(a2_change_text t, const char *s);
 
 /* ---- apply_rules.c ---- */

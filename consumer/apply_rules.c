@@ -166,6 +166,10 @@ typedef enum {
     /* as WAKE_HEAD, when the head is new (no before row, or another head)
      * or was dead before */
     WAKE_IF_MOVED,
+    /* none, and a wake-up for the same head earlier in the transaction is
+     * void: a claim holds the head at its commit (a log cursor started
+     * and claimed in one transaction, say) */
+    WAKE_VOID,
 } wake_rule;
 
 /* What happens to the timer of the after row's key. */
@@ -205,9 +209,9 @@ typedef struct {
 static const cursor_rule rules[A2_TRANSITION_COUNT] = {
   /*                               wake           timer           run */
   [A2_TRANSITION_STARTED]       = {WAKE_HEAD,     TIMER_DEADLINE, RUN_KEEP},
-  [A2_TRANSITION_CLAIMED]       = {WAKE_NONE,     TIMER_ARM,      RUN_KEEP},
+  [A2_TRANSITION_CLAIMED]       = {WAKE_VOID,     TIMER_ARM,      RUN_KEEP},
   [A2_TRANSITION_RENEWED]       = {WAKE_NONE,     TIMER_DEADLINE, RUN_KEEP},
-  [A2_TRANSITION_TAKEN_OVER]    = {WAKE_NONE,     TIMER_ARM,      RUN_KEEP},
+  [A2_TRANSITION_TAKEN_OVER]    = {WAKE_VOID,     TIMER_ARM,      RUN_KEEP},
   [A2_TRANSITION_COMPLETED]     = {WAKE_HEAD,     TIMER_DEADLINE, RUN_KEEP},
   [A2_TRANSITION_WENT_IDLE]     = {WAKE_NONE,     TIMER_CANCEL,   RUN_KEEP},
   [A2_TRANSITION_FAILED]        = {WAKE_NONE,     TIMER_DEADLINE, RUN_KEEP},
@@ -238,7 +242,8 @@ static int held(const a2_cursor_row *r)
 static int wakes(wake_rule rule, const a2_cursor_row *before,
                  const a2_cursor_row *after)
 {
-    if (rule == WAKE_NONE || !live(after) || held(after))
+    if (rule == WAKE_NONE || rule == WAKE_VOID || !live(after) ||
+        held(after))
         return 0;
     if (rule == WAKE_HEAD || !before)
         return 1;
@@ -264,6 +269,9 @@ static void cursor_actions(a2__apply *ap, const cursor_rule *rule,
 {
     if (ap->overflow)
         return; /* the commit resyncs instead: copy nothing */
+    if (n && rule->wake == WAKE_VOID && !n->head.null)
+        a2__apply_drop_wakes(ap, n->session_id, n->consumer, n->cursor_key,
+                             n->head.value);
     if (n && wakes(rule->wake, o, n))
         a2__apply_add(ap, wake_act(n));
     if (n) {

@@ -236,6 +236,36 @@ static void cursor_update(fx *f, const char *key, int64_t oh, int oa,
     feed(f, line, 0);
 }
 
+/* Replaces the first occurrence of from in s (room for it) with to. */
+static void replace_in(char *s, size_t len, const char *from, const char *to)
+{
+    char *at = strstr(s, from);
+    assert_non_null(at);
+    size_t tail = strlen(at + strlen(from));
+    assert_true((size_t)(at - s) + strlen(to) + tail < len);
+    memmove(at + strlen(to), at + strlen(from), tail + 1);
+    memcpy(at, to, strlen(to));
+}
+
+/* The claim of key's unclaimed head by w1 until expires (claimed at 1000):
+ * a "claimed" transition. */
+static void claim_update(fx *f, const char *key, int64_t head, int64_t expires)
+{
+    char o[4096], n[4096], line[9000];
+    cols(o, sizeof o, "s1", "c", key, "event", head, 0, NULL, -1, -1);
+    cols(n, sizeof n, "s1", "c", key, "event", head, 1, "w1", expires, -1);
+    replace_in(n, sizeof n, "\"first_claimed_at\",\"value\":null",
+               "\"first_claimed_at\",\"value\":1000");
+    replace_in(n, sizeof n, "\"last_claimed_at\",\"value\":null",
+               "\"last_claimed_at\",\"value\":1000");
+    snprintf(line, sizeof line,
+             "{\"action\":\"U\",\"xid\":7,\"lsn\":\"0/1\",\"schema\":"
+             "\"public\",\"table\":\"a2_cursors\",\"columns\":%s,"
+             "\"identity\":%s}",
+             n, o);
+    feed(f, line, 0);
+}
+
 static void event_insert(fx *f, const char *session, int64_t idx,
                          const char *type)
 {
@@ -390,6 +420,44 @@ static void test_claim_timer_fail_retry_complete(void **state)
     assert_int_equal(st.transactions, 5);
     assert_int_equal(st.audit_lines, 6);
     assert_int_equal(st.timer_wakes, 1);
+    fx_close(&f);
+    fx_destroy(&f);
+}
+
+/* A head started and claimed in one transaction (a log cursor brought up
+ * to date in its claim's transaction): no wake-up, since the claim holds
+ * it at the commit; its lease's timer is armed. A wake-up of another head,
+ * or of another cursor, in the same transaction stays. */
+static void test_started_and_claimed_no_wake(void **state)
+{
+    (void)state;
+    fx f;
+    fx_open(&f, 0);
+    begin(&f, 7, "0/200");
+    event_insert(&f, "s1", 1, "job");
+    cursor_insert(&f, "#1", 1);
+    claim_update(&f, "#1", 1, 5000);
+    cursor_insert(&f, "#2", 2);
+    commit(&f, 7, "0/200", 0x200);
+    char err[256];
+    assert_int_equal(a2__audit_sync(f.audit, 0, err, sizeof err), 0);
+    char *tr = transition_at(f.path, 1);
+    assert_string_equal(tr, "claimed");
+    free(tr);
+    assert_int_equal(nevents, 1);
+    assert_string_equal(events[0], "wake c s1 #2 2 200");
+    assert_int_equal(a2__timers_count(f.timers), 1);
+    assert_int_equal(a2__timers_next(f.timers), 5000);
+    /* a claim of a head the transaction did not wake drops nothing else */
+    begin(&f, 8, "0/300");
+    cursor_insert(&f, "#3", 3);
+    claim_update(&f, "#2", 2, 6000);
+    commit(&f, 8, "0/300", 0x300);
+    assert_int_equal(nevents, 2);
+    assert_string_equal(events[1], "wake c s1 #3 3 300");
+    a2__apply_stats st;
+    a2__apply_get_stats(f.ap, &st);
+    assert_int_equal(st.audit_lines, 5);
     fx_close(&f);
     fx_destroy(&f);
 }
@@ -818,6 +886,7 @@ int main(void)
             cmocka_unit_test(test_time_format),
             cmocka_unit_test(test_started_wakes_and_audits),
             cmocka_unit_test(test_claim_timer_fail_retry_complete),
+            cmocka_unit_test(test_started_and_claimed_no_wake),
             cmocka_unit_test(test_cleared_log_presence),
             cmocka_unit_test(test_presence_expiry_tick),
             cmocka_unit_test(test_resume_skips_written_lines),
