@@ -1,59 +1,52 @@
 /*
  * a2-bench-peers: the a2 side of bench/peers (a2 against Graphile Worker and
- * pg-boss). Four modes, each one process:
+ * pg-boss). Four modes, each one process (--log 1 in any: the jobs target
+ * no consumer and the worker is a log consumer of their type):
  *
  *   produce --db C --rate R --seconds S --max N --producers P --sessions K
  *           --out FILE
- *       P threads, each with its own store connection (warmed first,
- *       a2_store_warm), append one event
- *       ({"seq":N}, consumer "bench", a concurrent cursor) per call to
- *       session "s<N % K>" at R events/s in all (0: as fast as they can), for
- *       S seconds or N events. FILE gets "seq ack_ns" per acknowledged
- *       append (CLOCK_MONOTONIC). Prints
- *       "produced N errors E elapsed_s T per_s X", and closes its
- *       connections a second after the last append (PRODUCE_HOLD_MS).
+ *       P threads, each with its own warmed store connection, append one
+ *       event ({"seq":N}, consumer "bench", a concurrent cursor) per call
+ *       to session "s<N % K>" at R events/s in all (0: as fast as they
+ *       can), for S seconds or N events. FILE gets "seq ack_ns" per
+ *       acknowledged append (CLOCK_MONOTONIC). Prints "produced N errors E
+ *       elapsed_s T per_s X"; the connections close a second after the
+ *       last append (PRODUCE_HOLD_MS).
  *
  *   bulk --db C --count N --sessions K
  *       appends N events (seq 0..N-1, session s<seq % K>) with one append
  *       per session. Prints "bulk N elapsed_s T".
  *
  *   delay --db C --count N --sessions K --t0-ms T --spread-ms S --out FILE
- *       as bulk, each event delayed: seq i has not_before (a2_append_event)
- *       T + floor(i * S / N), epoch ms (CLOCK_REALTIME: the store compares it
- *       with its clock). FILE gets "seq due_ms" per acknowledged event.
- *       Prints "delayed N elapsed_s T late_s L" (L: how far past T the
- *       last append was acknowledged; negative: before the first was due).
+ *       as bulk, seq i not before T + floor(i * S / N) epoch ms
+ *       (CLOCK_REALTIME, the store's clock). FILE gets "seq due_ms". Prints
+ *       "delayed N elapsed_s T late_s L" (L: how far past T the last
+ *       append was acknowledged; negative: before the first was due).
  *
  *   work --db C --connect ADDR --slots M --out FILE
  *        [--expect N | --expect-file F] [--drain S] [--seconds S]
  *        [--max-seconds S] [--until-ms T] [--clock realtime]
  *       a worker as a C user writes one: one a2_worker connection to
  *       a2-consumer, M slot threads with an a2_worker_runner each and a
- *       no-op handler that records its start time (CLOCK_MONOTONIC) by
- *       the seq of the payload. Sessions are scheduled as the header
- *       <a2/worker.h> describes: a wake-up runs the session once with
- *       a2_worker_runner_run_woken, passing the wake-up's xid so that the
- *       store waits for its commit; a resync (on connect) or a busy session
- *       runs with a2_worker_runner_run. It prints "ready" once connected, and
- *       ends when N handlers started (--expect, or the count written to F
- *       once the producer is done; "N T" there also sets --until-ms T),
- *       S seconds after the count is known (--drain; not with --until-ms), at epoch ms T (--until-ms,
- *       CLOCK_REALTIME), after --seconds (an idle window), or at
+ *       no-op handler that records its start by the payload's seq. A
+ *       wake-up runs its session once with a2_worker_runner_run_woken and
+ *       the wake-up's xid; a resync or a busy session runs with
+ *       a2_worker_runner_run (<a2/worker.h>). Prints "ready" once
+ *       connected; ends when N handlers started (--expect, or the count
+ *       written to F by the producer; "N T" there also sets --until-ms T),
+ *       S seconds after the count is known (--drain; not with --until-ms),
+ *       at epoch ms T (--until-ms), after an idle --seconds, or at
  *       --max-seconds. FILE gets "seq start_ns" per handler run
- *       (CLOCK_MONOTONIC; CLOCK_REALTIME with --clock realtime). Prints one
- *       line of counters (a2_worker_run_stats summed), among them
- *       empty_woken: woken runs that claimed nothing, visibility_waits, and
- *       timer_runs: runs started by this worker's own retry_at timers (not
- *       by a wake-up). With --wakes W (and the producer's --sessions K),
- *       W gets "seq ns" per event from the first wake-up that named its
- *       head (session s<seq % K>, head seq / K + 1: one append per
- *       session, one event cursor per event), on the same clock.
- *       With --hops H (a2-consumer started with --trace-wakes; --sessions
- *       K), H gets "seq commit sent read push woken pick start" per
- *       handler run, µs since the Unix epoch: the trace of the first
- *       wake-up that named the head it ran (A2_WIRE_TRACE_*), when this
- *       worker read that wake-up, when a slot took the session from the
- *       queue, and the handler's start.
+ *       (CLOCK_MONOTONIC, or CLOCK_REALTIME). Prints the
+ *       a2_worker_run_stats summed, with empty_woken (woken runs that
+ *       claimed nothing), visibility_waits and timer_runs (runs of this
+ *       worker's own retry_at timers). --wakes W (with the producer's
+ *       --sessions K): W gets "seq ns" per event from the first wake-up
+ *       that named its head (session s<seq % K>, head seq / K + 1).
+ *       --hops H (a2-consumer with --trace-wakes; --sessions K): H gets
+ *       "seq commit sent read push woken pick start" per handler run, µs
+ *       since the Unix epoch: the first wake-up's trace (A2_WIRE_TRACE_*),
+ *       its read here, a slot's take of the session, the handler's start.
  */
 #include "../../common/clock.h"
 #include "../../worker/worker_int.h"
@@ -719,31 +712,25 @@ static int run_work(void)
     sigaction(SIGINT, &sa, NULL);
 
     a2_consumer served = {.name = CONSUMER, .log = cfg.log ? &log_spec : NULL};
-    char err[512];
-    a2_worker_runner_options rro = {.db = cfg.db,
-                                    .holder = "peers-resync",
-                                    .consumers = &served,
-                                    .nconsumers = 1,
-                                    .handler = handler};
-    a2_worker_runner *resync_runner = a2_worker_runner_new(&rro, err, sizeof err);
-    if (!resync_runner) {
-        fprintf(stderr, "a2-bench-peers: runner: %s\n", err);
-        return 1;
-    }
-    for (int i = 0; i < cfg.slots; i++) {
-        char holder[64];
+    char err[512], holder[64];
+    /* The resync's runner, then one a slot (its holder named by its id). */
+    a2_worker_runner_options ro = {.db = cfg.db,
+                                   .holder = "peers-resync",
+                                   .consumers = &served,
+                                   .nconsumers = 1,
+                                   .handler = handler};
+    a2_worker_runner *resync_runner = a2_worker_runner_new(&ro, err, sizeof err);
+    bool runners = resync_runner != NULL;
+    for (int i = 0; runners && i < cfg.slots; i++) {
         snprintf(holder, sizeof holder, "peers-%ld-%d", (long)getpid(), i);
-        a2_worker_runner_options ro = {.db = cfg.db,
-                                       .holder = holder,
-                                       .consumers = &served,
-                                       .nconsumers = 1,
-                                       .handler = handler};
+        ro.holder = holder;
         slots[i].id = i;
         slots[i].runner = a2_worker_runner_new(&ro, err, sizeof err);
-        if (!slots[i].runner) {
-            fprintf(stderr, "a2-bench-peers: runner: %s\n", err);
-            return 1;
-        }
+        runners = slots[i].runner != NULL;
+    }
+    if (!runners) {
+        fprintf(stderr, "a2-bench-peers: runner: %s\n", err);
+        return 1;
     }
     a2_worker_options wo = {.connect = cfg.connect, .name = "bench-peers"};
     a2_worker *w = a2_worker_new(&wo, err, sizeof err);
@@ -917,9 +904,7 @@ static int usage(void)
             "[--seconds S] [--max-seconds S]\n"
             "           [--until-ms T] [--clock monotonic|realtime]\n"
             "           [--wakes FILE --sessions K] [--hops FILE]\n"
-            "  --log 1 (produce, bulk, delay, work): the jobs target no "
-            "consumer; a log\n"
-            "           consumer of their type runs them\n");
+            "  any: --log 1 (the jobs for a log consumer)\n");
     return 2;
 }
 

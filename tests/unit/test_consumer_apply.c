@@ -220,20 +220,27 @@ static void cursor_insert(fx *f, const char *key, int64_t head)
     feed(f, line, 0);
 }
 
-static void cursor_update(fx *f, const char *key, int64_t oh, int oa,
-                          const char *oholder, int64_t oexp, int64_t ofail,
-                          int64_t nh, int na, const char *nholder, int64_t nexp,
-                          int64_t nfail)
+/* An a2_cursors update from the columns o to the columns n. */
+static void feed_update(fx *f, const char *o, const char *n)
 {
-    char o[4096], n[4096], line[9000];
-    cols(o, sizeof o, "s1", "c", key, "event", oh, oa, oholder, oexp, ofail);
-    cols(n, sizeof n, "s1", "c", key, "event", nh, na, nholder, nexp, nfail);
+    char line[9000];
     snprintf(line, sizeof line,
              "{\"action\":\"U\",\"xid\":7,\"lsn\":\"0/1\",\"schema\":"
              "\"public\",\"table\":\"a2_cursors\",\"columns\":%s,"
              "\"identity\":%s}",
              n, o);
     feed(f, line, 0);
+}
+
+static void cursor_update(fx *f, const char *key, int64_t oh, int oa,
+                          const char *oholder, int64_t oexp, int64_t ofail,
+                          int64_t nh, int na, const char *nholder, int64_t nexp,
+                          int64_t nfail)
+{
+    char o[4096], n[4096];
+    cols(o, sizeof o, "s1", "c", key, "event", oh, oa, oholder, oexp, ofail);
+    cols(n, sizeof n, "s1", "c", key, "event", nh, na, nholder, nexp, nfail);
+    feed_update(f, o, n);
 }
 
 /* Replaces the first occurrence of from in s (room for it) with to. */
@@ -251,19 +258,14 @@ static void replace_in(char *s, size_t len, const char *from, const char *to)
  * a "claimed" transition. */
 static void claim_update(fx *f, const char *key, int64_t head, int64_t expires)
 {
-    char o[4096], n[4096], line[9000];
+    char o[4096], n[4096];
     cols(o, sizeof o, "s1", "c", key, "event", head, 0, NULL, -1, -1);
     cols(n, sizeof n, "s1", "c", key, "event", head, 1, "w1", expires, -1);
     replace_in(n, sizeof n, "\"first_claimed_at\",\"value\":null",
                "\"first_claimed_at\",\"value\":1000");
     replace_in(n, sizeof n, "\"last_claimed_at\",\"value\":null",
                "\"last_claimed_at\",\"value\":1000");
-    snprintf(line, sizeof line,
-             "{\"action\":\"U\",\"xid\":7,\"lsn\":\"0/1\",\"schema\":"
-             "\"public\",\"table\":\"a2_cursors\",\"columns\":%s,"
-             "\"identity\":%s}",
-             n, o);
-    feed(f, line, 0);
+    feed_update(f, o, n);
 }
 
 static void event_insert(fx *f, const char *session, int64_t idx,
