@@ -97,12 +97,15 @@ static void free_actions(a2__apply *ap)
     for (size_t i = 0; i < ap->nacts; i++)
         act_free(&ap->acts[i]);
     ap->nacts = 0;
+    ap->nwakes = 0;
 }
 
 void a2__apply_drop_wakes(a2__apply *ap, a2_change_text session,
                           a2_change_text consumer, a2_change_text cursor_key,
                           int64_t head)
 {
+    if (ap->nwakes == 0)
+        return; /* a transaction of claims only: nothing to look through */
     size_t kept = 0;
     for (size_t i = 0; i < ap->nacts; i++) {
         a2__apply_act *a = &ap->acts[i];
@@ -111,6 +114,7 @@ void a2__apply_drop_wakes(a2__apply *ap, a2_change_text session,
             a2__apply_teq(consumer, a->wake.key.consumer) &&
             a2__apply_teq(cursor_key, a->wake.key.cursor_key)) {
             act_free(a);
+            ap->nwakes--;
             continue;
         }
         ap->acts[kept++] = *a;
@@ -150,6 +154,7 @@ void a2__apply_add(a2__apply *ap, a2__apply_act act)
         ap->capacts = ncap;
     }
     ap->acts[ap->nacts++] = act;
+    ap->nwakes += act.kind == A2C_ACT_WAKE;
     return;
 overflow:
     free_actions(ap);

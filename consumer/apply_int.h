@@ -87,6 +87,7 @@ struct a2__apply {
     size_t written_early; /* lines of this transaction already written */
     a2__apply_act *acts;
     size_t nacts, capacts;
+    size_t nwakes; /* of acts, the wake-ups */
     int overflow;
 
     int64_t commit_us; /* the open transaction's commit time, 0: unknown */

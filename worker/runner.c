@@ -786,15 +786,6 @@ int a2_worker_runner_run_woken(a2_worker_runner *r, const char *session,
     return run_session(r, session, wake_log, true, after_xid, stats);
 }
 
-/* Whether the runner serves a log consumer. */
-static bool serves_log(const a2_worker_runner *r)
-{
-    for (size_t i = 0; i < r->nconsumers; i++)
-        if (r->consumers[i].log)
-            return true;
-    return false;
-}
-
 /* Adds the counts of b to a; a's retry_at becomes b's. */
 static void stats_add(a2_worker_run_stats *a, const a2_worker_run_stats *b)
 {
@@ -821,7 +812,7 @@ int a2_worker_runner_run_sessions(a2_worker_runner *r,
         if (!sessions[i].session || !*sessions[i].session)
             return A2_WORKER_EINVAL;
     if (n == 1)
-        return run_session(r, sessions[0].session, serves_log(r), true,
+        return run_session(r, sessions[0].session, true, true,
                            sessions[0].after_xid, &stats[0]);
     if (r->stopping)
         return A2_WORKER_ESTOPPED;
@@ -836,7 +827,9 @@ int a2_worker_runner_run_sessions(a2_worker_runner *r,
         snprintf(r->last_error, sizeof r->last_error, "out of memory");
         return A2_WORKER_ENOMEM;
     }
-    a2_claim_request req = claim_request(r, 0, serves_log(r));
+    /* (wake_logs: the store brings the cursors of the log consumers among
+     * the served ones up to date, when there are any) */
+    a2_claim_request req = claim_request(r, 0, true);
     if (a2_store_claim_sessions(r->store, sessions, n, &req, cl) != 0) {
         const a2_store_error *e = a2_store_last_error(r->store);
         if (e->code == A2_ESTORE_UNAVAILABLE || e->code == A2_ESTORE_NOMEM)
@@ -868,7 +861,7 @@ int a2_worker_runner_run_sessions(a2_worker_runner *r,
         if (!again[i])
             continue;
         a2_worker_run_stats more;
-        rc = run_session(r, sessions[i].session, serves_log(r), true,
+        rc = run_session(r, sessions[i].session, true, true,
                          sessions[i].after_xid, &more);
         stats_add(&stats[i], &more);
     }
