@@ -66,6 +66,7 @@ static void act_free(a2__apply_act *a)
 {
     switch (a->kind) {
     case A2C_ACT_WAKE:
+    case A2C_ACT_VOID:
         key_free(&a->wake.key);
         break;
     case A2C_ACT_ARM:
@@ -88,8 +89,10 @@ static void act_free(a2__apply_act *a)
         free(a->presence.value);
         break;
     case A2C_ACT_TRUNCATE:
+    case A2C_ACT_DROPPED:
         break;
     }
+    a->kind = A2C_ACT_DROPPED;
 }
 
 static void free_actions(a2__apply *ap)
@@ -98,28 +101,6 @@ static void free_actions(a2__apply *ap)
         act_free(&ap->acts[i]);
     ap->nacts = 0;
     ap->nwakes = 0;
-}
-
-void a2__apply_drop_wakes(a2__apply *ap, a2_change_text session,
-                          a2_change_text consumer, a2_change_text cursor_key,
-                          int64_t head)
-{
-    if (ap->nwakes == 0)
-        return; /* a transaction of claims only: nothing to look through */
-    size_t kept = 0;
-    for (size_t i = 0; i < ap->nacts; i++) {
-        a2__apply_act *a = &ap->acts[i];
-        if (a->kind == A2C_ACT_WAKE && a->wake.head == head &&
-            a2__apply_teq(session, a->wake.key.session) &&
-            a2__apply_teq(consumer, a->wake.key.consumer) &&
-            a2__apply_teq(cursor_key, a->wake.key.cursor_key)) {
-            act_free(a);
-            ap->nwakes--;
-            continue;
-        }
-        ap->acts[kept++] = *a;
-    }
-    ap->nacts = kept;
 }
 
 void a2__apply_free(a2__apply *ap)
@@ -233,18 +214,123 @@ void a2__apply_abort_txn(a2__apply *ap)
     a2__backlog_abort(ap->backlog);
 }
 
-/* 1 when an action before the i-th already cleared its session to its
- * index: cleared goes out once per (session, index) per transaction. */
-static int cleared_before(const a2__apply *ap, size_t i)
+/* ---- settling the actions at the commit ---- */
+
+/* Orders the actions of one kind by what they are about, then by their
+ * place in the transaction. */
+static int by_subject(const void *pa, const void *pb)
 {
-    const a2__apply_act *a = &ap->acts[i];
-    for (size_t j = 0; j < i; j++) {
-        const a2__apply_act *b = &ap->acts[j];
-        if (b->kind == A2C_ACT_CLEARED &&
-            b->cleared.clear_index == a->cleared.clear_index &&
-            strcmp(b->cleared.session, a->cleared.session) == 0)
-            return 1;
+    const a2__apply_act *a = *(a2__apply_act *const *)pa;
+    const a2__apply_act *b = *(a2__apply_act *const *)pb;
+    int c = 0;
+    switch (a->kind) {
+    case A2C_ACT_CLEARED:
+        if ((c = strcmp(a->cleared.session, b->cleared.session)) == 0)
+            c = (a->cleared.clear_index > b->cleared.clear_index) -
+                (a->cleared.clear_index < b->cleared.clear_index);
+        break;
+    case A2C_ACT_PRESENCE:
+        if ((c = strcmp(a->presence.ns, b->presence.ns)) == 0)
+            c = strcmp(a->presence.participant, b->presence.participant);
+        break;
+    default:
+        c = a2__apply_same_head(pa, pb);
+        break;
     }
+    return c ? c : (a > b) - (a < b);
+}
+
+int a2__apply_same_head(const void *pa, const void *pb)
+{
+    const a2__apply_act *a = *(a2__apply_act *const *)pa;
+    const a2__apply_act *b = *(a2__apply_act *const *)pb;
+    int c;
+    if ((c = strcmp(a->wake.key.session, b->wake.key.session)) != 0 ||
+        (c = strcmp(a->wake.key.consumer, b->wake.key.consumer)) != 0 ||
+        (c = strcmp(a->wake.key.cursor_key, b->wake.key.cursor_key)) != 0)
+        return c;
+    return (a->wake.head > b->wake.head) - (a->wake.head < b->wake.head);
+}
+
+/* The action is about something: its strings are there (not lost to out of
+ * memory) and, for presence, it writes a field. */
+static int has_subject(const a2__apply_act *a)
+{
+    switch (a->kind) {
+    case A2C_ACT_CLEARED:
+        return a->cleared.session != NULL;
+    case A2C_ACT_PRESENCE:
+        return a->presence.ns && a->presence.participant &&
+               a->presence.field && !a->presence.kept;
+    default:
+        return a->wake.key.session && a->wake.key.consumer &&
+               a->wake.key.cursor_key;
+    }
+}
+
+a2__apply_act **a2__apply_sorted(a2__apply *ap, a2__apply_act_kind kind,
+                                 size_t *n)
+{
+    *n = 0;
+    for (size_t i = 0; i < ap->nacts; i++)
+        *n += ap->acts[i].kind == kind && has_subject(&ap->acts[i]);
+    if (*n == 0)
+        return NULL;
+    a2__apply_act **v = malloc(*n * sizeof *v);
+    if (!v)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < ap->nacts; i++)
+        if (ap->acts[i].kind == kind && has_subject(&ap->acts[i]))
+            v[k++] = &ap->acts[i];
+    qsort(v, k, sizeof *v, by_subject);
+    return v;
+}
+
+/*
+ * Drops what the transaction's later actions make moot, in O(n log n) for
+ * the largest transaction: a wake-up that a claim of the same head follows
+ * (the last void of each head decides), and a session's cleared to an
+ * index but the first. Returns -1 when out of memory.
+ */
+static int settle_actions(a2__apply *ap)
+{
+    size_t n;
+    a2__apply_act **v = a2__apply_sorted(ap, A2C_ACT_VOID, &n);
+    if (n > 0 && !v)
+        return -1;
+    if (v) {
+        size_t last = 0; /* of each head, the last void only */
+        for (size_t i = 0; i < n; i++) {
+            if (last > 0 && a2__apply_same_head(&v[last - 1], &v[i]) == 0)
+                v[last - 1] = v[i];
+            else
+                v[last++] = v[i];
+        }
+        for (size_t i = 0; i < ap->nacts; i++) {
+            a2__apply_act *a = &ap->acts[i];
+            if (a->kind != A2C_ACT_WAKE || !has_subject(a))
+                continue;
+            a2__apply_act **hit =
+                    bsearch(&a, v, last, sizeof *v, a2__apply_same_head);
+            if (hit && *hit > a) {
+                act_free(a);
+                ap->nwakes--;
+            }
+        }
+        free(v);
+    }
+    v = a2__apply_sorted(ap, A2C_ACT_CLEARED, &n);
+    if (n > 0 && !v)
+        return -1;
+    for (size_t i = 1, kept = 0; i < n; i++) {
+        if (strcmp(v[i]->cleared.session, v[kept]->cleared.session) == 0 &&
+            v[i]->cleared.clear_index == v[kept]->cleared.clear_index)
+            act_free(v[i]);
+        else
+            kept = i;
+    }
+    free(v);
     return 0;
 }
 
@@ -286,17 +372,18 @@ static int push_actions(a2__apply *ap, uint64_t end, char *err, size_t errlen)
             ap->stats.logs++;
             break;
         case A2C_ACT_CLEARED:
-            if (!cleared_before(ap, i)) {
-                if (ap->sink.cleared)
-                    ap->sink.cleared(ap->sink.ctx, a->cleared.session,
-                                     a->cleared.clear_index, end);
-                ap->stats.cleared++;
-            }
+            if (ap->sink.cleared)
+                ap->sink.cleared(ap->sink.ctx, a->cleared.session,
+                                 a->cleared.clear_index, end);
+            ap->stats.cleared++;
             break;
         case A2C_ACT_TRUNCATE:
             a2__timers_clear(ap->timers);
             if (ap->sink.resync)
                 ap->sink.resync(ap->sink.ctx);
+            break;
+        case A2C_ACT_VOID:
+        case A2C_ACT_DROPPED:
             break;
         case A2C_ACT_PRESENCE:
             /* a tombstone or a delete ends the field's life */
@@ -345,9 +432,16 @@ static int commit(a2__apply *ap, const a2_change *c, uint64_t data_start,
         if (ap->sink.resync)
             ap->sink.resync(ap->sink.ctx);
     }
+    if (settle_actions(ap) != 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     if (push_actions(ap, end, err, errlen) != 0)
         return -1;
-    a2__apply_push_presence(ap);
+    if (a2__apply_push_presence(ap) != 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     if (ap->expire_tick > 0) {
         a2__apply_push_expired(ap, ap->expire_tick);
         ap->expire_tick = 0;

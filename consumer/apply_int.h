@@ -26,6 +26,10 @@ typedef enum {
     A2C_ACT_CLEARED,  /* a session cleared up to an index */
     A2C_ACT_PRESENCE, /* a presence field written or deleted */
     A2C_ACT_TRUNCATE, /* a2_cursors truncated: drop the timers, resync */
+    /* a claim of a cursor's head: the wake-ups of that head before it in
+     * the transaction are void (the head is held at the commit) */
+    A2C_ACT_VOID,
+    A2C_ACT_DROPPED, /* settled away at the commit: nothing to do */
 } a2__apply_act_kind;
 
 /* A cursor, as the timers and wake-ups name it. */
@@ -39,7 +43,7 @@ typedef struct {
         struct {
             a2__apply_key key;
             int64_t head;
-        } wake;
+        } wake; /* also A2C_ACT_VOID's */
         struct {
             a2__apply_key key;
             int64_t epoch, head, deadline_ms;
@@ -118,11 +122,16 @@ struct a2__apply {
  * for a resync at commit. Takes ownership of the action's strings. */
 void a2__apply_add(a2__apply *ap, a2__apply_act act);
 
-/* Drops the wake-ups added for head of the cursor (session, consumer,
- * cursor_key) so far in this transaction. */
-void a2__apply_drop_wakes(a2__apply *ap, a2_change_text session,
-                          a2_change_text consumer, a2_change_text cursor_key,
-                          int64_t head);
+/* The actions of kind that are about something (see has_subject in
+ * apply.c; for presence, the patches), sorted by what they are about and
+ * then by their place in the transaction: a new array (free it), or NULL
+ * when there are none (*n is 0) or out of memory (*n is not). */
+a2__apply_act **a2__apply_sorted(a2__apply *ap, a2__apply_act_kind kind,
+                                 size_t *n);
+
+/* Compares two wake-ups' or voids' (pointers to pointers, as qsort passes
+ * them) cursor and head. */
+int a2__apply_same_head(const void *pa, const void *pb);
 
 /* A copy of t as a C string (NULL for SQL NULL or out of memory). */
 char *a2__apply_tdup(a2_change_text t);
@@ -153,8 +162,9 @@ void a2__apply_forget_clears(a2__apply *ap);
 /* The action of an a2_presence I/U/D. */
 void a2__apply_presence_change(a2__apply *ap, const a2_change *c);
 
-/* Sends the transaction's presence patches, one per (ns, participant). */
-void a2__apply_push_presence(a2__apply *ap);
+/* Sends the transaction's presence patches, one per (ns, participant);
+ * -1 when out of memory. */
+int a2__apply_push_presence(a2__apply *ap);
 
 /* The expiry tick of time now_ms: a patch (nil values) for each participant
  * with fields expired by then, at the tick's commit end; the fields are

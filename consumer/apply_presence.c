@@ -50,41 +50,70 @@ void a2__apply_presence_change(a2__apply *ap, const a2_change *c)
                                    false));
 }
 
-/* A patch of the transaction: a field written, not only its expiry. */
-static int patches(const a2__apply_act *a)
+/* One namespace and participant's patches, v[start..start+len). */
+typedef struct {
+    size_t start, len;
+    const a2__apply_act *first;
+} patch_group;
+
+static int by_first(const void *pa, const void *pb)
 {
-    return a->kind == A2C_ACT_PRESENCE && a->presence.ns && !a->presence.kept;
+    const patch_group *a = pa, *b = pb;
+    return (a->first > b->first) - (a->first < b->first);
 }
 
-void a2__apply_push_presence(a2__apply *ap)
+int a2__apply_push_presence(a2__apply *ap)
 {
-    for (size_t i = 0; i < ap->nacts; i++) {
-        a2__apply_act *a = &ap->acts[i];
-        if (!patches(a))
+    size_t n;
+    a2__apply_act **v = a2__apply_sorted(ap, A2C_ACT_PRESENCE, &n);
+    if (!v)
+        return n > 0 ? -1 : 0;
+    patch_group *g = malloc(n * sizeof *g);
+    if (!g) {
+        free(v);
+        return -1;
+    }
+    size_t ng = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && strcmp(v[i]->presence.ns, v[i - 1]->presence.ns) == 0 &&
+            strcmp(v[i]->presence.participant,
+                   v[i - 1]->presence.participant) == 0) {
+            g[ng - 1].len++;
             continue;
+        }
+        g[ng++] = (patch_group){i, 1, v[i]};
+    }
+    /* one patch a participant, in the order of their first writes; its
+     * fields in the order written, the last write of a field winning */
+    qsort(g, ng, sizeof *g, by_first);
+    int rc = 0;
+    for (size_t k = 0; k < ng && rc == 0; k++) {
         json_t *fields = json_object();
-        for (size_t j = i; j < ap->nacts; j++) {
-            a2__apply_act *b = &ap->acts[j];
-            if (!patches(b) || strcmp(a->presence.ns, b->presence.ns) != 0 ||
-                strcmp(a->presence.participant, b->presence.participant) != 0)
-                continue;
-            json_t *v = NULL;
+        if (!fields) {
+            rc = -1;
+            break;
+        }
+        for (size_t j = g[k].start; j < g[k].start + g[k].len; j++) {
+            const a2__apply_act *b = v[j];
+            json_t *val = NULL;
             if (b->presence.value)
-                v = json_loads(b->presence.value, JSON_DECODE_ANY, NULL);
-            json_object_set_new(fields, b->presence.field, v ? v : json_null());
-            if (j != i) { /* in this patch: not one of its own */
-                free(b->presence.ns);
-                b->presence.ns = NULL;
-            }
+                val = json_loads(b->presence.value, JSON_DECODE_ANY, NULL);
+            json_object_set_new(fields, b->presence.field,
+                                val ? val : json_null());
         }
         char *text = json_dumps(fields, JSON_COMPACT | JSON_PRESERVE_ORDER);
         json_decref(fields);
-        if (text && ap->sink.presence)
-            ap->sink.presence(ap->sink.ctx, a->presence.ns,
-                              a->presence.participant, text, ap->end);
+        if (!text)
+            rc = -1;
+        else if (ap->sink.presence)
+            ap->sink.presence(ap->sink.ctx, g[k].first->presence.ns,
+                              g[k].first->presence.participant, text, ap->end);
         free(text);
-        ap->stats.presence++;
+        ap->stats.presence += rc == 0;
     }
+    free(g);
+    free(v);
+    return rc;
 }
 
 int a2__apply_track_presence(a2__apply *ap, const char *ns,

@@ -117,6 +117,14 @@ static a2__apply_act wake_act(const a2_cursor_row *r)
     return a;
 }
 
+/* A claim of the row's head: voids the earlier wake-ups of that head. */
+static a2__apply_act void_act(const a2_cursor_row *r)
+{
+    a2__apply_act a = wake_act(r);
+    a.kind = A2C_ACT_VOID;
+    return a;
+}
+
 /* The row's timer, due at its claim_expires_at. */
 static a2__apply_act arm_act(const a2_cursor_row *r)
 {
@@ -269,9 +277,8 @@ static void cursor_actions(a2__apply *ap, const cursor_rule *rule,
 {
     if (ap->overflow)
         return; /* the commit resyncs instead: copy nothing */
-    if (n && rule->wake == WAKE_VOID && !n->head.null)
-        a2__apply_drop_wakes(ap, n->session_id, n->consumer, n->cursor_key,
-                             n->head.value);
+    if (n && rule->wake == WAKE_VOID && !n->head.null && ap->nwakes > 0)
+        a2__apply_add(ap, void_act(n)); /* none to void: none to add */
     if (n && wakes(rule->wake, o, n))
         a2__apply_add(ap, wake_act(n));
     if (n) {

@@ -36,6 +36,11 @@ static void rec(const char *fmt, ...)
 /* The xid of the last wake-up and log message pushed. */
 static uint64_t last_wake_xid, last_log_xid;
 
+/* Every wake-up and cleared message pushed (the recorder keeps 64); the
+ * wake-ups of an even head. */
+static long nwake_all, nwake_even, ncleared_all, npresence_all;
+static char last_presence[256];
+
 static void s_wake(void *ctx, const char *consumer, const char *session,
                    const char *cursor_key, int64_t head, uint64_t lsn,
                    uint64_t xid, const int64_t *trace_us)
@@ -43,6 +48,8 @@ static void s_wake(void *ctx, const char *consumer, const char *session,
     (void)ctx;
     (void)trace_us;
     last_wake_xid = xid;
+    nwake_all++;
+    nwake_even += head % 2 == 0;
     rec("wake %s %s %s %" PRId64 " %" PRIX64, consumer, session, cursor_key,
         head, lsn);
 }
@@ -65,6 +72,7 @@ static void s_cleared(void *ctx, const char *session, int64_t idx, uint64_t lsn)
 {
     (void)ctx;
     (void)lsn;
+    ncleared_all++;
     rec("cleared %s %" PRId64, session, idx);
 }
 
@@ -73,6 +81,9 @@ static void s_presence(void *ctx, const char *ns, const char *participant,
 {
     (void)ctx;
     (void)lsn;
+    npresence_all++;
+    snprintf(last_presence, sizeof last_presence, "%s %s %s", ns, participant,
+             fields);
     rec("presence %s %s %s", ns, participant, fields);
 }
 
@@ -116,6 +127,7 @@ static void fx_open(fx *f, int keep_dir)
     assert_non_null(f->ap);
     a2__apply_set_tick_secret(f->ap, SECRET);
     nevents = 0;
+    nwake_all = nwake_even = ncleared_all = npresence_all = 0;
 }
 
 static void fx_close(fx *f)
@@ -717,6 +729,83 @@ static void test_big_transaction_cut_and_resent(void **state)
     fx_destroy(&f);
 }
 
+/* A presence field of participant p<i> in room, its value i. */
+static void presence_of(fx *f, int i, const char *field)
+{
+    char b[1024];
+    snprintf(b, sizeof b,
+             "{\"action\":\"I\",\"xid\":41,\"lsn\":\"0/1\",\"schema\":"
+             "\"public\",\"table\":\"a2_presence\",\"columns\":[{\"name\":"
+             "\"ns\",\"value\":\"room\"},{\"name\":\"participant\",\"value\":"
+             "\"p%d\"},{\"name\":\"field\",\"value\":\"%s\"},{\"name\":"
+             "\"value\",\"value\":\"%d\"},{\"name\":\"seen\",\"value\":null},"
+             "{\"name\":\"at\",\"value\":1},{\"name\":\"expires_at\","
+             "\"value\":90000}]}",
+             i, field, i);
+    feed(f, b, 0);
+}
+
+/* One transaction of many wake-ups, claims, clears and presence writes (an
+ * application's batch): a claim voids only its own head's earlier wake-up,
+ * each session's clear goes out once, a wake-up after a claim of the same
+ * head stands, each participant gets one patch of its fields, in the order
+ * of their first writes. */
+static void test_big_transaction_claims_and_clears(void **state)
+{
+    (void)state;
+    enum { N = 12000 };
+    fx f;
+    fx_open(&f, 0);
+    char key[32], session[32], line[512];
+    begin(&f, 41, "0/D00");
+    for (int i = 1; i <= N; i++) {
+        snprintf(key, sizeof key, "#%d", i);
+        cursor_insert(&f, key, i);
+    }
+    for (int i = 2; i <= N; i += 2) {
+        snprintf(key, sizeof key, "#%d", i);
+        claim_update(&f, key, i, 5000 + i);
+    }
+    /* woken again after its claim (released, say): this wake-up stands */
+    cursor_insert(&f, "#2", 2);
+    for (int i = 1; i <= N; i++) {
+        snprintf(session, sizeof session, "c%d", i);
+        event_insert(&f, session, 3, "a2.cleared");
+        snprintf(line, sizeof line,
+                 "{\"action\":\"I\",\"xid\":41,\"lsn\":\"0/1\",\"schema\":"
+                 "\"public\",\"table\":\"a2_clears\",\"columns\":[{\"name\":"
+                 "\"session_id\",\"value\":\"%s\"},{\"name\":\"clear_index\","
+                 "\"value\":3}]}",
+                 session);
+        feed(&f, line, 0);
+        if (i % 1000 == 1) /* a third time: still once */
+            feed(&f, line, 0);
+    }
+    event_insert(&f, "c1", 4, "a2.cleared"); /* further: once more */
+    enum { P = N / 4 };
+    for (int i = 1; i <= P; i++)
+        presence_of(&f, i, "a");
+    for (int i = P; i >= 1; i--)
+        presence_of(&f, i, "b");
+    commit(&f, 41, "0/D00", 0xD00);
+    assert_int_equal(npresence_all, P);
+    char want[64];
+    snprintf(want, sizeof want, "room p%d {\"a\":%d,\"b\":%d}", P, P, P);
+    assert_string_equal(last_presence, want);
+    assert_int_equal(nwake_all, N / 2 + 1);
+    assert_int_equal(nwake_even, 1);
+    assert_int_equal(ncleared_all, N + 1);
+    /* the leases' timers, but #2's: its insert cancelled it */
+    assert_int_equal(a2__timers_count(f.timers), N / 2 - 1);
+    a2__apply_stats st;
+    a2__apply_get_stats(f.ap, &st);
+    assert_int_equal(st.overflows, 0);
+    assert_int_equal(st.wakes, N / 2 + 1);
+    assert_int_equal(st.cleared, N + 1);
+    fx_close(&f);
+    fx_destroy(&f);
+}
+
 /* Text with quotes, backslashes, control characters and UTF-8 survives
  * the audit line exactly. */
 static void test_audit_line_escapes(void **state)
@@ -893,6 +982,7 @@ int main(void)
             cmocka_unit_test(test_presence_expiry_tick),
             cmocka_unit_test(test_resume_skips_written_lines),
             cmocka_unit_test(test_big_transaction_cut_and_resent),
+            cmocka_unit_test(test_big_transaction_claims_and_clears),
             cmocka_unit_test(test_audit_line_escapes),
             cmocka_unit_test(test_gap_record),
             cmocka_unit_test(test_commit_without_begin),
