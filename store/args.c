@@ -18,14 +18,30 @@
 #define INT8_OID 20
 #define JSONB_OID 3802
 
+/* Whether p has room for one more parameter (a call written with too
+ * many fails as out of memory would, and runs nothing). */
+static bool param_room(a2__store_params *p)
+{
+    if (p->n < A2__STORE_MAX_PARAMS)
+        return true;
+    p->failed = true;
+    return false;
+}
+
 void a2__store_param_text(a2__store_params *p, const char *v)
 {
+    if (!param_room(p))
+        return;
     p->t[p->n] = TEXT_OID;
     p->v[p->n++] = v;
 }
 
 static void param_owned(a2__store_params *p, Oid type, char *t)
 {
+    if (!param_room(p)) {
+        free(t);
+        return;
+    }
     p->t[p->n] = type;
     p->owned[p->n] = t;
     p->v[p->n++] = t;

@@ -12,7 +12,8 @@
 
 /* Arguments in each function's order, every one given (store_int.h):
  *   a2_claim(session, holder, ttl_ms, expires_at, consumers, exclude,
- *            max_failures, through, now_ms, text_payloads, after_xid, wait_ms)
+ *            max_failures, through, now_ms, text_payloads, after_xid, wait_ms,
+ *            wake_logs)
  *   a2_renew(session, holder, claims, ttl_ms, expires_at, now_ms)
  *   a2_complete(session, consumer, lane, index, attempt, events, consumers,
  *               now_ms, text_payloads)
@@ -20,7 +21,7 @@
  *           retry_after_ms, now_ms) */
 #define SQL_CLAIM                                                              \
     "select a2_claim($1, $2, null, $3, $4, $5, $6::integer, $7, $8, true, "   \
-    "$9, $10)"
+    "$9, $10, $11::boolean)"
 #define SQL_RENEW "select a2_renew($1, $2, $3, null, $4, $5)"
 #define SQL_COMPLETE                                                           \
     "select a2_complete($1, $2, $3, $4, $5::integer, $6, $7, $8, true)"
@@ -155,70 +156,72 @@ static json_t *claim_op(const a2_claim_session *cs, const a2_claim_request *req,
         json_object_set_new(o, "after_xid",
                             json_integer((json_int_t)cs->after_xid)) != 0)
         goto nomem;
+    if (o && wakes_logs(req) &&
+        json_object_set_new(o, "wake_logs", json_true()) != 0)
+        goto nomem;
     return o;
 nomem:
     json_decref(o);
     return NULL;
 }
 
-/* The a2_batch operation bringing cs's log cursor of the log consumer c up
- * to date (NULL: out of memory). */
-static json_t *wake_log_op(const a2_claim_session *cs, const a2_consumer *c,
-                           const a2_claim_request *req)
+/* The claim of one checked session: one call of a2_claim. */
+static int claim_one(a2_store *s, const a2_claim_session *cs,
+                     const a2_claim_request *req, a2_claim_result *out)
 {
-    json_t *o = json_pack("{s:s, s:s, s:s, s:s?, s:o, s:b, s:I}", "op",
-                          "wake_log", "session", cs->session, "consumer",
-                          c->name, "lane", c->log->lane, "types",
-                          a2__store_types_json(c->log), "backfill",
-                          c->log->backfill, "wait_ms",
-                          (json_int_t)(req->wait_ms > 0 ? req->wait_ms : 1000));
-    if (o && cs->after_xid &&
-        json_object_set_new(o, "after_xid",
-                            json_integer((json_int_t)cs->after_xid)) != 0) {
-        json_decref(o);
-        return NULL;
-    }
-    return o;
+    int64_t now = a2__store_now(s);
+    a2__store_params p = {0};
+    a2__store_param_text(&p, cs->session);
+    a2__store_param_text(&p, req->holder);
+    a2__store_param_int(&p, claim_expiry(req, now));
+    a2__store_param_json(
+            &p, a2__store_consumers_json(req->consumers, req->nconsumers));
+    a2__store_param_json(&p, excluded_json(req));
+    a2__store_param_int(&p,
+                        req->max_failures ? req->max_failures : A2_STORE_NONE);
+    a2__store_param_int(&p, req->through ? req->through : A2_STORE_NONE);
+    a2__store_param_int(&p, now);
+    a2__store_param_int(&p, cs->after_xid ? (int64_t)cs->after_xid
+                                          : A2_STORE_NONE);
+    a2__store_param_int(&p, req->wait_ms > 0 ? req->wait_ms : 1000);
+    a2__store_param_text(&p, wakes_logs(req) ? "true" : "false");
+    json_t *res = NULL;
+    int rc = a2__store_run(s, SQL_CLAIM, &p, false, &res);
+    if (rc == 0)
+        rc = decode_claim(s, cs->session, res, out);
+    if (rc)
+        a2_claim_result_free(out);
+    json_decref(res);
+    return rc;
 }
 
-/* The claims of n checked sessions for req in one a2_batch, each after its
- * log wake-ups when req asks for them (a2_store_claim_sessions). */
-static int claim_batch(a2_store *s, const a2_claim_session *sessions,
-                       size_t n, const a2_claim_request *req,
-                       a2_claim_result *out)
+/* The claims of n checked sessions for req: one a2_claim, or several in
+ * one a2_batch (each bringing the log cursors up to date first when req
+ * asks for it). */
+static int claim_sessions(a2_store *s, const a2_claim_session *sessions,
+                          size_t n, const a2_claim_request *req,
+                          a2_claim_result *out)
 {
     memset(out, 0, n * sizeof *out);
+    if (n == 1)
+        return claim_one(s, &sessions[0], req, out);
     int64_t now = a2__store_now(s);
-    bool logs = wakes_logs(req);
-    /* at[i]: the place of session i's claim among the operations. */
-    size_t *at = malloc(n * sizeof *at);
-    json_t *ops = at ? json_array() : NULL;
-    for (size_t i = 0; ops && i < n; i++) {
-        for (size_t c = 0; ops && logs && c < req->nconsumers; c++)
-            if (req->consumers[c].log)
-                ops = a2__store_push(ops, wake_log_op(&sessions[i],
-                                                      &req->consumers[c], req));
-        at[i] = ops ? json_array_size(ops) : 0;
-        if (ops)
-            ops = a2__store_push(ops, claim_op(&sessions[i], req, now));
-    }
-    if (!ops) {
-        free(at);
+    json_t *ops = json_array();
+    for (size_t i = 0; ops && i < n; i++)
+        ops = a2__store_push(ops, claim_op(&sessions[i], req, now));
+    if (!ops)
         return a2__store_nomem(s);
-    }
-    size_t nops = json_array_size(ops);
     a2__store_params p = {0};
     a2__store_param_json(&p, ops);
     json_t *res = NULL;
     int rc = a2__store_run(s, SQL_BATCH, &p, false, &res);
-    if (rc == 0 && json_array_size(res) != nops)
+    if (rc == 0 && json_array_size(res) != n)
         rc = a2__store_fail(s, A2_ESTORE_FAILED,
-                            "a2_batch returned %zu results for %zu operations",
-                            json_array_size(res), nops);
+                            "a2_batch returned %zu results for %zu claims",
+                            json_array_size(res), n);
     for (size_t i = 0; rc == 0 && i < n; i++)
-        rc = decode_claim(s, sessions[i].session, json_array_get(res, at[i]),
+        rc = decode_claim(s, sessions[i].session, json_array_get(res, i),
                           &out[i]);
-    free(at);
     if (rc)
         for (size_t i = 0; i < n; i++)
             a2_claim_result_free(&out[i]);
@@ -239,33 +242,8 @@ int a2_store_claim(a2_store *s, const char *session,
         rc = check_claim(s, req);
     if (rc)
         return rc;
-    if (wakes_logs(req)) {
-        a2_claim_session cs = {session, req->after_xid};
-        return claim_batch(s, &cs, 1, req, out);
-    }
-    int64_t now = a2__store_now(s);
-    a2__store_params p = {0};
-    a2__store_param_text(&p, session);
-    a2__store_param_text(&p, req->holder);
-    a2__store_param_int(&p, claim_expiry(req, now));
-    a2__store_param_json(
-            &p, a2__store_consumers_json(req->consumers, req->nconsumers));
-    a2__store_param_json(&p, excluded_json(req));
-    a2__store_param_int(&p,
-                        req->max_failures ? req->max_failures : A2_STORE_NONE);
-    a2__store_param_int(&p, req->through ? req->through : A2_STORE_NONE);
-    a2__store_param_int(&p, now);
-    a2__store_param_int(&p, req->after_xid ? (int64_t)req->after_xid
-                                           : A2_STORE_NONE);
-    a2__store_param_int(&p, req->wait_ms > 0 ? req->wait_ms : 1000);
-    json_t *res = NULL;
-    rc = a2__store_run(s, SQL_CLAIM, &p, false, &res);
-    if (rc == 0)
-        rc = decode_claim(s, session, res, out);
-    if (rc)
-        a2_claim_result_free(out);
-    json_decref(res);
-    return rc;
+    a2_claim_session cs = {session, req->after_xid};
+    return claim_one(s, &cs, req, out);
 }
 
 /* The sessions of a2_store_claim_sessions: 1..A2_STORE_MAX_SETTLE names,
@@ -303,7 +281,7 @@ int a2_store_claim_sessions(a2_store *s, const a2_claim_session *sessions,
     int rc = check_claim_sessions(s, sessions, n);
     if (rc == 0)
         rc = check_claim(s, req);
-    return rc ? rc : claim_batch(s, sessions, n, req, out);
+    return rc ? rc : claim_sessions(s, sessions, n, req, out);
 }
 
 /* ── renew ───────────────────────────────────────────────────────────── */

@@ -114,7 +114,7 @@ int a2__store_ids_repeat(const a2_append_event *ev, size_t n);
  * so, a call neither resolves a parameter's type nor matches argument names
  * nor fills in a default (a one-event append runs 6 % faster than with
  * every argument named, docs/sql.md). */
-#define A2__STORE_MAX_PARAMS 10
+#define A2__STORE_MAX_PARAMS 12
 typedef struct a2__store_params {
     const char *v[A2__STORE_MAX_PARAMS];
     Oid t[A2__STORE_MAX_PARAMS];

@@ -11,6 +11,10 @@
 --                   after_xid), as a woken runner claims
 --   claim_complete  that claim, then a2_complete of its head
 --   claim_empty     a2_claim of a session with nothing to run
+--   log_claim       a2_claim with wake_logs: a log consumer's run started at
+--                   a session's one event and claimed, as a woken runner of
+--                   a log consumer claims
+--   log_claim_complete  that claim, then a2_complete of its head
 -- Needs sql/schema.sql and bench/floor.sql; call it outside a transaction
 -- block: call bench_txn_setup(); select ... from bench_txn_run(...).
 create or replace procedure bench_txn_setup()
@@ -20,6 +24,9 @@ begin
     if not exists (select 1 from a2_events where session_id = 'txn-1') then
         perform a2_append(session => 'txn-1',
                           events => '[{"type": "t", "targets": [{"consumer": "bench"}]}]');
+    end if;
+    if not exists (select 1 from a2_events where session_id = 'txn-log') then
+        perform a2_append(session => 'txn-log', events => '[{"type": "t"}]');
     end if;
 end
 $$;
@@ -55,6 +62,24 @@ begin
                                  index => 1, attempt => (r->'heads'->0->>'attempt')::integer,
                                  events => '[]', consumers => '["bench"]', now_ms => 1000,
                                  text_payloads => true);
+            end if;
+        elsif op in ('log_claim', 'log_claim_complete') then
+            r := a2_claim(session => 'txn-log', holder => 'h', expires_at => 99999999999999,
+                          consumers => '[{"name": "logbench", "log": {"lane": "bench", "types": ["t"], "backfill": true}}]',
+                          after_xid => x, now_ms => 1000, text_payloads => true,
+                          wake_logs => true);
+            if r->>'outcome' <> 'claimed' then
+                raise exception 'bench_txn: the log claim found nothing: %', r;
+            end if;
+            if op = 'log_claim_complete' then
+                r := a2_complete(session => 'txn-log', consumer => 'logbench', lane => 'bench',
+                                 index => 1, attempt => (r->'heads'->0->>'attempt')::integer,
+                                 events => '[]',
+                                 consumers => '[{"name": "logbench", "log": {"lane": "bench", "types": ["t"]}}]',
+                                 now_ms => 1000, text_payloads => true);
+                if r->>'outcome' <> 'completed' then
+                    raise exception 'bench_txn: the log completion: %', r;
+                end if;
             end if;
         elsif op = 'claim_empty' then
             r := a2_claim(session => 'txn-none', holder => 'h', expires_at => 99999999999999,

@@ -1,7 +1,8 @@
 -- a2_claim and a2_renew: leases on heads.
 
 -- a2_claim(session, holder, ttl_ms, expires_at, consumers, exclude,
---          max_failures, through, now_ms, text_payloads, after_xid, wait_ms)
+--          max_failures, through, now_ms, text_payloads, after_xid, wait_ms,
+--          wake_logs)
 --
 -- Claims every eligible head of the session for holder, until now_ms +
 -- ttl_ms (or expires_at): unclaimed heads, and lapsed claims (a takeover:
@@ -25,18 +26,27 @@
 --   {"outcome": "busy", "retry_at": now_ms, "waiting_for": after_xid}
 -- and the caller claims again with the same after_xid.
 --
+-- wake_logs: first bring the cursors of the log consumers among consumers
+-- up to date, as a2_wake_log does (after the wait for after_xid), in the
+-- claim's transaction: a woken log consumer's one call and one commit.
+--
 -- Locks: the eligible cursor rows, for update, in primary-key order
 -- (cursor_key, consumer, epoch), which no update changes, so racing claims
--- never wait on each other in a cycle; no session lock. A head another
--- claim is taking is waited for and re-checked in its new state.
+-- never wait on each other in a cycle; no session lock, but for wake_logs
+-- a2_wake_log's (the session lock when a log cursor's run must change),
+-- taken before any cursor row. A head another claim is taking is waited
+-- for and re-checked in its new state.
 drop function if exists a2_claim(text, text, bigint, bigint, jsonb, jsonb, integer, bigint,
                                   bigint, boolean);
+drop function if exists a2_claim(text, text, bigint, bigint, jsonb, jsonb, integer, bigint,
+                                  bigint, boolean, bigint, bigint);
 create or replace function a2_claim(session text, holder text, ttl_ms bigint default null,
                                     expires_at bigint default null, consumers jsonb default null,
                                     exclude jsonb default null, max_failures integer default null,
                                     through bigint default null, now_ms bigint default null,
                                     text_payloads boolean default false,
-                                    after_xid bigint default null, wait_ms bigint default 1000)
+                                    after_xid bigint default null, wait_ms bigint default 1000,
+                                    wake_logs boolean default false)
 returns jsonb
 language plpgsql
 volatile
@@ -107,6 +117,10 @@ begin
         end if;
     end if;
     v_served := a2__served(a2_claim.consumers);
+    if a2_claim.wake_logs then
+        perform a2__wake_log(v_session, l.consumer, l.lane, l.types, l.backfill)
+           from a2__log_consumers(a2_claim.consumers) l;
+    end if;
     if a2_claim.exclude is not null and jsonb_typeof(a2_claim.exclude) <> 'null' then
         if jsonb_typeof(a2_claim.exclude) <> 'array' then
             perform a2__fail('INVALID_ARGUMENT', 'exclude must be a JSON array');

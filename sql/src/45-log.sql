@@ -67,12 +67,8 @@ declare
     v_session text := a2_wake_log.session;
     v_consumer text := a2_wake_log.consumer;
     v_lane text := a2_wake_log.lane;
-    v_key text;
     v_types jsonb := nullif(a2_wake_log.types, 'null');
     v_backfill boolean := coalesce(a2_wake_log.backfill, false);
-    st record;
-    v_started a2_cursors;
-    v_hold bigint;
 begin
     perform a2__writable('a2_wake_log');
     perform a2__name('session', v_session);
@@ -80,8 +76,33 @@ begin
     perform a2__name('lane', v_lane);
     perform a2__served(jsonb_build_array(jsonb_build_object(
         'name', v_consumer, 'log', jsonb_build_object('lane', v_lane, 'types', v_types))));
-    v_key := 'lane:' || v_lane;
     perform a2__await_xid(v_session, a2_wake_log.after_xid, a2_wake_log.wait_ms);
+    return a2__wake_log(v_session, v_consumer, v_lane, v_types, v_backfill);
+end
+$fn$;
+
+-- a2_wake_log's work once its arguments are checked and its commit waited
+-- for (a2_claim calls it for wake_logs). Locks: a2_wake_log's, above.
+create or replace function a2__wake_log(session text, consumer text, lane text, types jsonb,
+                                        backfill boolean)
+returns jsonb
+language plpgsql
+volatile
+set plan_cache_mode = force_generic_plan
+as $fn$
+#variable_conflict use_column
+declare
+    v_session text := a2__wake_log.session;
+    v_consumer text := a2__wake_log.consumer;
+    v_lane text := a2__wake_log.lane;
+    v_key text;
+    v_types jsonb := a2__wake_log.types;
+    v_backfill boolean := a2__wake_log.backfill;
+    st record;
+    v_started a2_cursors;
+    v_hold bigint;
+begin
+    v_key := 'lane:' || v_lane;
 
     for pass in 1..2 loop
         select * into st from a2__log_state(v_session, v_consumer, v_key, v_types, v_backfill);

@@ -1,11 +1,14 @@
 -- a2_batch: several operations in one call, one transaction, one round trip.
 
 -- The keys each operation takes (besides "op"), as the named parameters of
--- its function.
+-- its function. Stable, as its text[] constants are (array_in): declared
+-- immutable, the planner would not inline it into a2__run_op's generic
+-- plan, and each transaction would run it through the SQL function
+-- executor anew (35 us of an a2_batch call).
 create or replace function a2__op_keys(op text)
 returns text[]
 language sql
-immutable
+stable
 as $fn$
 select case op
     when 'append' then '{session,events,consumers,origin,now_ms,text_payloads}'
@@ -13,7 +16,7 @@ select case op
     when 'cursors' then '{session}'
     when 'dead_letters' then '{session}'
     when 'wake_log' then '{session,consumer,lane,types,backfill,after_xid,wait_ms}'
-    when 'claim' then '{session,holder,ttl_ms,expires_at,consumers,exclude,max_failures,through,now_ms,text_payloads,after_xid,wait_ms}'
+    when 'claim' then '{session,holder,ttl_ms,expires_at,consumers,exclude,max_failures,through,now_ms,text_payloads,after_xid,wait_ms,wake_logs}'
     when 'renew' then '{session,holder,claims,ttl_ms,expires_at,now_ms}'
     when 'complete' then '{session,consumer,lane,index,attempt,events,consumers,now_ms,text_payloads}'
     when 'fail' then '{session,consumer,lane,index,attempt,error,max_failures,retry_after_ms,now_ms}'
@@ -85,7 +88,8 @@ begin
                       now_ms => a2__json_int('now_ms', o->'now_ms'),
                       text_payloads => coalesce((o->>'text_payloads')::boolean, false),
                       after_xid => a2__json_int('after_xid', o->'after_xid'),
-                      wait_ms => coalesce(a2__json_int('wait_ms', o->'wait_ms'), 1000));
+                      wait_ms => coalesce(a2__json_int('wait_ms', o->'wait_ms'), 1000),
+                      wake_logs => coalesce((o->>'wake_logs')::boolean, false));
     when 'renew' then
         r := a2_renew(session => o->>'session', holder => o->>'holder', claims => o->'claims',
                       ttl_ms => a2__json_int('ttl_ms', o->'ttl_ms'),

@@ -120,3 +120,41 @@ select pg_temp.expect(
 select pg_temp.expect(
     to_jsonb((select count(*) from a2_events where session_id = 'shop-1' and idx < 3)),
     '0', 'nothing below the marker');
+
+-- 7. A log consumer: audit reads every "order.*" event of its session's
+-- log. A claim with wake_logs starts its cursor at the first such event
+-- and claims it in one call; an a2_batch claim does the same.
+select pg_temp.expect(
+    a2_append(session => 'feed-1',
+              events => '[{"type": "order.placed"}, {"type": "note"}, {"type": "order.paid"}]',
+              now_ms => 13000),
+    '{"outcome": "appended"}', 'append to a log');
+select pg_temp.expect(
+    a2_claim(session => 'feed-1', holder => 'a1', ttl_ms => 30000,
+             consumers => '[{"name": "audit", "log": {"lane": "main",
+                              "types": ["order.placed", "order.paid"], "backfill": true}}]',
+             now_ms => 14000),
+    '{"outcome": "settled"}', 'a log claim without wake_logs starts no cursor');
+select pg_temp.expect(
+    a2_claim(session => 'feed-1', holder => 'a1', ttl_ms => 30000,
+             consumers => '[{"name": "audit", "log": {"lane": "main",
+                              "types": ["order.placed", "order.paid"], "backfill": true}}]',
+             now_ms => 14000, wake_logs => true),
+    '{"outcome": "claimed", "heads": [{"consumer": "audit", "lane": "main", "index": 1,
+                                       "attempt": 1, "type": "order.placed"}]}',
+    'a log claim with wake_logs');
+select pg_temp.expect(
+    a2_complete(session => 'feed-1', consumer => 'audit', lane => 'main', index => 1,
+                attempt => 1,
+                consumers => '[{"name": "audit", "log": {"lane": "main",
+                                 "types": ["order.placed", "order.paid"]}}]',
+                now_ms => 15000),
+    '{"outcome": "completed"}', 'complete the log head');
+select pg_temp.expect(
+    a2_batch('[{"op": "claim", "session": "feed-1", "holder": "a1", "ttl_ms": 30000,
+                "consumers": [{"name": "audit", "log": {"lane": "main",
+                               "types": ["order.placed", "order.paid"]}}],
+                "now_ms": 16000, "wake_logs": true}]'),
+    '[{"outcome": "claimed", "heads": [{"consumer": "audit", "index": 3,
+                                        "type": "order.paid"}]}]',
+    'a batch claim with wake_logs skips the other type');

@@ -255,21 +255,18 @@ class Slot:
             if self.conn is None:
                 self.conn = self._open()
             conn = self.conn
-            if wake_log:
-                what = "wake_log"
-                self._wake_logs(conn, session, xid)
             while not w._sessions.stopping:
+                # the first claim (and one made again while the wake-up's
+                # commit is not visible) brings the log cursors up to date
                 what = "claim"
                 cl = store.claim(conn, session, self.holder, ttl_ms=w.ttl_ms,
                                  consumers=w._consumers_json, max_failures=w.max_failures,
-                                 now_ms=real_ms(), after_xid=xid or None)
+                                 now_ms=real_ms(), after_xid=xid or None,
+                                 wake_logs=wake_log)
                 if cl.get("outcome") == "busy" and cl.get("waiting_for"):
-                    # still not visible (a synchronous standby holds it, say)
-                    if wake_log:
-                        what = "wake_log"
-                        self._wake_logs(conn, session, xid)
-                    continue
+                    continue  # still not visible (a synchronous standby holds it, say)
                 xid = 0  # visible: later claims need not wait
+                wake_log = False
                 dead = cl.get("dead_lettered") or []
                 for d in dead:
                     w._count(dead_lettered=1)
@@ -296,12 +293,6 @@ class Slot:
                 close(self.conn)
                 self.conn = None
         return ran
-
-    def _wake_logs(self, conn: psycopg.Connection[Any], session: str, xid: int) -> None:
-        for c in self._w._log_consumers:
-            store.wake_log(conn, session, c.name, c.lane,
-                           types=None if c.types is None else list(c.types),
-                           backfill=c.backfill, after_xid=xid or None)
 
     def _run_heads(self, conn: psycopg.Connection[Any], session: str,
                    heads: List[Dict[str, Any]]) -> None:

@@ -196,13 +196,16 @@ def claim(conn: psycopg.Connection[Any], session: str, holder: str, *,
           exclude: Optional[Sequence[Mapping[str, Any]]] = None,
           max_failures: Optional[int] = None, through: Optional[int] = None,
           now_ms: Optional[int] = None, text_payloads: bool = False,
-          after_xid: Optional[int] = None, wait_ms: Optional[int] = None) -> Dict[str, Any]:
+          after_xid: Optional[int] = None, wait_ms: Optional[int] = None,
+          wake_logs: bool = False) -> Dict[str, Any]:
     """Claims the session's eligible heads for ``holder`` (``a2_claim``):
     ``{"outcome": "claimed" | "busy" | "settled", "heads", "retry_at",
     "dead_lettered", ...}``. ``after_xid``: the wake-up's ``xid``; the claim
     first waits (at most ``wait_ms``, default 1000) for that commit to be
     visible, and answers ``busy`` with ``"waiting_for"`` when it still is
-    not: claim again with the same ``after_xid``."""
+    not: claim again with the same ``after_xid``. ``wake_logs``: first bring
+    the cursors of the log consumers among ``consumers`` up to date, as
+    :func:`wake_log` does, in the claim's call and commit."""
     return _call(conn, "a2_claim",
                  [("session", session, "text"), ("holder", holder, "text")],
                  [("ttl_ms", ttl_ms, "bigint"), ("expires_at", expires_at, "bigint"),
@@ -211,7 +214,8 @@ def claim(conn: psycopg.Connection[Any], session: str, holder: str, *,
                   ("max_failures", max_failures, "integer"), ("through", through, "bigint"),
                   ("now_ms", now_ms, "bigint"),
                   ("text_payloads", text_payloads or None, "boolean"),
-                  ("after_xid", after_xid, "bigint"), ("wait_ms", wait_ms, "bigint")])
+                  ("after_xid", after_xid, "bigint"), ("wait_ms", wait_ms, "bigint"),
+                  ("wake_logs", wake_logs or None, "boolean")])
 
 
 def renew(conn: psycopg.Connection[Any], session: str, holder: str,

@@ -263,6 +263,19 @@ class Cycle(unittest.TestCase):
                             consumers=[auditor])
         self.assertEqual(seen, [(1, "order.placed", "log"), (3, "order.placed", "log")])
 
+    def test_claim_wake_logs(self) -> None:
+        conn = support.connect()
+        self.addCleanup(conn.close)
+        s = "cy-log-claim"
+        auditor = a2.LogConsumer("cy-auditor2", types=["order.placed"], backfill=True)
+        a2.append(conn, s, [{"type": "order.ignored"}, {"type": "order.placed"}])
+        # without wake_logs no cursor is started: nothing to claim
+        cl = a2.claim(conn, s, "h", ttl_ms=1000, consumers=[auditor])
+        self.assertEqual(cl["outcome"], "settled")
+        cl = a2.claim(conn, s, "h", ttl_ms=1000, consumers=[auditor], wake_logs=True)
+        self.assertEqual(cl["outcome"], "claimed")
+        self.assertEqual([(h["index"], h["kind"]) for h in cl["heads"]], [(2, "log")])
+
     def test_batch_state_and_presence(self) -> None:
         conn = support.connect()
         self.addCleanup(conn.close)
