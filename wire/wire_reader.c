@@ -504,6 +504,44 @@ static const struct {
         {"error", A2_WIRE_NONE, A2_WIRE_ERROR},
 };
 
+/* Orders string keys by length, then bytes. */
+static int key_order(const void *pa, const void *pb)
+{
+    const msgpack_object_str *a = *(const msgpack_object_str *const *)pa;
+    const msgpack_object_str *b = *(const msgpack_object_str *const *)pb;
+    if (a->size != b->size)
+        return a->size < b->size ? -1 : 1;
+    return a->size ? memcmp(a->ptr, b->ptr, a->size) : 0;
+}
+
+/* Whether the map of string keys holds a key twice (-1: out of memory):
+ * pair by pair for a frame's few keys, by sorting for up to
+ * A2_WIRE_MAX_FIELDS of them (a hostile frame's). */
+static int has_duplicate_key(const msgpack_object_map *map)
+{
+    uint32_t n = map->size;
+    if (n <= 16) {
+        for (uint32_t i = 1; i < n; i++) {
+            const msgpack_object_str *k = &map->ptr[i].key.via.str;
+            for (uint32_t j = 0; j < i; j++)
+                if (str_eq(&map->ptr[j].key.via.str, k->ptr, k->size))
+                    return 1;
+        }
+        return 0;
+    }
+    const msgpack_object_str **keys = malloc(n * sizeof *keys);
+    if (!keys)
+        return -1;
+    for (uint32_t i = 0; i < n; i++)
+        keys[i] = &map->ptr[i].key.via.str;
+    qsort(keys, n, sizeof *keys, key_order);
+    int dup = 0;
+    for (uint32_t i = 1; i < n && !dup; i++)
+        dup = key_order(&keys[i - 1], &keys[i]) == 0;
+    free(keys);
+    return dup;
+}
+
 static int parse_frame(a2_wire_reader *r, const msgpack_object *root,
                        a2_wire_msg *m)
 {
@@ -514,16 +552,14 @@ static int parse_frame(a2_wire_reader *r, const msgpack_object *root,
     if (root->type != MSGPACK_OBJECT_MAP)
         return fail(r, A2_WIRE_EFORMAT, "frame is not a map");
     f.map = &root->via.map;
-    for (uint32_t i = 0; i < f.map->size; i++) {
-        const msgpack_object *k = &f.map->ptr[i].key;
-        if (k->type != MSGPACK_OBJECT_STR)
+    for (uint32_t i = 0; i < f.map->size; i++)
+        if (f.map->ptr[i].key.type != MSGPACK_OBJECT_STR)
             return fail(r, A2_WIRE_EFORMAT, "frame has a non-string key");
-        for (uint32_t j = 0; j < i; j++) {
-            const msgpack_object *o = &f.map->ptr[j].key;
-            if (str_eq(&o->via.str, k->via.str.ptr, k->via.str.size))
-                return fail(r, A2_WIRE_EFORMAT, "frame has a duplicate key");
-        }
-    }
+    int dup = has_duplicate_key(f.map);
+    if (dup < 0)
+        return fail(r, A2_WIRE_ENOMEM, "out of memory");
+    if (dup)
+        return fail(r, A2_WIRE_EFORMAT, "frame has a duplicate key");
     t = lookup(&f, "t");
     if (!t)
         return fail(r, A2_WIRE_EMISSING, "frame has no key t");

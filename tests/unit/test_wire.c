@@ -335,6 +335,57 @@ static const bytes_case framing_cases[] = {
          A2_WIRE_ETYPE, "range"},
 };
 
+/* A ping padded with n - 2 junk keys of one length ("k0000", ...), the last
+ * one dup_of's twin when dup_of >= 0. */
+static void pack_padded_ping(msgpack_sbuffer *sb, int n, int dup_of)
+{
+    msgpack_packer pk;
+    msgpack_sbuffer_init(sb);
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, (size_t)n);
+    msgpack_pack_str_with_body(&pk, "t", 1);
+    msgpack_pack_str_with_body(&pk, "ping", 4);
+    msgpack_pack_str_with_body(&pk, "id", 2);
+    msgpack_pack_uint64(&pk, 7);
+    char key[16];
+    for (int i = 0; i < n - 2; i++) {
+        snprintf(key, sizeof key, "k%04d",
+                 (i == n - 3 && dup_of >= 0 ? dup_of : i) % 10000);
+        msgpack_pack_str_with_body(&pk, key, 5);
+        msgpack_pack_nil(&pk);
+    }
+}
+
+/* The most keys a frame may have: unknown ones are ignored, a duplicate
+ * anywhere among them is refused (the check sorts them, it does not pair
+ * each with every other). */
+static void test_many_keys(void **state)
+{
+    (void)state;
+    msgpack_sbuffer sb;
+    pack_padded_ping(&sb, A2_WIRE_MAX_FIELDS, -1);
+    a2_wire_reader *r = a2_wire_reader_new(A2_WIRE_FROM_WORKER);
+    assert_non_null(r);
+    assert_int_equal(a2_wire_reader_feed(r, sb.data, sb.size), 0);
+    a2_wire_msg m;
+    assert_int_equal(a2_wire_reader_next(r, &m), 1);
+    assert_int_equal(m.type, A2_WIRE_PING);
+    assert_true(m.id == 7);
+    a2_wire_reader_free(r);
+    msgpack_sbuffer_destroy(&sb);
+    int dups[] = {0, A2_WIRE_MAX_FIELDS / 2, A2_WIRE_MAX_FIELDS - 4};
+    for (size_t i = 0; i < sizeof dups / sizeof dups[0]; i++) {
+        pack_padded_ping(&sb, A2_WIRE_MAX_FIELDS, dups[i]);
+        expect_error("many keys, one twice", A2_WIRE_FROM_WORKER, sb.data,
+                     sb.size, A2_WIRE_EFORMAT, "duplicate");
+        msgpack_sbuffer_destroy(&sb);
+    }
+    pack_padded_ping(&sb, A2_WIRE_MAX_FIELDS + 1, -1);
+    expect_error("one key too many", A2_WIRE_FROM_WORKER, sb.data, sb.size,
+                 A2_WIRE_ETOOBIG, NULL);
+    msgpack_sbuffer_destroy(&sb);
+}
+
 static void test_errors_framing(void **state)
 {
     (void)state;
@@ -956,6 +1007,7 @@ int main(void)
             cmocka_unit_test(test_byte_at_a_time),
             cmocka_unit_test(test_errors_semantic),
             cmocka_unit_test(test_errors_framing),
+            cmocka_unit_test(test_many_keys),
             cmocka_unit_test(test_encode_errors),
             cmocka_unit_test(test_consumer_limits),
             cmocka_unit_test(test_utf8),
