@@ -6,40 +6,22 @@
 
 #include "route.h"
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
-uint64_t a2__route_hash(const void *data, size_t len, uint64_t seed)
-{
-    const unsigned char *p = data;
-    uint64_t h = 0xcbf29ce484222325ULL ^ mix64(seed);
-    for (size_t i = 0; i < len; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ULL;
-    }
-    return mix64(h ^ len);
-}
+#include "../common/hash.h"
 
 uint64_t a2__route_worker_id(const char *name)
 {
-    return a2__route_hash(name, strlen(name), 0x5eedULL);
+    return a2__hash(name, strlen(name), 0x5eedULL);
 }
 
 uint64_t a2__route_score(uint64_t worker_id, uint64_t session_hash)
 {
-    return mix64(session_hash ^ mix64(worker_id + 0x9e3779b97f4a7c15ULL));
+    return a2__mix64(session_hash ^
+                     a2__mix64(worker_id + 0x9e3779b97f4a7c15ULL));
 }
 
 size_t a2__route_pick(const a2__route_cand *c, size_t n, const char *session)
 {
-    uint64_t sh = a2__route_hash(session, strlen(session), 0);
+    uint64_t sh = a2__hash(session, strlen(session), 0);
     size_t best = n;
     uint64_t best_score = 0;
 
@@ -116,7 +98,7 @@ static node **find(const a2__map *m, const void *key, size_t klen, uint64_t h)
 
 void *a2__map_get(const a2__map *m, const void *key, size_t klen)
 {
-    uint64_t h = a2__route_hash(key, klen, 1);
+    uint64_t h = a2__table_hash(key, klen);
     node **pp = find(m, key, klen, h);
     return *pp ? (*pp)->val : NULL;
 }
@@ -143,7 +125,7 @@ static void grow(a2__map *m)
 
 int a2__map_put(a2__map *m, const void *key, size_t klen, void *val, void **old)
 {
-    uint64_t h = a2__route_hash(key, klen, 1);
+    uint64_t h = a2__table_hash(key, klen);
     node **pp = find(m, key, klen, h);
     node *n;
 
@@ -174,7 +156,7 @@ int a2__map_put(a2__map *m, const void *key, size_t klen, void *val, void **old)
 
 void *a2__map_del(a2__map *m, const void *key, size_t klen)
 {
-    uint64_t h = a2__route_hash(key, klen, 1);
+    uint64_t h = a2__table_hash(key, klen);
     node **pp = find(m, key, klen, h);
     node *n = *pp;
     void *v;

@@ -8,10 +8,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 64-bit FNV-1a of data, seeded, then finalised with the splitmix64 mixer
- * (FNV alone mixes its last bytes poorly). */
-uint64_t a2__route_hash(const void *data, size_t len, uint64_t seed);
-
 /* A worker's routing identity: the hash of its hello name. Workers with the
  * same name share an identity; the router breaks their ties by serial. */
 uint64_t a2__route_worker_id(const char *name);

@@ -195,7 +195,7 @@ int a2__timers_set(a2__timers *t, const char *session, const char *consumer,
     char *key = make_key(session, consumer, cursor_key, &keylen);
     if (!key)
         return -1;
-    uint64_t hash = a2__fnv1a(key, keylen);
+    uint64_t hash = a2__table_hash(key, keylen);
     int found;
     size_t ts = lookup(t, key, keylen, hash, &found);
     if (found) {
@@ -259,7 +259,7 @@ int a2__timers_cancel(a2__timers *t, const char *session, const char *consumer,
     char *key = make_key(session, consumer, cursor_key, &keylen);
     if (!key)
         return 0;
-    uint64_t hash = a2__fnv1a(key, keylen);
+    uint64_t hash = a2__table_hash(key, keylen);
     int found;
     size_t ts = lookup(t, key, keylen, hash, &found);
     free(key);

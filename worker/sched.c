@@ -70,7 +70,7 @@ a2__next a2__after_run(const a2__ran *r)
 
 static size_t hash_of(const char *s)
 {
-    return (size_t)a2__fnv1a(s, strlen(s));
+    return (size_t)a2__table_hash(s, strlen(s));
 }
 
 static a2__job *find_job(const a2__sched *s, const char *session)

@@ -6,8 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../../consumer/queue.h"
+#include "../../common/hash.h"
 #include "../../consumer/route.h"
 #include "a2/wire.h"
 
@@ -108,13 +111,42 @@ static void test_same_name_ties(void **state)
     }
 }
 
+/* The seed of a2__table_hash in a child that has not hashed yet. */
+static uint64_t child_seed(void)
+{
+    int fd[2];
+    uint64_t seed = 0;
+    assert_int_equal(pipe(fd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        uint64_t s = a2__hash_seed();
+        _exit(write(fd[1], &s, sizeof s) == (ssize_t)sizeof s ? 0 : 1);
+    }
+    close(fd[1]);
+    assert_int_equal(read(fd[0], &seed, sizeof seed), (ssize_t)sizeof seed);
+    close(fd[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return seed;
+}
+
+/* Runs first: no hash is taken in this process before child_seed's. */
 static void test_hash(void **state)
 {
     (void)state;
-    assert_true(a2__route_hash("a", 1, 0) != a2__route_hash("b", 1, 0));
-    assert_true(a2__route_hash("a", 1, 0) != a2__route_hash("a", 1, 1));
-    assert_true(a2__route_hash("ab", 2, 0) == a2__route_hash("ab", 2, 0));
-    assert_true(a2__route_hash("", 0, 0) != a2__route_hash("\0", 1, 0));
+    /* each process draws its own seed for the tables */
+    uint64_t a = child_seed(), b = child_seed();
+    assert_true(a != b);
+    assert_true(a2__hash_seed() == a2__hash_seed());
+    assert_true(a2__table_hash("ab", 2) == a2__hash("ab", 2, a2__hash_seed()));
+    assert_true(a2__table_hash("ab", 2) == a2__table_hash("ab", 2));
+    /* the routing hash is the same in every process */
+    assert_true(a2__hash("a", 1, 0) != a2__hash("b", 1, 0));
+    assert_true(a2__hash("a", 1, 0) != a2__hash("a", 1, 1));
+    assert_true(a2__hash("ab", 2, 0) == 0x7f2cb7ebf303d266ULL);
+    assert_true(a2__hash("", 0, 0) != a2__hash("\0", 1, 0));
 }
 
 static void test_map(void **state)
@@ -303,10 +335,10 @@ static void test_queue_drain_chunks(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_hash), /* first: see there */
             cmocka_unit_test(test_distribution),
             cmocka_unit_test(test_stability),
             cmocka_unit_test(test_same_name_ties),
-            cmocka_unit_test(test_hash),
             cmocka_unit_test(test_map),
             cmocka_unit_test(test_queue_coalesce),
             cmocka_unit_test(test_queue_overflow),
