@@ -1,6 +1,6 @@
 /*
  * The pool's table of sessions: a hash table of jobs, the FIFO ready queue,
- * the list of timers, and the decision after each run (sched.h).
+ * the heap of timers, and the decision after each run (sched.h).
  */
 #include "sched.h"
 
@@ -16,7 +16,7 @@ struct a2__job {
     int running;      /* a slot works it */
     int again;        /* woken while running: run once more */
     int64_t at;       /* timer (monotonic ms), 0: none */
-    int timed;        /* in the timer list (at may have been cancelled) */
+    size_t heap_at;   /* its place in the timer heap + 1, 0: none (at 0) */
     int hinted;       /* a wake-up named work here */
     int rechecks;     /* runs that found nothing after a wake-up */
     uint64_t xid;     /* the latest wake-up's commit, which the next run
@@ -25,7 +25,6 @@ struct a2__job {
     uint64_t run_xid; /* ... and its xid */
     a2__job *hnext;  /* hash chain */
     a2__job *rnext;  /* ready queue */
-    a2__job *tnext;  /* timer list */
 };
 
 struct a2__sched {
@@ -35,7 +34,10 @@ struct a2__sched {
     a2__job *ready_head; /* FIFO of sessions to run */
     a2__job *ready_tail;
     size_t nqueued;
-    a2__job *timed; /* sessions with a timer */
+    /* sessions with a timer (at > 0, neither queued nor running), a
+     * min-heap by at; room for every job */
+    a2__job **heap;
+    size_t nheap, capheap;
     size_t nrunning;
     int stopping;
     uint64_t merged;
@@ -103,6 +105,14 @@ static a2__job *add_job(a2__sched *s, const char *session)
         s->buckets = nb;
         s->nbuckets = n;
     }
+    if (s->njobs >= s->capheap) {
+        size_t n = s->capheap ? s->capheap * 2 : 256;
+        a2__job **h = realloc(s->heap, n * sizeof *h);
+        if (!h)
+            return NULL;
+        s->heap = h;
+        s->capheap = n;
+    }
     a2__job *j = calloc(1, sizeof *j);
     if (!j || !(j->session = strdup(session))) {
         free(j);
@@ -115,6 +125,56 @@ static a2__job *add_job(a2__sched *s, const char *session)
     return j;
 }
 
+/* ── the timer heap ───────────────────────────────────────────────────── */
+
+static void heap_place(a2__sched *s, size_t i, a2__job *j)
+{
+    s->heap[i] = j;
+    j->heap_at = i + 1;
+}
+
+static void sift_up(a2__sched *s, size_t i)
+{
+    a2__job *j = s->heap[i];
+    while (i > 0 && s->heap[(i - 1) / 2]->at > j->at) {
+        heap_place(s, i, s->heap[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    heap_place(s, i, j);
+}
+
+static void sift_down(a2__sched *s, size_t i)
+{
+    a2__job *j = s->heap[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= s->nheap)
+            break;
+        if (c + 1 < s->nheap && s->heap[c + 1]->at < s->heap[c]->at)
+            c++;
+        if (s->heap[c]->at >= j->at)
+            break;
+        heap_place(s, i, s->heap[c]);
+        i = c;
+    }
+    heap_place(s, i, j);
+}
+
+/* Takes j's timer out of the heap (none: nothing to do). */
+static void heap_remove(a2__sched *s, a2__job *j)
+{
+    if (!j->heap_at)
+        return;
+    size_t i = j->heap_at - 1;
+    j->heap_at = 0;
+    a2__job *last = s->heap[--s->nheap];
+    if (i == s->nheap)
+        return;
+    heap_place(s, i, last);
+    sift_up(s, i);
+    sift_down(s, last->heap_at - 1);
+}
+
 /* Removes and frees a job that is not in the ready queue. */
 static void remove_job(a2__sched *s, a2__job *dead)
 {
@@ -124,12 +184,7 @@ static void remove_job(a2__sched *s, a2__job *dead)
             *p = dead->hnext;
             break;
         }
-    if (dead->timed)
-        for (a2__job **p = &s->timed; *p; p = &(*p)->tnext)
-            if (*p == dead) {
-                *p = dead->tnext;
-                break;
-            }
+    heap_remove(s, dead);
     s->njobs--;
     free(dead->session);
     free(dead);
@@ -151,6 +206,7 @@ void a2__sched_free(a2__sched *s)
             free(k);
         }
     free(s->buckets);
+    free(s->heap);
     free(s);
 }
 
@@ -182,14 +238,14 @@ static a2__job *pop_ready(a2__sched *s)
     return j;
 }
 
+/* Sets (or moves) j's timer to at (> 0); the heap has room (add_job). */
 static void set_timer(a2__sched *s, a2__job *j, int64_t at)
 {
     j->at = at;
-    if (!j->timed) {
-        j->timed = 1;
-        j->tnext = s->timed;
-        s->timed = j;
-    }
+    if (!j->heap_at)
+        heap_place(s, s->nheap++, j);
+    sift_up(s, j->heap_at - 1);
+    sift_down(s, j->heap_at - 1);
 }
 
 int a2__sched_add(a2__sched *s, const char *session, int wake_log, int hinted,
@@ -207,7 +263,8 @@ int a2__sched_add(a2__sched *s, const char *session, int wake_log, int hinted,
         j->hinted = 1;
         j->rechecks = 0;
     }
-    j->at = 0; /* cancels a timer (dropped from the list when it is seen) */
+    j->at = 0; /* cancels a timer */
+    heap_remove(s, j);
     if (j->running) {
         j->again = 1;
         s->merged++;
@@ -279,25 +336,15 @@ a2__next a2__sched_done(a2__sched *s, a2__job *j, const a2__run_end *end,
 int a2__sched_fire(a2__sched *s, int64_t now_mono, int64_t *next)
 {
     int fired = 0;
-    *next = -1;
-    for (a2__job **p = &s->timed; *p;) {
-        a2__job *j = *p;
-        if (!j->at || j->running || j->queued || j->at <= now_mono) {
-            *p = j->tnext;
-            j->timed = 0;
-            j->tnext = NULL;
-            if (j->at && !j->running && !j->queued) {
-                j->at = 0;
-                push_ready(s, j);
-                s->timer_runs++;
-                fired++;
-            }
-            continue;
-        }
-        if (*next < 0 || j->at < *next)
-            *next = j->at;
-        p = &j->tnext;
+    while (s->nheap > 0 && s->heap[0]->at <= now_mono) {
+        a2__job *j = s->heap[0];
+        heap_remove(s, j);
+        j->at = 0;
+        push_ready(s, j);
+        s->timer_runs++;
+        fired++;
     }
+    *next = s->nheap > 0 ? s->heap[0]->at : -1;
     return fired;
 }
 
@@ -311,10 +358,7 @@ void a2__sched_counts(const a2__sched *s, a2_worker_pool_stats *out)
     out->sessions = s->njobs;
     out->queued = s->nqueued;
     out->running = s->nrunning;
-    out->timers = 0;
-    for (const a2__job *j = s->timed; j; j = j->tnext)
-        if (j->at && !j->running && !j->queued)
-            out->timers++;
+    out->timers = s->nheap;
     out->merged = s->merged;
     out->timer_runs = s->timer_runs;
     out->rechecks = s->rechecks;

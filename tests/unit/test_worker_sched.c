@@ -7,6 +7,7 @@
 #include "../../worker/sched.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 /* clang-format off */
 #include <stdarg.h>
@@ -312,6 +313,68 @@ static void test_many_sessions(void **state)
     a2__sched_free(s);
 }
 
+/* Many sessions held until times in a scrambled order: they fire in the
+ * order of their times, each once, whatever order their timers were set
+ * and moved in; a session woken before its time runs now, its timer gone. */
+static void test_many_timers_in_order(void **state)
+{
+    (void)state;
+    enum { N = 5000 };
+    a2__sched *s = a2__sched_new();
+    char name[32];
+    a2__run run;
+    int64_t next;
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "t-%d", i);
+        assert_int_equal(a2__sched_add(s, name, 0, 1, 0), 1);
+    }
+    /* session i due at 1000 + (i * 7919) % N: every time once */
+    for (int i = 0; i < N; i++) {
+        a2__job *j = a2__sched_take(s, &run);
+        assert_non_null(j);
+        int k = atoi(run.session + 2);
+        done(s, j, 1, 0, 100000 + 1000 + (k * 7919) % N, 0);
+    }
+    a2_worker_pool_stats st = {0};
+    a2__sched_counts(s, &st);
+    assert_int_equal(st.timers, N);
+    /* every tenth session woken before its time: queued now */
+    for (int i = 0; i < N; i += 10) {
+        snprintf(name, sizeof name, "t-%d", i);
+        assert_int_equal(a2__sched_add(s, name, 0, 1, 0), 1);
+    }
+    a2__sched_counts(s, &st);
+    assert_int_equal(st.timers, N - N / 10);
+    for (int i = 0; i < N / 10; i++) {
+        a2__job *j = a2__sched_take(s, &run);
+        assert_non_null(j);
+        assert_int_equal(atoi(run.session + 2) % 10, 0);
+        assert_int_equal(done(s, j, 1, 0, 0, 0).kind, A2W_DONE);
+    }
+    /* the rest fire in the order of their times, a few at a time */
+    int64_t last_due = -1;
+    int fired_total = 0;
+    for (int64_t now = 0; now <= 1000 + N; now += 3) {
+        fired_total += a2__sched_fire(s, 5 + now, &next);
+        a2__job *j;
+        while ((j = a2__sched_take(s, &run))) {
+            int k = atoi(run.session + 2);
+            int64_t due = 1000 + (k * 7919) % N;
+            assert_true(k % 10 != 0);
+            assert_true(due <= now && due >= last_due);
+            last_due = due;
+            assert_int_equal(done(s, j, 1, 0, 0, now).kind, A2W_DONE);
+        }
+        if (next >= 0)
+            assert_true(next > 5 + now);
+    }
+    assert_int_equal(fired_total, N - N / 10);
+    a2__sched_counts(s, &st);
+    assert_int_equal(st.timers, 0);
+    assert_int_equal(st.sessions, 0);
+    a2__sched_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -324,6 +387,7 @@ int main(void)
             cmocka_unit_test(test_retry_and_failure_timers),
             cmocka_unit_test(test_stop),
             cmocka_unit_test(test_many_sessions),
+            cmocka_unit_test(test_many_timers_in_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
