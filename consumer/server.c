@@ -124,7 +124,7 @@ static void on_accept(a2__server *srv, a2__server_handle *l)
                 snprintf(w->peer, sizeof w->peer, "tcp ?");
         }
         w->serial = ++srv->serial;
-        w->deadline_ms = a2__mono_ms() + srv->hello_timeout_ms;
+        a2__server_deadline_set(srv, w, a2__mono_ms() + srv->hello_timeout_ms);
         srv->connections++;
         w->rd = a2_wire_reader_new(A2_WIRE_FROM_WORKER);
         w->q = a2__queue_new(srv->queue_limit);
@@ -180,6 +180,7 @@ int a2__server_run(a2__server *srv)
                     /* EAGAIN: already consumed */
                 }
                 srv->armed_ms = 0; /* one-shot: it fired */
+                srv->deadline_due = 1;
             } else {
                 a2__server_worker *w = (a2__server_worker *)h;
                 if (w->state == A2C_WORKER_DEAD)

@@ -88,8 +88,7 @@ static void deny(a2__server *srv, a2__server_worker *w, const char *name,
     srv->auth_next_ms = at + srv->auth_spacing_ms;
     w->state = A2C_WORKER_DENIED;
     w->denied = why;
-    w->deadline_ms = at;
-    a2__server_deadlines(srv);
+    a2__server_deadline_set(srv, w, at);
 }
 
 void a2__server_hello(a2__server *srv, a2__server_worker *w,
@@ -119,8 +118,7 @@ void a2__server_hello(a2__server *srv, a2__server_worker *w,
     }
     w->id = a2__route_worker_id(w->name);
     w->state = A2C_WORKER_LIVE;
-    w->deadline_ms = a2__mono_ms() + srv->subscribe_timeout_ms;
-    a2__server_deadlines(srv);
+    a2__server_deadline_set(srv, w, a2__mono_ms() + srv->subscribe_timeout_ms);
     srv->gen++;
     srv->live++;
     a2_wire_msg wel = {.type = A2_WIRE_WELCOME, .lsn = srv->lsn};

@@ -212,7 +212,7 @@ void a2__server_proto_error(a2__server *srv, a2__server_worker *w,
         a2__server_depart(srv, w);
     }
     w->state = A2C_WORKER_CLOSING;
-    w->deadline_ms = a2__mono_ms() + LINGER_MS;
+    a2__server_deadline_set(srv, w, a2__mono_ms() + LINGER_MS);
     a2__queue_clear(w->q);
     a2__queue_clear_overflow(w->q);
     if (a2_wire_encode_error(&w->out, code, message) == 0)
@@ -406,12 +406,40 @@ void a2__server_read(a2__server *srv, a2__server_worker *w)
     }
 }
 
-/* Hello timeouts and ended lingers; then arms the timer for the next one. */
+/* Arms the timer for next (0: disarms it). */
+static void arm(a2__server *srv, int64_t next, int64_t now)
+{
+    struct itimerspec its = {0};
+    srv->armed_ms = next;
+    if (next) {
+        int64_t d = next - now;
+        if (d < 1)
+            d = 1;
+        its.it_value.tv_sec = d / 1000;
+        its.it_value.tv_nsec = (d % 1000) * 1000000;
+    }
+    timerfd_settime(srv->timer.fd, 0, &its, NULL);
+}
+
+void a2__server_deadline_set(a2__server *srv, a2__server_worker *w,
+                             int64_t at)
+{
+    w->deadline_ms = at;
+    if (srv->armed_ms == 0 || at < srv->armed_ms)
+        arm(srv, at, a2__mono_ms());
+}
+
+/* A deadline that is not yet armed is always later than the armed one
+ * (a2__server_deadline_set arms an earlier one at once), so the
+ * connections are looked through only when the timer has fired: an event
+ * on a socket costs no walk of them all. */
 void a2__server_deadlines(a2__server *srv)
 {
     int64_t now = a2__mono_ms(), next = 0;
+    if (!srv->deadline_due && !(srv->armed_ms && now >= srv->armed_ms))
+        return;
+    srv->deadline_due = 0;
     a2__server_worker *w = srv->workers;
-    struct itimerspec its = {0};
 
     while (w) {
         a2__server_worker *n = w->next;
@@ -440,15 +468,5 @@ void a2__server_deadlines(a2__server *srv)
              (w->state == A2C_WORKER_LIVE && w->n_subs + w->n_ns == 0)) &&
             (next == 0 || w->deadline_ms < next))
             next = w->deadline_ms;
-    if (next == srv->armed_ms)
-        return; /* armed already (or nothing to arm, again) */
-    srv->armed_ms = next;
-    if (next) {
-        int64_t d = next - now;
-        if (d < 1)
-            d = 1;
-        its.it_value.tv_sec = d / 1000;
-        its.it_value.tv_nsec = (d % 1000) * 1000000;
-    }
-    timerfd_settime(srv->timer.fd, 0, &its, NULL);
+    arm(srv, next, now);
 }

@@ -131,6 +131,7 @@ struct a2__server {
     a2__server_worker *dead;
     a2__server_worker *dirty; /* pushed to since the last flush */
     int64_t armed_ms; /* the deadline the timer is armed for (0: none) */
+    int deadline_due; /* the timer fired: look through the deadlines */
     uint64_t live;
     uint64_t overflows;
     uint64_t protocol_errors;
@@ -189,8 +190,14 @@ void a2__server_proto_error(a2__server *srv, a2__server_worker *w,
                             const char *code, const char *message);
 /* Reads w's socket and handles the frames in it. */
 void a2__server_read(a2__server *srv, a2__server_worker *w);
-/* Hello, subscribe and linger timeouts; arms the timer for the next. */
+/* Hello, subscribe and linger timeouts, when one may be due (the timer
+ * fired): each connection looked at, the timer armed for the next. */
 void a2__server_deadlines(a2__server *srv);
+/* Sets w's deadline (a state that has one: NEW, LIVE before its first
+ * subscription, DENIED, CLOSING) and arms the timer for it when it is the
+ * earliest, without looking through the others. */
+void a2__server_deadline_set(a2__server *srv, a2__server_worker *w,
+                             int64_t at);
 
 /* server_auth.c */
 /* Starts a new second of authentication log lines when the last is over. */
