@@ -70,7 +70,7 @@ const a2__server_sub *a2__server_find_sub(const a2__server_worker *w,
 }
 
 /* A worker's log subscriptions. */
-static size_t log_subs_of(const a2__server_worker *w)
+size_t a2__server_log_subs(const a2__server_worker *w)
 {
     size_t n = 0;
     for (size_t i = 0; i < w->n_subs; i++)
@@ -307,7 +307,7 @@ static void on_message(a2__server *srv, a2__server_worker *w,
         }
         if (m->log_filter != A2_WIRE_LOG_NONE &&
             (!was || was->filter == A2_WIRE_LOG_NONE)) {
-            if (log_subs_of(w) >= A2C_MAX_LOG_SUBS) {
+            if (a2__server_log_subs(w) >= A2C_MAX_LOG_SUBS) {
                 snprintf(why, sizeof why,
                          "too many log subscriptions (at most %d per "
                          "connection)",
@@ -315,11 +315,7 @@ static void on_message(a2__server *srv, a2__server_worker *w,
                 a2__server_proto_error(srv, w, A2_WIRE_CODE_PROTOCOL, why);
                 return;
             }
-            size_t all = 0;
-            for (const a2__server_worker *o = srv->workers; o; o = o->next)
-                if (o->state == A2C_WORKER_LIVE)
-                    all += log_subs_of(o);
-            if (all >= A2C_MAX_LOG_SUBS_ALL) {
+            if (srv->log_subs >= A2C_MAX_LOG_SUBS_ALL) {
                 snprintf(why, sizeof why,
                          "too many log subscriptions on this consumer (at "
                          "most %d)",
@@ -328,11 +324,13 @@ static void on_message(a2__server *srv, a2__server_worker *w,
                 return;
             }
         }
+        int was_log = was && was->filter != A2_WIRE_LOG_NONE;
         srv->gen++;
         if (add_sub(w, m) != 0) {
             a2__server_close_now(srv, w);
             return;
         }
+        srv->log_subs += (m->log_filter != A2_WIRE_LOG_NONE) - was_log;
         a2__server_push_resync_all(srv, w, m->consumer);
         return;
     }

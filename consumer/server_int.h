@@ -133,6 +133,7 @@ struct a2__server {
     int64_t armed_ms; /* the deadline the timer is armed for (0: none) */
     int deadline_due; /* the timer fired: look through the deadlines */
     uint64_t live;
+    size_t log_subs; /* the log subscriptions of the LIVE workers */
     uint64_t overflows;
     uint64_t protocol_errors;
     uint64_t sent[32]; /* frames written to sockets' buffers, by a2_wire_type */
@@ -214,6 +215,8 @@ void a2__server_note_routed(a2__server_worker *w, const char *consumer,
                             const char *session);
 /* w stops serving (it was LIVE): its sessions move to the others. */
 void a2__server_depart(a2__server *srv, a2__server_worker *w);
+/* w's log subscriptions (those with a log filter). */
+size_t a2__server_log_subs(const a2__server_worker *w);
 
 /* server_log.c */
 /* Whether subscription s follows events of type. */

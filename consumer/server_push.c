@@ -115,6 +115,7 @@ static size_t candidates(a2__server *srv, const char *consumer,
 void a2__server_depart(a2__server *srv, a2__server_worker *w)
 {
     srv->live--;
+    srv->log_subs -= a2__server_log_subs(w);
     if (srv->route != A2C_ROUTE_AFFINITY || srv->closing)
         return;
     for (size_t i = 0; i < w->n_subs; i++) {

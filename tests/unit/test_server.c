@@ -827,7 +827,26 @@ static void test_log_subscription_caps(void **state)
     assert_non_null(strstr(last_error, "too many log subscriptions on this "
                                        "consumer (at most 1024)"));
     cl_free(late);
-    for (size_t k = 0; k < nfull; k++)
+    /* One of them turned plain, then one gone: room for one log
+     * subscription each time, and no more. */
+    cl_subscribe(full[1], srv, "k1-0", A2_WIRE_LOG_NONE, NULL, 0);
+    client *again = cl_joined(srv, "again");
+    cl_subscribe(again, srv, "a1", A2_WIRE_LOG_TYPES, t, 1);
+    cl_free(full[0]);
+    pump_for(srv, 20);
+    client *third = cl_joined(srv, "third");
+    for (int i = 0; i < A2C_MAX_LOG_SUBS; i++) { /* full[0]'s 64 */
+        snprintf(name, sizeof name, "b%d", i);
+        cl_subscribe(third, srv, name, A2_WIRE_LOG_TYPES, t, 1);
+    }
+    assert_int_equal(
+            a2_wire_encode_subscribe(&b, "over", A2_WIRE_LOG_ALL, NULL, 0), 0);
+    cl_send_refused(again, srv, &b, A2_WIRE_CODE_PROTOCOL);
+    assert_non_null(strstr(last_error, "too many log subscriptions on this "
+                                       "consumer (at most 1024)"));
+    cl_free(again);
+    cl_free(third);
+    for (size_t k = 1; k < nfull; k++)
         cl_free(full[k]);
     pump_for(srv, 20);
 
