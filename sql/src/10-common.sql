@@ -212,6 +212,20 @@ begin
        and consumers->>0 <> '' and octet_length(consumers->>0) <= 1024 then
         return array[consumers->>0];
     end if;
+    -- One log consumer of at most one type (a log worker's), the same way.
+    c := consumers->0;
+    log := c->'log';
+    if jsonb_array_length(consumers) = 1 and jsonb_typeof(c->'name') = 'string'
+       and octet_length(c->>'name') between 1 and 1024
+       and jsonb_typeof(log->'lane') = 'string'
+       and octet_length(log->>'lane') between 1 and 1024
+       and (log->'types' is null or jsonb_typeof(log->'types') = 'null'
+            or (jsonb_typeof(log->'types') = 'array' and jsonb_array_length(log->'types') <= 1
+                and coalesce(jsonb_typeof(log->'types'->0), 'string') = 'string'
+                and coalesce(octet_length(log->'types'->>0), 1) between 1 and 1024))
+       and coalesce(jsonb_typeof(log->'backfill'), 'null') in ('null', 'boolean') then
+        return array[c->>'name'];
+    end if;
     for c in select value from jsonb_array_elements(consumers) loop
         if jsonb_typeof(c) = 'string' then
             names := names || a2__name('a consumer''s name', c #>> '{}');

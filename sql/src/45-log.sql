@@ -83,8 +83,8 @@ $fn$;
 
 -- a2_wake_log's work once its arguments are checked and its commit waited
 -- for (a2_claim calls it for wake_logs). Locks: a2_wake_log's, above.
-create or replace function a2__wake_log(v_session text, v_consumer text, v_lane text,
-                                        v_types jsonb, v_backfill boolean)
+create or replace function a2__wake_log(session text, consumer text, lane text, types jsonb,
+                                        backfill boolean)
 returns jsonb
 language plpgsql
 volatile
@@ -92,7 +92,12 @@ set plan_cache_mode = force_generic_plan
 as $fn$
 #variable_conflict use_column
 declare
+    v_session text := a2__wake_log.session;
+    v_consumer text := a2__wake_log.consumer;
+    v_lane text := a2__wake_log.lane;
     v_key text;
+    v_types jsonb := a2__wake_log.types;
+    v_backfill boolean := a2__wake_log.backfill;
     st record;
     v_started a2_cursors;
     v_hold bigint;

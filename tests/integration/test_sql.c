@@ -312,8 +312,9 @@ static void test_bad_targets(void **state)
 
 /* The checks a2_claim and a2_complete write as plain expressions (calling
  * the checking function only to raise) still refuse each fault with its
- * message: names empty or too long, a consumer list of one bad name, an
- * index or attempt below 1, a lane that is empty. */
+ * message: names empty or too long, a consumer list of one bad name or of
+ * one bad log consumer, an index or attempt below 1, a lane that is
+ * empty. */
 static void test_plain_checks(void **state)
 {
     (void)state;
@@ -340,6 +341,34 @@ static void test_plain_checks(void **state)
             {"select a2_claim(session => 'pc', holder => 'h', ttl_ms => 1000, "
              "consumers => '[5]') where $1::text is not null",
              n, "INVALID_ARGUMENT: a consumer must be a name or an object"},
+            /* one log consumer: the plain checks of its spec */
+#define LOG_CLAIM(spec)                                                        \
+    "select a2_claim(session => 'pc', holder => 'h', ttl_ms => 1000, "         \
+    "consumers => '[" spec "]') where $1::text is not null"
+            {LOG_CLAIM("{\"name\": \"\", \"log\": {\"lane\": \"l\"}}"), n,
+             "INVALID_ARGUMENT: a consumer's name must not be empty"},
+            {LOG_CLAIM("{\"name\": \"c\", \"log\": {\"lane\": 5}}"), n,
+             "INVALID_ARGUMENT: a log consumer needs a \"lane\""},
+            {LOG_CLAIM("{\"name\": \"c\", \"log\": {\"lane\": \"\"}}"), n,
+             "INVALID_ARGUMENT: a log consumer's lane must not be empty"},
+            {LOG_CLAIM("{\"name\": \"c\", \"log\": {\"lane\": \"l\", "
+                       "\"types\": \"t\"}}"),
+             n, "INVALID_ARGUMENT: log types must be an array or null"},
+            {LOG_CLAIM("{\"name\": \"c\", \"log\": {\"lane\": \"l\", "
+                       "\"types\": [\"\"]}}"),
+             n, "INVALID_ARGUMENT: a log type must be a name of 1 to 1024 bytes"},
+            {LOG_CLAIM("{\"name\": \"c\", \"log\": {\"lane\": \"l\", "
+                       "\"types\": [5]}}"),
+             n, "INVALID_ARGUMENT: a log type must be a name of 1 to 1024 bytes"},
+            {LOG_CLAIM("{\"name\": \"c\", \"log\": {\"lane\": \"l\", "
+                       "\"backfill\": \"yes\"}}"),
+             n, "INVALID_ARGUMENT: backfill must be true or false"},
+            {"select a2_claim(session => 'pc', holder => 'h', ttl_ms => 1000, "
+             "consumers => jsonb_build_array(jsonb_build_object('name', 'c', "
+             "'log', jsonb_build_object('lane', 'l', 'types', "
+             "jsonb_build_array($1::text)))))",
+             n, "INVALID_ARGUMENT: a log type must be a name of 1 to 1024 bytes"},
+#undef LOG_CLAIM
             {"select a2_complete(session => 'pc', consumer => $1, lane => "
              "null, "
              "index => 1, attempt => 1)",
