@@ -83,6 +83,18 @@ $fn$;
 
 -- a2_wake_log's work once its arguments are checked and its commit waited
 -- for (a2_claim calls it for wake_logs). Locks: a2_wake_log's, above.
+-- Dropped first when an earlier schema named its parameters otherwise (a
+-- replace cannot rename them).
+do $$
+declare
+    f regprocedure := to_regprocedure('a2__wake_log(text, text, text, jsonb, boolean)');
+begin
+    if f is not null and (select p.proargnames from pg_proc p where p.oid = f)
+                         is distinct from '{session,consumer,lane,types,backfill}'::text[] then
+        execute format('drop function %s', f);
+    end if;
+end
+$$;
 create or replace function a2__wake_log(session text, consumer text, lane text, types jsonb,
                                         backfill boolean)
 returns jsonb

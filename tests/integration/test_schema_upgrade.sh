@@ -5,7 +5,8 @@
 # a2__unpin(text, text, text, bigint), and a second apply changes nothing;
 # over schema 6 it rebuilds a2_cursors_pending (no "consumer <> ''"), drops
 # a2_cursors_holds and sets a2_cursors' fillfactor to 80; over schema 7 it
-# drops the CHECK constraint on a2_cursors.kind.
+# drops the CHECK constraint on a2_cursors.kind; and it replaces an
+# a2__wake_log whose parameters were named otherwise.
 set -uo pipefail
 : "${A2_TEST_DB:?run under tests/run}" "${A2_BIN:?run under tests/run}"
 fail() { echo "test_schema_upgrade: $*"; exit 1; }
@@ -60,5 +61,13 @@ A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema apply >/dev/null || fail "a2 schema apply 
 [ "$(checks)" = 0 ] || fail "after apply over schema 7: $(checks) CHECK constraints on a2_cursors"
 [ "$(q "select count(*) from a2_cursors where session_id = 'up' and head = 1")" = 1 ] ||
     fail "the cursor row is gone after apply over schema 7"
+# An a2__wake_log whose parameters had other names: replaced, renamed.
+q "drop function a2__wake_log(text, text, text, jsonb, boolean)" || fail "drop a2__wake_log"
+q "create function a2__wake_log(v_session text, v_consumer text, v_lane text, v_types jsonb,
+                                v_backfill boolean) returns jsonb language sql as 'select null::jsonb'" ||
+    fail "the renamed a2__wake_log"
+A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema apply >/dev/null || fail "a2 schema apply over a renamed a2__wake_log failed"
+[ "$(q "select proargnames::text from pg_proc where proname = 'a2__wake_log'")" = "{session,consumer,lane,types,backfill}" ] ||
+    fail "a2__wake_log's parameters: $(q "select proargnames::text from pg_proc where proname = 'a2__wake_log'")"
 A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema check >/dev/null || fail "schema check after the upgrade"
 echo "test_schema_upgrade: passed"
