@@ -258,6 +258,9 @@ static int add_sub(a2__server_worker *w, const a2_wire_msg *m)
     s->filter = m->log_filter;
     s->types = types;
     s->n_types = types ? m->n_log_types : 0;
+    /* sorted: a log event's type is looked up in them */
+    if (s->n_types > 1)
+        qsort(s->types, s->n_types, sizeof *s->types, a2__server_type_order);
     return 0;
 }
 

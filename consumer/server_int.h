@@ -219,6 +219,9 @@ void a2__server_depart(a2__server *srv, a2__server_worker *w);
 size_t a2__server_log_subs(const a2__server_worker *w);
 
 /* server_log.c */
+/* strcmp of two event type names (pointers to them), the order of a
+ * subscription's types. */
+int a2__server_type_order(const void *a, const void *b);
 /* Whether subscription s follows events of type. */
 int a2__server_log_match(const a2__server_sub *s, const char *type);
 void a2__server_log_index_free(a2__server *srv);

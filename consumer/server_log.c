@@ -11,17 +11,20 @@
 
 #include "server_int.h"
 
-/* Whether subscription s follows events of type. */
+int a2__server_type_order(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Whether subscription s follows events of type (its types are sorted). */
 int a2__server_log_match(const a2__server_sub *s, const char *type)
 {
     if (s->filter == A2_WIRE_LOG_ALL)
         return 1;
-    if (s->filter != A2_WIRE_LOG_TYPES)
+    if (s->filter != A2_WIRE_LOG_TYPES || !s->n_types)
         return 0;
-    for (size_t i = 0; i < s->n_types; i++)
-        if (strcmp(s->types[i], type) == 0)
-            return 1;
-    return 0;
+    return bsearch(&type, s->types, s->n_types, sizeof *s->types,
+                   a2__server_type_order) != NULL;
 }
 
 static void free_log_list(void *v)

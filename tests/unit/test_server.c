@@ -770,6 +770,33 @@ static void test_log_affinity(void **state)
     a2__server_free(srv);
 }
 
+/* A subscription's types in any order, as many as a subscription may name:
+ * a log of each reaches it, a log of another type does not. */
+static void test_log_types_any_order(void **state)
+{
+    (void)state;
+    a2__server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
+    client *c = cl_unix();
+    static char names[A2C_MAX_LOG_TYPES][16];
+    const char *types[A2C_MAX_LOG_TYPES];
+    for (int i = 0; i < A2C_MAX_LOG_TYPES; i++) { /* descending */
+        snprintf(names[i], sizeof names[i], "t%04d", A2C_MAX_LOG_TYPES - i);
+        types[i] = names[i];
+    }
+    cl_hello(c, srv, "c", NULL);
+    cl_subscribe(c, srv, "idx", A2_WIRE_LOG_TYPES, types, A2C_MAX_LOG_TYPES);
+    for (int i = 0; i < A2C_MAX_LOG_TYPES; i += 37) {
+        a2__server_log(srv, "s1", i + 1, types[i], 1, 0);
+        assert_string_equal(cl_expect(c, srv, A2_WIRE_LOG)->event_type,
+                            types[i]);
+    }
+    a2__server_log(srv, "s1", 999, "t0000", 1, 0);
+    a2__server_log(srv, "s1", 1000, "u", 1, 0);
+    cl_expect_quiet(c, srv, 50);
+    cl_free(c);
+    a2__server_free(srv);
+}
+
 /* Log subscriptions are capped per connection and on the server, and a
  * `log` costs only the subscriptions that follow its type: names whose
  * subscribers left are forgotten. */
@@ -1191,6 +1218,7 @@ int main(void)
             T(test_overflow_resync),
             T(test_move_unknown),
             T(test_log_affinity),
+            T(test_log_types_any_order),
             T(test_log_subscription_caps),
             T(test_random_garbage),
             T(test_connection_limits),
