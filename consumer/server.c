@@ -471,6 +471,7 @@ void a2__server_free(a2__server *srv)
     free(srv->cand_consumer);
     free(srv->cand_type);
     a2__server_log_index_free(srv);
+    a2__server_ns_index_free(srv);
     free(srv);
 }
 

@@ -343,6 +343,7 @@ static void on_message(a2__server *srv, a2__server_worker *w,
                                    "too many subscriptions");
             return;
         }
+        srv->gen++; /* the presence index */
         if (add_ns(w, m->ns) != 0)
             a2__server_close_now(srv, w);
         return;

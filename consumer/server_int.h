@@ -161,6 +161,11 @@ struct a2__server {
     int log_built;
     uint64_t log_stamp;
     uint64_t log_checks;
+    /* The presence index, as of generation ns_gen: namespace -> the live
+     * workers subscribed to it (a2__server_ns_subs). */
+    a2__map *ns_index;
+    uint64_t ns_gen;
+    int ns_built;
     int closing; /* a2__server_free: no moves */
     char rbuf[A2C_SERVER_READ_CHUNK];
 };
@@ -215,6 +220,8 @@ void a2__server_note_routed(a2__server_worker *w, const char *consumer,
                             const char *session);
 /* w stops serving (it was LIVE): its sessions move to the others. */
 void a2__server_depart(a2__server *srv, a2__server_worker *w);
+/* Frees the presence index. */
+void a2__server_ns_index_free(a2__server *srv);
 /* w's log subscriptions (those with a log filter). */
 size_t a2__server_log_subs(const a2__server_worker *w);
 

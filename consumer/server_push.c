@@ -262,6 +262,66 @@ void a2__server_resync_all(a2__server *srv)
                 a2__server_push_resync_all(srv, w, w->subs[i].consumer);
 }
 
+/* The live workers subscribed to a namespace. */
+typedef struct {
+    a2__server_worker **w;
+    size_t n, cap;
+} ns_subs;
+
+static void free_ns_subs(void *v)
+{
+    ns_subs *l = v;
+    free(l->w);
+    free(l);
+}
+
+void a2__server_ns_index_free(a2__server *srv)
+{
+    a2__map_free(srv->ns_index, free_ns_subs);
+    srv->ns_index = NULL;
+    srv->ns_built = 0;
+}
+
+/* Indexes the live workers' presence namespaces (as of the current
+ * generation: a hello, a subscription, a departure changes it). */
+static int ns_index_build(a2__server *srv)
+{
+    a2__server_ns_index_free(srv);
+    if (!(srv->ns_index = a2__map_new()))
+        return -1;
+    for (a2__server_worker *w = srv->workers; w; w = w->next) {
+        if (w->state != A2C_WORKER_LIVE)
+            continue;
+        for (size_t i = 0; i < w->n_ns; i++) {
+            size_t klen = strlen(w->ns[i]);
+            ns_subs *l = a2__map_get(srv->ns_index, w->ns[i], klen);
+            if (!l) {
+                if (!(l = calloc(1, sizeof *l)))
+                    goto nomem;
+                if (a2__map_put(srv->ns_index, w->ns[i], klen, l, NULL) != 0) {
+                    free(l);
+                    goto nomem;
+                }
+            }
+            if (l->n == l->cap) {
+                size_t cap = l->cap ? l->cap * 2 : 4;
+                a2__server_worker **v = realloc(l->w, cap * sizeof *v);
+                if (!v)
+                    goto nomem;
+                l->w = v;
+                l->cap = cap;
+            }
+            l->w[l->n++] = w;
+        }
+    }
+    srv->ns_gen = srv->gen;
+    srv->ns_built = 1;
+    return 0;
+nomem:
+    a2__server_ns_index_free(srv);
+    return -1;
+}
+
 void a2__server_presence(a2__server *srv, const char *ns,
                          const char *participant, const char *fields_json,
                          uint64_t lsn)
@@ -273,14 +333,22 @@ void a2__server_presence(a2__server *srv, const char *ns,
                      .lsn = lsn};
     if (!srv || !ns || !participant || !fields_json)
         return;
-    for (a2__server_worker *w = srv->workers; w; w = w->next) {
-        if (w->state != A2C_WORKER_LIVE)
-            continue;
-        for (size_t i = 0; i < w->n_ns; i++)
-            if (strcmp(w->ns[i], ns) == 0) {
-                if (a2__server_push(srv, w, &m) == A2C_QUEUE_EINVAL)
-                    return; /* fields_json is not an object: for no one */
-                break;
-            }
+    if ((!srv->ns_built || srv->ns_gen != srv->gen) &&
+        ns_index_build(srv) != 0) {
+        /* out of memory: the namespace's subscribers found the long way */
+        for (a2__server_worker *w = srv->workers; w; w = w->next)
+            for (size_t i = 0; w->state == A2C_WORKER_LIVE && i < w->n_ns; i++)
+                if (strcmp(w->ns[i], ns) == 0) {
+                    if (a2__server_push(srv, w, &m) == A2C_QUEUE_EINVAL)
+                        return; /* fields_json is not an object: for no one */
+                    break;
+                }
+        return;
     }
+    const ns_subs *l = a2__map_get(srv->ns_index, ns, strlen(ns));
+    /* a push that closes a worker leaves it DEAD (freed after the run) */
+    for (size_t k = 0; l && k < l->n; k++)
+        if (l->w[k]->state == A2C_WORKER_LIVE &&
+            a2__server_push(srv, l->w[k], &m) == A2C_QUEUE_EINVAL)
+            return; /* fields_json is not an object: for no one */
 }

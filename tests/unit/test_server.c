@@ -770,6 +770,42 @@ static void test_log_affinity(void **state)
     a2__server_free(srv);
 }
 
+/* A presence patch reaches the namespace's live subscribers as they come
+ * and go: one that subscribes after patches went out, and not one that
+ * left. */
+static void test_presence_subscribers_change(void **state)
+{
+    (void)state;
+    a2__server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
+    client *a = cl_joined(srv, "a"), *b = cl_joined(srv, "b");
+    a2_wire_buf buf = {0};
+    assert_int_equal(a2_wire_encode_presence_sub(&buf, "room"), 0);
+    cl_send(a, srv, &buf);
+    pump_for(srv, 20);
+    a2__server_presence(srv, "room", "p1", "{\"x\":1}", 1);
+    assert_string_equal(cl_expect(a, srv, A2_WIRE_PRESENCE)->participant,
+                        "p1");
+    cl_expect_quiet(b, srv, 30);
+    assert_int_equal(a2_wire_encode_presence_sub(&buf, "room"), 0);
+    cl_send(b, srv, &buf); /* b follows the room too now */
+    pump_for(srv, 20);
+    a2__server_presence(srv, "room", "p2", "{\"x\":2}", 2);
+    assert_string_equal(cl_expect(a, srv, A2_WIRE_PRESENCE)->participant,
+                        "p2");
+    assert_string_equal(cl_expect(b, srv, A2_WIRE_PRESENCE)->participant,
+                        "p2");
+    cl_free(a);
+    pump_for(srv, 20);
+    a2__server_presence(srv, "room", "p3", "{\"x\":3}", 3);
+    assert_string_equal(cl_expect(b, srv, A2_WIRE_PRESENCE)->participant,
+                        "p3");
+    a2__server_presence(srv, "hall", "p4", "{\"x\":4}", 4);
+    cl_expect_quiet(b, srv, 30);
+    a2_wire_buf_free(&buf);
+    cl_free(b);
+    a2__server_free(srv);
+}
+
 /* A subscription's types in any order, as many as a subscription may name:
  * a log of each reaches it, a log of another type does not. */
 static void test_log_types_any_order(void **state)
@@ -1219,6 +1255,7 @@ int main(void)
             T(test_move_unknown),
             T(test_log_affinity),
             T(test_log_types_any_order),
+            T(test_presence_subscribers_change),
             T(test_log_subscription_caps),
             T(test_random_garbage),
             T(test_connection_limits),
