@@ -313,10 +313,8 @@ static int settle_actions(a2__apply *ap)
                 continue;
             a2__apply_act **hit =
                     bsearch(&a, v, last, sizeof *v, a2__apply_same_head);
-            if (hit && *hit > a) {
+            if (hit && *hit > a)
                 act_free(a);
-                ap->nwakes--;
-            }
         }
         free(v);
     }

@@ -162,7 +162,7 @@ struct a2__server {
     uint64_t log_stamp;
     uint64_t log_checks;
     /* The presence index, as of generation ns_gen: namespace -> the live
-     * workers subscribed to it (a2__server_ns_subs). */
+     * workers subscribed to it (server_push.c). */
     a2__map *ns_index;
     uint64_t ns_gen;
     int ns_built;
