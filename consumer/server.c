@@ -394,6 +394,8 @@ a2__server *a2__server_new(const a2__server_options *opts, char *err,
                                         : DEFAULT_SUBSCRIBE_TIMEOUT_MS;
     srv->max_connections = opts->max_connections ? opts->max_connections
                                                  : A2C_DEFAULT_MAX_CONNECTIONS;
+    srv->move_budget = opts->move_budget ? opts->move_budget
+                                         : A2C_DEFAULT_MOVE_BUDGET;
     srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     srv->log = opts->log;
     srv->log_arg = opts->log_arg;

@@ -32,7 +32,11 @@
  *   takes every session until it leaves).
  * - Up to 4096 distinct sessions routed to a worker are remembered for the
  *   move on departure; past that, the move is a `resync` of all sessions
- *   (always correct, less targeted).
+ *   (always correct, less targeted). A moved session goes where its next
+ *   wake-up will (rendezvous over the remaining subscribers) while the
+ *   departure's move_budget lasts; the rest go to a subscriber chosen by
+ *   the session's hash alone (its next wake-up may go to another: still
+ *   correct, one head off its worker).
  * - A worker that never reads costs at most queue_limit frames plus 64 KiB.
  *   On overflow the queue is dropped (stats.overflows counts it), frames are
  *   dropped until the socket drains, then the worker gets one `resync`
@@ -81,7 +85,14 @@ typedef struct {
     int auth_spacing_ms;
     /* Wake-ups of commits carry their `trace` (a2-consumer --trace-wakes). */
     int trace_wakes;
+    /* Rendezvous scores one departure may compute for one consumer (each
+     * moved session costs one a live subscriber); past it the rest of its
+     * sessions are spread by their hash alone, so that many workers leaving
+     * at once cannot stall the loop; 0 = A2C_DEFAULT_MOVE_BUDGET. */
+    size_t move_budget;
 } a2__server_options;
+
+#define A2C_DEFAULT_MOVE_BUDGET 262144
 
 #define A2C_DEFAULT_MAX_CONNECTIONS 16384
 

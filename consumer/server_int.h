@@ -113,6 +113,7 @@ struct a2__server {
     int hello_timeout_ms;
     int subscribe_timeout_ms;
     size_t max_connections;
+    size_t move_budget; /* a2__server_options.move_budget */
     size_t connections; /* open worker connections */
     uint64_t refused;
     int reserve_fd; /* kept free for refusing a connection when none is */

@@ -10,6 +10,8 @@
 
 #include "server_int.h"
 
+#include "../common/hash.h"
+
 #define ROUTED_MAX 4096 /* sessions remembered per worker for moves */
 
 /* Remembers that session of consumer was routed to w. */
@@ -145,14 +147,23 @@ void a2__server_depart(a2__server *srv, a2__server_worker *w)
             free(counts);
             continue;
         }
-        /* Route each of its sessions of this consumer among the rest. */
+        /* Route each of its sessions of this consumer among the rest: by
+         * rendezvous (n scores a session) within the budget, then by the
+         * session's hash alone. */
         size_t total = a2__map_count(w->routed);
+        size_t budget = srv->move_budget;
         int nomem = 0;
         while (a2__map_next(w->routed, &it, &e, &key, &klen, &val)) {
             if (klen <= lc || memcmp(key, consumer, lc + 1) != 0)
                 continue;
             const char *session = key + lc + 1;
-            size_t k = a2__route_pick(srv->cands, n, session);
+            size_t ls = klen - lc - 1, k;
+            if (budget >= n) {
+                budget -= n;
+                k = a2__route_pick(srv->cands, n, session);
+            } else {
+                k = (size_t)(a2__hash(session, ls, 0) % n);
+            }
             if (!lists[k]) {
                 lists[k] = malloc((total + 1) * sizeof **lists);
                 if (!lists[k]) {
