@@ -46,8 +46,7 @@ a2__apply *a2__apply_new(a2__audit *audit, a2__timers *timers,
         ap->partial_lines = resume->partial_lines;
     }
     ap->applied = ap->done;
-    ap->expiries = json_object();
-    ap->expiry_due = INT64_MAX;
+    ap->expiries = a2__timers_new();
     if (!ap->expiries) {
         free(ap);
         return NULL;
@@ -111,7 +110,7 @@ void a2__apply_free(a2__apply *ap)
     free(ap->acts);
     a2__audit_text_free(&ap->text);
     a2__apply_forget_clears(ap);
-    json_decref(ap->expiries);
+    a2__timers_free(ap->expiries);
     free(ap);
 }
 

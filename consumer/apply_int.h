@@ -106,10 +106,8 @@ struct a2__apply {
     void *clears;
     size_t nclears;
 
-    /* Live presence fields: ns -> participant -> field -> expires_at. */
-    json_t *expiries;
-    size_t nexpiries;
-    int64_t expiry_due;  /* earliest of them, or earlier; INT64_MAX: none */
+    /* Live presence fields by expires_at, keyed (ns, participant, field). */
+    a2__timers *expiries;
     int64_t expire_tick; /* > 0: the open transaction carries an expiry tick
                             of that time */
 

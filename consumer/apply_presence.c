@@ -120,93 +120,117 @@ int a2__apply_track_presence(a2__apply *ap, const char *ns,
                              const char *participant, const char *field,
                              int64_t expires_at)
 {
-    json_t *byp = json_object_get(ap->expiries, ns);
-    json_t *f = byp ? json_object_get(byp, participant) : NULL;
     if (expires_at <= 0) {
-        if (!f || !json_object_get(f, field))
-            return 0;
-        json_object_del(f, field);
-        ap->nexpiries--;
-        if (json_object_size(f) == 0)
-            json_object_del(byp, participant);
-        if (json_object_size(byp) == 0)
-            json_object_del(ap->expiries, ns);
+        (void)a2__timers_cancel(ap->expiries, ns, participant, field, -1);
         return 0;
     }
-    int fresh = !f || !json_object_get(f, field);
-    if (fresh && ap->nexpiries >= A2C_APPLY_MAX_PRESENCE)
+    if (a2__timers_set(ap->expiries, ns, participant, field, 0, 0,
+                       expires_at) != 0)
         return -1;
-    if (!byp) {
-        byp = json_object();
-        if (json_object_set_new(ap->expiries, ns, byp) != 0)
-            return -1;
-    }
-    if (!f) {
-        f = json_object();
-        if (json_object_set_new(byp, participant, f) != 0)
-            return -1;
-    }
-    if (json_object_set_new(f, field, json_integer(expires_at)) != 0)
+    if (a2__timers_count(ap->expiries) > A2C_APPLY_MAX_PRESENCE) {
+        /* a field new to the set, past the bound */
+        (void)a2__timers_cancel(ap->expiries, ns, participant, field, -1);
         return -1;
-    if (fresh)
-        ap->nexpiries++;
-    if (expires_at < ap->expiry_due)
-        ap->expiry_due = expires_at;
+    }
     return 0;
 }
 
 void a2__apply_forget_presence(a2__apply *ap)
 {
-    json_object_clear(ap->expiries);
-    ap->nexpiries = 0;
-    ap->expiry_due = INT64_MAX;
+    a2__timers_clear(ap->expiries);
 }
 
 int64_t a2__apply_expiry_due(const a2__apply *ap)
 {
-    return ap->expiry_due;
+    return a2__timers_next(ap->expiries);
+}
+
+/* An expired field: its key as the set keeps it ("ns\0participant\0field\0"). */
+typedef struct {
+    char *key;
+    const char *participant, *field;
+    int64_t at;
+} expired;
+
+static int by_key(const void *pa, const void *pb)
+{
+    const expired *a = pa, *b = pb;
+    int c = strcmp(a->key, b->key);
+    if (c == 0)
+        c = strcmp(a->participant, b->participant);
+    return c != 0 ? c : strcmp(a->field, b->field);
+}
+
+/* Takes the fields expired by now_ms off the set, in an array sorted by
+ * namespace, participant and field; stops short (leaving the rest for the
+ * next tick) when out of memory. */
+static expired *take_expired(a2__apply *ap, int64_t now_ms, size_t *n)
+{
+    expired *v = NULL;
+    size_t cap = 0;
+    a2__timer t;
+    *n = 0;
+    while (a2__timers_peek(ap->expiries, now_ms, &t)) {
+        if (*n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            expired *nv = realloc(v, ncap * sizeof *nv);
+            if (!nv)
+                break;
+            v = nv;
+            cap = ncap;
+        }
+        size_t a = strlen(t.session) + 1, b = strlen(t.consumer) + 1,
+               c = strlen(t.cursor_key) + 1;
+        char *key = malloc(a + b + c);
+        if (!key)
+            break;
+        memcpy(key, t.session, a);
+        memcpy(key + a, t.consumer, b);
+        memcpy(key + a + b, t.cursor_key, c);
+        v[(*n)++] = (expired){key, key + a, key + a + b, t.deadline_ms};
+        (void)a2__timers_pop(ap->expiries, now_ms, &t);
+    }
+    if (*n > 1)
+        qsort(v, *n, sizeof *v, by_key);
+    return v;
 }
 
 void a2__apply_push_expired(a2__apply *ap, int64_t now_ms)
 {
-    int64_t due = INT64_MAX;
-    const char *ns, *pa, *field;
-    json_t *byp, *f, *e;
-    void *t1, *t2, *t3;
-    json_object_foreach_safe(ap->expiries, t1, ns, byp)
-    {
-        json_object_foreach_safe(byp, t2, pa, f)
-        {
-            json_t *gone = NULL;
-            json_object_foreach_safe(f, t3, field, e)
-            {
-                int64_t at = json_integer_value(e);
-                if (at <= now_ms && !gone)
-                    gone = json_object();
-                if (at > now_ms || !gone ||
-                    json_object_set_new(gone, field, json_null()) != 0) {
-                    if (at < due) /* kept: its time is still to come, or
-                                     there was no memory to say it */
-                        due = at;
-                    continue;
-                }
-                json_object_del(f, field);
-                ap->nexpiries--;
+    size_t n;
+    expired *v = take_expired(ap, now_ms, &n);
+    /* one patch a participant: its expired fields, nil */
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && strcmp(v[j].key, v[i].key) == 0 &&
+               strcmp(v[j].participant, v[i].participant) == 0)
+            j++;
+        json_t *gone = json_object();
+        for (size_t k = i; gone && k < j; k++)
+            if (json_object_set_new(gone, v[k].field, json_null()) != 0) {
+                json_decref(gone);
+                gone = NULL;
             }
-            char *text = gone ? json_dumps(gone, JSON_COMPACT) : NULL;
-            if (text && ap->sink.presence)
-                ap->sink.presence(ap->sink.ctx, ns, pa, text, ap->end);
-            if (text) {
-                ap->stats.presence++;
-                ap->stats.presence_expired += json_object_size(gone);
-            }
-            free(text);
-            json_decref(gone);
-            if (json_object_size(f) == 0)
-                json_object_del(byp, pa);
+        char *text = gone ? json_dumps(gone, JSON_COMPACT | JSON_PRESERVE_ORDER)
+                          : NULL;
+        if (text && ap->sink.presence)
+            ap->sink.presence(ap->sink.ctx, v[i].key, v[i].participant, text,
+                              ap->end);
+        if (text) {
+            ap->stats.presence++;
+            ap->stats.presence_expired += j - i;
+        } else {
+            /* no memory to say it: kept for the next tick */
+            for (size_t k = i; k < j; k++)
+                if (a2__timers_set(ap->expiries, v[k].key, v[k].participant,
+                                   v[k].field, 0, 0, v[k].at) != 0)
+                    break;
         }
-        if (json_object_size(byp) == 0)
-            json_object_del(ap->expiries, ns);
+        free(text);
+        json_decref(gone);
+        i = j;
     }
-    ap->expiry_due = due;
+    for (size_t i = 0; i < n; i++)
+        free(v[i].key);
+    free(v);
 }

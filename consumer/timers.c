@@ -284,6 +284,16 @@ int64_t a2__timers_next(const a2__timers *t)
     return t && t->n ? t->heap[0]->deadline_ms : INT64_MAX;
 }
 
+static void timer_out(const entry *e, a2__timer *out)
+{
+    out->session = e->key;
+    out->consumer = e->key + strlen(e->key) + 1;
+    out->cursor_key = out->consumer + strlen(out->consumer) + 1;
+    out->epoch = e->epoch;
+    out->head = e->head;
+    out->deadline_ms = e->deadline_ms;
+}
+
 int a2__timers_pop(a2__timers *t, int64_t now_ms, a2__timer *out)
 {
     drop_last(t);
@@ -292,11 +302,14 @@ int a2__timers_pop(a2__timers *t, int64_t now_ms, a2__timer *out)
     entry *e = t->heap[0];
     unlink_entry(t, e);
     t->last = e;
-    out->session = e->key;
-    out->consumer = e->key + strlen(e->key) + 1;
-    out->cursor_key = out->consumer + strlen(out->consumer) + 1;
-    out->epoch = e->epoch;
-    out->head = e->head;
-    out->deadline_ms = e->deadline_ms;
+    timer_out(e, out);
+    return 1;
+}
+
+int a2__timers_peek(const a2__timers *t, int64_t now_ms, a2__timer *out)
+{
+    if (!t->n || t->heap[0]->deadline_ms > now_ms)
+        return 0;
+    timer_out(t->heap[0], out);
     return 1;
 }

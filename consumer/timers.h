@@ -2,7 +2,9 @@
  * Lease-expiry and retry-after timers of a2-consumer: a binary min-heap of
  * deadlines keyed by (session, consumer, cursor key), with replace and cancel
  * by key in O(log n). At most one timer per key: setting a key again moves
- * its deadline. Deadlines are epoch milliseconds (the store's clock).
+ * its deadline. Deadlines are epoch milliseconds (the store's clock). The
+ * applier keeps the expiries of presence fields in a set of its own, keyed
+ * by (namespace, participant, field).
  */
 #ifndef A2_CONSUMER_TIMERS_H
 #define A2_CONSUMER_TIMERS_H
@@ -58,6 +60,10 @@ int64_t a2__timers_next(const a2__timers *t);
  * popped, else 0.
  */
 int a2__timers_pop(a2__timers *t, int64_t now_ms, a2__timer *out);
+
+/* The timer a2__timers_pop would remove, left in place (strings valid until
+ * the next call on the set). Returns 1 when there is one, else 0. */
+int a2__timers_peek(const a2__timers *t, int64_t now_ms, a2__timer *out);
 
 /* Removes every timer. */
 void a2__timers_clear(a2__timers *t);

@@ -642,6 +642,59 @@ static void test_presence_expiry_tick(void **state)
     fx_destroy(&f);
 }
 
+/* Many live fields, ticks that each expire a few: every tick pushes exactly
+ * the fields due by its time (one patch a participant, its fields by name),
+ * and the rest stay for later ticks. The expiries are kept by time, so a
+ * tick costs what it expires, not a walk of every live field (100,000 here,
+ * 1,000 ticks). */
+static void test_presence_expiry_many(void **state)
+{
+    (void)state;
+    enum { N = 100000, TICKS = 1000, T0 = 1000000 };
+    fx f;
+    char pa[32], fd[8], lsn[32], content[96], want[160];
+    fx_open(&f, 0);
+    for (int i = 0; i < N; i++) {
+        snprintf(pa, sizeof pa, "p%d", i / 2);
+        snprintf(fd, sizeof fd, "f%d", i % 2);
+        assert_int_equal(a2__apply_track_presence(f.ap, "hall", pa, fd,
+                                                  T0 + N - 1 - i),
+                         0);
+    }
+    /* one participant's fields at one time, written out of order */
+    assert_int_equal(a2__apply_track_presence(f.ap, "hall", "zed", "c", 3 * T0), 0);
+    assert_int_equal(a2__apply_track_presence(f.ap, "hall", "zed", "a", 3 * T0), 0);
+    assert_int_equal(a2__apply_track_presence(f.ap, "hall", "zed", "b", 3 * T0), 0);
+    assert_true(a2__apply_expiry_due(f.ap) == T0);
+    for (int k = 1; k <= TICKS; k++) {
+        /* fields N-2k and N-2k+1 (participant N/2-k) are due by T0+2k-1 */
+        uint64_t end = 0x1000 + (uint64_t)k * 16;
+        snprintf(lsn, sizeof lsn, "0/%" PRIX64, end);
+        snprintf(content, sizeof content, "expire " SECRET " %d",
+                 T0 + 2 * k - 1);
+        tick(&f, 100 + k, lsn, end, "a2-hb", 1, content);
+        assert_int_equal(npresence_all, k);
+        snprintf(want, sizeof want, "hall p%d {\"f0\":null,\"f1\":null}",
+                 N / 2 - k);
+        assert_string_equal(last_presence, want);
+        assert_true(a2__apply_expiry_due(f.ap) == T0 + 2 * k);
+    }
+    /* the rest at once: one patch a participant, zed's fields by name */
+    uint64_t end = 0x1000 + (uint64_t)(TICKS + 1) * 16;
+    snprintf(lsn, sizeof lsn, "0/%" PRIX64, end);
+    tick(&f, 100 + TICKS + 1, lsn, end, "a2-hb", 1,
+         "expire " SECRET " 9000000");
+    assert_int_equal(npresence_all, N / 2 + 1);
+    assert_string_equal(last_presence,
+                        "hall zed {\"a\":null,\"b\":null,\"c\":null}");
+    assert_true(a2__apply_expiry_due(f.ap) == INT64_MAX);
+    a2__apply_stats st;
+    a2__apply_get_stats(f.ap, &st);
+    assert_int_equal(st.presence_expired, N + 3);
+    fx_close(&f);
+    fx_destroy(&f);
+}
+
 /* A crash after the first of two lines of a transaction: on restart the
  * transaction comes again and only its second line is written. */
 static void test_resume_skips_written_lines(void **state)
@@ -980,6 +1033,7 @@ int main(void)
             cmocka_unit_test(test_started_and_claimed_no_wake),
             cmocka_unit_test(test_cleared_log_presence),
             cmocka_unit_test(test_presence_expiry_tick),
+            cmocka_unit_test(test_presence_expiry_many),
             cmocka_unit_test(test_resume_skips_written_lines),
             cmocka_unit_test(test_big_transaction_cut_and_resent),
             cmocka_unit_test(test_big_transaction_claims_and_clears),
