@@ -468,12 +468,10 @@ void a2__server_free(a2__server *srv)
     free(srv->unix_path);
     free(srv->standby);
     free(srv->token);
-    free(srv->cands);
-    free(srv->cw);
-    free(srv->cand_consumer);
-    free(srv->cand_type);
+    free(srv->scratch.c);
+    free(srv->scratch.w);
     a2__server_log_index_free(srv);
-    a2__server_ns_index_free(srv);
+    a2__server_indexes_free(srv);
     free(srv);
 }
 

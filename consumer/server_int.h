@@ -52,6 +52,14 @@ typedef struct {
 
 typedef struct a2__server_worker a2__server_worker;
 
+/* Live workers (a consumer's subscribers, a namespace's) with their routing
+ * identities, in the order of the worker list. */
+typedef struct {
+    a2__route_cand *c;
+    a2__server_worker **w;
+    size_t n, cap;
+} a2__server_wlist;
+
 /* A log consumer's live subscriptions, in the log index. */
 typedef struct {
     const char *consumer; /* borrowed from one of its subs */
@@ -139,19 +147,17 @@ struct a2__server {
     uint64_t protocol_errors;
     uint64_t sent[32]; /* frames written to sockets' buffers, by a2_wire_type */
     a2__hist wake_latency; /* commit -> wake frame moved to a socket */
-    /* scratch for routing */
-    a2__route_cand *cands;
-    a2__server_worker **cw;
-    size_t ncap;
-    /* The scratch holds the candidates of (cand_consumer, cand_type) as of
-     * generation cand_gen; gen moves whenever a worker becomes live, leaves
-     * or changes its subscriptions, so a run of wake-ups for one consumer
-     * scans the workers once, not once per wake-up. */
+    /* scratch for routing: a `log`'s subscribers that follow its type, or a
+     * consumer's subscribers when its index could not be built */
+    a2__server_wlist scratch;
+    /* gen moves whenever a worker becomes live, leaves or changes its
+     * subscriptions; the indexes below are rebuilt when it has moved, so a
+     * run of wake-ups scans the workers once, not once per wake-up. */
     uint64_t gen;
-    uint64_t cand_gen;
-    char *cand_consumer;
-    char *cand_type;
-    size_t cand_n;
+    /* The subscriber index, as of generation sub_gen: consumer -> its live
+     * subscribers (server_push.c). */
+    a2__map *sub_index;
+    uint64_t sub_gen;
     /* The log index, as of generation log_gen: consumer -> log group, type
      * -> log list of the groups with a subscription naming the type, and
      * the groups with one following every type. */
@@ -166,7 +172,6 @@ struct a2__server {
      * workers subscribed to it (server_push.c). */
     a2__map *ns_index;
     uint64_t ns_gen;
-    int ns_built;
     int closing; /* a2__server_free: no moves */
     char rbuf[A2C_SERVER_READ_CHUNK];
 };
@@ -214,15 +219,16 @@ void a2__server_hello(a2__server *srv, a2__server_worker *w,
                       const a2_wire_msg *m);
 
 /* server_push.c */
-/* w as routing candidate k in srv->cands / srv->cw; -1 when out of memory. */
-int a2__server_cand_add(a2__server *srv, size_t k, a2__server_worker *w);
+/* Appends w to l (once: w again right after itself is not added); -1 when
+ * out of memory. */
+int a2__server_wlist_add(a2__server_wlist *l, a2__server_worker *w);
 /* Remembers that session of consumer was routed to w. */
 void a2__server_note_routed(a2__server_worker *w, const char *consumer,
                             const char *session);
 /* w stops serving (it was LIVE): its sessions move to the others. */
 void a2__server_depart(a2__server *srv, a2__server_worker *w);
-/* Frees the presence index. */
-void a2__server_ns_index_free(a2__server *srv);
+/* Frees the subscriber and presence indexes. */
+void a2__server_indexes_free(a2__server *srv);
 /* w's log subscriptions (those with a log filter). */
 size_t a2__server_log_subs(const a2__server_worker *w);
 

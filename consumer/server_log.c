@@ -154,25 +154,24 @@ static void route_log_group(a2__server *srv, a2__server_log_group *g,
                             const char *session, const char *type,
                             a2_wire_msg *m)
 {
-    size_t n = 0;
+    a2__server_wlist *l = &srv->scratch;
+    l->n = 0;
     for (size_t i = 0; i < g->n; i++) {
         srv->log_checks++;
-        if (!a2__server_log_match(g->s[i], type) ||
-            a2__server_cand_add(srv, n, g->w[i]) != 0)
-            continue;
-        n++;
+        if (a2__server_log_match(g->s[i], type))
+            (void)a2__server_wlist_add(l, g->w[i]);
     }
-    if (n == 0)
+    if (l->n == 0)
         return;
     m->consumer = g->consumer;
     if (srv->route == A2C_ROUTE_BROADCAST) {
-        for (size_t k = 0; k < n; k++)
-            (void)a2__server_push(srv, srv->cw[k], m);
+        for (size_t k = 0; k < l->n; k++)
+            (void)a2__server_push(srv, l->w[k], m);
         return;
     }
-    size_t k = a2__route_pick(srv->cands, n, session);
-    a2__server_note_routed(srv->cw[k], g->consumer, session);
-    (void)a2__server_push(srv, srv->cw[k], m);
+    size_t k = a2__route_pick(l->c, l->n, session);
+    a2__server_note_routed(l->w[k], g->consumer, session);
+    (void)a2__server_push(srv, l->w[k], m);
 }
 
 void a2__server_log(a2__server *srv, const char *session, int64_t idx,
@@ -189,9 +188,6 @@ void a2__server_log(a2__server *srv, const char *session, int64_t idx,
     if ((!srv->log_built || srv->log_gen != srv->gen) &&
         log_index_build(srv) != 0)
         return;
-    /* The routing scratch is reused here: the wake-ups' cache of it goes. */
-    free(srv->cand_consumer);
-    srv->cand_consumer = NULL;
     uint64_t stamp = ++srv->log_stamp;
     a2__server_log_list *typed =
             a2__map_get(srv->log_types, type, strlen(type));

@@ -3,7 +3,9 @@
  * its consumer by rendezvous hashing on the session (remembered for moves)
  * or to all of them; when a LIVE worker leaves, the sessions it was routed
  * are moved to the rest with targeted resyncs; `cleared`, `resync` of all
- * and `presence` fan out to the workers they concern.
+ * and `presence` fan out to the workers they concern. A consumer's
+ * subscribers and a namespace's are found in indexes rebuilt when the
+ * workers or their subscriptions change.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -40,74 +42,120 @@ void a2__server_note_routed(a2__server_worker *w, const char *consumer,
     }
 }
 
-static int grow_scratch(a2__server *srv, size_t n)
+int a2__server_wlist_add(a2__server_wlist *l, a2__server_worker *w)
 {
-    if (n <= srv->ncap)
+    if (l->n && l->w[l->n - 1] == w)
         return 0;
-    size_t cap = srv->ncap ? srv->ncap * 2 : 16;
-    while (cap < n)
-        cap *= 2;
-    a2__route_cand *c = realloc(srv->cands, cap * sizeof *c);
-    if (!c)
-        return -1;
-    srv->cands = c;
-    a2__server_worker **cw = realloc(srv->cw, cap * sizeof *cw);
-    if (!cw)
-        return -1;
-    srv->cw = cw;
-    srv->ncap = cap;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 4;
+        a2__route_cand *c = realloc(l->c, cap * sizeof *c);
+        if (c)
+            l->c = c;
+        a2__server_worker **v = c ? realloc(l->w, cap * sizeof *v) : NULL;
+        if (v)
+            l->w = v;
+        if (!c || !v)
+            return -1;
+        l->cap = cap;
+    }
+    l->c[l->n].id = w->id;
+    l->c[l->n].serial = w->serial;
+    l->w[l->n++] = w;
     return 0;
 }
 
-int a2__server_cand_add(a2__server *srv, size_t k, a2__server_worker *w)
+static void free_wlist(void *v)
 {
-    if (grow_scratch(srv, k + 1) != 0)
-        return -1;
-    srv->cands[k].id = w->id;
-    srv->cands[k].serial = w->serial;
-    srv->cw[k] = w;
-    return 0;
+    a2__server_wlist *l = v;
+    free(l->c);
+    free(l->w);
+    free(l);
 }
 
-/* Live subscribers of consumer (those following type when type != NULL)
- * into srv->cands / srv->cw; returns how many (0 when out of memory). */
-
-static size_t candidates(a2__server *srv, const char *consumer,
-                         const char *type)
+/* The keys a live worker is indexed under: its subscriptions' consumers,
+ * or its presence namespaces. */
+static size_t sub_count(const a2__server_worker *w)
 {
-    size_t n = 0;
-    if (srv->cand_consumer && srv->cand_gen == srv->gen &&
-        strcmp(srv->cand_consumer, consumer) == 0 &&
-        (type ? srv->cand_type && strcmp(srv->cand_type, type) == 0
-              : !srv->cand_type))
-        return srv->cand_n;
-    free(srv->cand_consumer);
-    free(srv->cand_type);
-    srv->cand_consumer = NULL;
-    srv->cand_type = NULL;
+    return w->n_subs;
+}
+
+static const char *sub_key(const a2__server_worker *w, size_t i)
+{
+    return w->subs[i].consumer;
+}
+
+static size_t ns_count(const a2__server_worker *w)
+{
+    return w->n_ns;
+}
+
+static const char *ns_key(const a2__server_worker *w, size_t i)
+{
+    return w->ns[i];
+}
+
+/* key -> the live workers indexed under it (a2__server_wlist), or NULL when
+ * out of memory. */
+static a2__map *index_build(a2__server *srv,
+                            size_t (*count)(const a2__server_worker *),
+                            const char *(*key)(const a2__server_worker *,
+                                               size_t))
+{
+    a2__map *m = a2__map_new();
+    if (!m)
+        return NULL;
     for (a2__server_worker *w = srv->workers; w; w = w->next) {
-        const a2__server_sub *s;
-        if (w->state != A2C_WORKER_LIVE ||
-            !(s = a2__server_find_sub(w, consumer)))
+        if (w->state != A2C_WORKER_LIVE)
             continue;
-        if (type && !a2__server_log_match(s, type))
-            continue;
-        if (a2__server_cand_add(srv, n, w) != 0)
-            return n;
-        n++;
+        for (size_t i = 0; i < count(w); i++) {
+            const char *k = key(w, i);
+            size_t klen = strlen(k);
+            a2__server_wlist *l = a2__map_get(m, k, klen);
+            if (!l) {
+                if (!(l = calloc(1, sizeof *l)))
+                    goto nomem;
+                if (a2__map_put(m, k, klen, l, NULL) != 0) {
+                    free(l);
+                    goto nomem;
+                }
+            }
+            if (a2__server_wlist_add(l, w) != 0)
+                goto nomem;
+        }
     }
-    /* Remembered only when complete (no allocation failed). */
-    srv->cand_consumer = a2__server_dupstr(consumer);
-    srv->cand_type = type ? a2__server_dupstr(type) : NULL;
-    if (!srv->cand_consumer || (type && !srv->cand_type)) {
-        free(srv->cand_consumer);
-        free(srv->cand_type);
-        srv->cand_consumer = NULL;
-        srv->cand_type = NULL;
+    return m;
+nomem:
+    a2__map_free(m, free_wlist);
+    return NULL;
+}
+
+void a2__server_indexes_free(a2__server *srv)
+{
+    a2__map_free(srv->sub_index, free_wlist);
+    a2__map_free(srv->ns_index, free_wlist);
+    srv->sub_index = srv->ns_index = NULL;
+}
+
+/* The live subscribers of consumer (NULL: none). From the subscriber index,
+ * rebuilt when the generation moved; out of memory, found the long way into
+ * the scratch. Valid until the next call or a2__server_log. */
+static const a2__server_wlist *candidates(a2__server *srv,
+                                          const char *consumer)
+{
+    if (!srv->sub_index || srv->sub_gen != srv->gen) {
+        a2__map_free(srv->sub_index, free_wlist);
+        srv->sub_index = index_build(srv, sub_count, sub_key);
+        srv->sub_gen = srv->gen;
     }
-    srv->cand_gen = srv->gen;
-    srv->cand_n = n;
-    return n;
+    if (srv->sub_index)
+        return a2__map_get(srv->sub_index, consumer, strlen(consumer));
+    a2__server_wlist *l = &srv->scratch;
+    l->n = 0;
+    for (a2__server_worker *w = srv->workers; w; w = w->next)
+        if (w->state == A2C_WORKER_LIVE && a2__server_find_sub(w, consumer) &&
+            a2__server_wlist_add(l, w) != 0)
+            break;
+    return l;
 }
 
 /*
@@ -123,7 +171,8 @@ void a2__server_depart(a2__server *srv, a2__server_worker *w)
     for (size_t i = 0; i < w->n_subs; i++) {
         const char *consumer = w->subs[i].consumer;
         size_t lc = strlen(consumer);
-        size_t n = candidates(srv, consumer, NULL);
+        const a2__server_wlist *cl = candidates(srv, consumer);
+        size_t n = cl ? cl->n : 0;
         const char ***lists;
         size_t *counts;
         size_t it = 0;
@@ -135,14 +184,14 @@ void a2__server_depart(a2__server *srv, a2__server_worker *w)
             continue;
         if (w->routed_unknown) {
             for (size_t k = 0; k < n; k++)
-                a2__server_push_resync_all(srv, srv->cw[k], consumer);
+                a2__server_push_resync_all(srv, cl->w[k], consumer);
             continue;
         }
         lists = calloc(n, sizeof *lists);
         counts = calloc(n, sizeof *counts);
         if (!lists || !counts) {
             for (size_t k = 0; k < n; k++)
-                a2__server_push_resync_all(srv, srv->cw[k], consumer);
+                a2__server_push_resync_all(srv, cl->w[k], consumer);
             free(lists);
             free(counts);
             continue;
@@ -160,7 +209,7 @@ void a2__server_depart(a2__server *srv, a2__server_worker *w)
             size_t ls = klen - lc - 1, k;
             if (budget >= n) {
                 budget -= n;
-                k = a2__route_pick(srv->cands, n, session);
+                k = a2__route_pick(cl->c, n, session);
             } else {
                 k = (size_t)(a2__hash(session, ls, 0) % n);
             }
@@ -176,18 +225,18 @@ void a2__server_depart(a2__server *srv, a2__server_worker *w)
         for (size_t k = 0; k < n; k++) {
             a2_wire_msg m = {.type = A2_WIRE_RESYNC, .consumer = consumer};
             if (nomem) {
-                a2__server_push_resync_all(srv, srv->cw[k], consumer);
+                a2__server_push_resync_all(srv, cl->w[k], consumer);
                 continue;
             }
             if (counts[k] == 0)
                 continue;
             m.sessions = lists[k];
             m.n_sessions = counts[k];
-            if (a2__server_push(srv, srv->cw[k], &m) == A2C_QUEUE_EINVAL)
-                a2__server_push_resync_all(srv, srv->cw[k],
+            if (a2__server_push(srv, cl->w[k], &m) == A2C_QUEUE_EINVAL)
+                a2__server_push_resync_all(srv, cl->w[k],
                                            consumer); /* too big */
             for (size_t j = 0; j < counts[k]; j++)
-                a2__server_note_routed(srv->cw[k], consumer, lists[k][j]);
+                a2__server_note_routed(cl->w[k], consumer, lists[k][j]);
         }
         for (size_t k = 0; k < n; k++)
             free(lists[k]);
@@ -211,17 +260,17 @@ static void push_wake(a2__server *srv, a2__server_worker *w,
 static void route_wake(a2__server *srv, const a2_wire_msg *m,
                        const int64_t *trace_us)
 {
-    size_t n = candidates(srv, m->consumer, NULL);
-    if (n == 0)
+    const a2__server_wlist *l = candidates(srv, m->consumer);
+    if (!l || l->n == 0)
         return;
     if (srv->route == A2C_ROUTE_BROADCAST) {
-        for (size_t k = 0; k < n; k++)
-            push_wake(srv, srv->cw[k], m, trace_us);
+        for (size_t k = 0; k < l->n; k++)
+            push_wake(srv, l->w[k], m, trace_us);
         return;
     }
-    size_t k = a2__route_pick(srv->cands, n, m->session);
-    a2__server_note_routed(srv->cw[k], m->consumer, m->session);
-    push_wake(srv, srv->cw[k], m, trace_us);
+    size_t k = a2__route_pick(l->c, l->n, m->session);
+    a2__server_note_routed(l->w[k], m->consumer, m->session);
+    push_wake(srv, l->w[k], m, trace_us);
 }
 
 void a2__server_wake(a2__server *srv, const char *consumer, const char *session,
@@ -273,66 +322,6 @@ void a2__server_resync_all(a2__server *srv)
                 a2__server_push_resync_all(srv, w, w->subs[i].consumer);
 }
 
-/* The live workers subscribed to a namespace. */
-typedef struct {
-    a2__server_worker **w;
-    size_t n, cap;
-} ns_subs;
-
-static void free_ns_subs(void *v)
-{
-    ns_subs *l = v;
-    free(l->w);
-    free(l);
-}
-
-void a2__server_ns_index_free(a2__server *srv)
-{
-    a2__map_free(srv->ns_index, free_ns_subs);
-    srv->ns_index = NULL;
-    srv->ns_built = 0;
-}
-
-/* Indexes the live workers' presence namespaces (as of the current
- * generation: a hello, a subscription, a departure changes it). */
-static int ns_index_build(a2__server *srv)
-{
-    a2__server_ns_index_free(srv);
-    if (!(srv->ns_index = a2__map_new()))
-        return -1;
-    for (a2__server_worker *w = srv->workers; w; w = w->next) {
-        if (w->state != A2C_WORKER_LIVE)
-            continue;
-        for (size_t i = 0; i < w->n_ns; i++) {
-            size_t klen = strlen(w->ns[i]);
-            ns_subs *l = a2__map_get(srv->ns_index, w->ns[i], klen);
-            if (!l) {
-                if (!(l = calloc(1, sizeof *l)))
-                    goto nomem;
-                if (a2__map_put(srv->ns_index, w->ns[i], klen, l, NULL) != 0) {
-                    free(l);
-                    goto nomem;
-                }
-            }
-            if (l->n == l->cap) {
-                size_t cap = l->cap ? l->cap * 2 : 4;
-                a2__server_worker **v = realloc(l->w, cap * sizeof *v);
-                if (!v)
-                    goto nomem;
-                l->w = v;
-                l->cap = cap;
-            }
-            l->w[l->n++] = w;
-        }
-    }
-    srv->ns_gen = srv->gen;
-    srv->ns_built = 1;
-    return 0;
-nomem:
-    a2__server_ns_index_free(srv);
-    return -1;
-}
-
 void a2__server_presence(a2__server *srv, const char *ns,
                          const char *participant, const char *fields_json,
                          uint64_t lsn)
@@ -344,8 +333,12 @@ void a2__server_presence(a2__server *srv, const char *ns,
                      .lsn = lsn};
     if (!srv || !ns || !participant || !fields_json)
         return;
-    if ((!srv->ns_built || srv->ns_gen != srv->gen) &&
-        ns_index_build(srv) != 0) {
+    if (!srv->ns_index || srv->ns_gen != srv->gen) {
+        a2__map_free(srv->ns_index, free_wlist);
+        srv->ns_index = index_build(srv, ns_count, ns_key);
+        srv->ns_gen = srv->gen;
+    }
+    if (!srv->ns_index) {
         /* out of memory: the namespace's subscribers found the long way */
         for (a2__server_worker *w = srv->workers; w; w = w->next)
             for (size_t i = 0; w->state == A2C_WORKER_LIVE && i < w->n_ns; i++)
@@ -356,7 +349,7 @@ void a2__server_presence(a2__server *srv, const char *ns,
                 }
         return;
     }
-    const ns_subs *l = a2__map_get(srv->ns_index, ns, strlen(ns));
+    const a2__server_wlist *l = a2__map_get(srv->ns_index, ns, strlen(ns));
     /* a push that closes a worker leaves it DEAD (freed after the run) */
     for (size_t k = 0; l && k < l->n; k++)
         if (l->w[k]->state == A2C_WORKER_LIVE &&

@@ -752,6 +752,78 @@ static void test_move_unknown(void **state)
     a2__server_free(srv);
 }
 
+/* Wake-ups of two consumers and `log`s interleaved: each goes to a live
+ * subscriber of its own consumer, the same one for a session every round;
+ * a new subscription to B takes sessions of B only, and only to itself. */
+static void test_routing_across_consumers(void **state)
+{
+    (void)state;
+    enum { NS = 200 };
+    a2__server *srv = server(A2C_ROUTE_AFFINITY, 0, 0);
+    client *cs[3] = {cl_joined(srv, "w0"), cl_joined(srv, "w1"),
+                     cl_joined(srv, "w2")};
+    const char *types[] = {"x"};
+    static int owner[3][NS], now[3][NS];
+    char s[32];
+
+    cl_subscribe(cs[0], srv, "A", A2_WIRE_LOG_NONE, NULL, 0);
+    cl_subscribe(cs[0], srv, "B", A2_WIRE_LOG_NONE, NULL, 0);
+    cl_subscribe(cs[1], srv, "A", A2_WIRE_LOG_NONE, NULL, 0);
+    cl_subscribe(cs[2], srv, "B", A2_WIRE_LOG_NONE, NULL, 0);
+    cl_subscribe(cs[2], srv, "L", A2_WIRE_LOG_TYPES, types, 1);
+    for (int round = 0; round < 3; round++) {
+        if (round == 2)
+            cl_subscribe(cs[1], srv, "B", A2_WIRE_LOG_NONE, NULL, 0);
+        for (int i = 0; i < NS; i++) {
+            snprintf(s, sizeof s, "s%d", i);
+            a2__server_wake(srv, "A", s, "k", round + 1, 1, 0);
+            a2__server_wake(srv, "B", s, "k", round + 1, 1, 0);
+            a2__server_log(srv, s, round + 1, "x", 1, 0);
+            now[0][i] = now[1][i] = now[2][i] = -1;
+        }
+        int n = 0, rc;
+        for (int k = 0; k < 3; k++) {
+            while ((rc = cl_next(cs[k], srv, 200)) == 1) {
+                const a2_wire_msg *m = &cs[k]->m;
+                int i, kind = m->type == A2_WIRE_LOG ? 2
+                              : strcmp(m->consumer, "A") == 0 ? 0
+                                                              : 1;
+                assert_true(m->type == A2_WIRE_WAKE || m->type == A2_WIRE_LOG);
+                assert_int_equal(sscanf(m->session, "s%d", &i), 1);
+                assert_true(i >= 0 && i < NS);
+                assert_int_equal(now[kind][i], -1); /* exactly once */
+                now[kind][i] = k;
+                n++;
+            }
+            assert_int_equal(rc, 0);
+        }
+        assert_int_equal(n, 3 * NS);
+        int moved = 0;
+        for (int i = 0; i < NS; i++) {
+            assert_true(now[0][i] == 0 || now[0][i] == 1);      /* A */
+            assert_true(now[1][i] == 0 || now[1][i] == 2 ||     /* B */
+                        (round == 2 && now[1][i] == 1));
+            assert_int_equal(now[2][i], 2);                     /* L */
+            if (round == 0) {
+                for (int kind = 0; kind < 3; kind++)
+                    owner[kind][i] = now[kind][i];
+                continue;
+            }
+            assert_int_equal(now[0][i], owner[0][i]);
+            if (now[1][i] != owner[1][i]) {
+                assert_int_equal(round, 2);
+                assert_int_equal(now[1][i], 1);
+                moved++;
+            }
+        }
+        if (round == 2)
+            assert_true(moved > 0);
+    }
+    for (int k = 0; k < 3; k++)
+        cl_free(cs[k]);
+    a2__server_free(srv);
+}
+
 /* `log` in affinity mode: one matching subscriber per session, by hash. */
 static void test_log_affinity(void **state)
 {
@@ -1286,6 +1358,7 @@ int main(void)
             T(test_overflow_resync),
             T(test_move_unknown),
             T(test_log_affinity),
+            T(test_routing_across_consumers),
             T(test_log_types_any_order),
             T(test_presence_subscribers_change),
             T(test_log_subscription_caps),
