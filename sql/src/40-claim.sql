@@ -2,7 +2,7 @@
 
 -- a2_claim(session, holder, ttl_ms, expires_at, consumers, exclude,
 --          max_failures, through, now_ms, text_payloads, after_xid, wait_ms,
---          wake_logs)
+--          wake_logs, lanes)
 --
 -- Claims every eligible head of the session for holder, until now_ms +
 -- ttl_ms (or expires_at): unclaimed heads, and lapsed claims (a takeover:
@@ -10,7 +10,10 @@
 -- max_failures (null or 0: no limit) dead-letters the head instead.
 -- consumers: the served consumers (null: every one); exclude: heads not to
 -- take ([{"consumer", "lane", "index"}]); through: only heads at or below
--- that index. A lane runs one head at a time, in index order. Results:
+-- that index; lanes: only the heads of these lanes ([{"consumer", "lane"}],
+-- a lane consumer's or a log consumer's; null: every cursor), as a
+-- completion claims its lane's next head in the same transaction. A lane
+-- runs one head at a time, in index order. Results:
 --   {"outcome": "claimed", "heads": [<head>], "session_head", "dead_lettered": [<head>]}
 --   {"outcome": "busy", "retry_at", "dead_lettered"}: a live claim or a
 --     retry hold blocks an eligible head until retry_at
@@ -40,13 +43,15 @@ drop function if exists a2_claim(text, text, bigint, bigint, jsonb, jsonb, integ
                                   bigint, boolean);
 drop function if exists a2_claim(text, text, bigint, bigint, jsonb, jsonb, integer, bigint,
                                   bigint, boolean, bigint, bigint);
+drop function if exists a2_claim(text, text, bigint, bigint, jsonb, jsonb, integer, bigint,
+                                  bigint, boolean, bigint, bigint, boolean);
 create or replace function a2_claim(session text, holder text, ttl_ms bigint default null,
                                     expires_at bigint default null, consumers jsonb default null,
                                     exclude jsonb default null, max_failures integer default null,
                                     through bigint default null, now_ms bigint default null,
                                     text_payloads boolean default false,
                                     after_xid bigint default null, wait_ms bigint default 1000,
-                                    wake_logs boolean default false)
+                                    wake_logs boolean default false, lanes jsonb default null)
 returns jsonb
 language plpgsql
 volatile
@@ -62,6 +67,7 @@ declare
     v_through bigint := nullif(a2_claim.through, 0);
     v_served text[];
     v_excluded jsonb;
+    v_lanes jsonb;
     v_clear bigint;
     v_tids tid[];
     v_dead_heads bigint[];
@@ -132,6 +138,17 @@ begin
           into v_excluded
           from jsonb_array_elements(a2_claim.exclude) x;
     end if;
+    if a2_claim.lanes is not null and jsonb_typeof(a2_claim.lanes) <> 'null' then
+        if jsonb_typeof(a2_claim.lanes) <> 'array' then
+            perform a2__fail('INVALID_ARGUMENT', 'lanes must be a JSON array');
+        end if;
+        select coalesce(jsonb_agg(jsonb_build_object(
+                   'consumer', a2__name('a lane''s consumer', x->>'consumer'),
+                   'cursor_key', a2__cursor_key(a2__name('a lane', x->>'lane'), null))),
+                        '[]')
+          into v_lanes
+          from jsonb_array_elements(a2_claim.lanes) x;
+    end if;
     v_clear := coalesce((select c.clear_index from a2_clears c where c.session_id = v_session), 0);
 
     -- The eligible rows, locked in primary-key order. The update finds them
@@ -149,6 +166,9 @@ begin
                and (v_excluded is null
                     or not v_excluded @> jsonb_build_array(jsonb_build_object(
                                'consumer', cur.consumer, 'cursor_key', cur.cursor_key)))
+               and (v_lanes is null
+                    or v_lanes @> jsonb_build_array(jsonb_build_object(
+                           'consumer', cur.consumer, 'cursor_key', cur.cursor_key)))
                and (cur.claim_expires_at is null or cur.claim_expires_at <= v_now)
              order by cur.cursor_key, cur.consumer, cur.epoch
                for update of cur) e;
@@ -219,7 +239,10 @@ begin
        and (v_served is null or cur.consumer = any(v_served))
        and (v_excluded is null
             or not v_excluded @> jsonb_build_array(jsonb_build_object(
-                       'consumer', cur.consumer, 'cursor_key', cur.cursor_key)));
+                       'consumer', cur.consumer, 'cursor_key', cur.cursor_key)))
+       and (v_lanes is null
+            or v_lanes @> jsonb_build_array(jsonb_build_object(
+                   'consumer', cur.consumer, 'cursor_key', cur.cursor_key)));
     return jsonb_build_object('outcome', case when v_retry is null then 'settled' else 'busy' end,
                               'retry_at', v_retry, 'dead_lettered', coalesce(v_dead, '[]'::jsonb));
 end

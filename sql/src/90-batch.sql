@@ -16,7 +16,7 @@ select case op
     when 'cursors' then '{session}'
     when 'dead_letters' then '{session}'
     when 'wake_log' then '{session,consumer,lane,types,backfill,after_xid,wait_ms}'
-    when 'claim' then '{session,holder,ttl_ms,expires_at,consumers,exclude,max_failures,through,now_ms,text_payloads,after_xid,wait_ms,wake_logs}'
+    when 'claim' then '{session,holder,ttl_ms,expires_at,consumers,exclude,max_failures,through,now_ms,text_payloads,after_xid,wait_ms,wake_logs,lanes}'
     when 'renew' then '{session,holder,claims,ttl_ms,expires_at,now_ms}'
     when 'complete' then '{session,consumer,lane,index,attempt,events,consumers,now_ms,text_payloads}'
     when 'fail' then '{session,consumer,lane,index,attempt,error,max_failures,retry_after_ms,now_ms}'
@@ -89,7 +89,8 @@ begin
                       text_payloads => coalesce((o->>'text_payloads')::boolean, false),
                       after_xid => a2__json_int('after_xid', o->'after_xid'),
                       wait_ms => coalesce(a2__json_int('wait_ms', o->'wait_ms'), 1000),
-                      wake_logs => coalesce((o->>'wake_logs')::boolean, false));
+                      wake_logs => coalesce((o->>'wake_logs')::boolean, false),
+                      lanes => o->'lanes');
     when 'renew' then
         r := a2_renew(session => o->>'session', holder => o->>'holder', claims => o->'claims',
                       ttl_ms => a2__json_int('ttl_ms', o->'ttl_ms'),

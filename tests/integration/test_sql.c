@@ -341,6 +341,17 @@ static void test_plain_checks(void **state)
             {"select a2_claim(session => 'pc', holder => 'h', ttl_ms => 1000, "
              "consumers => '[5]') where $1::text is not null",
              n, "INVALID_ARGUMENT: a consumer must be a name or an object"},
+            /* lanes: the claim of one lane's head */
+            {"select a2_claim(session => 'pc', holder => 'h', ttl_ms => 1000, "
+             "lanes => '{\"consumer\": \"c\"}') where $1::text is not null",
+             n, "INVALID_ARGUMENT: lanes must be a JSON array"},
+            {"select a2_claim(session => 'pc', holder => 'h', ttl_ms => 1000, "
+             "lanes => '[{\"consumer\": \"c\"}]') where $1::text is not null",
+             n, "INVALID_ARGUMENT: a lane must not be empty"},
+            {"select a2_claim(session => 'pc', holder => 'h', ttl_ms => 1000, "
+             "lanes => jsonb_build_array(jsonb_build_object('consumer', $1::text, "
+             "'lane', 'q')))",
+             n, "INVALID_ARGUMENT: a lane's consumer is longer than 1024 bytes"},
             /* one log consumer: the plain checks of its spec */
 #define LOG_CLAIM(spec)                                                        \
     "select a2_claim(session => 'pc', holder => 'h', ttl_ms => 1000, "         \

@@ -158,3 +158,44 @@ select pg_temp.expect(
     '[{"outcome": "claimed", "heads": [{"consumer": "audit", "index": 3,
                                         "type": "order.paid"}]}]',
     'a batch claim with wake_logs skips the other type');
+
+-- 8. A FIFO lane worked through with its completions: each completion and
+-- the claim of its lane's next head (lanes) in one a2_batch, one commit a
+-- head; a claim with lanes takes nothing of other cursors.
+select pg_temp.expect(
+    a2_append(session => 'fifo-1',
+              events => '[{"type": "step", "targets": [{"consumer": "ship", "lane": "q"},
+                                                      {"consumer": "bill"}]},
+                          {"type": "step", "targets": [{"consumer": "ship", "lane": "q"}]}]',
+              now_ms => 17000),
+    '{"outcome": "appended"}', 'append to a lane');
+select pg_temp.expect(
+    a2_claim(session => 'fifo-1', holder => 'f1', ttl_ms => 30000,
+             lanes => '[{"consumer": "ship", "lane": "q"}]', now_ms => 18000),
+    '{"outcome": "claimed", "heads": [{"consumer": "ship", "lane": "q", "index": 1}]}',
+    'a claim of one lane');
+select pg_temp.expect(
+    a2_claim(session => 'fifo-1', holder => 'f1', ttl_ms => 30000,
+             lanes => '[{"consumer": "ship", "lane": "q"}]', now_ms => 18000),
+    '{"outcome": "busy", "retry_at": 48000}',
+    'the lane is held: nothing more of it, and not bill''s head');
+select pg_temp.expect(
+    a2_batch('[{"op": "complete", "session": "fifo-1", "consumer": "ship", "lane": "q",
+                "index": 1, "attempt": 1, "now_ms": 19000},
+               {"op": "claim", "session": "fifo-1", "holder": "f1", "ttl_ms": 30000,
+                "lanes": [{"consumer": "ship", "lane": "q"}], "now_ms": 19000}]'),
+    '[{"outcome": "completed"},
+      {"outcome": "claimed", "heads": [{"consumer": "ship", "lane": "q", "index": 2,
+                                        "attempt": 1, "holder": "f1"}]}]',
+    'complete and claim the lane''s next head in one batch');
+select pg_temp.expect(
+    a2_batch('[{"op": "complete", "session": "fifo-1", "consumer": "ship", "lane": "q",
+                "index": 2, "attempt": 1, "now_ms": 20000},
+               {"op": "claim", "session": "fifo-1", "holder": "f1", "ttl_ms": 30000,
+                "lanes": [{"consumer": "ship", "lane": "q"}], "now_ms": 20000}]'),
+    '[{"outcome": "completed"}, {"outcome": "settled"}]',
+    'the lane''s last head: the claim finds nothing');
+select pg_temp.expect(
+    a2_claim(session => 'fifo-1', holder => 'f1', ttl_ms => 30000, now_ms => 21000),
+    '{"outcome": "claimed", "heads": [{"consumer": "bill", "index": 1}]}',
+    'bill''s head was left for a claim without lanes');
