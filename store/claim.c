@@ -497,8 +497,25 @@ void a2_settle_results_free(a2_settle_result *results, size_t n)
 {
     for (size_t i = 0; results && i < n; i++) {
         a2_events_free(&results[i].events);
+        a2_claim_result_free(&results[i].next);
         memset(&results[i], 0, sizeof results[i]);
     }
+}
+
+/* The claim of the next head of settlement st's lane (NULL: out of
+ * memory). */
+static json_t *claim_next_op(const char *session, const a2_settlement *st,
+                             int64_t now)
+{
+    a2_claim_session cs = {session, st->claim_next->after_xid};
+    json_t *o = claim_op(&cs, st->claim_next, now);
+    json_t *lane = json_pack("[{s:s, s:s}]", "consumer", st->attempt.consumer,
+                             "lane", st->attempt.lane);
+    if (!o || !lane || json_object_set_new(o, "lanes", lane) != 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 /* The a2_batch operation of settlement st (ids: its events' ids). */
@@ -556,6 +573,7 @@ static int check_settlements(a2_store *s, const char *session,
                               "a settle takes 1 to %d settlements, not %zu",
                               A2_STORE_MAX_SETTLE, n);
     int rc = sessions ? 0 : a2__store_check_name(s, "session", session);
+    size_t nops = n;
     if (rc == 0)
         rc = a2__store_check_consumers(s, consumers, nconsumers);
     for (size_t i = 0; rc == 0 && i < n; i++) {
@@ -567,7 +585,21 @@ static int check_settlements(a2_store *s, const char *session,
             rc = check_fail(s, sts[i].fail);
         else if (rc == 0)
             rc = a2__store_check_events(s, sts[i].events, sts[i].nevents, true);
+        if (rc == 0 && sts[i].claim_next &&
+            (sts[i].fail || !sts[i].attempt.lane))
+            rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                                "claim_next goes with the completion of a "
+                                "lane's head");
+        if (rc == 0 && sts[i].claim_next) {
+            rc = check_claim(s, sts[i].claim_next);
+            nops++;
+        }
     }
+    if (rc == 0 && nops > A2_STORE_MAX_SETTLE)
+        rc = a2__store_fail(s, A2_EINVALID_ARGUMENT,
+                            "a settle takes at most %d settlements and "
+                            "claims, not %zu",
+                            A2_STORE_MAX_SETTLE, nops);
     return rc;
 }
 
@@ -590,15 +622,20 @@ static int settle_batch(a2_store *s, const char *session,
         return a2__store_nomem(s);
     int64_t now = a2__store_now(s);
     json_t *ops = json_array();
+    size_t nops = n;
     for (size_t i = 0; rc == 0 && i < n; i++) {
+        const char *si = session_of(session, sessions, i);
         if (!sts[i].fail && !(ids[i] = a2__store_batch_ids(
                                       s, sts[i].events, sts[i].nevents, &rc)))
             break;
-        ops = ops ? a2__store_push(ops,
-                                   settle_op(session_of(session, sessions, i),
-                                             &sts[i], ids[i], consumers,
-                                             nconsumers, now))
+        ops = ops ? a2__store_push(ops, settle_op(si, &sts[i], ids[i],
+                                                  consumers, nconsumers, now))
                   : NULL;
+        if (sts[i].claim_next) {
+            ops = ops ? a2__store_push(ops, claim_next_op(si, &sts[i], now))
+                      : NULL;
+            nops++;
+        }
     }
     json_t *res = NULL;
     if (rc == 0 && !ops)
@@ -609,21 +646,23 @@ static int settle_batch(a2_store *s, const char *session,
         ops = NULL;
         rc = a2__store_run(s, SQL_BATCH, &p, false, &res);
     }
-    if (rc == 0 && json_array_size(res) != n)
+    if (rc == 0 && json_array_size(res) != nops)
         rc = a2__store_fail(s, A2_ESTORE_FAILED,
                             "a2_batch returned %zu results for %zu "
-                            "settlements",
-                            json_array_size(res), n);
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        const json_t *r = json_array_get(res, i);
+                            "operations",
+                            json_array_size(res), nops);
+    for (size_t i = 0, j = 0; rc == 0 && i < n; i++) {
+        const char *si = session_of(session, sessions, i);
+        const json_t *r = json_array_get(res, j++);
         if (sts[i].fail) {
             decode_fail(r, &out[i].outcome, &out[i].failure_count);
         } else {
             a2_cause cause = a2__store_attempt_cause(&sts[i].attempt);
-            rc = decode_complete(s, session_of(session, sessions, i), r,
-                                 sts[i].events, sts[i].nevents, &cause, now,
-                                 &out[i].outcome, &out[i].events);
+            rc = decode_complete(s, si, r, sts[i].events, sts[i].nevents,
+                                 &cause, now, &out[i].outcome, &out[i].events);
         }
+        if (rc == 0 && sts[i].claim_next)
+            rc = decode_claim(s, si, json_array_get(res, j++), &out[i].next);
     }
     if (rc)
         a2_settle_results_free(out, n);

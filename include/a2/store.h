@@ -546,20 +546,32 @@ typedef struct a2_settlement {
     const a2_append_event *events;
     size_t nevents;
     const a2_fail_request *fail;
+    /* A completion of a lane's head (or a log consumer's) may claim the
+     * lane's next head in the same transaction, for claim_next's holder,
+     * lease, consumers and max_failures (its exclude, through, after_xid
+     * and wake_logs apply too): a FIFO lane then takes one commit a head,
+     * not a completion's and a claim's. NULL: no claim. Set on a failure
+     * or on an attempt without a lane: A2_EINVALID_ARGUMENT. */
+    const a2_claim_request *claim_next;
 } a2_settlement;
 
 typedef struct a2_settle_result {
     int outcome;       /* COMPLETED, SUPERSEDED, FAILED or DEAD_LETTERED */
     int failure_count; /* a failure's count (0 for a completion) */
     a2_events events;  /* COMPLETED: the returned events as stored */
+    /* claim_next: the claim of the lane's next head, as a2_store_claim's
+     * result (CLAIMED with that head, or BUSY or SETTLED: nothing of the
+     * lane to run), made after the completion whatever its outcome. */
+    a2_claim_result next;
 } a2_settle_result;
 /* Frees the n results of an a2_store_settle. NULL-safe. */
 void a2_settle_results_free(a2_settle_result *results, size_t n);
 
 /*
- * Settles n attempts of one session (1..A2_STORE_MAX_SETTLE) in one call
- * (a2_batch): each completion and failure as a2_store_complete and
- * a2_store_fail would, in one transaction and one round trip, all or
+ * Settles n attempts of one session (1..A2_STORE_MAX_SETTLE, claims of
+ * claim_next counted) in one call (a2_batch): each completion and failure
+ * as a2_store_complete and a2_store_fail would, each claim_next right after
+ * its completion, in one transaction and one round trip, all or
  * nothing. out (n entries) gets each one's outcome, in order; on an error
  * nothing is settled (the error is the first settlement that raised it, as
  * its own call would report it, or A2_ESTORE_FAILED for a deadlock with

@@ -207,6 +207,92 @@ static void test_settle_invalid(void **state)
     assert_int_equal(a2_store_round_trips(f->s), trips);
 }
 
+/* A lane worked through with claim_next: each completion claims the lane's
+ * next head in its own round trip, the last finds nothing, and a head of
+ * another cursor is left alone. */
+static void test_settle_claim_next(void **state)
+{
+    fx *f = *state;
+    a2_target tg[2] = {{.consumer = "q", .lane = "L"}, {.consumer = "x"}};
+    a2_append_event evs[3] = {
+            {.type = "s1", .id = "s-1", .targets = tg, .ntargets = 2},
+            {.type = "s2", .id = "s-2", .targets = tg, .ntargets = 1},
+            {.type = "s3", .id = "s-3", .targets = tg, .ntargets = 1}};
+    a2_events out;
+    OK(a2_store_append(f->s, f->session, evs, 3, NULL, &out));
+    a2_events_free(&out);
+
+    a2_consumer q = {.name = "q"};
+    a2_claim_request req = {.holder = "h", .ttl_ms = 30000, .consumers = &q,
+                            .nconsumers = 1};
+    a2_claim_result cr;
+    OK(a2_store_claim(f->s, f->session, &req, &cr));
+    assert_int_equal(cr.outcome, A2_CLAIM_CLAIMED);
+    assert_int_equal(cr.heads.count, 1);
+    a2_attempt_ref at = {"q", "L", 1, 1};
+    a2_claim_result_free(&cr);
+    for (int64_t k = 1; k <= 3; k++) {
+        a2_settlement st = {.attempt = at, .claim_next = &req};
+        a2_settle_result res;
+        uint64_t trips = a2_store_round_trips(f->s);
+        OK(a2_store_settle(f->s, f->session, &st, 1, NULL, 0, &res));
+        assert_int_equal(a2_store_round_trips(f->s), trips + 1);
+        assert_int_equal(res.outcome, A2_ATTEMPT_COMPLETED);
+        if (k < 3) {
+            assert_int_equal(res.next.outcome, A2_CLAIM_CLAIMED);
+            assert_int_equal(res.next.heads.count, 1);
+            const a2_head *h = &res.next.heads.items[0];
+            assert_int_equal(h->event.index, k + 1);
+            assert_string_equal(h->dispatch.consumer, "q");
+            assert_string_equal(h->dispatch.lane, "L");
+            assert_int_equal(h->dispatch.attempt_count, 1);
+            assert_string_equal(h->dispatch.claim_holder, "h");
+            at.index = k + 1;
+        } else {
+            assert_int_equal(res.next.outcome, A2_CLAIM_SETTLED);
+            assert_int_equal(res.next.heads.count, 0);
+        }
+        a2_settle_results_free(&res, 1);
+    }
+    /* x's head is still there for a claim of x */
+    a2_consumer x = {.name = "x"};
+    req.consumers = &x;
+    OK(a2_store_claim(f->s, f->session, &req, &cr));
+    assert_int_equal(cr.outcome, A2_CLAIM_CLAIMED);
+    assert_string_equal(cr.heads.items[0].dispatch.consumer, "x");
+    a2_claim_result_free(&cr);
+
+    /* claim_next only with the completion of a lane's head, and a claim
+     * request that would be accepted alone; refused before any call */
+    uint64_t trips = a2_store_round_trips(f->s);
+    a2_settle_result res;
+    a2_fail_request fr = {.error = "x", .max_failures = 3};
+    a2_settlement bad = {.attempt = at, .fail = &fr, .claim_next = &req};
+    assert_int_equal(a2_store_settle(f->s, f->session, &bad, 1, NULL, 0, &res),
+                     A2_EINVALID_ARGUMENT);
+    assert_non_null(strstr(a2_store_last_error(f->s)->message, "claim_next"));
+    bad = (a2_settlement){.attempt = {"x", NULL, 1, 1}, .claim_next = &req};
+    assert_int_equal(a2_store_settle(f->s, f->session, &bad, 1, NULL, 0, &res),
+                     A2_EINVALID_ARGUMENT);
+    a2_claim_request noholder = {.ttl_ms = 1000};
+    bad = (a2_settlement){.attempt = at, .claim_next = &noholder};
+    assert_int_equal(a2_store_settle(f->s, f->session, &bad, 1, NULL, 0, &res),
+                     A2_EINVALID_ARGUMENT);
+    assert_non_null(strstr(a2_store_last_error(f->s)->message, "holder"));
+    a2_settlement *many = calloc(A2_STORE_MAX_SETTLE / 2 + 1, sizeof *many);
+    assert_non_null(many);
+    for (size_t i = 0; i <= A2_STORE_MAX_SETTLE / 2; i++)
+        many[i] = (a2_settlement){.attempt = at, .claim_next = &req};
+    assert_int_equal(a2_store_settle(f->s, f->session, many,
+                                     A2_STORE_MAX_SETTLE / 2 + 1, NULL, 0,
+                                     &res),
+                     A2_EINVALID_ARGUMENT);
+    assert_non_null(strstr(a2_store_last_error(f->s)->message,
+                           "settlements and claims"));
+    free(many);
+    assert_int_equal(a2_store_round_trips(f->s), trips);
+}
+
 /* ── the runner ───────────────────────────────────────────────────────── */
 
 typedef struct {
@@ -341,6 +427,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_settle_all_or_nothing, setup,
                                             a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_settle_invalid, setup,
+                                            a2_test_fx_teardown),
+            cmocka_unit_test_setup_teardown(test_settle_claim_next, setup,
                                             a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_runner_settles_together,
                                             setup, a2_test_fx_teardown),
