@@ -376,6 +376,22 @@ static int ensure_store(a2_worker_runner *r)
     return 0;
 }
 
+/* A claim whose heads are to run: its result, its session and where its
+ * heads' outcomes count. */
+typedef struct {
+    a2_claim_result res;
+    const char *session;
+    a2_worker_run_stats *st;
+} claimed;
+
+/* Frees n claims and the array. */
+static void claimed_free(claimed *c, size_t n)
+{
+    for (size_t i = 0; c && i < n; i++)
+        a2_claim_result_free(&c[i].res);
+    free(c);
+}
+
 /* The heads of one run, in the order their handlers run: one claim's, or
  * the claims of several sessions one after the other. */
 typedef struct head_run {
@@ -386,10 +402,19 @@ typedef struct head_run {
     a2_attempt_ref *refs;      /* each head's attempt */
     unsigned char *done;       /* n: handled and settled (renewal stops) */
     unsigned char *renewed;    /* n: renewed in the current round */
+    /* With claim_next, the completion of a lane's (or a log's) head claims
+     * the lane's next head in its round trip (next_req); the claims that
+     * took a head wait in next for the following run. */
+    bool claim_next;
+    a2_claim_request next_req;
+    claimed *next;
+    size_t nnext;
+    bool next_some; /* one of them dead-lettered a head: claim again after */
 } head_run;
 
 static void head_run_free(head_run *hr)
 {
+    claimed_free(hr->next, hr->nnext);
     free(hr->heads);
     free(hr->sessions);
     free(hr->st);
@@ -414,6 +439,12 @@ static int head_run_init(a2_worker_runner *r, head_run *hr, size_t n)
         return A2_WORKER_ENOMEM;
     }
     hr->renewed = hr->done + k;
+    hr->next = calloc(k, sizeof *hr->next);
+    if (!hr->next) {
+        head_run_free(hr);
+        snprintf(r->last_error, sizeof r->last_error, "out of memory");
+        return A2_WORKER_ENOMEM;
+    }
     return 0;
 }
 
@@ -547,121 +578,6 @@ static int settle(a2_worker_runner *r, const char *session,
     return 0;
 }
 
-/* Outcomes wait to be settled together while the handlers of a run's
- * heads take less than this (ms) each and the first outcome waited no
- * longer: fast handlers' outcomes go in one round trip; after a slow
- * handler, what waits is settled before the next handler runs. */
-#define SETTLE_HOLD_MS 5
-
-/* Settles heads [from, to) of the run: one head as settle does; several in
- * one round trip (a2_store_settle_sessions), or, should the store refuse
- * that call (a refused returned event, a deadlock: nothing was settled),
- * each on its own. */
-static int settle_range(a2_worker_runner *r, const head_run *hr,
-                        const int *hrc, a2_worker_reply *rps,
-                        const a2_settlement *sts, a2_settle_result *res,
-                        size_t from, size_t to)
-{
-    size_t n = to - from;
-    int rc = 0;
-    if (n > 1 && a2_store_settle_sessions(r->store, hr->sessions + from,
-                                          sts + from, n, r->consumers,
-                                          r->nconsumers, res) == 0) {
-        for (size_t i = from; i < to; i++) {
-            const a2_settle_result *o = &res[i - from];
-            hr->st[i]->settled_together++;
-            note_outcome(r, hr->sessions[i], &hr->refs[i], o->outcome,
-                         o->failure_count, o->events.count, hr->st[i]);
-            mark_done(r, i);
-        }
-        a2_settle_results_free(res, n);
-        return 0;
-    }
-    if (n > 1) {
-        const a2_store_error *e = a2_store_last_error(r->store);
-        if (e->code == A2_ESTORE_UNAVAILABLE || e->code == A2_ESTORE_NOMEM)
-            return store_error(r, "settle", hr->sessions[from]);
-        RLOG(r, "settling %zu heads together was refused (%s): one by one",
-             n, e->message);
-    }
-    for (size_t i = from; i < to && rc == 0; i++) {
-        rc = settle(r, hr->sessions[i], &hr->refs[i], hrc[i], &rps[i],
-                    hr->st[i]);
-        mark_done(r, i);
-    }
-    return rc;
-}
-
-/* Runs the handler of each of the run's heads in order; the outcomes of
- * handlers that follow each other within SETTLE_HOLD_MS are settled
- * together, in one round trip. */
-static int run_heads(a2_worker_runner *r, const head_run *hr)
-{
-    size_t n = hr->n;
-    a2_worker_reply *rps = calloc(n, sizeof *rps);
-    int *hrc = calloc(n, sizeof *hrc);
-    a2_settlement *sts = calloc(n, sizeof *sts);
-    a2_fail_request *frs = calloc(n, sizeof *frs);
-    a2_settle_result *res = calloc(n, sizeof *res);
-    int rc = 0;
-    if (!rps || !hrc || !sts || !frs || !res) {
-        snprintf(r->last_error, sizeof r->last_error, "out of memory");
-        rc = A2_WORKER_ENOMEM;
-        goto done;
-    }
-    size_t from = 0;     /* the first head not yet settled */
-    int64_t held_at = 0; /* when its handler ended (monotonic ms) */
-    bool slow = false;   /* the last handler took SETTLE_HOLD_MS or more */
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        if (i > from &&
-            (slow || a2__mono_ms() - held_at >= SETTLE_HOLD_MS)) {
-            rc = settle_range(r, hr, hrc, rps, sts, res, from, i);
-            from = i;
-            if (rc != 0)
-                break;
-        }
-        rps[i].head = hr->heads[i];
-        int64_t began = a2__mono_us();
-        hrc[i] = r->handler(r->ctx, hr->heads[i], &rps[i]);
-        int64_t ended_us = a2__mono_us();
-        int64_t ended = ended_us / 1000;
-        slow = ended_us - began >= SETTLE_HOLD_MS * 1000;
-        hr->st[i]->handler_us += (uint64_t)(ended_us - began);
-        if (i == from)
-            held_at = ended;
-        sts[i].attempt = hr->refs[i];
-        if (hrc[i] == 0) {
-            sts[i].events = rps[i].events;
-            sts[i].nevents = rps[i].nevents;
-        } else {
-            frs[i] = fail_request(r, &rps[i]);
-            sts[i].fail = &frs[i];
-        }
-    }
-    if (rc == 0 && from < n)
-        rc = settle_range(r, hr, hrc, rps, sts, res, from, n);
-done:
-    for (size_t i = 0; rps && i < n; i++)
-        a2__worker_reply_free(&rps[i]);
-    free(rps);
-    free(hrc);
-    free(sts);
-    free(frs);
-    free(res);
-    return rc;
-}
-
-/* Publishes the run, runs its heads and withdraws it (renewals counted in
- * st). */
-static int run_published(a2_worker_runner *r, head_run *hr,
-                         a2_worker_run_stats *st)
-{
-    publish(r, hr);
-    int rc = hr->n > 0 ? run_heads(r, hr) : 0;
-    unpublish(r, st);
-    return rc;
-}
-
 /* What a claim's result asks of its run. */
 enum claim_verdict {
     CLAIMED_ALL,  /* heads claimed, every eligible head of the claim's
@@ -701,6 +617,135 @@ static enum claim_verdict claim_verdict(a2_worker_runner *r,
     return cl->dead_lettered.count == 0 ? CLAIMED_ALL : CLAIMED_SOME;
 }
 
+/* Outcomes wait to be settled together while the handlers of a run's
+ * heads take less than this (ms) each and the first outcome waited no
+ * longer: fast handlers' outcomes go in one round trip; after a slow
+ * handler, what waits is settled before the next handler runs. */
+#define SETTLE_HOLD_MS 5
+
+/* Settles heads [from, to) of the run: one head as settle does; several in
+ * one round trip (a2_store_settle_sessions), or, should the store refuse
+ * that call (a refused returned event, a deadlock: nothing was settled),
+ * each on its own. */
+static int settle_range(a2_worker_runner *r, head_run *hr, const int *hrc,
+                        a2_worker_reply *rps, const a2_settlement *sts,
+                        a2_settle_result *res, size_t from, size_t to)
+{
+    size_t n = to - from;
+    int rc = 0;
+    bool together = n > 1 || sts[from].claim_next;
+    if (together && a2_store_settle_sessions(r->store, hr->sessions + from,
+                                             sts + from, n, r->consumers,
+                                             r->nconsumers, res) == 0) {
+        for (size_t i = from; i < to; i++) {
+            a2_settle_result *o = &res[i - from];
+            hr->st[i]->settled_together += n > 1;
+            note_outcome(r, hr->sessions[i], &hr->refs[i], o->outcome,
+                         o->failure_count, o->events.count, hr->st[i]);
+            mark_done(r, i);
+            if (!sts[i].claim_next)
+                continue;
+            /* the lane's next head, claimed with the completion: run next */
+            enum claim_verdict v =
+                    claim_verdict(r, hr->sessions[i], &o->next, hr->st[i]);
+            if (v == CLAIMED_ALL || v == CLAIMED_SOME) {
+                hr->st[i]->claimed_next += o->next.heads.count;
+                hr->next_some |= v == CLAIMED_SOME;
+                hr->next[hr->nnext++] =
+                        (claimed){o->next, hr->sessions[i], hr->st[i]};
+                memset(&o->next, 0, sizeof o->next);
+            }
+        }
+        a2_settle_results_free(res, n);
+        return 0;
+    }
+    if (together) {
+        const a2_store_error *e = a2_store_last_error(r->store);
+        if (e->code == A2_ESTORE_UNAVAILABLE || e->code == A2_ESTORE_NOMEM)
+            return store_error(r, "settle", hr->sessions[from]);
+        RLOG(r, "settling %zu heads in one call was refused (%s): one by one",
+             n, e->message);
+    }
+    for (size_t i = from; i < to && rc == 0; i++) {
+        rc = settle(r, hr->sessions[i], &hr->refs[i], hrc[i], &rps[i],
+                    hr->st[i]);
+        mark_done(r, i);
+    }
+    return rc;
+}
+
+/* Runs the handler of each of the run's heads in order; the outcomes of
+ * handlers that follow each other within SETTLE_HOLD_MS are settled
+ * together, in one round trip. */
+static int run_heads(a2_worker_runner *r, head_run *hr)
+{
+    size_t n = hr->n;
+    a2_worker_reply *rps = calloc(n, sizeof *rps);
+    int *hrc = calloc(n, sizeof *hrc);
+    a2_settlement *sts = calloc(n, sizeof *sts);
+    a2_fail_request *frs = calloc(n, sizeof *frs);
+    a2_settle_result *res = calloc(n, sizeof *res);
+    int rc = 0;
+    if (!rps || !hrc || !sts || !frs || !res) {
+        snprintf(r->last_error, sizeof r->last_error, "out of memory");
+        rc = A2_WORKER_ENOMEM;
+        goto done;
+    }
+    size_t from = 0;     /* the first head not yet settled */
+    int64_t held_at = 0; /* when its handler ended (monotonic ms) */
+    bool slow = false;   /* the last handler took SETTLE_HOLD_MS or more */
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (i > from &&
+            (slow || a2__mono_ms() - held_at >= SETTLE_HOLD_MS)) {
+            rc = settle_range(r, hr, hrc, rps, sts, res, from, i);
+            from = i;
+            if (rc != 0)
+                break;
+        }
+        rps[i].head = hr->heads[i];
+        int64_t began = a2__mono_us();
+        hrc[i] = r->handler(r->ctx, hr->heads[i], &rps[i]);
+        int64_t ended_us = a2__mono_us();
+        int64_t ended = ended_us / 1000;
+        slow = ended_us - began >= SETTLE_HOLD_MS * 1000;
+        hr->st[i]->handler_us += (uint64_t)(ended_us - began);
+        if (i == from)
+            held_at = ended;
+        sts[i].attempt = hr->refs[i];
+        if (hrc[i] == 0) {
+            sts[i].events = rps[i].events;
+            sts[i].nevents = rps[i].nevents;
+            if (hr->claim_next && hr->refs[i].lane && !r->stopping)
+                sts[i].claim_next = &hr->next_req;
+        } else {
+            frs[i] = fail_request(r, &rps[i]);
+            sts[i].fail = &frs[i];
+        }
+    }
+    if (rc == 0 && from < n)
+        rc = settle_range(r, hr, hrc, rps, sts, res, from, n);
+done:
+    for (size_t i = 0; rps && i < n; i++)
+        a2__worker_reply_free(&rps[i]);
+    free(rps);
+    free(hrc);
+    free(sts);
+    free(frs);
+    free(res);
+    return rc;
+}
+
+/* Publishes the run, runs its heads and withdraws it (renewals counted in
+ * st). */
+static int run_published(a2_worker_runner *r, head_run *hr,
+                         a2_worker_run_stats *st)
+{
+    publish(r, hr);
+    int rc = hr->n > 0 ? run_heads(r, hr) : 0;
+    unpublish(r, st);
+    return rc;
+}
+
 /* The claim request of the runner (after_xid: the wake-up's commit;
  * wake_logs: bring the served log consumers' cursors up to date first, in
  * the claim's transaction). */
@@ -714,6 +759,57 @@ static a2_claim_request claim_request(const a2_worker_runner *r,
                               .max_failures = r->max_failures,
                               .after_xid = after_xid,
                               .wake_logs = wake_logs};
+}
+
+/* Runs in a row whose completions claim their lanes' next heads; the next
+ * run's completions claim nothing, and the lanes' next heads come back by
+ * their wake-ups, behind the other sessions' (a busy lane does not keep a
+ * slot to itself). */
+#define CLAIM_NEXT_RUNS 16
+
+/*
+ * Runs the heads of the n claims in c (their results freed here; the array
+ * is the caller's), then the heads their completions claimed, until a run
+ * claims none. *some: a claim along the way dead-lettered a head, so it may
+ * not have taken every eligible one (claim again after). Claimed heads run
+ * even when the runner is stopping; no completion claims then.
+ */
+static int run_claims(a2_worker_runner *r, claimed *c, size_t n, bool *some)
+{
+    int rc = 0;
+    claimed *own = NULL; /* c, when it is the last run's next */
+    *some = false;
+    for (int runs = 0; n > 0 && rc == 0; runs++) {
+        size_t total = 0;
+        for (size_t k = 0; k < n; k++)
+            total += c[k].res.heads.count;
+        head_run hr;
+        rc = head_run_init(r, &hr, total);
+        bool ran = rc == 0;
+        if (ran) {
+            hr.claim_next = runs < CLAIM_NEXT_RUNS;
+            hr.next_req = claim_request(r, 0, false);
+            for (size_t k = 0; k < n; k++)
+                head_run_add(&hr, c[k].session, &c[k].res.heads, c[k].st);
+            rc = run_published(r, &hr, c[0].st);
+        }
+        for (size_t k = 0; k < n; k++)
+            a2_claim_result_free(&c[k].res);
+        free(own);
+        own = NULL;
+        n = 0;
+        if (ran && rc == 0) {
+            *some |= hr.next_some;
+            own = c = hr.next;
+            n = hr.nnext;
+            hr.next = NULL;
+            hr.nnext = 0;
+        }
+        if (ran)
+            head_run_free(&hr);
+    }
+    claimed_free(own, n);
+    return rc;
 }
 
 /* The run of a2_worker_runner_run; with once, it ends after the first
@@ -738,34 +834,28 @@ static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
         /* The first claim (and one made again while the wake-up's commit
          * is not visible) brings the log cursors up to date first. */
         a2_claim_request req = claim_request(r, after_xid, wake_log);
-        a2_claim_result cl = {0};
-        if (a2_store_claim(r->store, session, &req, &cl) != 0) {
-            a2_claim_result_free(&cl);
+        claimed c = {{0}, session, st};
+        if (a2_store_claim(r->store, session, &req, &c.res) != 0) {
+            a2_claim_result_free(&c.res);
             rc = store_error(r, "claim", session);
             break;
         }
-        enum claim_verdict v = claim_verdict(r, session, &cl, st);
+        enum claim_verdict v = claim_verdict(r, session, &c.res, st);
         if (v == CLAIM_AGAIN) {
-            a2_claim_result_free(&cl);
+            a2_claim_result_free(&c.res);
             continue;
         }
         after_xid = 0; /* visible: later claims need not wait */
         wake_log = false;
         if (v == CLAIMED_NONE) {
-            a2_claim_result_free(&cl);
+            a2_claim_result_free(&c.res);
             break;
         }
-        head_run hr;
-        rc = head_run_init(r, &hr, cl.heads.count);
-        if (rc == 0) {
-            head_run_add(&hr, session, &cl.heads, st);
-            rc = run_published(r, &hr, st);
-            head_run_free(&hr);
-        }
-        a2_claim_result_free(&cl);
+        bool some;
+        rc = run_claims(r, &c, 1, &some);
         if (rc != 0)
             break;
-        if (once && v == CLAIMED_ALL) {
+        if (once && v == CLAIMED_ALL && !some) {
             st->retry_at = 0;
             break;
         }
@@ -820,8 +910,10 @@ int a2_worker_runner_run_sessions(a2_worker_runner *r,
     if (rc != 0)
         return rc;
     a2_claim_result *cl = calloc(n, sizeof *cl);
+    claimed *c = calloc(n, sizeof *c);
     unsigned char *again = calloc(n, 1); /* run on its own afterwards */
-    if (!cl || !again) {
+    if (!cl || !c || !again) {
+        free(c);
         free(cl);
         free(again);
         snprintf(r->last_error, sizeof r->last_error, "out of memory");
@@ -837,25 +929,23 @@ int a2_worker_runner_run_sessions(a2_worker_runner *r,
         else /* refused (a deadlock, say): nothing claimed */
             memset(again, 1, n);
     } else {
-        size_t total = 0;
-        for (size_t i = 0; i < n; i++)
-            total += cl[i].heads.count;
-        head_run hr;
-        rc = head_run_init(r, &hr, total);
-        for (size_t i = 0; rc == 0 && i < n; i++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++) {
             enum claim_verdict v =
                     claim_verdict(r, sessions[i].session, &cl[i], &stats[i]);
             again[i] = v == CLAIM_AGAIN || v == CLAIMED_SOME;
             if (v == CLAIMED_ALL || v == CLAIMED_SOME)
-                head_run_add(&hr, sessions[i].session, &cl[i].heads,
-                             &stats[i]);
+                c[m++] = (claimed){cl[i], sessions[i].session, &stats[i]};
+            else
+                a2_claim_result_free(&cl[i]);
         }
-        if (rc == 0) {
-            rc = run_published(r, &hr, &stats[0]);
-            head_run_free(&hr);
-        }
-        for (size_t i = 0; i < n; i++)
-            a2_claim_result_free(&cl[i]);
+        bool some = false;
+        if (m > 0)
+            rc = run_claims(r, c, m, &some);
+        /* a lane's claim along the way dead-lettered a head: each session
+         * that ran claims again on its own */
+        for (size_t i = 0; some && i < n; i++)
+            again[i] |= cl[i].outcome == A2_CLAIM_CLAIMED;
     }
     for (size_t i = 0; rc == 0 && i < n && !r->stopping; i++) {
         if (!again[i])
@@ -865,6 +955,7 @@ int a2_worker_runner_run_sessions(a2_worker_runner *r,
                          sessions[i].after_xid, &more);
         stats_add(&stats[i], &more);
     }
+    free(c);
     free(cl);
     free(again);
     return rc;

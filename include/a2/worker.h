@@ -314,6 +314,9 @@ typedef struct a2_worker_run_stats {
     uint64_t settled_together; /* heads settled with others in one round
                                   trip (a2_store_settle_sessions) */
     uint64_t handler_us;       /* time spent in handler calls (µs) */
+    uint64_t claimed_next;     /* heads of a lane (or a log) claimed by the
+                                  completion of the lane's previous head,
+                                  in its round trip (counted in claimed) */
 } a2_worker_run_stats;
 
 /*

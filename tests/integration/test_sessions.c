@@ -418,7 +418,8 @@ static a2_worker_runner *runner_new(hctx *h, int64_t ttl_ms)
 
 /* Three woken sessions in one run: heads run session by session in the
  * order given, a lane one head at a time, every outcome settled together,
- * each session's stats its own. */
+ * each session's stats its own; the completion of the lane's head claims
+ * its second head, which runs after them. */
 static void test_runner_sessions(void **state)
 {
     sfx *x = *state;
@@ -432,28 +433,31 @@ static void test_runner_sessions(void **state)
     a2_claim_session cs[3] = {{x->s[1], 0}, {x->s[2], 0}, {x->s[0], 0}};
     a2_worker_run_stats st[3];
     assert_int_equal(a2_worker_runner_run_sessions(r, cs, 3, st), 0);
-    assert_int_equal(h.calls, 3);
-    char want[3][96];
+    assert_int_equal(h.calls, 4);
+    char want[4][96];
     snprintf(want[0], sizeof want[0], "%s 1", x->s[1]);
     snprintf(want[1], sizeof want[1], "%s 3", x->s[1]);
     snprintf(want[2], sizeof want[2], "%s 1", x->s[0]);
-    for (int i = 0; i < 3; i++)
+    snprintf(want[3], sizeof want[3], "%s 2", x->s[1]);
+    for (int i = 0; i < 4; i++)
         assert_string_equal(h.order[i], want[i]);
-    assert_int_equal(st[0].claimed, 2);
-    assert_int_equal(st[0].completed, 2);
+    assert_int_equal(st[0].claimed, 3);
+    assert_int_equal(st[0].claimed_next, 1);
+    assert_int_equal(st[0].completed, 3);
     assert_int_equal(st[0].settled_together, 2);
     assert_int_equal(st[1].claimed, 0);
     assert_int_equal(st[1].retry_at, 0);
     assert_int_equal(st[2].claimed, 1);
     assert_int_equal(st[2].completed, 1);
     assert_int_equal(st[2].settled_together, 1);
-    /* The lane moved to its second event, which a later run takes. */
+    /* The lane is done; a later run finds nothing. */
     assert_int_equal(rows(f, "a2_cursors", x->s[1],
-                          "lane = 'q' and head = 2 and claim_holder is null"),
+                          "lane = 'q' and head is null and claim_holder is "
+                          "null"),
                      1);
     assert_int_equal(a2_worker_runner_run_sessions(r, cs, 1, st), 0);
     assert_int_equal(h.calls, 4);
-    assert_int_equal(st[0].completed, 1);
+    assert_int_equal(st[0].completed, 0);
     a2_worker_runner_free(r);
 }
 

@@ -301,6 +301,7 @@ typedef struct {
     int sleep_ms;         /* each call takes this long */
     fx *f;                /* with sleep_ms: c's call counts a's "done" */
     int64_t done_before_c;
+    int64_t seen[32]; /* the index of each head run, in order */
 } hctx;
 
 /* a completes returning "done"; b fails, or returns an event under
@@ -308,6 +309,8 @@ typedef struct {
 static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
 {
     hctx *h = ctx;
+    if (h->calls < 32)
+        h->seen[h->calls] = head->event.index;
     h->calls++;
     const char *c = head->dispatch.consumer;
     if (h->sleep_ms > 0)
@@ -357,6 +360,63 @@ static a2_worker_runner *run_three(fx *f, hctx *h, a2_worker_run_stats *st)
     assert_int_equal(a2_worker_runner_run(r, f->session, false, st), 0);
     assert_int_equal(h->calls, 3);
     return r;
+}
+
+/* A woken run of a lane's first head works the lane through: each
+ * completion claims the lane's next head in its round trip, in index
+ * order, for 16 runs in a row; the 17th run's completion claims nothing
+ * (the rest of the lane comes back by its wake-up, behind other sessions),
+ * and the next woken run takes it from there. */
+static void test_runner_claims_lane_next(void **state)
+{
+    fx *f = *state;
+    enum { N = 20, CHAIN = 17 };
+    a2_target lane = {.consumer = "c", .lane = "L"};
+    a2_append_event evs[N];
+    for (int i = 0; i < N; i++)
+        evs[i] = (a2_append_event){.type = "step", .targets = &lane,
+                                   .ntargets = 1};
+    a2_events out;
+    OK(a2_store_append(f->s, f->session, evs, N, NULL, &out));
+    a2_events_free(&out);
+    hctx h = {0};
+    a2_worker_runner *r = runner_new(&h);
+    a2_worker_run_stats st;
+    assert_int_equal(a2_worker_runner_run_woken(r, f->session, false, 0, &st),
+                     0);
+    assert_int_equal(h.calls, CHAIN);
+    assert_int_equal(st.claimed, CHAIN);
+    assert_int_equal(st.claimed_next, CHAIN - 1);
+    assert_int_equal(st.completed, CHAIN);
+    assert_int_equal(st.retry_at, 0);
+    assert_int_equal(a2_worker_runner_run_woken(r, f->session, false, 0, &st),
+                     0);
+    assert_int_equal(h.calls, N);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(h.seen[i], i + 1);
+    assert_int_equal(st.claimed_next, N - CHAIN - 1);
+    assert_int_equal(a2_test_fx_rows(f, "a2_cursors",
+                                     "consumer = 'c' and claim_holder is not "
+                                     "null"),
+                     0);
+    /* a failed lane head is not followed by a claim: it is held for its
+     * retry and the run ends */
+    a2_target blane = {.consumer = "b", .lane = "M"};
+    a2_append_event bev[2] = {{.type = "x", .targets = &blane, .ntargets = 1},
+                              {.type = "y", .targets = &blane, .ntargets = 1}};
+    OK(a2_store_append(f->s, f->session, bev, 2, NULL, &out));
+    a2_events_free(&out);
+    h.calls = 0;
+    assert_int_equal(a2_worker_runner_run_woken(r, f->session, false, 0, &st),
+                     0);
+    assert_int_equal(h.calls, 1);
+    assert_int_equal(st.failed, 1);
+    assert_int_equal(st.claimed_next, 0);
+    assert_int_equal(a2_test_fx_rows(f, "a2_cursors",
+                                     "consumer = 'b' and head = 21 and "
+                                     "failure_count = 1"),
+                     1);
+    a2_worker_runner_free(r);
 }
 
 /* One claim of three heads: their outcomes go in one round trip. */
@@ -431,6 +491,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_settle_claim_next, setup,
                                             a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_runner_settles_together,
+                                            setup, a2_test_fx_teardown),
+            cmocka_unit_test_setup_teardown(test_runner_claims_lane_next,
                                             setup, a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_runner_settles_one_by_one,
                                             setup, a2_test_fx_teardown),
