@@ -15,7 +15,9 @@
  *
  *   bulk --db C --count N --sessions K
  *       appends N events (seq 0..N-1, session s<seq % K>) with one append
- *       per session. Prints "bulk N elapsed_s T".
+ *       per session (with --log, naming the log consumer, whose cursors the
+ *       appends start, as an application that names its log consumers
+ *       does: the worker's sweep finds them). Prints "bulk N elapsed_s T".
  *
  *   delay --db C --count N --sessions K --t0-ms T --spread-ms S --out FILE
  *       as bulk, seq i not before T + floor(i * S / N) epoch ms
@@ -258,7 +260,10 @@ static int run_bulk(bool delayed)
         char session[32];
         session_name(session, sizeof session, s);
         a2_events out = {0};
-        if (a2_store_append(st, session, ev, n, NULL, &out) != 0) {
+        a2_consumer served = {.name = CONSUMER, .log = &log_spec};
+        a2_append_options ao = {.consumers = &served, .nconsumers = 1};
+        if (a2_store_append(st, session, ev, n, cfg.log ? &ao : NULL, &out) !=
+            0) {
             fprintf(stderr, "a2-bench-peers: append: %s\n",
                     a2_store_last_error(st)->message);
             rc = 1;
