@@ -13,8 +13,8 @@ runs a handler per event and completes or fails it.
 """
 from .errors import (Error, InvalidArgument, NoSuchEvent, PartialDuplicateBatch, SchemaMissing,
                      SessionCleared, StoreFailed, StoreUnavailable, SupersededAttempt)
-from .store import (Consumer, LogConsumer, append, batch, claim, clear, complete, cursors,
-                    dead_letters, fail, pending_sessions, presence_reap, presence_read,
+from .store import (Consumer, LogConsumer, append, batch, claim, clear, complete,
+                    complete_claim_next, cursors, dead_letters, fail, pending_sessions, presence_reap, presence_read,
                     presence_write, read, read_state, reclaim, redrive, renew, wake_log,
                     warm, write_state)
 from .worker import Event, Handler, Worker, WorkerStats
@@ -26,7 +26,7 @@ __all__ = [
     "SupersededAttempt", "SessionCleared", "NoSuchEvent", "StoreFailed",
     "Consumer", "LogConsumer",
     "append", "read", "cursors", "dead_letters", "wake_log", "claim", "renew", "complete",
-    "fail", "redrive", "clear", "reclaim", "pending_sessions", "write_state", "read_state",
+    "complete_claim_next", "fail", "redrive", "clear", "reclaim", "pending_sessions", "write_state", "read_state",
     "presence_write", "presence_read", "presence_reap", "batch", "warm",
     "Worker", "Event", "Handler", "WorkerStats",
 ]

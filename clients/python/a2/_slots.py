@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .worker import Worker
 
 MAX_ERROR_TEXT = 4096   # bytes of a failure text kept (the tail)
+CLAIM_NEXT_RUNS = 16    # runs in a row whose lane completions claim the next head
 
 
 def is_broken(conn: Optional[psycopg.Connection[Any]], exc: BaseException) -> bool:
@@ -267,12 +268,7 @@ class Slot:
                     continue  # still not visible (a synchronous standby holds it, say)
                 xid = 0  # visible: later claims need not wait
                 wake_log = False
-                dead = cl.get("dead_lettered") or []
-                for d in dead:
-                    w._count(dead_lettered=1)
-                    w._log.warning("dead-lettered %s %s #%d: its lease lapsed at failure %d",
-                                   session, d.get("consumer"), d.get("index"),
-                                   d.get("failure_count") or 0)
+                dead = self._dead_lettered(session, cl)
                 outcome = cl.get("outcome")
                 if outcome == "busy":
                     ran.retry_at = cl.get("retry_at") or 0
@@ -284,7 +280,17 @@ class Slot:
                 ran.claimed += len(heads)
                 w._count(claimed=len(heads))
                 what = "complete or fail"
-                self._run_heads(conn, session, heads)
+                # the completion of a lane's head claims the lane's next head
+                # in its call; the run goes on with those, CLAIM_NEXT_RUNS
+                # runs in a row at most (then they come back by wake-ups)
+                runs = 0
+                while heads:
+                    runs += 1
+                    heads, more_dead = self._run_heads(conn, session, heads,
+                                                       runs <= CLAIM_NEXT_RUNS)
+                    dead = dead or more_dead
+                    ran.claimed += len(heads)
+                    w._count(claimed=len(heads), claimed_next=len(heads))
                 if once and not dead:
                     break
         except (psycopg.Error, errors.Error) as exc:
@@ -295,10 +301,16 @@ class Slot:
         return ran
 
     def _run_heads(self, conn: psycopg.Connection[Any], session: str,
-                   heads: List[Dict[str, Any]]) -> None:
+                   heads: List[Dict[str, Any]],
+                   claim_next: bool) -> Tuple[List[Dict[str, Any]], bool]:
+        """Runs and settles the heads of one claim. With ``claim_next``, the
+        completion of a lane's head claims the lane's next head: returns
+        those heads, and whether one of those claims dead-lettered a head."""
         refs = [{"consumer": h["consumer"], "lane": h.get("lane"), "index": h["index"],
                  "attempt": h["attempt"]} for h in heads]
         claim = Claim(session, self.holder, refs)
+        nxt: List[Dict[str, Any]] = []
+        dead = False
         self._keeper.publish(self.number, claim)
         try:
             for i, head in enumerate(heads):
@@ -306,11 +318,27 @@ class Slot:
                 returned, error = self._call_handler(event)
                 self._keeper.set_state(claim, i, 1)
                 try:
-                    self._settle(conn, event, returned, error)
+                    cl = self._settle(conn, event, returned, error,
+                                      claim_next and not self._w._sessions.stopping)
                 finally:
                     self._keeper.set_state(claim, i, 2)
+                if cl is not None:
+                    dead = self._dead_lettered(session, cl) or dead
+                    if cl.get("outcome") == "claimed":
+                        nxt.extend(cl.get("heads") or [])
         finally:
             self._keeper.unpublish(self.number)
+        return nxt, dead
+
+    def _dead_lettered(self, session: str, cl: Dict[str, Any]) -> bool:
+        """Counts and logs the heads a claim dead-lettered; whether any."""
+        dead = cl.get("dead_lettered") or []
+        for d in dead:
+            self._w._count(dead_lettered=1)
+            self._w._log.warning("dead-lettered %s %s #%d: its lease lapsed at failure %d",
+                                 session, d.get("consumer"), d.get("index"),
+                                 d.get("failure_count") or 0)
+        return bool(dead)
 
     def _call_handler(self, event: Event) -> Tuple[List[Dict[str, Any]], Optional[str]]:
         log = self._w._log
@@ -331,14 +359,24 @@ class Slot:
             return [], str(exc)
 
     def _settle(self, conn: psycopg.Connection[Any], event: Event, returned: List[Dict[str, Any]],
-                error: Optional[str]) -> None:
-        """Completes or fails one head after its handler ran."""
+                error: Optional[str], claim_next: bool = False) -> Optional[Dict[str, Any]]:
+        """Completes or fails one head after its handler ran. With
+        ``claim_next``, the completion of a lane's head claims the lane's next
+        head in the same call: returns that claim's result (else None)."""
         w = self._w
+        nxt: Optional[Dict[str, Any]] = None
         if error is None:
             try:
-                res = store.complete(conn, event.session, event.consumer, event.lane,
-                                     event.index, event.attempt, returned,
-                                     consumers=w._consumers_json, now_ms=real_ms())
+                if claim_next and event.lane is not None:
+                    res, nxt = store.complete_claim_next(
+                        conn, event.session, event.consumer, event.lane, event.index,
+                        event.attempt, returned, holder=self.holder, ttl_ms=w.ttl_ms,
+                        consumers=w._consumers_json, max_failures=w.max_failures,
+                        now_ms=real_ms())
+                else:
+                    res = store.complete(conn, event.session, event.consumer, event.lane,
+                                         event.index, event.attempt, returned,
+                                         consumers=w._consumers_json, now_ms=real_ms())
             except (errors.PartialDuplicateBatch, errors.InvalidArgument,
                     errors.NoSuchEvent) as exc:
                 # The returned events were refused: that is the attempt failing.
@@ -355,7 +393,7 @@ class Slot:
                     w._count(superseded=1)
                     w._log.info("%s %s #%d attempt %d was superseded", event.session,
                                 event.consumer, event.index, event.attempt)
-                return
+                return nxt
             w._log.warning("%s #%d attempt %d fails: %s", event.session, event.index,
                            event.attempt, error)
         res = store.fail(conn, event.session, event.consumer, event.lane, event.index,

@@ -197,7 +197,8 @@ def claim(conn: psycopg.Connection[Any], session: str, holder: str, *,
           max_failures: Optional[int] = None, through: Optional[int] = None,
           now_ms: Optional[int] = None, text_payloads: bool = False,
           after_xid: Optional[int] = None, wait_ms: Optional[int] = None,
-          wake_logs: bool = False) -> Dict[str, Any]:
+          wake_logs: bool = False,
+          lanes: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
     """Claims the session's eligible heads for ``holder`` (``a2_claim``):
     ``{"outcome": "claimed" | "busy" | "settled", "heads", "retry_at",
     "dead_lettered", ...}``. ``after_xid``: the wake-up's ``xid``; the claim
@@ -205,7 +206,8 @@ def claim(conn: psycopg.Connection[Any], session: str, holder: str, *,
     visible, and answers ``busy`` with ``"waiting_for"`` when it still is
     not: claim again with the same ``after_xid``. ``wake_logs``: first bring
     the cursors of the log consumers among ``consumers`` up to date, as
-    :func:`wake_log` does, in the claim's call and commit."""
+    :func:`wake_log` does, in the claim's call and commit. ``lanes``: only
+    the heads of these lanes (``[{"consumer", "lane"}]``)."""
     return _call(conn, "a2_claim",
                  [("session", session, "text"), ("holder", holder, "text")],
                  [("ttl_ms", ttl_ms, "bigint"), ("expires_at", expires_at, "bigint"),
@@ -215,7 +217,8 @@ def claim(conn: psycopg.Connection[Any], session: str, holder: str, *,
                   ("now_ms", now_ms, "bigint"),
                   ("text_payloads", text_payloads or None, "boolean"),
                   ("after_xid", after_xid, "bigint"), ("wait_ms", wait_ms, "bigint"),
-                  ("wake_logs", wake_logs or None, "boolean")])
+                  ("wake_logs", wake_logs or None, "boolean"),
+                  ("lanes", _json(None if lanes is None else list(lanes)), "jsonb")])
 
 
 def renew(conn: psycopg.Connection[Any], session: str, holder: str,
@@ -245,6 +248,29 @@ def complete(conn: psycopg.Connection[Any], session: str, consumer: str, lane: O
                   ("consumers", _json(consumers_json(consumers)), "jsonb"),
                   ("now_ms", now_ms, "bigint"),
                   ("text_payloads", text_payloads or None, "boolean")])
+
+
+def complete_claim_next(conn: psycopg.Connection[Any], session: str, consumer: str,
+                        lane: str, index: int, attempt: int,
+                        events: Optional[Sequence[Mapping[str, Any]]] = None, *,
+                        holder: str, ttl_ms: int,
+                        consumers: Optional[Iterable[Consumer]] = None,
+                        max_failures: Optional[int] = None,
+                        now_ms: Optional[int] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Completes a lane's head as :func:`complete` does and claims the
+    lane's next head for ``holder`` in the same call and commit (one
+    ``a2_batch``): a FIFO lane worked through with one commit a head.
+    Returns (the completion's result, the claim's result)."""
+    op: Dict[str, Any] = {"op": "complete", "session": session, "consumer": consumer,
+                          "lane": lane, "index": index, "attempt": attempt,
+                          "events": list(events or []),
+                          "consumers": consumers_json(consumers), "now_ms": now_ms}
+    nxt: Dict[str, Any] = {"op": "claim", "session": session, "holder": holder,
+                           "ttl_ms": ttl_ms, "consumers": consumers_json(consumers),
+                           "max_failures": max_failures, "now_ms": now_ms,
+                           "lanes": [{"consumer": consumer, "lane": lane}]}
+    done, claimed = batch(conn, [op, nxt])
+    return done, claimed
 
 
 def fail(conn: psycopg.Connection[Any], session: str, consumer: str, lane: Optional[str],

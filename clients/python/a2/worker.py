@@ -67,6 +67,7 @@ class WorkerStats:
     sweeps: int = 0          # degraded sweeps
     runs: int = 0            # session runs by the slots
     claimed: int = 0         # heads claimed
+    claimed_next: int = 0    # of those, by the completion of their lane's previous head
     completed: int = 0
     failed: int = 0          # failed attempts that will be retried
     dead_lettered: int = 0

@@ -276,6 +276,29 @@ class Cycle(unittest.TestCase):
         self.assertEqual(cl["outcome"], "claimed")
         self.assertEqual([(h["index"], h["kind"]) for h in cl["heads"]], [(2, "log")])
 
+    def test_lane_claim_next(self) -> None:
+        conn = support.connect()
+        self.addCleanup(conn.close)
+        s = "cy-lane-next"
+        a2.append(conn, s, [support.lane_event("cy-ship", lane="q"),
+                            support.lane_event("cy-ship", lane="q"),
+                            {"type": "other", "targets": [{"consumer": "cy-bill"}]}])
+        cl = a2.claim(conn, s, "h", ttl_ms=30000, lanes=[{"consumer": "cy-ship", "lane": "q"}])
+        self.assertEqual([h["index"] for h in cl["heads"]], [1])
+        done, nxt = a2.complete_claim_next(conn, s, "cy-ship", "q", 1, 1, holder="h",
+                                           ttl_ms=30000)
+        self.assertEqual(done["outcome"], "completed")
+        self.assertEqual([(h["index"], h["lane"], h["holder"]) for h in nxt["heads"]],
+                         [(2, "q", "h")])
+        done, nxt = a2.complete_claim_next(conn, s, "cy-ship", "q", 2, 1, holder="h",
+                                           ttl_ms=30000)
+        self.assertEqual((done["outcome"], nxt["outcome"]), ("completed", "settled"))
+        # cy-bill's head was never taken by the lane claims
+        cl = a2.claim(conn, s, "h", ttl_ms=30000)
+        self.assertEqual([h["consumer"] for h in cl["heads"]], ["cy-bill"])
+        with self.assertRaises(a2.InvalidArgument):
+            a2.claim(conn, s, "h", ttl_ms=30000, lanes=[{"consumer": "cy-ship"}])
+
     def test_batch_state_and_presence(self) -> None:
         conn = support.connect()
         self.addCleanup(conn.close)

@@ -240,6 +240,9 @@ class Slots(WorkerTest):
             support.wait_until(lambda: support.value(
                 "select count(*) from a2_lane_events where consumer = 'pys' and done") == 100,
                 "100 completions")
+            # each lane's first head claimed, the next four by the completion
+            # before them, in its call
+            self.assertEqual(w.stats.claimed_next, 80)
             threads = {t.name for t in threading.enumerate() if t.name.startswith("a2-slot-pys-1")}
             self.assertEqual(len(threads), 4)
         # Leaving the block stopped the worker and its threads.
