@@ -623,6 +623,11 @@ static enum claim_verdict claim_verdict(a2_worker_runner *r,
  * handler, what waits is settled before the next handler runs. */
 #define SETTLE_HOLD_MS 5
 
+/* At most this many heads settled in one call: with a claim of the lane's
+ * next head each, within the store's bound of a settle's operations (a
+ * longer range was refused and settled one head a call). */
+#define SETTLE_MAX_HEADS (A2_STORE_MAX_SETTLE / 2)
+
 /* Settles heads [from, to) of the run: one head as settle does; several in
  * one round trip (a2_store_settle_sessions), or, should the store refuse
  * that call (a refused returned event, a deadlock: nothing was settled),
@@ -695,8 +700,8 @@ static int run_heads(a2_worker_runner *r, head_run *hr)
     int64_t held_at = 0; /* when its handler ended (monotonic ms) */
     bool slow = false;   /* the last handler took SETTLE_HOLD_MS or more */
     for (size_t i = 0; i < n && rc == 0; i++) {
-        if (i > from &&
-            (slow || a2__mono_ms() - held_at >= SETTLE_HOLD_MS)) {
+        if (i > from && (slow || i - from >= SETTLE_MAX_HEADS ||
+                         a2__mono_ms() - held_at >= SETTLE_HOLD_MS)) {
             rc = settle_range(r, hr, hrc, rps, sts, res, from, i);
             from = i;
             if (rc != 0)

@@ -419,6 +419,59 @@ static void test_runner_claims_lane_next(void **state)
     a2_worker_runner_free(r);
 }
 
+/* Counts the runner's log lines that say a settle was refused. */
+static void count_refusals(void *ctx, const char *line)
+{
+    if (strstr(line, "refused"))
+        (*(int *)ctx)++;
+}
+
+/* A claim of more heads than one settle takes (1,000 operations): their
+ * outcomes go in several settle calls, none refused (a range past the bound
+ * had been refused whole and settled one head a call). */
+static void test_runner_settles_many_heads(void **state)
+{
+    fx *f = *state;
+    enum { N = 1100 };
+    a2_target tg = {.consumer = "c"};
+    a2_append_event *evs = calloc(N, sizeof *evs);
+    assert_non_null(evs);
+    for (int i = 0; i < N; i++)
+        evs[i] = (a2_append_event){.type = "job", .targets = &tg,
+                                   .ntargets = 1};
+    a2_events out;
+    OK(a2_store_append(f->s, f->session, evs, N, NULL, &out));
+    a2_events_free(&out);
+    free(evs);
+    hctx h = {0};
+    int refusals = 0;
+    static const a2_consumer cons[] = {{.name = "c"}};
+    char err[512];
+    a2_worker_runner_options o = {.db = a2_test_db(),
+                                  .holder = "many",
+                                  .consumers = cons,
+                                  .nconsumers = 1,
+                                  .ttl_ms = 60000,
+                                  .max_failures = 3,
+                                  .handler = handler,
+                                  .ctx = &h,
+                                  .log = count_refusals,
+                                  .log_ctx = &refusals};
+    a2_worker_runner *r = a2_worker_runner_new(&o, err, sizeof err);
+    if (!r)
+        fail_msg("runner: %s", err);
+    a2_worker_run_stats st;
+    assert_int_equal(a2_worker_runner_run_woken(r, f->session, false, 0, &st),
+                     0);
+    assert_int_equal(st.claimed, N);
+    assert_int_equal(st.completed, N);
+    assert_int_equal(refusals, 0);
+    assert_int_equal(a2_test_fx_rows(f, "a2_cursors",
+                                     "consumer = 'c' and head is not null"),
+                     0);
+    a2_worker_runner_free(r);
+}
+
 /* One claim of three heads: their outcomes go in one round trip. */
 static void test_runner_settles_together(void **state)
 {
@@ -493,6 +546,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_runner_settles_together,
                                             setup, a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_runner_claims_lane_next,
+                                            setup, a2_test_fx_teardown),
+            cmocka_unit_test_setup_teardown(test_runner_settles_many_heads,
                                             setup, a2_test_fx_teardown),
             cmocka_unit_test_setup_teardown(test_runner_settles_one_by_one,
                                             setup, a2_test_fx_teardown),
