@@ -100,8 +100,9 @@ size_t a2__pool_take_count(int64_t session_us)
     return n < 1 ? 1 : n > POOL_MAX_TOGETHER ? POOL_MAX_TOGETHER : (size_t)n;
 }
 
-/* Runs n taken jobs on slot s (outside mu): woken sessions together
- * (a2_worker_runner_run_sessions), any other on its own.
+/* Runs n taken jobs on slot s (outside mu): several together
+ * (a2_worker_runner_run_sessions: one claim round each, a session no
+ * wake-up named then runs again while it claims), one on its own.
  * rcs[i], st[i]: each job's result; together_of[i]: it ran with others. */
 static void run_jobs(pool_slot *s, const a2__run *runs, size_t n, int *rcs,
                      a2_worker_run_stats *st, unsigned char *together_of)
@@ -110,7 +111,7 @@ static void run_jobs(pool_slot *s, const a2__run *runs, size_t n, int *rcs,
     size_t place[POOL_MAX_TOGETHER];
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        if (n > 1 && runs[i].woken) {
+        if (n > 1) {
             together[k] = (a2_claim_session){runs[i].session, runs[i].xid};
             place[k++] = i;
         } else if (runs[i].woken) {
@@ -156,12 +157,11 @@ static void *slot_main(void *arg)
         }
         n = 1;
         /* Sessions queued while no other slot waits for work: this slot
-         * takes those its handlers run in about 5 ms, and runs the woken
-         * ones in one claim and one settlement round trip. Slow handlers
-         * gain little from that and would wait for each other. */
-        size_t take = p->idle == 0 && runs[0].woken
-                              ? a2__pool_take_count(s->session_us)
-                              : 1;
+         * takes those its handlers run in about 5 ms, and runs them in one
+         * claim and one settlement round trip. Slow handlers gain little
+         * from that and would wait for each other. */
+        size_t take =
+                p->idle == 0 ? a2__pool_take_count(s->session_us) : 1;
         while (n < take && (jobs[n] = a2__sched_take(p->sched, &runs[n])))
             n++;
         pthread_mutex_unlock(&p->mu);
@@ -198,7 +198,8 @@ static void *slot_main(void *arg)
             m->together_runs += together_of[i];
             a2__run_end end = {.failed = failed,
                                 .retry_at = st[i].retry_at,
-                                .claimed = st[i].claimed > 0};
+                                .claimed = st[i].claimed > 0,
+                                .partial = n > 1 && !runs[i].woken};
             int64_t now = a2__mono_ms();
             a2__next next = a2__sched_done(p->sched, jobs[i], &end,
                                            a2__real_ms(), now);

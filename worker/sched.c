@@ -57,6 +57,8 @@ a2__next a2__after_run(const a2__ran *r)
         int64_t due = r->retry_at - r->now;
         n.kind = A2W_TIMER;
         n.delay_ms = (due > 0 ? due : 0) + 5;
+    } else if (r->partial && r->claimed) {
+        n.kind = A2W_RUN_AGAIN;
     } else if (r->hinted && r->claimed == 0 && !r->waited &&
                r->rechecks < A2W_WAKE_RECHECKS) {
         n.kind = A2W_TIMER;
@@ -314,6 +316,7 @@ a2__next a2__sched_done(a2__sched *s, a2__job *j, const a2__run_end *end,
             .rechecks = j->rechecks,
             .waited = j->run_xid != 0,
             .wake_log = j->run_wake_log,
+            .partial = end->partial,
     };
     a2__next next = a2__after_run(&ran);
     if (s->stopping || next.kind == A2W_DONE) {

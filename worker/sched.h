@@ -33,6 +33,9 @@ typedef struct {
     int rechecks;     /* rechecks already made for this wake-up */
     int waited;       /* the run waited for the wake-up's commit (its xid) */
     int wake_log;     /* the run was asked to start log cursors' runs */
+    int partial;      /* one claim round of a run meant to go to the end
+                         (not woken, run with others): run again while it
+                         claims */
 } a2__ran;
 
 typedef struct {
@@ -50,7 +53,8 @@ typedef struct {
  * every run scheduled after it (again, a store retry, a lease retry, a
  * recheck) until one ends with nothing left to do: the run that took it may
  * not have seen its events yet, and starting a log cursor's run is
- * idempotent.
+ * idempotent. A partial run that claimed runs again: a run of a session no
+ * wake-up named goes on until a claim finds nothing.
  */
 a2__next a2__after_run(const a2__ran *r);
 
@@ -72,6 +76,7 @@ typedef struct {
     int failed;       /* an error other than A2_WORKER_ESTOPPED */
     int64_t retry_at; /* a2_worker_run_stats.retry_at */
     int claimed;      /* it claimed a head */
+    int partial;      /* a2__ran.partial */
 } a2__run_end;
 
 /* An empty table; NULL when out of memory. */

@@ -421,11 +421,13 @@ typedef struct a2_worker_pool a2_worker_pool;
  * (1..slots, as in the slot's holder "<name>/<slot>"). A slot runs one
  * handler at a time, so per-slot state indexed by slot needs no lock. A
  * slot that frees up while no other waits for work takes as many of the
- * woken sessions queued as its handlers run in about 5 ms (by the handler
- * time a session of its last run; at most 32) and runs them together
+ * sessions queued as its handlers run in about 5 ms (by the handler time a
+ * session of its last run; at most 32) and runs them together
  * (a2_worker_runner_run_sessions: one claim and one settlement round trip
- * for all, their handlers one after the other on that slot); a slot whose
- * handlers take 5 ms or more a session takes one.
+ * for all, their handlers one after the other on that slot; a session no
+ * wake-up named, from a sweep or a resync, is queued again while its claim
+ * takes heads, so it still runs to its end); a slot whose handlers take
+ * 5 ms or more a session takes one.
  */
 typedef int (*a2_worker_pool_handler)(void *ctx, int slot, const a2_head *head,
                                       a2_worker_reply *reply);
@@ -537,9 +539,9 @@ typedef struct a2_worker_pool_stats {
     uint64_t superseded;
     uint64_t renewals;
     uint64_t visibility_waits;
-    uint64_t together_runs; /* woken runs made with others: one claim and
-                               one settlement round trip for several
-                               sessions (a2_worker_runner_run_sessions) */
+    uint64_t together_runs; /* runs made with others: one claim and one
+                               settlement round trip for several sessions
+                               (a2_worker_runner_run_sessions) */
 } a2_worker_pool_stats;
 
 /* Fills *out (zeros for a NULL pool). Any thread. */

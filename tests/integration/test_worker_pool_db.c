@@ -286,11 +286,80 @@ static void test_pool_slow_alone(void **state)
     assert_int_equal(st.together_runs, 0);
 }
 
+/* ── sessions no wake-up named run to their end ──────────────────────── */
+
+static int64_t lane_last[40]; /* per session: the index last run */
+static int lane_disorder;
+
+static int lane_handler(void *ctx, int slot, const a2_head *h,
+                        a2_worker_reply *reply)
+{
+    (void)ctx;
+    (void)slot;
+    (void)reply;
+    int i;
+    assert_int_equal(sscanf(h->event.session_id, "ln%d", &i), 1);
+    pthread_mutex_lock(&mu);
+    if (h->event.index <= lane_last[i])
+        lane_disorder++;
+    lane_last[i] = h->event.index;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+/* A resync with no a2-consumer to wake anything later: 40 sessions of 20
+ * heads on one lane each, on one slot, which runs them together (a claim
+ * round for several); each runs again while its claim takes heads, so
+ * every lane runs to its end (past the 17 heads a run's completions claim
+ * in a row), in order. */
+static void test_pool_resync_runs_to_end(void **state)
+{
+    (void)state;
+    enum { S = 40, N = 20 };
+    a2_consumer c = {.name = "fifo"};
+    a2_worker_pool_options o = {.db = a2_test_db(),
+                                .name = "ln",
+                                .consumers = &c,
+                                .nconsumers = 1,
+                                .slots = 1,
+                                .handler = lane_handler,
+                                .log = logit};
+    a2_store *st = a2_test_store_open(a2_test_db());
+    a2_target t = {.consumer = "fifo", .lane = "q"};
+    a2_append_event evs[N];
+    for (int k = 0; k < N; k++)
+        evs[k] = (a2_append_event){.type = "job", .targets = &t,
+                                   .ntargets = 1};
+    for (int i = 0; i < S; i++) {
+        char s[16];
+        snprintf(s, sizeof s, "ln%d", i);
+        a2_events out = {0};
+        assert_int_equal(a2_store_append(st, s, evs, N, NULL, &out), 0);
+        a2_events_free(&out);
+    }
+    a2_store_close(st);
+    char err[256];
+    a2_worker_pool *p = a2_worker_pool_new(&o, err, sizeof err);
+    assert_non_null(p);
+    size_t n = 0;
+    assert_int_equal(a2_worker_pool_resync(p, NULL, &n), 0);
+    assert_int_equal(n, S);
+    a2_worker_pool_stats ps;
+    wait_stats(p, &ps, S * N, 60000);
+    assert_int_equal(ps.completed, S * N);
+    assert_true(ps.together_runs > 0);
+    assert_int_equal(lane_disorder, 0);
+    for (int i = 0; i < S; i++)
+        assert_int_equal(lane_last[i], N);
+    a2_worker_pool_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_pool),
                                        cmocka_unit_test(test_pool_together),
                                        cmocka_unit_test(test_pool_together_log),
-                                       cmocka_unit_test(test_pool_slow_alone)};
+                                       cmocka_unit_test(test_pool_slow_alone),
+                                       cmocka_unit_test(test_pool_resync_runs_to_end)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,6 +92,23 @@ static void test_settled(void **state)
     assert_int_equal(n.wake_log, 0);
 }
 
+/* A session no wake-up named, run for one claim round with others, runs
+ * again while its claim takes heads, and ends when one takes none; a retry
+ * hold still goes to a timer. */
+static void test_partial_runs_to_its_end(void **state)
+{
+    (void)state;
+    a2__ran r = {.partial = 1, .claimed = 1};
+    assert_int_equal(a2__after_run(&r).kind, A2W_RUN_AGAIN);
+    r.claimed = 0;
+    assert_int_equal(a2__after_run(&r).kind, A2W_DONE);
+    r = (a2__ran){.partial = 1, .claimed = 1, .retry_at = 10250, .now = 10000};
+    assert_int_equal(a2__after_run(&r).kind, A2W_TIMER);
+    /* a woken one ends after its claim round, as before */
+    r = (a2__ran){.hinted = 1, .claimed = 1};
+    assert_int_equal(a2__after_run(&r).kind, A2W_DONE);
+}
+
 /* ── the table: the ready queue, merging, timers ──────────────────────── */
 
 static a2__job *take(a2__sched *s, const char *session, a2__run *run)
@@ -381,6 +398,7 @@ int main(void)
             cmocka_unit_test(test_recheck_keeps_log_wake),
             cmocka_unit_test(test_reschedules_keep_log_wake),
             cmocka_unit_test(test_settled),
+        cmocka_unit_test(test_partial_runs_to_its_end),
             cmocka_unit_test(test_fifo_and_merging),
             cmocka_unit_test(test_named_while_running),
             cmocka_unit_test(test_recheck_timers),
