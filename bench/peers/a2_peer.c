@@ -13,9 +13,10 @@
  *       elapsed_s T per_s X"; the connections close a second after the
  *       last append (PRODUCE_HOLD_MS).
  *
- *   bulk --db C --count N --sessions K
+ *   bulk --db C --count N --sessions K [--lane 1]
  *       appends N events (seq 0..N-1, session s<seq % K>) with one append
- *       per session (with --log, naming the log consumer, whose cursors the
+ *       per session (with --lane 1, to the consumer's lane "q" of each
+ *       session: K FIFOs) (with --log, naming the log consumer, whose cursors the
  *       appends start, as an application that names its log consumers
  *       does: the worker's sweep finds them). Prints "bulk N elapsed_s T".
  *
@@ -87,6 +88,7 @@ static struct {
     int producers, sessions, slots;
     int realtime;
     int log; /* --log 1: jobs target no consumer, a log consumer runs them */
+    int lane; /* bulk --lane 1: jobs target the consumer's lane "q" */
 } cfg = {
         .seconds = 0,
         .drain = 5,
@@ -235,7 +237,7 @@ static int run_bulk(bool delayed)
     int64_t *due = delayed ? calloc((size_t)cfg.max, sizeof *due) : NULL;
     if (!ev || !payload || (delayed && !due))
         return 1;
-    a2_target target = {.consumer = CONSUMER, .lane = NULL};
+    a2_target target = {.consumer = CONSUMER, .lane = cfg.lane ? "q" : NULL};
     int64_t t0 = a2__mono_ns();
     long total = 0;
     int rc = 0;
@@ -500,8 +502,8 @@ static void *slot_main(void *arg)
         size_t n = 0;
         /* One session; as a2_worker_pool does, while no other slot waits
          * for work, as many queued ones as its handlers run in about 5 ms
-         * (the woken ones then run together: one claim and one settlement
-         * round trip for all). */
+         * (then together: one claim and one settlement round trip for all;
+         * one no wake-up named runs again while its claim takes heads). */
         size_t take = sc.idle == 0 ? a2__pool_take_count(s->session_us) : 1;
         while (n < take) {
             job *j = pop_ready();
@@ -528,12 +530,11 @@ static void *slot_main(void *arg)
         if (hop_pick)
             slot_pick_us = a2__real_us();
 
-        /* The woken sessions together (one alone: run_woken), the others
-         * on their own. */
+        /* Several together, one alone (run_woken, or run to its end). */
         memset(st, 0, sizeof st);
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
-            if (woken[i] && n > 1) {
+            if (n > 1) {
                 together[k] = (a2_claim_session){session[i], xids[i]};
                 place[k++] = i;
             } else if (woken[i]) {
@@ -573,6 +574,8 @@ static void *slot_main(void *arg)
             } else if (st[i].retry_at > 0) {
                 int64_t due = st[i].retry_at - a2__real_ms();
                 j->at = a2__mono_ms() + (due > 0 ? due : 0) + 5;
+            } else if (n > 1 && !woken[i] && st[i].claimed > 0) {
+                push_ready(j); /* one claim round of a run to the end */
             } else {
                 j->used = 0;
             }
@@ -901,7 +904,7 @@ static int usage(void)
             "[options]\n"
             "  produce: --rate R --seconds S --max N --producers P "
             "--sessions K --out FILE\n"
-            "  bulk:    --count N --sessions K\n"
+            "  bulk:    --count N --sessions K [--lane 1]\n"
             "  delay:   --count N --sessions K --t0-ms T --spread-ms S "
             "--out FILE\n"
             "  work:    --connect ADDR --slots M --out FILE --max N\n"
@@ -942,6 +945,7 @@ static int set_option(const char *k, const char *v)
             {"--sessions", 'i', &cfg.sessions},
             {"--slots", 'i', &cfg.slots},
             {"--log", 'i', &cfg.log},
+            {"--lane", 'i', &cfg.lane},
     };
     if (strcmp(k, "--clock") == 0) {
         if (strcmp(v, "realtime") == 0)

@@ -37,6 +37,8 @@ function args(argv) {
     max: num("max", 10000),
     count: num("count", 20000),
     producers: num("producers", 1),
+    sessions: num("sessions", 64),
+    fifo: num("fifo", 0),
     t0Ms: num("t0-ms", 0),
     spreadMs: num("spread-ms", 0),
     untilMs: num("until-ms", 0),

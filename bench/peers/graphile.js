@@ -2,7 +2,7 @@
 //
 //   node graphile.js migrate --db URL
 //   node graphile.js produce --db URL --rate R --seconds S --max N --producers P --out FILE
-//   node graphile.js bulk --db URL --count N
+//   node graphile.js bulk --db URL --count N [--fifo 1 --sessions K]
 //   node graphile.js delay --db URL --count N --t0-ms T --spread-ms S --out FILE
 //   node graphile.js work --db URL --variant defaults|batched --max N --out FILE
 //        [--expect N | --expect-file F] [--drain S] [--seconds S] [--max-seconds S]
@@ -10,7 +10,9 @@
 //
 // Jobs are task "noop" with payload {"seq": N}. produce adds them one by one
 // with workerUtils.addJob (the library's enqueue), P at a time on a pool of P
-// connections; bulk adds them with workerUtils.addJobs, 1000 per call; delay
+// connections; bulk adds them with workerUtils.addJobs, 1000 per call (with
+// --fifo 1, job seq i in the named queue "q<i % K>", whose jobs Graphile
+// Worker runs one at a time, in order: its FIFO); delay
 // adds them the same way, job seq i with runAt (the run_at column) at
 // T + floor(i * S / N) epoch ms (common.js dueMs). work
 // runs 4 jobs at once (concurrency 4) with a handler that only records its
@@ -69,7 +71,9 @@ async function main() {
         for (let i = 0; i < o.count; i += 1000) {
           const specs = [];
           for (let s = i; s < Math.min(o.count, i + 1000); s++) {
-            specs.push({ identifier: "noop", payload: { seq: s } });
+            const spec = { identifier: "noop", payload: { seq: s } };
+            if (o.fifo) spec.queueName = `q${s % o.sessions}`;
+            specs.push(spec);
           }
           await utils.addJobs(specs);
         }

@@ -158,6 +158,8 @@ def rows_of(rates):
                   "count")]
     rows += [("burn", "per_s", "burn-down, jobs/s", "rate"),
              ("burn", "stmts_per_job", "burn-down statements/job", "lat"),
+             ("burn_fifo", "per_s", "burn-down in 64 FIFOs, jobs/s", "rate"),
+             ("burn_fifo", "stmts_per_job", "64 FIFOs: statements/job", "lat"),
              ("enq", "per_s", "enqueue 16 producers, jobs/s", "rate"),
              ("enq_node", "per_s", "enqueue 16 prod., all from Node pg",
               "rate"),
@@ -480,9 +482,10 @@ def svg(rates, value, npasses):
     y += ph
     for title, labels, cells, unit in (
             ("throughput (higher is better)",
-             ["burn-down", "enqueue 16 producers",
+             ["burn-down", "burn-down in 64 FIFOs", "enqueue 16 producers",
               "enqueue, all from Node pg"],
-             [("burn", "per_s"), ("enq", "per_s"), ("enq_node", "per_s")],
+             [("burn", "per_s"), ("burn_fifo", "per_s"), ("enq", "per_s"),
+              ("enq_node", "per_s")],
              "jobs/s"),
             ("database work (lower is better)",
              ["idle statements/s", "idle transactions/s",
