@@ -329,8 +329,10 @@ static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
     return 0;
 }
 
-/* A runner on the test database serving consumers a, b, c. */
-static a2_worker_runner *runner_new(hctx *h)
+/* A runner on the test database serving consumers a, b, c; its log lines
+ * go to log (NULL: none). */
+static a2_worker_runner *runner_logged(hctx *h, a2_worker_log_fn log,
+                                       void *log_ctx)
 {
     static const a2_consumer cons[] = {{.name = "a"}, {.name = "b"},
                                        {.name = "c"}};
@@ -343,11 +345,18 @@ static a2_worker_runner *runner_new(hctx *h)
                                   .max_failures = 3,
                                   .retry_after_ms = 60000,
                                   .handler = handler,
-                                  .ctx = h};
+                                  .ctx = h,
+                                  .log = log,
+                                  .log_ctx = log_ctx};
     a2_worker_runner *r = a2_worker_runner_new(&o, err, sizeof err);
     if (!r)
         fail_msg("runner: %s", err);
     return r;
+}
+
+static a2_worker_runner *runner_new(hctx *h)
+{
+    return runner_logged(h, NULL, NULL);
 }
 
 /* Appends an event for a, b and c and runs the session once with a runner
@@ -445,21 +454,7 @@ static void test_runner_settles_many_heads(void **state)
     free(evs);
     hctx h = {0};
     int refusals = 0;
-    static const a2_consumer cons[] = {{.name = "c"}};
-    char err[512];
-    a2_worker_runner_options o = {.db = a2_test_db(),
-                                  .holder = "many",
-                                  .consumers = cons,
-                                  .nconsumers = 1,
-                                  .ttl_ms = 60000,
-                                  .max_failures = 3,
-                                  .handler = handler,
-                                  .ctx = &h,
-                                  .log = count_refusals,
-                                  .log_ctx = &refusals};
-    a2_worker_runner *r = a2_worker_runner_new(&o, err, sizeof err);
-    if (!r)
-        fail_msg("runner: %s", err);
+    a2_worker_runner *r = runner_logged(&h, count_refusals, &refusals);
     a2_worker_run_stats st;
     assert_int_equal(a2_worker_runner_run_woken(r, f->session, false, 0, &st),
                      0);
