@@ -1,14 +1,15 @@
 /*
  * a2_worker_runner: claim -> handle -> complete/fail for one session, or
  * for several sessions with one claim and one settlement round trip (the
- * outcomes of fast handlers settled together), with a renewal thread that
- * extends the leases of the unfinished heads at a third of the ttl, on its
- * own store connection.
+ * outcomes of fast handlers settled together, a lane's completion claiming
+ * its next head), with a renewal thread (renew.c) that extends the leases
+ * of the unfinished heads at a third of the ttl, on its own store
+ * connection.
  */
 #include "a2/worker.h"
 
 #include "../common/clock.h"
-#include "worker_int.h"
+#include "runner_int.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -19,146 +20,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-
-typedef struct {
-    a2_consumer consumer;
-    a2_log_spec log;
-    char *name;
-    char *lane;
-    char **types;
-    size_t ntypes;
-} consumer_copy;
-
-struct a2_worker_runner {
-    char *db;
-    char *holder;
-    consumer_copy *cons;
-    a2_consumer *consumers; /* views into cons, for the store */
-    size_t nconsumers;
-    int64_t ttl_ms;
-    int max_failures;
-    int64_t retry_after_ms;
-    a2_worker_handler handler;
-    void *ctx;
-    a2_worker_log_fn log;
-    void *log_ctx;
-
-    a2_store *store;
-    a2_store *renew_store;
-    volatile sig_atomic_t stopping;
-
-    /* Shared with the renewal thread, under mu. */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t thread;
-    int thread_started;
-    int quit;
-    const char **sessions;  /* per head of the run (head_run): its session */
-    a2_attempt_ref *refs;   /* the heads */
-    unsigned char *done;    /* per head: finished */
-    unsigned char *renewed; /* per head: renewed in this round */
-    size_t nrefs;
-    int renew_busy;     /* a renewal is in flight */
-    int64_t next_renew; /* monotonic ms */
-    uint64_t renewals;
-    uint64_t lost; /* heads the renewal found superseded */
-
-    char last_error[1200];
-};
-
-#define RLOG(r, ...) a2__worker_logf((r)->log, (r)->log_ctx, __VA_ARGS__)
-
-/* ── the renewal thread ───────────────────────────────────────────────── */
-
-static void *renew_main(void *arg)
-{
-    a2_worker_runner *r = arg;
-    a2_attempt_ref *batch = NULL;
-    size_t cap = 0;
-    pthread_mutex_lock(&r->mu);
-    while (!r->quit) {
-        size_t live = 0;
-        for (size_t i = 0; i < r->nrefs; i++)
-            if (!r->done[i])
-                live++;
-        if (live == 0) {
-            pthread_cond_wait(&r->cv, &r->mu);
-            continue;
-        }
-        int64_t now = a2__mono_ms();
-        if (now < r->next_renew) {
-            struct timespec ts = a2__mono_timespec(r->next_renew);
-            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-            continue;
-        }
-        if (live > cap) {
-            a2_attempt_ref *nb = realloc(batch, live * sizeof *nb);
-            if (!nb) {
-                r->next_renew = now + r->ttl_ms / 3;
-                continue;
-            }
-            batch = nb;
-            cap = live;
-        }
-        /* The live heads of the first session that has any (several
-         * sessions' heads: one renewal a session, the next one at once). */
-        const char *session = NULL;
-        size_t n = 0;
-        for (size_t i = 0; i < r->nrefs; i++)
-            if (!r->done[i] && !r->renewed[i] &&
-                (!session || strcmp(r->sessions[i], session) == 0)) {
-                session = r->sessions[i];
-                r->renewed[i] = 1;
-                batch[n++] = r->refs[i];
-            }
-        if (!session) { /* every live head renewed: the next round */
-            memset(r->renewed, 0, r->nrefs);
-            r->next_renew = now + (r->ttl_ms / 3 > 0 ? r->ttl_ms / 3 : 1);
-            continue;
-        }
-        r->renew_busy = 1;
-        pthread_mutex_unlock(&r->mu);
-
-        a2_renew_result res = {0};
-        int rc = -1;
-        if (!r->renew_store) {
-            a2_store_error err = {0};
-            if (a2_store_open(&r->renew_store, r->db, &err) != 0)
-                RLOG(r, "could not renew leases in %s: %s", session,
-                     err.message);
-        }
-        if (r->renew_store) {
-            rc = a2_store_renew(r->renew_store, session, r->holder, batch, n,
-                                r->ttl_ms, 0, &res);
-            if (rc != 0) {
-                const a2_store_error *e = a2_store_last_error(r->renew_store);
-                RLOG(r, "could not renew leases in %s: %s", session,
-                     e->message);
-                if (e->code == A2_ESTORE_UNAVAILABLE) {
-                    a2_store_close(r->renew_store);
-                    r->renew_store = NULL;
-                }
-            }
-        }
-        for (size_t i = 0; rc == 0 && i < res.nsuperseded; i++)
-            RLOG(r, "lease of %s %s #%lld lost (taken over, done or cleared)",
-                 session, res.superseded[i].consumer,
-                 (long long)res.superseded[i].index);
-
-        pthread_mutex_lock(&r->mu);
-        if (rc == 0) {
-            r->renewals += res.nrenewed;
-            r->lost += res.nsuperseded;
-        }
-        a2_renew_result_free(&res);
-        r->renew_busy = 0;
-        pthread_cond_broadcast(&r->cv);
-    }
-    pthread_mutex_unlock(&r->mu);
-    free(batch);
-    return NULL;
-}
 
 /* ── construction ─────────────────────────────────────────────────────── */
 
@@ -183,7 +44,7 @@ static int consumers_copy(a2_worker_runner *r, const a2_consumer *src, size_t n)
         return -1;
     r->nconsumers = n;
     for (size_t i = 0; i < n; i++) {
-        consumer_copy *c = &r->cons[i];
+        a2__runner_consumer *c = &r->cons[i];
         c->name = strdup(src[i].name);
         if (!c->name)
             return -1;
@@ -298,7 +159,7 @@ a2_worker_runner *a2_worker_runner_new(const a2_worker_runner_options *o,
         open_store(&r->renew_store, r->db, err, errlen) != 0)
         goto error;
     warm(r);
-    if (pthread_create(&r->thread, NULL, renew_main, r) != 0) {
+    if (pthread_create(&r->thread, NULL, a2__runner_renew_main, r) != 0) {
         snprintf(err, errlen, "could not start the renewal thread");
         goto error;
     }
