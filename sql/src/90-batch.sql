@@ -48,8 +48,10 @@ begin
         perform a2__fail('INVALID_ARGUMENT',
                          format('unknown operation %s', coalesce(quote_literal(op), 'null')));
     end if;
-    select k into extra from jsonb_object_keys(o) k where k <> 'op' and k <> all(keys) limit 1;
-    if found then
+    -- (A plain expression: the keys left once op's are taken out; a
+    -- query over jsonb_object_keys cost 10 us of every operation.)
+    if (o - 'op') - keys <> '{}'::jsonb then
+        select min(k) into extra from jsonb_object_keys((o - 'op') - keys) k;
         perform a2__fail('INVALID_ARGUMENT',
                          format('operation %s takes no argument %s', op, quote_literal(extra)));
     end if;
