@@ -45,6 +45,20 @@ static void append_for(fx *f, const char *const *consumers, size_t n)
     a2_events_free(&out);
 }
 
+/* Appends n events of type "job" to f's session, each for target tg. */
+static void append_n(fx *f, const a2_target *tg, size_t n)
+{
+    a2_append_event *evs = calloc(n, sizeof *evs);
+    assert_non_null(evs);
+    for (size_t i = 0; i < n; i++)
+        evs[i] = (a2_append_event){.type = "job", .targets = tg,
+                                   .ntargets = 1};
+    a2_events out;
+    OK(a2_store_append(f->s, f->session, evs, n, NULL, &out));
+    a2_events_free(&out);
+    free(evs);
+}
+
 /* Claims f's session as "h": n heads, whose attempt refs go to at (in the
  * claim's order: by index, then consumer). */
 static void claim_n(fx *f, a2_claim_result *cr, a2_attempt_ref *at, size_t n)
@@ -381,13 +395,8 @@ static void test_runner_claims_lane_next(void **state)
     fx *f = *state;
     enum { N = 20, CHAIN = 17 };
     a2_target lane = {.consumer = "c", .lane = "L"};
-    a2_append_event evs[N];
-    for (int i = 0; i < N; i++)
-        evs[i] = (a2_append_event){.type = "step", .targets = &lane,
-                                   .ntargets = 1};
+    append_n(f, &lane, N);
     a2_events out;
-    OK(a2_store_append(f->s, f->session, evs, N, NULL, &out));
-    a2_events_free(&out);
     hctx h = {0};
     a2_worker_runner *r = runner_new(&h);
     a2_worker_run_stats st;
@@ -443,15 +452,7 @@ static void test_runner_settles_many_heads(void **state)
     fx *f = *state;
     enum { N = 1100 };
     a2_target tg = {.consumer = "c"};
-    a2_append_event *evs = calloc(N, sizeof *evs);
-    assert_non_null(evs);
-    for (int i = 0; i < N; i++)
-        evs[i] = (a2_append_event){.type = "job", .targets = &tg,
-                                   .ntargets = 1};
-    a2_events out;
-    OK(a2_store_append(f->s, f->session, evs, N, NULL, &out));
-    a2_events_free(&out);
-    free(evs);
+    append_n(f, &tg, N);
     hctx h = {0};
     int refusals = 0;
     a2_worker_runner *r = runner_logged(&h, count_refusals, &refusals);
