@@ -34,6 +34,7 @@ struct a2_worker_pool {
     size_t nconsumers;
     a2_worker_pool_handler handler;
     void *ctx;
+    void (*run_start)(void *ctx, int slot, size_t nsessions);
     a2_worker_log_fn log;
     void *log_ctx;
     a2_store *store; /* resync, on the feeding thread */
@@ -165,6 +166,8 @@ static void *slot_main(void *arg)
         while (n < take && (jobs[n] = a2__sched_take(p->sched, &runs[n])))
             n++;
         pthread_mutex_unlock(&p->mu);
+        if (p->run_start)
+            p->run_start(p->ctx, s->id, n);
 
         /* runs[i].session stays valid: only this thread ends the job. */
         memset(st, 0, n * sizeof *st);
@@ -187,6 +190,9 @@ static void *slot_main(void *arg)
             a2_worker_pool_stats *m = &p->sums;
             m->runs++;
             m->woken_runs += runs[i].woken != 0;
+            int empty = rcs[i] == 0 && st[i].claimed == 0;
+            m->empty_runs += empty;
+            m->empty_woken_runs += empty && runs[i].woken;
             m->failed_runs += failed;
             m->claimed += st[i].claimed;
             m->completed += st[i].completed;
@@ -279,6 +285,7 @@ a2_worker_pool *a2_worker_pool_new(const a2_worker_pool_options *o, char *err,
     p->timer_wait = -1;
     p->handler = o->handler;
     p->ctx = o->ctx;
+    p->run_start = o->run_start;
     p->log = o->log;
     p->log_ctx = o->log_ctx;
     int nslots = o->slots ? o->slots : 1;

@@ -444,6 +444,10 @@ typedef struct a2_worker_pool_options {
     int64_t retry_after_ms;
     a2_worker_pool_handler handler; /* required */
     void *ctx;
+    /* Called on slot's thread as it begins a run of nsessions sessions,
+     * before their claim (with ctx): for tracing the hand-off from the
+     * feeding thread to a slot. NULL: none. */
+    void (*run_start)(void *ctx, int slot, size_t nsessions);
     /* The pool's problems: a run that failed (the runner's last_error), a
      * resync that failed, no memory to queue a session. NULL: none. Called
      * on the slot threads and the feeding thread. */
@@ -531,6 +535,10 @@ typedef struct a2_worker_pool_stats {
                              queued or running */
     uint64_t timer_runs;  /* runs queued by a timer */
     uint64_t rechecks;    /* looks again at a wake-up that found nothing */
+    uint64_t empty_runs;  /* runs that ended well and claimed nothing */
+    uint64_t empty_woken_runs; /* of which woken: the wake-up's heads were
+                                  gone (another run took them) or not yet
+                                  visible */
     /* a2_worker_run_stats summed over the runs */
     uint64_t claimed;
     uint64_t completed;

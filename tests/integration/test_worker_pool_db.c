@@ -3,9 +3,10 @@
  * session, at most `slots` handlers run at once (each on its slot's
  * number), a failed run is retried on the pool's timer, a wake-up without
  * an xid that finds nothing is looked at again three times, events of other
- * consumers are ignored, sweeps and resyncs run, and a stopped pool refuses
- * calls; woken sessions queued while every slot is busy run together
- * after quick handlers, one by one after slow ones.
+ * consumers are ignored, sweeps and resyncs run, each run is announced to
+ * run_start on its slot's thread, empty runs are counted, and a stopped
+ * pool refuses calls; woken sessions queued while every slot is busy run
+ * together after quick handlers, one by one after slow ones.
  */
 #include "a2/worker.h"
 #include "a2test.h"
@@ -27,6 +28,18 @@ static int slot_seen[8];
 static int calls;
 static int f_calls;
 static int running_now, max_running;
+static pthread_t run_thread[8]; /* the thread of each slot's run_start */
+static size_t run_started;      /* sessions run_start announced */
+static int off_thread;          /* handler calls off their run's thread */
+
+static void run_start(void *ctx, int slot, size_t nsessions)
+{
+    (void)ctx;
+    pthread_mutex_lock(&mu);
+    run_thread[slot] = pthread_self();
+    run_started += nsessions;
+    pthread_mutex_unlock(&mu);
+}
 
 /* Appends a job to session for consumer (NULL: for no target, a log
  * consumer's). */
@@ -51,6 +64,7 @@ static int handler(void *ctx, int slot, const a2_head *h,
     pthread_mutex_lock(&mu);
     assert_true(slot >= 1 && slot <= 3);
     slot_seen[slot]++;
+    off_thread += !pthread_equal(run_thread[slot], pthread_self());
     calls++;
     running_now++;
     if (running_now > max_running)
@@ -101,6 +115,7 @@ static void test_pool(void **state)
                                 .slots = 3,
                                 .retry_after_ms = 200,
                                 .handler = handler,
+                                .run_start = run_start,
                                 .log = logit};
     char err[256];
     a2_worker_pool *p = a2_worker_pool_new(&o, err, sizeof err);
@@ -126,7 +141,15 @@ static void test_pool(void **state)
            slot_seen[1], slot_seen[2], slot_seen[3], max_running,
            (unsigned long long)st.runs, (unsigned long long)st.timer_runs);
 
-    /* A wake-up with nothing there and no xid: rechecked 3 times. */
+    /* Every run was announced to run_start on the thread of its handlers. */
+    pthread_mutex_lock(&mu);
+    assert_int_equal(run_started, st.runs);
+    assert_int_equal(off_thread, 0);
+    pthread_mutex_unlock(&mu);
+
+    /* A wake-up with nothing there and no xid: rechecked 3 times, four
+     * woken runs that claimed nothing. */
+    a2_worker_pool_stats before = st;
     assert_int_equal(a2_worker_pool_wake(p, "empty", false, 0), 0);
     int64_t end = a2_test_now_ms() + 20000;
     do {
@@ -135,6 +158,8 @@ static void test_pool(void **state)
     } while ((st.rechecks < 3 || st.sessions > 0) && a2_test_now_ms() < end);
     assert_int_equal(st.rechecks, 3);
     assert_int_equal(st.sessions, 0);
+    assert_int_equal(st.empty_runs - before.empty_runs, 4);
+    assert_int_equal(st.empty_woken_runs - before.empty_woken_runs, 4);
 
     /* Events: another consumer's ignored, a sweep runs. */
     append_for("sw", "pool");
