@@ -29,36 +29,32 @@
  *   work --db C --connect ADDR --slots M --out FILE
  *        [--expect N | --expect-file F] [--drain S] [--seconds S]
  *        [--max-seconds S] [--until-ms T] [--clock realtime]
- *       a worker as a C user writes one: one a2_worker connection to
- *       a2-consumer, M slot threads with an a2_worker_runner each and a
- *       no-op handler that records its start by the payload's seq. A
- *       wake-up runs its session once with a2_worker_runner_run_woken and
- *       the wake-up's xid; a resync or a busy session runs with
- *       a2_worker_runner_run (<a2/worker.h>). Prints "ready" once
- *       connected; ends when N handlers started (--expect, or the count
- *       written to F by the producer; "N T" there also sets --until-ms T),
- *       S seconds after the count is known (--drain; not with --until-ms),
- *       at epoch ms T (--until-ms), after an idle --seconds, or at
- *       --max-seconds. FILE gets "seq start_ns" per handler run
- *       (CLOCK_MONOTONIC, or CLOCK_REALTIME). Prints the
- *       a2_worker_run_stats summed, with empty_woken (woken runs that
- *       claimed nothing), visibility_waits and timer_runs (runs of this
- *       worker's own retry_at timers). --wakes W (with the producer's
- *       --sessions K): W gets "seq ns" per event from the first wake-up
- *       that named its head (session s<seq % K>, head seq / K + 1).
- *       --hops H (a2-consumer with --trace-wakes; --sessions K): H gets
- *       "seq commit sent read push woken pick start" per handler run, µs
- *       since the Unix epoch: the first wake-up's trace (A2_WIRE_TRACE_*),
- *       its read here, a slot's take of the session, the handler's start.
+ *       a worker as a C user writes one (<a2/worker.h>): an a2_worker
+ *       connection to a2-consumer whose events feed an a2_worker_pool of M
+ *       slots, and a no-op handler that records its start by the
+ *       payload's seq. Prints "ready" once connected; ends when N handlers
+ *       started (--expect, or the count written to F by the producer; "N T"
+ *       there also sets --until-ms T), S seconds after the count is known
+ *       (--drain; not with --until-ms), at epoch ms T (--until-ms), after
+ *       an idle --seconds, or at --max-seconds. FILE gets "seq start_ns"
+ *       per handler run (CLOCK_MONOTONIC, or CLOCK_REALTIME). Prints the
+ *       pool's stats (a2_worker_pool_stats; empty_woken: woken runs that
+ *       claimed nothing; timer_runs: runs of the pool's own timers), the
+ *       wake-ups and the all-session resyncs received. --wakes W (with
+ *       the producer's --sessions K): W gets "seq ns" per event from the
+ *       first wake-up that named its head (session s<seq % K>, head
+ *       seq / K + 1). --hops H (a2-consumer with --trace-wakes;
+ *       --sessions K): H gets "seq commit sent read push woken pick start"
+ *       per handler run, µs since the Unix epoch: the first wake-up's trace
+ *       (A2_WIRE_TRACE_*), its read here, the start of the slot's run
+ *       (a2_worker_pool_options.run_start), the handler's start.
  */
 #include "../../common/clock.h"
-#include "../../worker/worker_int.h"
 #include "../common.h"
 #include "a2/store.h"
 #include "a2/worker.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
@@ -76,7 +72,6 @@
 #define MAX_SLOTS     64
 #define MAX_PRODUCERS 64
 #define MAX_JOBS      1000000
-#define STORE_RETRY_MS 1000
 /* produce: how long the connections are kept after the last job */
 #define PRODUCE_HOLD_MS 1000
 
@@ -294,44 +289,17 @@ static int run_bulk(bool delayed)
 
 /* ── work ─────────────────────────────────────────────────────────────── */
 
-/* A session known to the scheduler. */
-typedef struct job {
-    char session[A2_STORE_MAX_NAME + 1];
-    int used;
-    int queued;   /* in the ready ring */
-    int running;  /* a slot works it */
-    int again;    /* woken while running: run once more */
-    int hinted;   /* a wake-up named work here: runs are woken runs */
-    int timer;    /* queued by its timer (no wake-up since) */
-    uint64_t xid; /* the latest wake-up's commit, for the next run to wait
-                     for (0: none) */
-    int64_t at;   /* timer (monotonic ms), 0: none */
-} job;
-
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    job jobs[MAX_SESSIONS];
-    int ring[MAX_SESSIONS];
-    int ring_head, ring_len;
-    int stopping;
-    int idle;       /* slots waiting for work */
-    int pipe_fd[2]; /* a slot wakes the main loop (a new timer) */
-} sc = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-
 static int64_t *starts;
 static int64_t *wake_at; /* --wakes: first wake-up per seq (loop thread) */
 /* --hops: per head position (session s, head h: s + (h - 1) * K) the
  * first wake-up's trace and its read (loop thread); per payload seq the
- * position it ran at, when its slot took its session from the queue and
- * its start (slot threads), µs of CLOCK_REALTIME */
+ * position it ran at, when its slot began the run (run_start) and the
+ * handler's start (slot threads), µs of CLOCK_REALTIME */
 #define HOP_N 5
 static int64_t (*hop_wake)[HOP_N];
 static int64_t *hop_pos, *hop_pick, *hop_start;
-static _Thread_local int64_t slot_pick_us; /* the slot's last take */
-static atomic_long started, runs, woken_runs, empty_woken, empty_runs,
-        claimed, completed, failed_heads, run_errors, resyncs, wakes,
-        visibility_waits, timer_runs;
+static _Thread_local int64_t slot_pick_us; /* the slot's last run_start */
+static atomic_long started, run_errors;
 static atomic_llong first_start, last_start;
 
 /* The position of head in session s<S> (S + (head - 1) * --sessions), or -1
@@ -348,9 +316,11 @@ static long position(const char *session, int64_t head)
     return seq < cfg.max ? seq : -1;
 }
 
-static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
+static int handler(void *ctx, int slot, const a2_head *head,
+                   a2_worker_reply *reply)
 {
     (void)ctx;
+    (void)slot;
     (void)reply;
     int64_t t = cfg.realtime ? a2__real_ns() : a2__mono_ns();
     const char *p = head->event.payload ? strstr(head->event.payload, "seq")
@@ -379,252 +349,22 @@ static int handler(void *ctx, const a2_head *head, a2_worker_reply *reply)
     return 0;
 }
 
-static job *find_job(const char *session)
-{
-    for (int i = 0; i < MAX_SESSIONS; i++)
-        if (sc.jobs[i].used && strcmp(sc.jobs[i].session, session) == 0)
-            return &sc.jobs[i];
-    return NULL;
-}
-
-static job *add_job(const char *session)
-{
-    if (strlen(session) > A2_STORE_MAX_NAME)
-        return NULL;
-    for (int i = 0; i < MAX_SESSIONS; i++)
-        if (!sc.jobs[i].used) {
-            job *j = &sc.jobs[i];
-            memset(j, 0, sizeof *j);
-            j->used = 1;
-            strcpy(j->session, session);
-            return j;
-        }
-    return NULL;
-}
-
-static void push_ready(job *j)
-{
-    sc.ring[(sc.ring_head + sc.ring_len) % MAX_SESSIONS] = (int)(j - sc.jobs);
-    sc.ring_len++;
-    j->queued = 1;
-    pthread_cond_signal(&sc.cv);
-}
-
-static job *pop_ready(void)
-{
-    if (sc.ring_len == 0)
-        return NULL;
-    job *j = &sc.jobs[sc.ring[sc.ring_head]];
-    sc.ring_head = (sc.ring_head + 1) % MAX_SESSIONS;
-    sc.ring_len--;
-    j->queued = 0;
-    return j;
-}
-
-/* Queues session for a run (under mu); hinted: a wake-up named it, xid:
- * that wake-up's commit (0: none). */
-static void schedule_locked(const char *session, int hinted, uint64_t xid)
-{
-    if (sc.stopping)
-        return;
-    job *j = find_job(session);
-    if (!j && !(j = add_job(session))) {
-        fprintf(stderr, "a2-bench-peers: cannot queue session %s\n", session);
-        return;
-    }
-    if (hinted)
-        j->hinted = 1;
-    if (xid)
-        j->xid = xid;
-    j->at = 0;
-    j->timer = 0;
-    if (j->running)
-        j->again = 1;
-    else if (!j->queued)
-        push_ready(j);
-}
-
-static void schedule(const char *session, int hinted, uint64_t xid)
-{
-    pthread_mutex_lock(&sc.mu);
-    schedule_locked(session, hinted, xid);
-    pthread_mutex_unlock(&sc.mu);
-}
-
-typedef struct slot {
-    int id;
-    a2_worker_runner *runner;
-    pthread_t thread;
-    int64_t session_us; /* handler time a session in its last run (µs) */
-} slot;
-
-/* At most this many woken sessions one slot runs together (as
- * a2_worker_pool does). */
-#define MAX_TOGETHER 32
-
-/* Counts one run's stats into the cell's totals. */
-static void count_run(int woken, int rc, const a2_worker_run_stats *st,
-                      const slot *s)
-{
-    atomic_fetch_add(&runs, 1);
-    if (woken)
-        atomic_fetch_add(&woken_runs, 1);
-    if (st->claimed == 0) {
-        atomic_fetch_add(&empty_runs, 1);
-        if (woken)
-            atomic_fetch_add(&empty_woken, 1);
-    }
-    atomic_fetch_add(&claimed, (long)st->claimed);
-    atomic_fetch_add(&visibility_waits, (long)st->visibility_waits);
-    atomic_fetch_add(&completed, (long)st->completed);
-    atomic_fetch_add(&failed_heads,
-                     (long)(st->failed + st->dead_lettered + st->superseded));
-    int failed = rc != 0 && rc != A2_WORKER_ESTOPPED;
-    if (failed && atomic_fetch_add(&run_errors, 1) == 0)
-        fprintf(stderr, "a2-bench-peers: run: %s\n",
-                a2_worker_runner_last_error(s->runner));
-}
-
-static void *slot_main(void *arg)
-{
-    slot *s = arg;
-    char session[MAX_TOGETHER][A2_STORE_MAX_NAME + 1];
-    job *js[MAX_TOGETHER];
-    int woken[MAX_TOGETHER], rcs[MAX_TOGETHER];
-    uint64_t xids[MAX_TOGETHER];
-    a2_claim_session together[MAX_TOGETHER];
-    size_t place[MAX_TOGETHER];
-    a2_worker_run_stats st[MAX_TOGETHER], kst[MAX_TOGETHER];
-    pthread_mutex_lock(&sc.mu);
-    for (;;) {
-        if (sc.stopping)
-            break;
-        size_t n = 0;
-        /* One session; as a2_worker_pool does, while no other slot waits
-         * for work, as many queued ones as its handlers run in about 5 ms
-         * (then together: one claim and one settlement round trip for all;
-         * one no wake-up named runs again while its claim takes heads). */
-        size_t take = sc.idle == 0 ? a2__pool_take_count(s->session_us) : 1;
-        while (n < take) {
-            job *j = pop_ready();
-            if (!j)
-                break;
-            j->running = 1;
-            j->again = 0;
-            woken[n] = j->hinted;
-            if (j->timer)
-                atomic_fetch_add(&timer_runs, 1);
-            j->timer = 0;
-            xids[n] = j->xid;
-            j->xid = 0;
-            strcpy(session[n], j->session);
-            js[n++] = j;
-        }
-        if (n == 0) {
-            sc.idle++;
-            pthread_cond_wait(&sc.cv, &sc.mu);
-            sc.idle--;
-            continue;
-        }
-        pthread_mutex_unlock(&sc.mu);
-        if (hop_pick)
-            slot_pick_us = a2__real_us();
-
-        /* Several together, one alone (run_woken, or run to its end). */
-        memset(st, 0, sizeof st);
-        size_t k = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (n > 1) {
-                together[k] = (a2_claim_session){session[i], xids[i]};
-                place[k++] = i;
-            } else if (woken[i]) {
-                rcs[i] = a2_worker_runner_run_woken(s->runner, session[i],
-                                                    cfg.log, xids[i], &st[i]);
-            } else {
-                rcs[i] = a2_worker_runner_run(s->runner, session[i], cfg.log,
-                                              &st[i]);
-            }
-        }
-        if (k > 0) {
-            int rc = a2_worker_runner_run_sessions(s->runner, together, k, kst);
-            for (size_t i = 0; i < k; i++) {
-                rcs[place[i]] = rc;
-                st[place[i]] = kst[i];
-            }
-        }
-        for (size_t i = 0; i < n; i++)
-            count_run(woken[i], rcs[i], &st[i], s);
-
-        uint64_t us = 0;
-        for (size_t i = 0; i < n; i++)
-            us += st[i].handler_us;
-        s->session_us = (int64_t)(us / n);
-        pthread_mutex_lock(&sc.mu);
-        for (size_t i = 0; i < n; i++) {
-            job *j = js[i];
-            int failed = rcs[i] != 0 && rcs[i] != A2_WORKER_ESTOPPED;
-            j->running = 0;
-            if (sc.stopping) {
-                j->used = 0;
-            } else if (j->again) {
-                j->again = 0;
-                push_ready(j);
-            } else if (failed) {
-                j->at = a2__mono_ms() + STORE_RETRY_MS;
-            } else if (st[i].retry_at > 0) {
-                int64_t due = st[i].retry_at - a2__real_ms();
-                j->at = a2__mono_ms() + (due > 0 ? due : 0) + 5;
-            } else if (n > 1 && !woken[i] && st[i].claimed > 0) {
-                push_ready(j); /* one claim round of a run to the end */
-            } else {
-                j->used = 0;
-            }
-            if (j->used && j->at) {
-                char c = 0;
-                ssize_t w = write(sc.pipe_fd[1], &c, 1);
-                (void)w;
-            }
-        }
-    }
-    pthread_mutex_unlock(&sc.mu);
-    return NULL;
-}
-
-/* Due timers become queued runs; returns ms to the next timer, or -1. */
-static int fire_timers(void)
-{
-    int64_t now = a2__mono_ms(), next = -1;
-    pthread_mutex_lock(&sc.mu);
-    for (int i = 0; i < MAX_SESSIONS; i++) {
-        job *j = &sc.jobs[i];
-        if (!j->used || !j->at || j->running || j->queued)
-            continue;
-        if (j->at <= now) {
-            j->at = 0;
-            j->timer = 1;
-            push_ready(j);
-        } else if (next < 0 || j->at - now < next) {
-            next = j->at - now;
-        }
-    }
-    pthread_mutex_unlock(&sc.mu);
-    return (int)next;
-}
-
-static void schedule_pending(void *ctx, const char *session)
+/* --hops: when a slot took sessions from the pool's queue. */
+static void run_start(void *ctx, int slot, size_t nsessions)
 {
     (void)ctx;
-    schedule(session, 0, 0);
+    (void)slot;
+    (void)nsessions;
+    if (hop_pick)
+        slot_pick_us = a2__real_us();
 }
 
-/* Schedules every session with pending work (a resync of all sessions),
- * through a runner of the loop thread's own. */
-static void resync_all(a2_worker_runner *r)
+/* The pool's problems (a failed run, a failed resync): the first few. */
+static void pool_log(void *ctx, const char *line)
 {
-    atomic_fetch_add(&resyncs, 1);
-    if (a2_worker_runner_pending(r, schedule_pending, NULL) < 0)
-        fprintf(stderr, "a2-bench-peers: resync: %s\n",
-                a2_worker_runner_last_error(r));
+    (void)ctx;
+    if (atomic_fetch_add(&run_errors, 1) < 5)
+        fprintf(stderr, "a2-bench-peers: %s\n", line);
 }
 
 /* The count in the expect file, -1 while there is none; a second number
@@ -694,10 +434,40 @@ static int write_hops(const char *path)
     return 0;
 }
 
+/* Why the work loop should end now, or NULL. */
+static const char *work_done(int ready, int64_t t0, int64_t ready_at,
+                             long *expect, int64_t *expect_at)
+{
+    int64_t now = a2__mono_ms();
+    if (got_signal)
+        return "signal";
+    if (now - t0 > (int64_t)(cfg.max_seconds * 1000))
+        return "max-seconds";
+    if (ready && cfg.seconds > 0 &&
+        now - ready_at >= (int64_t)(cfg.seconds * 1000))
+        return "seconds";
+    if (*expect < 0 && cfg.expect_file) {
+        *expect = read_expect_file();
+        if (*expect >= 0)
+            *expect_at = now;
+    } else if (*expect >= 0 && !*expect_at) {
+        *expect_at = now;
+    }
+    if (*expect >= 0 && atomic_load(&started) >= *expect)
+        return "expected";
+    if (cfg.until_ms > 0 && a2__real_ms() >= cfg.until_ms)
+        return "until";
+    if (*expect >= 0 && cfg.expect_file && cfg.until_ms <= 0 &&
+        now - *expect_at >= (int64_t)(cfg.drain * 1000))
+        return "drain";
+    return NULL;
+}
+
+/* A worker as <a2/worker.h> describes one: an a2_worker connection whose
+ * events feed an a2_worker_pool of --slots runners. */
 static int run_work(void)
 {
     starts = calloc((size_t)cfg.max, sizeof *starts);
-    slot *slots = calloc((size_t)cfg.slots, sizeof *slots);
     if (cfg.wakes)
         wake_at = calloc((size_t)cfg.max, sizeof *wake_at);
     if (cfg.hops) {
@@ -706,13 +476,9 @@ static int run_work(void)
         hop_pick = calloc((size_t)cfg.max, sizeof *hop_pick);
         hop_start = calloc((size_t)cfg.max, sizeof *hop_start);
     }
-    if (!starts || !slots || (cfg.wakes && !wake_at) ||
+    if (!starts || (cfg.wakes && !wake_at) ||
         (cfg.hops && (!hop_wake || !hop_pos || !hop_pick || !hop_start)))
         return 1;
-    if (pipe(sc.pipe_fd) != 0)
-        return 1;
-    fcntl(sc.pipe_fd[0], F_SETFL, O_NONBLOCK);
-    fcntl(sc.pipe_fd[1], F_SETFL, O_NONBLOCK);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -720,24 +486,19 @@ static int run_work(void)
     sigaction(SIGINT, &sa, NULL);
 
     a2_consumer served = {.name = CONSUMER, .log = cfg.log ? &log_spec : NULL};
-    char err[512], holder[64];
-    /* The resync's runner, then one a slot (its holder named by its id). */
-    a2_worker_runner_options ro = {.db = cfg.db,
-                                   .holder = "peers-resync",
-                                   .consumers = &served,
-                                   .nconsumers = 1,
-                                   .handler = handler};
-    a2_worker_runner *resync_runner = a2_worker_runner_new(&ro, err, sizeof err);
-    bool runners = resync_runner != NULL;
-    for (int i = 0; runners && i < cfg.slots; i++) {
-        snprintf(holder, sizeof holder, "peers-%ld-%d", (long)getpid(), i);
-        ro.holder = holder;
-        slots[i].id = i;
-        slots[i].runner = a2_worker_runner_new(&ro, err, sizeof err);
-        runners = slots[i].runner != NULL;
-    }
-    if (!runners) {
-        fprintf(stderr, "a2-bench-peers: runner: %s\n", err);
+    char err[512], name[64];
+    snprintf(name, sizeof name, "peers-%ld", (long)getpid());
+    a2_worker_pool_options po = {.db = cfg.db,
+                                 .name = name,
+                                 .consumers = &served,
+                                 .nconsumers = 1,
+                                 .slots = cfg.slots,
+                                 .handler = handler,
+                                 .run_start = run_start,
+                                 .log = pool_log};
+    a2_worker_pool *pool = a2_worker_pool_new(&po, err, sizeof err);
+    if (!pool) {
+        fprintf(stderr, "a2-bench-peers: pool: %s\n", err);
         return 1;
     }
     a2_worker_options wo = {.connect = cfg.connect, .name = "bench-peers"};
@@ -746,136 +507,71 @@ static int run_work(void)
                                   cfg.log ? log_types : NULL,
                                   cfg.log ? 1 : 0) != 0) {
         fprintf(stderr, "a2-bench-peers: worker: %s\n", w ? "subscribe" : err);
+        a2_worker_pool_free(pool);
+        a2_worker_free(w);
         return 1;
     }
-    for (int i = 0; i < cfg.slots; i++)
-        if (pthread_create(&slots[i].thread, NULL, slot_main, &slots[i]) !=
-            0) {
-            fprintf(stderr, "a2-bench-peers: could not start a slot\n");
-            return 1;
-        }
 
     int ready = 0;
     int64_t t0 = a2__mono_ms(), ready_at = 0, expect_at = 0;
-    long expect = cfg.expect;
-    const char *why = "max-seconds";
-    for (;;) {
-        int64_t now = a2__mono_ms();
-        if (got_signal) {
-            why = "signal";
-            break;
-        }
-        if (now - t0 > (int64_t)(cfg.max_seconds * 1000)) {
-            why = "max-seconds";
-            break;
-        }
-        if (ready && cfg.seconds > 0 &&
-            now - ready_at >= (int64_t)(cfg.seconds * 1000)) {
-            why = "seconds";
-            break;
-        }
-        if (expect < 0 && cfg.expect_file) {
-            expect = read_expect_file();
-            if (expect >= 0)
-                expect_at = now;
-        } else if (expect >= 0 && !expect_at) {
-            expect_at = now;
-        }
-        if (expect >= 0 && atomic_load(&started) >= expect) {
-            why = "expected";
-            break;
-        }
-        if (cfg.until_ms > 0 && a2__real_ms() >= cfg.until_ms) {
-            why = "until";
-            break;
-        }
-        if (expect >= 0 && cfg.expect_file && cfg.until_ms <= 0 &&
-            now - expect_at >= (int64_t)(cfg.drain * 1000)) {
-            why = "drain";
-            break;
-        }
-        int timeout = 100;
-        int t = fire_timers();
-        if (t >= 0 && t < timeout)
-            timeout = t;
-        t = a2_worker_timeout(w);
-        if (t >= 0 && t < timeout)
-            timeout = t;
-        struct pollfd pfd[2] = {
-                {.fd = a2_worker_fd(w), .events = a2_worker_poll_events(w)},
-                {.fd = sc.pipe_fd[0], .events = POLLIN},
-        };
-        if (poll(pfd, 2, timeout) < 0 && errno != EINTR) {
+    long expect = cfg.expect, wakes = 0, resyncs = 0;
+    const char *why;
+    while (!(why = work_done(ready, t0, ready_at, &expect, &expect_at))) {
+        int timeout = a2_worker_timeout(w);
+        if (timeout < 0 || timeout > 100)
+            timeout = 100;
+        struct pollfd pfd = {.fd = a2_worker_fd(w),
+                             .events = a2_worker_poll_events(w)};
+        if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
             fprintf(stderr, "a2-bench-peers: poll: %s\n", strerror(errno));
+            why = "error";
             break;
         }
-        char buf[64];
-        while (read(sc.pipe_fd[0], buf, sizeof buf) > 0)
-            ;
         if (a2_worker_process(w) != 0) {
             fprintf(stderr, "a2-bench-peers: %s\n", a2_worker_last_error(w));
+            why = "error";
             break;
         }
         a2_worker_event ev;
         while (a2_worker_next(w, &ev) == 1) {
-            switch (ev.type) {
-            case A2_WORKER_EV_WAKE:
-            case A2_WORKER_EV_LOG:
-                atomic_fetch_add(&wakes, 1);
+            if (ev.type == A2_WORKER_EV_WAKE || ev.type == A2_WORKER_EV_LOG) {
+                wakes++;
                 note_wake(&ev);
-                if (ev.session)
-                    schedule(ev.session, 1, ev.xid);
-                break;
-            case A2_WORKER_EV_SWEEP:
-                if (ev.session)
-                    schedule(ev.session, 0, 0);
-                break;
-            case A2_WORKER_EV_RESYNC:
-                if (ev.all_sessions)
-                    resync_all(resync_runner);
-                else
-                    for (size_t i = 0; i < ev.nsessions; i++)
-                        schedule(ev.sessions[i], 0, 0);
-                break;
-            case A2_WORKER_EV_CONNECTED:
-                if (!ready) {
-                    ready = 1;
-                    ready_at = a2__mono_ms();
-                    printf("ready\n");
-                    fflush(stdout);
-                }
-                break;
-            case A2_WORKER_EV_DISCONNECTED:
+            } else if (ev.type == A2_WORKER_EV_RESYNC && ev.all_sessions) {
+                resyncs++;
+            } else if (ev.type == A2_WORKER_EV_CONNECTED && !ready) {
+                ready = 1;
+                ready_at = a2__mono_ms();
+                printf("ready\n");
+                fflush(stdout);
+            } else if (ev.type == A2_WORKER_EV_DISCONNECTED) {
                 fprintf(stderr, "a2-bench-peers: disconnected: %s\n",
                         ev.message ? ev.message : "");
-                break;
-            default:
-                break;
             }
+            /* A run the pool could not queue is logged by the pool. */
+            (void)a2_worker_pool_event(pool, &ev);
         }
     }
 
-    pthread_mutex_lock(&sc.mu);
-    sc.stopping = 1;
-    pthread_cond_broadcast(&sc.cv);
-    pthread_mutex_unlock(&sc.mu);
-    for (int i = 0; i < cfg.slots; i++)
-        a2_worker_runner_stop(slots[i].runner);
-    for (int i = 0; i < cfg.slots; i++)
-        pthread_join(slots[i].thread, NULL);
-
+    a2_worker_pool_stop(pool);
+    a2_worker_pool_stats st;
+    a2_worker_pool_get_stats(pool, &st);
     long long f = atomic_load(&first_start), l = atomic_load(&last_start);
-    printf("started %ld first_ns %lld last_ns %lld runs %ld woken_runs %ld "
-           "empty_woken %ld empty_runs %ld claimed %ld completed %ld "
-           "failed %ld errors %ld wakes %ld resyncs %ld visibility_waits %ld "
-           "timer_runs %ld end %s\n",
-           atomic_load(&started), f, l, atomic_load(&runs),
-           atomic_load(&woken_runs), atomic_load(&empty_woken),
-           atomic_load(&empty_runs), atomic_load(&claimed),
-           atomic_load(&completed), atomic_load(&failed_heads),
-           atomic_load(&run_errors), atomic_load(&wakes),
-           atomic_load(&resyncs), atomic_load(&visibility_waits),
-           atomic_load(&timer_runs), why);
+    printf("started %ld first_ns %lld last_ns %lld runs %llu woken_runs %llu "
+           "empty_woken %llu empty_runs %llu claimed %llu completed %llu "
+           "failed %llu errors %llu wakes %ld resyncs %ld "
+           "visibility_waits %llu timer_runs %llu together_runs %llu "
+           "end %s\n",
+           atomic_load(&started), f, l, (unsigned long long)st.runs,
+           (unsigned long long)st.woken_runs,
+           (unsigned long long)st.empty_woken_runs,
+           (unsigned long long)st.empty_runs, (unsigned long long)st.claimed,
+           (unsigned long long)st.completed,
+           (unsigned long long)(st.failed + st.dead_lettered + st.superseded),
+           (unsigned long long)st.failed_runs, wakes, resyncs,
+           (unsigned long long)st.visibility_waits,
+           (unsigned long long)st.timer_runs,
+           (unsigned long long)st.together_runs, why);
     int rc = cfg.out ? write_times(cfg.out, starts, cfg.max) : 0;
     if (cfg.wakes && write_times(cfg.wakes, wake_at, cfg.max) != 0)
         rc = 1;
@@ -886,11 +582,8 @@ static int run_work(void)
     free(hop_pos);
     free(hop_pick);
     free(hop_start);
-    for (int i = 0; i < cfg.slots; i++)
-        a2_worker_runner_free(slots[i].runner);
+    a2_worker_pool_free(pool);
     a2_worker_free(w);
-    a2_worker_runner_free(resync_runner);
-    free(slots);
     free(starts);
     return rc;
 }
