@@ -154,6 +154,20 @@ int a2__map_put(a2__map *m, const void *key, size_t klen, void *val, void **old)
     return 0;
 }
 
+void *a2__map_get_new(a2__map *m, const void *key, size_t klen, size_t size)
+{
+    void *v = a2__map_get(m, key, klen);
+    if (v)
+        return v;
+    if (!(v = calloc(1, size)))
+        return NULL;
+    if (a2__map_put(m, key, klen, v, NULL) != 0) {
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
 void *a2__map_del(a2__map *m, const void *key, size_t klen)
 {
     uint64_t h = a2__table_hash(key, klen);

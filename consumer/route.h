@@ -39,6 +39,10 @@ void *a2__map_get(const a2__map *m, const void *key, size_t klen);
  * when new). Returns 0, or -1 when out of memory. */
 int a2__map_put(a2__map *m, const void *key, size_t klen, void *val,
                 void **old);
+/* The value under key, or a new zeroed one of size bytes (calloc) put
+ * there (the caller frees it with the map's values); NULL when out of
+ * memory. */
+void *a2__map_get_new(a2__map *m, const void *key, size_t klen, size_t size);
 /* Removes key; returns its value or NULL. */
 void *a2__map_del(a2__map *m, const void *key, size_t klen);
 size_t a2__map_count(const a2__map *m);

@@ -103,19 +103,12 @@ static int log_index_build(a2__server *srv)
             const a2__server_sub *s = &w->subs[i];
             if (s->filter == A2_WIRE_LOG_NONE)
                 continue;
-            size_t klen = strlen(s->consumer);
             a2__server_log_group *g =
-                    a2__map_get(srv->log_groups, s->consumer, klen);
-            if (!g) {
-                if (!(g = calloc(1, sizeof *g)))
-                    goto nomem;
-                g->consumer = s->consumer;
-                if (a2__map_put(srv->log_groups, s->consumer, klen, g, NULL) !=
-                    0) {
-                    free(g);
-                    goto nomem;
-                }
-            }
+                    a2__map_get_new(srv->log_groups, s->consumer,
+                                    strlen(s->consumer), sizeof *g);
+            if (!g)
+                goto nomem;
+            g->consumer = s->consumer;
             if (log_group_add(g, w, s) != 0)
                 goto nomem;
             if (s->filter == A2_WIRE_LOG_ALL) {
@@ -124,19 +117,10 @@ static int log_index_build(a2__server *srv)
                 continue;
             }
             for (size_t t = 0; t < s->n_types; t++) {
-                size_t tlen = strlen(s->types[t]);
                 a2__server_log_list *l =
-                        a2__map_get(srv->log_types, s->types[t], tlen);
-                if (!l) {
-                    if (!(l = calloc(1, sizeof *l)))
-                        goto nomem;
-                    if (a2__map_put(srv->log_types, s->types[t], tlen, l,
-                                    NULL) != 0) {
-                        free(l);
-                        goto nomem;
-                    }
-                }
-                if (log_list_add(l, g) != 0)
+                        a2__map_get_new(srv->log_types, s->types[t],
+                                        strlen(s->types[t]), sizeof *l);
+                if (!l || log_list_add(l, g) != 0)
                     goto nomem;
             }
         }

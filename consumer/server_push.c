@@ -109,17 +109,8 @@ static a2__map *index_build(a2__server *srv,
             continue;
         for (size_t i = 0; i < count(w); i++) {
             const char *k = key(w, i);
-            size_t klen = strlen(k);
-            a2__server_wlist *l = a2__map_get(m, k, klen);
-            if (!l) {
-                if (!(l = calloc(1, sizeof *l)))
-                    goto nomem;
-                if (a2__map_put(m, k, klen, l, NULL) != 0) {
-                    free(l);
-                    goto nomem;
-                }
-            }
-            if (a2__server_wlist_add(l, w) != 0)
+            a2__server_wlist *l = a2__map_get_new(m, k, strlen(k), sizeof *l);
+            if (!l || a2__server_wlist_add(l, w) != 0)
                 goto nomem;
         }
     }

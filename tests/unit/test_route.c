@@ -184,6 +184,19 @@ static void test_map(void **state)
     assert_int_equal(seen, 5000);
     a2__map_free(m, NULL);
     a2__map_free(NULL, NULL);
+
+    /* get_new: a zeroed value made once, then the same one found */
+    m = a2__map_new();
+    assert_non_null(m);
+    int *v = a2__map_get_new(m, "n", 1, 4 * sizeof *v);
+    assert_non_null(v);
+    assert_int_equal(v[0] | v[1] | v[2] | v[3], 0);
+    v[2] = 7;
+    assert_ptr_equal(a2__map_get_new(m, "n", 1, 4 * sizeof *v), v);
+    assert_int_equal(v[2], 7);
+    assert_ptr_equal(a2__map_get(m, "n", 1), v);
+    assert_int_equal(a2__map_count(m), 1);
+    a2__map_free(m, free);
 }
 
 /* Drains q into a fresh buffer and decodes the frames into types/heads. */
