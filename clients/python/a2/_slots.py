@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 
 MAX_ERROR_TEXT = 4096   # bytes of a failure text kept (the tail)
 CLAIM_NEXT_RUNS = 16    # runs in a row whose lane completions claim the next head
+SETTLE_MAX_HEADS = 500  # outcomes settled in one call (the store takes 1000 operations)
+
+# A handled head waiting to be settled: its place in the claim, its event,
+# the events its handler returned, and its failure's text (None: completed).
+Outcome = Tuple[int, Event, List[Dict[str, Any]], Optional[str]]
 
 
 def is_broken(conn: Optional[psycopg.Connection[Any]], exc: BaseException) -> bool:
@@ -303,32 +308,120 @@ class Slot:
     def _run_heads(self, conn: psycopg.Connection[Any], session: str,
                    heads: List[Dict[str, Any]],
                    claim_next: bool) -> Tuple[List[Dict[str, Any]], bool]:
-        """Runs and settles the heads of one claim. With ``claim_next``, the
-        completion of a lane's head claims the lane's next head: returns
-        those heads, and whether one of those claims dead-lettered a head."""
+        """Runs the heads of one claim in order and settles them: the
+        outcomes of handlers that end within ``settle_hold_ms`` of the first
+        one waiting go together, in one call (after a handler that took that
+        long, what waits is settled before the next handler runs). With
+        ``claim_next``, the completion of a lane's head claims the lane's
+        next head: returns those heads, and whether one of those claims
+        dead-lettered a head."""
         refs = [{"consumer": h["consumer"], "lane": h.get("lane"), "index": h["index"],
                  "attempt": h["attempt"]} for h in heads]
         claim = Claim(session, self.holder, refs)
+        hold = self._w.settle_hold_ms
         nxt: List[Dict[str, Any]] = []
         dead = False
+        pending: List[Outcome] = []
+        held_at = 0    # when the first waiting outcome's handler ended
+        slow = False   # the last handler took settle_hold_ms or more
         self._keeper.publish(self.number, claim)
         try:
             for i, head in enumerate(heads):
+                if pending and (slow or len(pending) >= SETTLE_MAX_HEADS
+                                or mono_ms() - held_at >= hold):
+                    dead = self._settle_all(conn, claim, pending, claim_next, nxt) or dead
+                    pending = []
                 event = Event.from_head(session, head)
+                began = mono_ms()
                 returned, error = self._call_handler(event)
+                ended = mono_ms()
+                slow = ended - began >= hold
+                if not pending:
+                    held_at = ended
                 self._keeper.set_state(claim, i, 1)
-                try:
-                    cl = self._settle(conn, event, returned, error,
-                                      claim_next and not self._w._sessions.stopping)
-                finally:
-                    self._keeper.set_state(claim, i, 2)
-                if cl is not None:
-                    dead = self._dead_lettered(session, cl) or dead
-                    if cl.get("outcome") == "claimed":
-                        nxt.extend(cl.get("heads") or [])
+                pending.append((i, event, returned, error))
+            if pending:
+                dead = self._settle_all(conn, claim, pending, claim_next, nxt) or dead
         finally:
             self._keeper.unpublish(self.number)
         return nxt, dead
+
+    def _settle_all(self, conn: psycopg.Connection[Any], claim: Claim, pending: List[Outcome],
+                    claim_next: bool, nxt: List[Dict[str, Any]]) -> bool:
+        """Settles the outcomes waiting: several in one call, or one by one
+        (one alone, or several the store refused together: a returned event
+        refused, a deadlock; nothing was settled then). The heads a lane's
+        completion claimed go to ``nxt``; returns whether such a claim
+        dead-lettered a head."""
+        claim_next = claim_next and not self._w._sessions.stopping
+        claims = self._settle_together(conn, pending, claim_next) if len(pending) > 1 else None
+        if claims is None:
+            claims = []
+            for i, event, returned, error in pending:
+                try:
+                    claims.append(self._settle(conn, event, returned, error, claim_next))
+                finally:
+                    self._keeper.set_state(claim, i, 2)
+        else:
+            for i, _, _, _ in pending:
+                self._keeper.set_state(claim, i, 2)
+        dead = False
+        for cl in claims:
+            if cl is not None:
+                dead = self._dead_lettered(claim.session, cl) or dead
+                if cl.get("outcome") == "claimed":
+                    nxt.extend(cl.get("heads") or [])
+        return dead
+
+    def _settle_together(self, conn: psycopg.Connection[Any], pending: List[Outcome],
+                         claim_next: bool) -> Optional[List[Optional[Dict[str, Any]]]]:
+        """Completes or fails every waiting outcome in one ``a2_batch`` (with
+        ``claim_next``, a lane's completion with the claim of the lane's next
+        head): each one's next claim (or None); None when the store refused
+        the call as a whole."""
+        w = self._w
+        now = real_ms()
+        ops: List[Dict[str, Any]] = []
+        for _, event, returned, error in pending:
+            head = {"session": event.session, "consumer": event.consumer, "lane": event.lane,
+                    "index": event.index, "attempt": event.attempt, "now_ms": now}
+            if error is not None:
+                ops.append({"op": "fail", **head, "error": _tail(error),
+                            "max_failures": w.max_failures, "retry_after_ms": w.retry_after_ms})
+                continue
+            ops.append({"op": "complete", **head, "events": returned,
+                        "consumers": w._consumers_json})
+            if claim_next and event.lane is not None:
+                ops.append(store.lane_claim_op(event.session, event.consumer, event.lane,
+                                               holder=self.holder, ttl_ms=w.ttl_ms,
+                                               consumers=w._consumers_json,
+                                               max_failures=w.max_failures, now_ms=now))
+        try:
+            results = store.batch(conn, ops)
+        except errors.StoreUnavailable:
+            raise
+        except (errors.Error, psycopg.errors.DeadlockDetected,
+                psycopg.errors.SerializationFailure, TypeError, ValueError) as exc:
+            w._log.info("settling %d heads in one call was refused (%s): one by one",
+                        len(pending), exc)
+            return None
+        w._count(settled_together=len(pending))
+        claims: List[Optional[Dict[str, Any]]] = []
+        k = 0
+        for _, event, _, error in pending:
+            res = results[k]
+            k += 1
+            if error is not None:
+                self._note_failed(event, res)
+                claims.append(None)
+                continue
+            self._note_completed(event, res)
+            if k < len(ops) and ops[k]["op"] == "claim":
+                claims.append(results[k])
+                k += 1
+            else:
+                claims.append(None)
+        return claims
 
     def _dead_lettered(self, session: str, cl: Dict[str, Any]) -> bool:
         """Counts and logs the heads a claim dead-lettered; whether any."""
@@ -384,21 +477,32 @@ class Slot:
             except (TypeError, ValueError) as exc:
                 error = f"returned events are not JSON: {exc}"
             else:
-                if res.get("outcome") == "completed":
-                    w._count(completed=1)
-                    w._log.debug("completed %s %s #%d attempt %d (%d returned)",
-                                 event.session, event.consumer, event.index, event.attempt,
-                                 len(res.get("events") or []))
-                else:
-                    w._count(superseded=1)
-                    w._log.info("%s %s #%d attempt %d was superseded", event.session,
-                                event.consumer, event.index, event.attempt)
+                self._note_completed(event, res)
                 return nxt
             w._log.warning("%s #%d attempt %d fails: %s", event.session, event.index,
                            event.attempt, error)
         res = store.fail(conn, event.session, event.consumer, event.lane, event.index,
                          event.attempt, _tail(error), max_failures=w.max_failures,
                          retry_after_ms=w.retry_after_ms, now_ms=real_ms())
+        self._note_failed(event, res)
+        return None
+
+    def _note_completed(self, event: Event, res: Dict[str, Any]) -> None:
+        """Counts (and logs) a completion's outcome."""
+        w = self._w
+        if res.get("outcome") == "completed":
+            w._count(completed=1)
+            w._log.debug("completed %s %s #%d attempt %d (%d returned)", event.session,
+                         event.consumer, event.index, event.attempt,
+                         len(res.get("events") or []))
+        else:
+            w._count(superseded=1)
+            w._log.info("%s %s #%d attempt %d was superseded", event.session,
+                        event.consumer, event.index, event.attempt)
+
+    def _note_failed(self, event: Event, res: Dict[str, Any]) -> None:
+        """Counts (and logs) a failure's outcome."""
+        w = self._w
         outcome = res.get("outcome")
         if outcome == "dead_lettered":
             w._count(dead_lettered=1)

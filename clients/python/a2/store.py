@@ -265,12 +265,22 @@ def complete_claim_next(conn: psycopg.Connection[Any], session: str, consumer: s
                           "lane": lane, "index": index, "attempt": attempt,
                           "events": list(events or []),
                           "consumers": consumers_json(consumers), "now_ms": now_ms}
-    nxt: Dict[str, Any] = {"op": "claim", "session": session, "holder": holder,
-                           "ttl_ms": ttl_ms, "consumers": consumers_json(consumers),
-                           "max_failures": max_failures, "now_ms": now_ms,
-                           "lanes": [{"consumer": consumer, "lane": lane}]}
+    nxt = lane_claim_op(session, consumer, lane, holder=holder, ttl_ms=ttl_ms,
+                        consumers=consumers, max_failures=max_failures, now_ms=now_ms)
     done, claimed = batch(conn, [op, nxt])
     return done, claimed
+
+
+def lane_claim_op(session: str, consumer: str, lane: str, *, holder: str, ttl_ms: int,
+                  consumers: Optional[Iterable[Consumer]] = None,
+                  max_failures: Optional[int] = None,
+                  now_ms: Optional[int] = None) -> Dict[str, Any]:
+    """The :func:`batch` operation that claims the head of one lane for
+    ``holder``: after that lane's completion in the same batch, its next
+    head (as :func:`complete_claim_next` does)."""
+    return {"op": "claim", "session": session, "holder": holder, "ttl_ms": ttl_ms,
+            "consumers": consumers_json(consumers), "max_failures": max_failures,
+            "now_ms": now_ms, "lanes": [{"consumer": consumer, "lane": lane}]}
 
 
 def fail(conn: psycopg.Connection[Any], session: str, consumer: str, lane: Optional[str],

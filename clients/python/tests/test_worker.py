@@ -213,6 +213,72 @@ class Failures(WorkerTest):
                          [("ret-pyr-1-1",), ("mine",)])
 
 
+class SettleTogether(WorkerTest):
+    """The outcomes of a claim's handlers go to the store in one call; a
+    call the store refuses goes again head by head. settle_hold_ms 60000:
+    every outcome of a claim waits for its last handler, whatever the
+    host's speed."""
+
+    def test_one_call_for_a_claims_outcomes(self) -> None:
+        runs = support.Runs()
+
+        def handler(ev: a2.Event) -> list:
+            runs.add(ev.session, ev.lane, ev.index, ev.attempt)
+            if ev.payload.get("n") == 3 and ev.attempt == 1:
+                raise RuntimeError("later")
+            return [{"type": "done", "payload": {"index": ev.index}}]
+
+        w = self.start(a2.Worker(support.DB, ["pyb"], handler, connect=CONNECT, name="pyb-1",
+                                 max_failures=2, retry_after_ms=100, settle_hold_ms=60000))
+        # ten concurrent heads in one claim; two lanes of three heads
+        a2.append(self.conn, "sb-1", [{"type": "job", "payload": {"n": n},
+                                       "targets": [{"consumer": "pyb"}]} for n in range(10)])
+        a2.append(self.conn, "sb-3", [support.lane_event("pyb", {"n": 10 + n}, lane=lane)
+                                      for n in range(3) for lane in ("a", "b")])
+        support.wait_until(lambda: w.stats.completed == 16, "16 completions")
+        st = w.stats
+        # sb-1's first claim: 9 completions and a failure in one call (its
+        # retry alone); sb-3: each lane's completion with the claim of its
+        # next head, both lanes in one call, three times
+        self.assertEqual((st.failed, st.dead_lettered, st.superseded), (1, 0, 0))
+        self.assertEqual(st.settled_together, 16)
+        self.assertEqual(st.claimed_next, 4)
+        lanes = [(lane, i) for s, lane, i, _ in runs.snapshot() if s == "sb-3"]
+        for lane in ("a", "b"):
+            self.assertEqual([i for ln, i in lanes if ln == lane],
+                             sorted(i for ln, i in lanes if ln == lane))
+        self.assertEqual(support.value(
+            "select count(*) from a2_events where session_id in ('sb-1', 'sb-3')"
+            " and event_type = 'done'"), 16)
+        self.assertEqual(self.dead("sb-1"), [])
+
+    def test_refused_call_settles_one_by_one(self) -> None:
+        def handler(ev: a2.Event) -> Any:
+            kind = ev.payload["kind"]
+            if kind == "taken-id":
+                return [{"type": "x", "id": "taken"}]
+            if kind == "not-json":
+                return [{"type": "x", "payload": object()}]
+            return [{"type": "ok"}]
+
+        w = self.start(a2.Worker(support.DB, ["pyc"], handler, connect=CONNECT, name="pyc-1",
+                                 max_failures=1, retry_after_ms=0, settle_hold_ms=60000))
+        kinds = ["fine", "taken-id", "not-json", "fine"]
+        a2.append(self.conn, "sr-1", [{"type": "other", "id": "taken"}] + [
+            {"type": "job", "payload": {"kind": k}, "targets": [{"consumer": "pyc"}]}
+            for k in kinds])
+        dead = support.wait_until(lambda: len(self.dead("sr-1")) == 2 and self.dead("sr-1"),
+                                  "two dead letters")
+        support.wait_until(lambda: w.stats.completed == 2, "two completions")
+        errs = {d["index"]: d["last_error"] for d in dead}
+        self.assertTrue(errs[3].startswith("returned events refused: PARTIAL_DUPLICATE_BATCH: "),
+                        errs[3])
+        self.assertTrue(errs[4].startswith("returned events are not JSON: "), errs[4])
+        self.assertEqual(w.stats.settled_together, 0)
+        self.assertEqual(support.value("select count(*) from a2_events where session_id = 'sr-1'"
+                                       " and event_type = 'ok'"), 2)
+
+
 class Slots(WorkerTest):
     def test_sessions_one_slot_at_a_time_lanes_in_order(self) -> None:
         lock = threading.Lock()
@@ -299,6 +365,8 @@ class Options(unittest.TestCase):
             a2.Worker(db, ["c"], h, concurrency=0)
         with self.assertRaisesRegex(ValueError, "ttl_ms"):
             a2.Worker(db, ["c"], h, ttl_ms=5)
+        with self.assertRaisesRegex(ValueError, "settle_hold_ms must be an integer in 0..60000"):
+            a2.Worker(db, ["c"], h, settle_hold_ms=-1)
         with self.assertRaisesRegex(ValueError, "one or more consumers"):
             a2.Worker(db, [], h)
         with self.assertRaisesRegex(ValueError, "each named once"):
