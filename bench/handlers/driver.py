@@ -22,11 +22,12 @@
 #           a python3's start-up: spawn to its first statement, the median
 #           of N runs, in us
 import argparse
+import os
 import subprocess
 import sys
 import time
 
-SESSIONS = 64
+SESSIONS = int(os.environ.get("BENCH_SESSIONS", "64"))  # sessions the events go to
 POLL_S = 0.005
 
 

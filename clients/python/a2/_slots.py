@@ -14,6 +14,7 @@ Both reach the Worker they serve for its settings, counters and log.
 from __future__ import annotations
 
 import threading
+import time
 import traceback
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -21,7 +22,7 @@ import psycopg
 
 from . import errors, store
 from ._clock import mono_ms, real_ms
-from ._sessions import Ran
+from ._sessions import Ran, Turn, take_count
 from .event import Event
 
 if TYPE_CHECKING:
@@ -31,9 +32,12 @@ MAX_ERROR_TEXT = 4096   # bytes of a failure text kept (the tail)
 CLAIM_NEXT_RUNS = 16    # runs in a row whose lane completions claim the next head
 SETTLE_MAX_HEADS = 500  # outcomes settled in one call (the store takes 1000 operations)
 
-# A handled head waiting to be settled: its place in the claim, its event,
-# the events its handler returned, and its failure's text (None: completed).
-Outcome = Tuple[int, Event, List[Dict[str, Any]], Optional[str]]
+# A handled head waiting to be settled: its claim and place there, its
+# event, the events its handler returned, and its failure's text (None:
+# completed).
+Outcome = Tuple["Claim", int, Event, List[Dict[str, Any]], Optional[str]]
+# The heads a claim took in one session.
+Heads = Tuple[str, List[Dict[str, Any]]]
 
 
 def is_broken(conn: Optional[psycopg.Connection[Any]], exc: BaseException) -> bool:
@@ -108,7 +112,7 @@ class LeaseKeeper:
     def __init__(self, worker: "Worker") -> None:
         self._w = worker
         self._cv = threading.Condition()
-        self._claims: Dict[int, Claim] = {}
+        self._claims: Dict[int, List[Claim]] = {}
         self._quit = False
         self._conn: Optional[psycopg.Connection[Any]] = None
         self._interval = max(worker.ttl_ms // 3, 1)
@@ -127,10 +131,13 @@ class LeaseKeeper:
         close(self._conn)
         self._conn = None
 
-    def publish(self, slot: int, claim: Claim) -> None:
+    def publish(self, slot: int, claims: List[Claim]) -> None:
+        """The claims (one a session) whose handlers slot runs now."""
         with self._cv:
-            claim.next_renew = mono_ms() + self._interval
-            self._claims[slot] = claim
+            due = mono_ms() + self._interval
+            for claim in claims:
+                claim.next_renew = due
+            self._claims[slot] = claims
             self._cv.notify_all()
 
     def set_state(self, claim: Claim, i: int, state: int) -> None:
@@ -144,7 +151,8 @@ class LeaseKeeper:
     def _main(self) -> None:
         with self._cv:
             while not self._quit:
-                live = [c for c in self._claims.values() if any(s < 2 for s in c.state)]
+                live = [c for cs in self._claims.values() for c in cs
+                        if any(s < 2 for s in c.state)]
                 if not live:
                     self._cv.wait()
                     continue
@@ -223,29 +231,54 @@ class Slot:
 
     def _main(self) -> None:
         w = self._w
+        session_s = 0.0  # handler time a session in the last run
         try:
             try:
                 self.conn = self._open()
             except psycopg.Error:
                 self.conn = None  # the first session connects, and says why
             while True:
-                turn = w._sessions.take()
-                if turn is None:
+                turns = w._sessions.take(take_count(session_s))
+                if turns is None:
                     return
-                session = turn.job.session
+                w._count(runs=len(turns))
                 try:
-                    ran = self._run_session(session, turn.wake_log, turn.woken, turn.xid)
+                    if len(turns) == 1:
+                        t = turns[0]
+                        rans = [self._run_session(t.job.session, t.wake_log, t.woken, t.xid)]
+                    else:
+                        rans = self._run_together(turns)
                 except Exception as exc:  # a bug must not cost the slot
-                    w._log.exception("run of %s failed", session)
-                    ran = Ran(error=str(exc))
-                if ran.error is not None:
-                    w._count(store_errors=1)
-                    w._log.warning("%s", ran.error)
-                w._sessions.done(turn, ran)
+                    w._log.exception("run of %s failed",
+                                     ", ".join(t.job.session for t in turns))
+                    rans = [Ran(error=str(exc)) for _ in turns]
+                session_s = sum(r.handler_s for r in rans) / len(rans)
+                errs = {r.error for r in rans if r.error is not None}
+                w._count(store_errors=sum(r.error is not None for r in rans))
+                for e in errs:
+                    w._log.warning("%s", e)
+                for t, ran in zip(turns, rans):
+                    w._sessions.done(t, ran)
                 w._poke()  # the main loop recomputes its timers
         finally:
             close(self.conn)
             self.conn = None
+
+    def _conn(self) -> psycopg.Connection[Any]:
+        if self.conn is None:
+            self.conn = self._open()
+        return self.conn
+
+    def _failed(self, exc: BaseException) -> None:
+        if is_broken(self.conn, exc):
+            close(self.conn)
+            self.conn = None
+
+    def _claim_op(self, session: str, wake_log: bool, xid: int) -> Dict[str, Any]:
+        w = self._w
+        return store.claim_op(session, self.holder, ttl_ms=w.ttl_ms,
+                              consumers=w._consumers_json, max_failures=w.max_failures,
+                              now_ms=real_ms(), after_xid=xid or None, wake_logs=wake_log)
 
     def _run_session(self, session: str, wake_log: bool, once: bool, xid: int = 0) -> Ran:
         """Works one session until it is settled or busy; with ``once``, ends
@@ -255,12 +288,9 @@ class Slot:
         first claim (claimed again while it is still not visible)."""
         w = self._w
         ran = Ran(waited=xid != 0)
-        w._count(runs=1)
         what = "connect"
         try:
-            if self.conn is None:
-                self.conn = self._open()
-            conn = self.conn
+            conn = self._conn()
             while not w._sessions.stopping:
                 # the first claim (and one made again while the wake-up's
                 # commit is not visible) brings the log cursors up to date
@@ -273,104 +303,178 @@ class Slot:
                     continue  # still not visible (a synchronous standby holds it, say)
                 xid = 0  # visible: later claims need not wait
                 wake_log = False
-                dead = self._dead_lettered(session, cl)
-                outcome = cl.get("outcome")
-                if outcome == "busy":
-                    ran.retry_at = cl.get("retry_at") or 0
+                heads = self._claimed(session, cl, ran)
+                if heads is None:
                     break
-                heads = cl.get("heads") or []
-                if outcome != "claimed" or not heads:
-                    ran.retry_at = 0
-                    break
-                ran.claimed += len(heads)
-                w._count(claimed=len(heads))
                 what = "complete or fail"
-                # the completion of a lane's head claims the lane's next head
-                # in its call; the run goes on with those, CLAIM_NEXT_RUNS
-                # runs in a row at most (then they come back by wake-ups)
-                runs = 0
-                while heads:
-                    runs += 1
-                    heads, more_dead = self._run_heads(conn, session, heads,
-                                                       runs <= CLAIM_NEXT_RUNS)
-                    dead = dead or more_dead
-                    ran.claimed += len(heads)
-                    w._count(claimed=len(heads), claimed_next=len(heads))
-                if once and not dead:
+                dead = self._run_claims(conn, [(session, heads)], {session: ran})
+                if once and not (dead or cl.get("dead_lettered")):
                     break
         except (psycopg.Error, errors.Error) as exc:
             ran.error = f"{what} in {session} failed: {exc}"
-            if is_broken(self.conn, exc):
-                close(self.conn)
-                self.conn = None
+            self._failed(exc)
         return ran
 
-    def _run_heads(self, conn: psycopg.Connection[Any], session: str,
-                   heads: List[Dict[str, Any]],
-                   claim_next: bool) -> Tuple[List[Dict[str, Any]], bool]:
-        """Runs the heads of one claim in order and settles them: the
-        outcomes of handlers that end within ``settle_hold_ms`` of the first
-        one waiting go together, in one call (after a handler that took that
-        long, what waits is settled before the next handler runs). With
-        ``claim_next``, the completion of a lane's head claims the lane's
-        next head: returns those heads, and whether one of those claims
-        dead-lettered a head."""
-        refs = [{"consumer": h["consumer"], "lane": h.get("lane"), "index": h["index"],
-                 "attempt": h["attempt"]} for h in heads]
-        claim = Claim(session, self.holder, refs)
+    def _claimed(self, session: str, cl: Dict[str, Any], ran: Ran) -> Optional[List[Dict[str, Any]]]:
+        """The heads of a claim's result, counted in ran; None when it took
+        none (settled, or busy: ran.retry_at set). Counts its dead letters."""
+        self._dead_lettered(session, cl)
+        outcome = cl.get("outcome")
+        if outcome == "busy":
+            ran.retry_at = cl.get("retry_at") or 0
+            return None
+        heads = cl.get("heads") or []
+        if outcome != "claimed" or not heads:
+            ran.retry_at = 0
+            return None
+        ran.claimed += len(heads)
+        self._w._count(claimed=len(heads))
+        return heads
+
+    def _run_together(self, turns: List[Turn]) -> List[Ran]:
+        """Runs several sessions with one claim round each: one ``a2_batch``
+        claims them all, their heads run in turn and are settled together.
+        A session whose claim the store could not answer (still invisible,
+        a dead letter taken along, the call refused as a whole) then runs on
+        its own as a woken session does."""
+        w = self._w
+        rans = [Ran(waited=t.xid != 0, partial=not t.woken) for t in turns]
+        w._count(together_runs=len(turns))
+        again = [False] * len(turns)
+        names = ", ".join(t.job.session for t in turns)
+        what = "claim"
+        try:
+            conn = self._conn()
+            try:
+                results = store.batch(conn, [self._claim_op(t.job.session, t.wake_log, t.xid)
+                                             for t in turns])
+            except errors.StoreUnavailable:
+                raise
+            except (errors.Error, psycopg.errors.DeadlockDetected,
+                    psycopg.errors.SerializationFailure) as exc:
+                w._log.info("claiming %d sessions in one call was refused (%s): one by one",
+                            len(turns), exc)
+                results = None
+                again = [True] * len(turns)
+            work: List[Heads] = []
+            for k, (t, cl) in enumerate(zip(turns, results or [])):
+                if cl.get("outcome") == "busy" and cl.get("waiting_for"):
+                    again[k] = True
+                    continue
+                heads = self._claimed(t.job.session, cl, rans[k])
+                if heads is not None:
+                    again[k] = bool(cl.get("dead_lettered"))
+                    work.append((t.job.session, heads))
+            what = "complete or fail"
+            if work:
+                by = {t.job.session: r for t, r in zip(turns, rans)}
+                if self._run_claims(conn, work, by):
+                    # a lane's claim along the way dead-lettered a head: each
+                    # session that ran claims again on its own
+                    ran_ = {s for s, _ in work}
+                    again = [a or t.job.session in ran_ for a, t in zip(again, turns)]
+        except (psycopg.Error, errors.Error) as exc:
+            self._failed(exc)
+            for r in rans:
+                r.error = f"{what} in {names} failed: {exc}"
+            return rans
+        for k, t in enumerate(turns):
+            if again[k] and not w._sessions.stopping:
+                more = self._run_session(t.job.session, t.wake_log, True, t.xid)
+                r = rans[k]
+                r.claimed += more.claimed
+                r.retry_at = more.retry_at
+                r.error = more.error
+                r.handler_s += more.handler_s
+        return rans
+
+    def _run_claims(self, conn: psycopg.Connection[Any], work: List[Heads],
+                    rans: Dict[str, Ran]) -> bool:
+        """Runs the claimed heads, and then those their lanes' completions
+        claimed, CLAIM_NEXT_RUNS runs in a row at most (then the lanes come
+        back by their wake-ups); counts them in rans (by session). Whether a
+        lane's claim dead-lettered a head."""
+        w = self._w
+        runs = 0
+        dead = False
+        while work:
+            runs += 1
+            work, more_dead = self._run_heads(conn, work, runs <= CLAIM_NEXT_RUNS, rans)
+            dead = dead or more_dead
+            for session, heads in work:
+                rans[session].claimed += len(heads)
+                w._count(claimed=len(heads), claimed_next=len(heads))
+        return dead
+
+    def _run_heads(self, conn: psycopg.Connection[Any], work: List[Heads],
+                   claim_next: bool, rans: Dict[str, Ran]) -> Tuple[List[Heads], bool]:
+        """Runs the heads of claims (of one session or several) in order and
+        settles them: the outcomes of handlers that end within
+        ``settle_hold_ms`` of the first one waiting go together, in one call
+        (after a handler that took that long, what waits is settled before
+        the next handler runs). With ``claim_next``, the completion of a
+        lane's head claims the lane's next head: returns those heads by
+        session, and whether one of those claims dead-lettered a head."""
+        claims = [Claim(session, self.holder,
+                        [{"consumer": h["consumer"], "lane": h.get("lane"), "index": h["index"],
+                          "attempt": h["attempt"]} for h in heads])
+                  for session, heads in work]
         hold = self._w.settle_hold_ms
-        nxt: List[Dict[str, Any]] = []
+        nxt: Dict[str, List[Dict[str, Any]]] = {}
         dead = False
         pending: List[Outcome] = []
         held_at = 0    # when the first waiting outcome's handler ended
         slow = False   # the last handler took settle_hold_ms or more
-        self._keeper.publish(self.number, claim)
+        self._keeper.publish(self.number, claims)
         try:
-            for i, head in enumerate(heads):
-                if pending and (slow or len(pending) >= SETTLE_MAX_HEADS
-                                or mono_ms() - held_at >= hold):
-                    dead = self._settle_all(conn, claim, pending, claim_next, nxt) or dead
-                    pending = []
-                event = Event.from_head(session, head)
-                began = mono_ms()
-                returned, error = self._call_handler(event)
-                ended = mono_ms()
-                slow = ended - began >= hold
-                if not pending:
-                    held_at = ended
-                self._keeper.set_state(claim, i, 1)
-                pending.append((i, event, returned, error))
+            for claim, (session, heads) in zip(claims, work):
+                ran = rans[session]
+                for i, head in enumerate(heads):
+                    if pending and (slow or len(pending) >= SETTLE_MAX_HEADS
+                                    or mono_ms() - held_at >= hold):
+                        dead = self._settle_all(conn, pending, claim_next, nxt) or dead
+                        pending = []
+                    event = Event.from_head(session, head)
+                    began = time.monotonic()
+                    returned, error = self._call_handler(event)
+                    took = time.monotonic() - began
+                    ran.handler_s += took
+                    slow = took * 1000 >= hold
+                    if not pending:
+                        held_at = mono_ms()
+                    self._keeper.set_state(claim, i, 1)
+                    pending.append((claim, i, event, returned, error))
             if pending:
-                dead = self._settle_all(conn, claim, pending, claim_next, nxt) or dead
+                dead = self._settle_all(conn, pending, claim_next, nxt) or dead
         finally:
             self._keeper.unpublish(self.number)
-        return nxt, dead
+        return list(nxt.items()), dead
 
-    def _settle_all(self, conn: psycopg.Connection[Any], claim: Claim, pending: List[Outcome],
-                    claim_next: bool, nxt: List[Dict[str, Any]]) -> bool:
+    def _settle_all(self, conn: psycopg.Connection[Any], pending: List[Outcome],
+                    claim_next: bool, nxt: Dict[str, List[Dict[str, Any]]]) -> bool:
         """Settles the outcomes waiting: several in one call, or one by one
         (one alone, or several the store refused together: a returned event
         refused, a deadlock; nothing was settled then). The heads a lane's
-        completion claimed go to ``nxt``; returns whether such a claim
-        dead-lettered a head."""
+        completion claimed go to ``nxt`` by session; returns whether such a
+        claim dead-lettered a head."""
         claim_next = claim_next and not self._w._sessions.stopping
         claims = self._settle_together(conn, pending, claim_next) if len(pending) > 1 else None
         if claims is None:
             claims = []
-            for i, event, returned, error in pending:
+            for claim, i, event, returned, error in pending:
                 try:
                     claims.append(self._settle(conn, event, returned, error, claim_next))
                 finally:
                     self._keeper.set_state(claim, i, 2)
         else:
-            for i, _, _, _ in pending:
+            for claim, i, _, _, _ in pending:
                 self._keeper.set_state(claim, i, 2)
         dead = False
-        for cl in claims:
+        for (_, _, event, _, _), cl in zip(pending, claims):
             if cl is not None:
-                dead = self._dead_lettered(claim.session, cl) or dead
-                if cl.get("outcome") == "claimed":
-                    nxt.extend(cl.get("heads") or [])
+                dead = self._dead_lettered(event.session, cl) or dead
+                if cl.get("outcome") == "claimed" and cl.get("heads"):
+                    nxt.setdefault(event.session, []).extend(cl["heads"])
         return dead
 
     def _settle_together(self, conn: psycopg.Connection[Any], pending: List[Outcome],
@@ -382,7 +486,7 @@ class Slot:
         w = self._w
         now = real_ms()
         ops: List[Dict[str, Any]] = []
-        for _, event, returned, error in pending:
+        for _, _, event, returned, error in pending:
             head = {"session": event.session, "consumer": event.consumer, "lane": event.lane,
                     "index": event.index, "attempt": event.attempt, "now_ms": now}
             if error is not None:
@@ -392,10 +496,11 @@ class Slot:
             ops.append({"op": "complete", **head, "events": returned,
                         "consumers": w._consumers_json})
             if claim_next and event.lane is not None:
-                ops.append(store.lane_claim_op(event.session, event.consumer, event.lane,
-                                               holder=self.holder, ttl_ms=w.ttl_ms,
-                                               consumers=w._consumers_json,
-                                               max_failures=w.max_failures, now_ms=now))
+                ops.append(store.claim_op(event.session, self.holder, ttl_ms=w.ttl_ms,
+                                          consumers=w._consumers_json,
+                                          max_failures=w.max_failures, now_ms=now,
+                                          lanes=[{"consumer": event.consumer,
+                                                  "lane": event.lane}]))
         try:
             results = store.batch(conn, ops)
         except errors.StoreUnavailable:
@@ -408,7 +513,7 @@ class Slot:
         w._count(settled_together=len(pending))
         claims: List[Optional[Dict[str, Any]]] = []
         k = 0
-        for _, event, _, error in pending:
+        for _, _, event, _, error in pending:
             res = results[k]
             k += 1
             if error is not None:

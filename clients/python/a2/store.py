@@ -265,22 +265,32 @@ def complete_claim_next(conn: psycopg.Connection[Any], session: str, consumer: s
                           "lane": lane, "index": index, "attempt": attempt,
                           "events": list(events or []),
                           "consumers": consumers_json(consumers), "now_ms": now_ms}
-    nxt = lane_claim_op(session, consumer, lane, holder=holder, ttl_ms=ttl_ms,
-                        consumers=consumers, max_failures=max_failures, now_ms=now_ms)
+    nxt = claim_op(session, holder, ttl_ms=ttl_ms, consumers=consumers,
+                   max_failures=max_failures, now_ms=now_ms,
+                   lanes=[{"consumer": consumer, "lane": lane}])
     done, claimed = batch(conn, [op, nxt])
     return done, claimed
 
 
-def lane_claim_op(session: str, consumer: str, lane: str, *, holder: str, ttl_ms: int,
-                  consumers: Optional[Iterable[Consumer]] = None,
-                  max_failures: Optional[int] = None,
-                  now_ms: Optional[int] = None) -> Dict[str, Any]:
-    """The :func:`batch` operation that claims the head of one lane for
-    ``holder``: after that lane's completion in the same batch, its next
-    head (as :func:`complete_claim_next` does)."""
-    return {"op": "claim", "session": session, "holder": holder, "ttl_ms": ttl_ms,
-            "consumers": consumers_json(consumers), "max_failures": max_failures,
-            "now_ms": now_ms, "lanes": [{"consumer": consumer, "lane": lane}]}
+def claim_op(session: str, holder: str, *, ttl_ms: Optional[int] = None,
+             consumers: Optional[Iterable[Consumer]] = None,
+             max_failures: Optional[int] = None, now_ms: Optional[int] = None,
+             after_xid: Optional[int] = None, wake_logs: bool = False,
+             lanes: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
+    """A claim as a :func:`batch` operation (the arguments of :func:`claim`):
+    several sessions' claims in one call, or after a lane's completion the
+    claim of that lane's next head (``lanes``), as
+    :func:`complete_claim_next` does."""
+    op: Dict[str, Any] = {"op": "claim", "session": session, "holder": holder,
+                          "ttl_ms": ttl_ms, "consumers": consumers_json(consumers),
+                          "max_failures": max_failures, "now_ms": now_ms}
+    if after_xid is not None:
+        op["after_xid"] = after_xid
+    if wake_logs:
+        op["wake_logs"] = True
+    if lanes is not None:
+        op["lanes"] = list(lanes)
+    return op
 
 
 def fail(conn: psycopg.Connection[Any], session: str, consumer: str, lane: Optional[str],

@@ -66,6 +66,7 @@ class WorkerStats:
     resyncs: int = 0         # pages through the pending sessions (connect, resync)
     sweeps: int = 0          # degraded sweeps
     runs: int = 0            # session runs by the slots
+    together_runs: int = 0   # of those, made with other sessions: one claim call for all
     claimed: int = 0         # heads claimed
     claimed_next: int = 0    # of those, by the completion of their lane's previous head
     completed: int = 0

@@ -279,6 +279,64 @@ class SettleTogether(WorkerTest):
                                        " and event_type = 'ok'"), 2)
 
 
+class Together(WorkerTest):
+    """A slot that frees up while sessions wait takes several and runs them
+    with one claim call: woken ones for one claim round, swept ones to
+    their end."""
+
+    def test_woken_sessions_run_together_in_wake_order(self) -> None:
+        gate = threading.Event()
+        lock = threading.Lock()
+        order: List[str] = []
+
+        def handler(ev: a2.Event) -> None:
+            with lock:
+                order.append(ev.session)
+            if ev.session == "tw-gate":
+                gate.wait(support.WAIT_S)
+
+        w = self.start(a2.Worker(support.DB, ["pyt"], handler, connect=CONNECT, name="pyt-1",
+                                 concurrency=1))
+        job = {"type": "job", "targets": [{"consumer": "pyt"}]}
+        a2.append(self.conn, "tw-gate", [job])
+        support.wait_until(lambda: order == ["tw-gate"], "the gate's handler")
+        for k in range(5):
+            a2.append(self.conn, f"tw-{k}", [job])
+        support.wait_until(lambda: w.stats.wakes >= 6, "six wake-ups")
+        gate.set()
+        support.wait_until(lambda: w.stats.completed == 6, "six completions")
+        self.assertEqual(order, ["tw-gate"] + [f"tw-{k}" for k in range(5)])
+        # after the gate's slow run the slot takes one session, then, its
+        # handler quick, the other four together (fewer should a handler be
+        # descheduled for 5 ms)
+        st = w.stats
+        self.assertTrue(2 <= st.together_runs <= 4, st)
+        self.assertEqual(st.runs, 6)
+
+    def test_swept_sessions_run_together_to_their_end(self) -> None:
+        seen: dict = {}
+        lock = threading.Lock()
+
+        def handler(ev: a2.Event) -> None:
+            with lock:
+                seen.setdefault(ev.session, []).append(ev.index)
+
+        # ten lanes of 20 heads, found by the one sweep of a worker that has
+        # no a2-consumer: 17 heads of each in the first run (its claim and
+        # 16 claims of the next head), the rest only because a swept session
+        # that claimed is run again
+        for k in range(10):
+            a2.append(self.conn, f"tz-{k}", [support.lane_event("pyz", {"n": n})
+                                             for n in range(20)])
+        w = self.start(a2.Worker(support.DB, ["pyz"], handler, name="pyz-1", concurrency=1,
+                                 degraded_sweep_ms=86_400_000), connected=False)
+        support.wait_until(lambda: w.stats.completed == 200, "200 completions")
+        self.assertEqual(seen, {f"tz-{k}": list(range(1, 21)) for k in range(10)})
+        st = w.stats
+        self.assertEqual(st.sweeps, 1)
+        self.assertGreaterEqual(st.together_runs, 10)
+
+
 class Slots(WorkerTest):
     def test_sessions_one_slot_at_a_time_lanes_in_order(self) -> None:
         lock = threading.Lock()
