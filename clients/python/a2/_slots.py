@@ -371,8 +371,8 @@ class Slot:
                 if self._run_claims(conn, work, by):
                     # a lane's claim along the way dead-lettered a head: each
                     # session that ran claims again on its own
-                    ran_ = {s for s, _ in work}
-                    again = [a or t.job.session in ran_ for a, t in zip(again, turns)]
+                    worked = {s for s, _ in work}
+                    again = [a or t.job.session in worked for a, t in zip(again, turns)]
         except (psycopg.Error, errors.Error) as exc:
             self._failed(exc)
             for r in rans:
