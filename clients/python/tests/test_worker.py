@@ -313,6 +313,32 @@ class Together(WorkerTest):
         self.assertTrue(2 <= st.together_runs <= 4, st)
         self.assertEqual(st.runs, 6)
 
+    def test_log_wakes_run_together(self) -> None:
+        # the same with a log consumer: each session's log cursor is started
+        # in the claim call of the sessions run together
+        gate = threading.Event()
+        lock = threading.Lock()
+        order: List[str] = []
+        auditor = a2.LogConsumer("pytl", types=["tick"], backfill=True)
+
+        def handler(ev: a2.Event) -> None:
+            with lock:
+                order.append(ev.session)
+            if ev.session == "tl-gate":
+                gate.wait(support.WAIT_S)
+
+        w = self.start(a2.Worker(support.DB, [auditor], handler, connect=CONNECT,
+                                 name="pytl-1", concurrency=1))
+        a2.append(self.conn, "tl-gate", [{"type": "tick"}])
+        support.wait_until(lambda: order == ["tl-gate"], "the gate's handler")
+        for k in range(5):
+            a2.append(self.conn, f"tl-{k}", [{"type": "tick"}])
+        support.wait_until(lambda: w.stats.wakes >= 6, "six log wake-ups")
+        gate.set()
+        support.wait_until(lambda: w.stats.completed == 6, "six completions")
+        self.assertEqual(order, ["tl-gate"] + [f"tl-{k}" for k in range(5)])
+        self.assertTrue(2 <= w.stats.together_runs <= 4, w.stats)
+
     def test_swept_sessions_run_together_to_their_end(self) -> None:
         seen: dict = {}
         lock = threading.Lock()
