@@ -274,11 +274,14 @@ class Slot:
             close(self.conn)
             self.conn = None
 
-    def _claim_op(self, session: str, wake_log: bool, xid: int) -> Dict[str, Any]:
+    def _claim_args(self, **extra: Any) -> Dict[str, Any]:
+        """The keyword arguments of this slot's claims (:func:`store.claim`,
+        :func:`store.claim_op`), with ``extra`` over them."""
         w = self._w
-        return store.claim_op(session, self.holder, ttl_ms=w.ttl_ms,
-                              consumers=w._consumers_json, max_failures=w.max_failures,
-                              now_ms=real_ms(), after_xid=xid or None, wake_logs=wake_log)
+        args: Dict[str, Any] = {"ttl_ms": w.ttl_ms, "consumers": w._consumers_json,
+                                "max_failures": w.max_failures, "now_ms": real_ms()}
+        args.update(extra)
+        return args
 
     def _run_session(self, session: str, wake_log: bool, once: bool, xid: int = 0) -> Ran:
         """Works one session until it is settled or busy; with ``once``, ends
@@ -295,10 +298,8 @@ class Slot:
                 # the first claim (and one made again while the wake-up's
                 # commit is not visible) brings the log cursors up to date
                 what = "claim"
-                cl = store.claim(conn, session, self.holder, ttl_ms=w.ttl_ms,
-                                 consumers=w._consumers_json, max_failures=w.max_failures,
-                                 now_ms=real_ms(), after_xid=xid or None,
-                                 wake_logs=wake_log)
+                cl = store.claim(conn, session, self.holder,
+                                 **self._claim_args(after_xid=xid or None, wake_logs=wake_log))
                 if cl.get("outcome") == "busy" and cl.get("waiting_for"):
                     continue  # still not visible (a synchronous standby holds it, say)
                 xid = 0  # visible: later claims need not wait
@@ -346,8 +347,11 @@ class Slot:
         try:
             conn = self._conn()
             try:
-                results = store.batch(conn, [self._claim_op(t.job.session, t.wake_log, t.xid)
-                                             for t in turns])
+                results = store.batch(conn, [
+                    store.claim_op(t.job.session, self.holder,
+                                   **self._claim_args(after_xid=t.xid or None,
+                                                      wake_logs=t.wake_log))
+                    for t in turns])
             except errors.StoreUnavailable:
                 raise
             except (errors.Error, psycopg.errors.DeadlockDetected,
@@ -496,11 +500,10 @@ class Slot:
             ops.append({"op": "complete", **head, "events": returned,
                         "consumers": w._consumers_json})
             if claim_next and event.lane is not None:
-                ops.append(store.claim_op(event.session, self.holder, ttl_ms=w.ttl_ms,
-                                          consumers=w._consumers_json,
-                                          max_failures=w.max_failures, now_ms=now,
-                                          lanes=[{"consumer": event.consumer,
-                                                  "lane": event.lane}]))
+                ops.append(store.claim_op(event.session, self.holder,
+                                          **self._claim_args(now_ms=now, lanes=[
+                                              {"consumer": event.consumer,
+                                               "lane": event.lane}])))
         try:
             results = store.batch(conn, ops)
         except errors.StoreUnavailable:
