@@ -13,7 +13,7 @@
 /* Arguments in each function's order, every one given (store_int.h):
  *   a2_claim(session, holder, ttl_ms, expires_at, consumers, exclude,
  *            max_failures, through, now_ms, text_payloads, after_xid, wait_ms,
- *            wake_logs)
+ *            wake_logs, lanes, log_from)
  *   a2_renew(session, holder, claims, ttl_ms, expires_at, now_ms)
  *   a2_complete(session, consumer, lane, index, attempt, events, consumers,
  *               now_ms, text_payloads)
@@ -21,7 +21,7 @@
  *           retry_after_ms, now_ms) */
 #define SQL_CLAIM                                                              \
     "select a2_claim($1, $2, null, $3, $4, $5, $6::integer, $7, $8, true, "   \
-    "$9, $10, $11::boolean)"
+    "$9, $10, $11::boolean, null, $12)"
 #define SQL_RENEW "select a2_renew($1, $2, $3, null, $4, $5)"
 #define SQL_COMPLETE                                                           \
     "select a2_complete($1, $2, $3, $4, $5::integer, $6, $7, $8, true)"
@@ -68,6 +68,8 @@ static int check_claim(a2_store *s, const a2_claim_request *req)
                             "max failures must be at least 1 (0: no limit)");
     if (rc == 0)
         rc = a2__store_check_not_negative(s, "through", req->through);
+    if (rc == 0)
+        rc = a2__store_check_not_negative(s, "log_from", req->log_from);
     if (rc == 0)
         rc = a2__store_check_consumers(s, req->consumers, req->nconsumers);
     if (rc == 0)
@@ -159,6 +161,9 @@ static json_t *claim_op(const a2_claim_session *cs, const a2_claim_request *req,
     if (o && wakes_logs(req) &&
         json_object_set_new(o, "wake_logs", json_true()) != 0)
         goto nomem;
+    if (o && wakes_logs(req) && cs->log_from > 0 &&
+        json_object_set_new(o, "log_from", json_integer(cs->log_from)) != 0)
+        goto nomem;
     return o;
 nomem:
     json_decref(o);
@@ -185,6 +190,9 @@ static int claim_one(a2_store *s, const a2_claim_session *cs,
                                           : A2_STORE_NONE);
     a2__store_param_int(&p, req->wait_ms > 0 ? req->wait_ms : 1000);
     a2__store_param_text(&p, wakes_logs(req) ? "true" : "false");
+    a2__store_param_int(&p, wakes_logs(req) && cs->log_from > 0
+                                    ? cs->log_from
+                                    : A2_STORE_NONE);
     json_t *res = NULL;
     int rc = a2__store_run(s, SQL_CLAIM, &p, false, &res);
     if (rc == 0)
@@ -242,12 +250,12 @@ int a2_store_claim(a2_store *s, const char *session,
         rc = check_claim(s, req);
     if (rc)
         return rc;
-    a2_claim_session cs = {session, req->after_xid};
+    a2_claim_session cs = {session, req->after_xid, req->log_from};
     return claim_one(s, &cs, req, out);
 }
 
 /* The sessions of a2_store_claim_sessions: 1..A2_STORE_MAX_SETTLE names,
- * none twice. */
+ * none twice, no log_from negative. */
 static int check_claim_sessions(a2_store *s, const a2_claim_session *cs,
                                 size_t n)
 {
@@ -262,6 +270,8 @@ static int check_claim_sessions(a2_store *s, const a2_claim_session *cs,
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < n; i++) {
         rc = a2__store_check_name(s, "session", cs[i].session);
+        if (rc == 0)
+            rc = a2__store_check_not_negative(s, "log_from", cs[i].log_from);
         names[i] = cs[i].session;
     }
     const char *twice = rc == 0 ? a2__store_first_repeat(names, n) : NULL;
@@ -507,7 +517,8 @@ void a2_settle_results_free(a2_settle_result *results, size_t n)
 static json_t *claim_next_op(const char *session, const a2_settlement *st,
                              int64_t now)
 {
-    a2_claim_session cs = {session, st->claim_next->after_xid};
+    a2_claim_session cs = {session, st->claim_next->after_xid,
+                           st->claim_next->log_from};
     json_t *o = claim_op(&cs, st->claim_next, now);
     json_t *lane = json_pack("[{s:s, s:s}]", "consumer", st->attempt.consumer,
                              "lane", st->attempt.lane);

@@ -113,8 +113,14 @@ static void run_jobs(pool_slot *s, const a2__run *runs, size_t n, int *rcs,
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (n > 1) {
-            together[k] = (a2_claim_session){runs[i].session, runs[i].xid};
+            together[k] = (a2_claim_session){runs[i].session, runs[i].xid,
+                                             runs[i].log_from};
             place[k++] = i;
+        } else if (runs[i].log_from > 0) {
+            /* a log wake-up's: a new log cursor starts at its event */
+            a2_claim_session one = {runs[i].session, runs[i].xid,
+                                    runs[i].log_from};
+            rcs[i] = a2_worker_runner_run_sessions(s->runner, &one, 1, &st[i]);
         } else if (runs[i].woken) {
             rcs[i] = a2_worker_runner_run_woken(s->runner, runs[i].session,
                                                 runs[i].wake_log != 0,
@@ -404,9 +410,9 @@ void a2_worker_pool_free(a2_worker_pool *p)
 
 /* Schedules session under mu. */
 static int add_locked(a2_worker_pool *p, const char *session, bool wake_log,
-                      int hinted, uint64_t xid)
+                      int hinted, uint64_t xid, int64_t log_from)
 {
-    int rc = a2__sched_add(p->sched, session, wake_log, hinted, xid);
+    int rc = a2__sched_add(p->sched, session, wake_log, hinted, xid, log_from);
     if (rc == 1) {
         pthread_cond_signal(&p->work_cv);
         return 0;
@@ -417,12 +423,12 @@ static int add_locked(a2_worker_pool *p, const char *session, bool wake_log,
 }
 
 static int add(a2_worker_pool *p, const char *session, bool wake_log,
-               int hinted, uint64_t xid)
+               int hinted, uint64_t xid, int64_t log_from)
 {
     if (!p || !session || !*session)
         return A2_WORKER_EINVAL;
     pthread_mutex_lock(&p->mu);
-    int rc = add_locked(p, session, wake_log, hinted, xid);
+    int rc = add_locked(p, session, wake_log, hinted, xid, log_from);
     pthread_mutex_unlock(&p->mu);
     return rc;
 }
@@ -430,12 +436,12 @@ static int add(a2_worker_pool *p, const char *session, bool wake_log,
 int a2_worker_pool_wake(a2_worker_pool *p, const char *session, bool wake_log,
                         uint64_t xid)
 {
-    return add(p, session, wake_log, 1, xid);
+    return add(p, session, wake_log, 1, xid, 0);
 }
 
 int a2_worker_pool_queue(a2_worker_pool *p, const char *session, bool wake_log)
 {
-    return add(p, session, wake_log, 0, 0);
+    return add(p, session, wake_log, 0, 0, 0);
 }
 
 /* The index of consumer among the served ones, -1: not served. */
@@ -492,7 +498,7 @@ int a2_worker_pool_resync(a2_worker_pool *p, const char *consumer,
         }
         pthread_mutex_lock(&p->mu);
         for (size_t i = 0; i < page.count; i++) {
-            int arc = add_locked(p, page.items[i], false, 0, 0);
+            int arc = add_locked(p, page.items[i], false, 0, 0, 0);
             if (arc < 0 && rc == 0)
                 rc = arc;
         }
@@ -524,8 +530,8 @@ int a2_worker_pool_event(a2_worker_pool *p, const a2_worker_event *ev)
     switch (ev->type) {
     case A2_WORKER_EV_WAKE:
         return a2_worker_pool_wake(p, ev->session, false, ev->xid);
-    case A2_WORKER_EV_LOG:
-        return a2_worker_pool_wake(p, ev->session, true, ev->xid);
+    case A2_WORKER_EV_LOG: /* a new log cursor starts at its event */
+        return add(p, ev->session, true, 1, ev->xid, ev->idx > 0 ? ev->idx : 0);
     case A2_WORKER_EV_SWEEP:
         return a2_worker_pool_queue(p, ev->session, is_log);
     case A2_WORKER_EV_RESYNC: {

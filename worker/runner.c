@@ -614,9 +614,10 @@ static int run_published(a2_worker_runner *r, head_run *hr,
 
 /* The claim request of the runner (after_xid: the wake-up's commit;
  * wake_logs: bring the served log consumers' cursors up to date first, in
- * the claim's transaction). */
+ * the claim's transaction, a new one from log_from). */
 static a2_claim_request claim_request(const a2_worker_runner *r,
-                                      uint64_t after_xid, bool wake_logs)
+                                      uint64_t after_xid, bool wake_logs,
+                                      int64_t log_from)
 {
     return (a2_claim_request){.holder = r->holder,
                               .ttl_ms = r->ttl_ms,
@@ -624,7 +625,8 @@ static a2_claim_request claim_request(const a2_worker_runner *r,
                               .nconsumers = r->nconsumers,
                               .max_failures = r->max_failures,
                               .after_xid = after_xid,
-                              .wake_logs = wake_logs};
+                              .wake_logs = wake_logs,
+                              .log_from = log_from};
 }
 
 /* Runs in a row whose completions claim their lanes' next heads; the next
@@ -654,7 +656,7 @@ static int run_claims(a2_worker_runner *r, claimed *c, size_t n, bool *some)
         bool ran = rc == 0;
         if (ran) {
             hr.claim_next = runs < CLAIM_NEXT_RUNS;
-            hr.next_req = claim_request(r, 0, false);
+            hr.next_req = claim_request(r, 0, false, 0);
             for (size_t k = 0; k < n; k++)
                 head_run_add(&hr, c[k].session, &c[k].res.heads, c[k].st);
             rc = run_published(r, &hr, c[0].st);
@@ -681,9 +683,10 @@ static int run_claims(a2_worker_runner *r, claimed *c, size_t n, bool *some)
 /* The run of a2_worker_runner_run; with once, it ends after the first
  * claim's heads when that claim took every eligible head it saw. after_xid:
  * the wake-up's commit, which the first claim waits for (claimed again
- * while the store reports it still invisible). */
+ * while the store reports it still invisible); log_from: where that claim
+ * starts a new log cursor (a2_claim_request.log_from). */
 static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
-                       bool once, uint64_t after_xid,
+                       bool once, uint64_t after_xid, int64_t log_from,
                        a2_worker_run_stats *stats)
 {
     a2_worker_run_stats local = {0};
@@ -699,7 +702,7 @@ static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
     while (!r->stopping) {
         /* The first claim (and one made again while the wake-up's commit
          * is not visible) brings the log cursors up to date first. */
-        a2_claim_request req = claim_request(r, after_xid, wake_log);
+        a2_claim_request req = claim_request(r, after_xid, wake_log, log_from);
         claimed c = {{0}, session, st};
         if (a2_store_claim(r->store, session, &req, &c.res) != 0) {
             a2_claim_result_free(&c.res);
@@ -732,14 +735,14 @@ static int run_session(a2_worker_runner *r, const char *session, bool wake_log,
 int a2_worker_runner_run(a2_worker_runner *r, const char *session,
                          bool wake_log, a2_worker_run_stats *stats)
 {
-    return run_session(r, session, wake_log, false, 0, stats);
+    return run_session(r, session, wake_log, false, 0, 0, stats);
 }
 
 int a2_worker_runner_run_woken(a2_worker_runner *r, const char *session,
                                bool wake_log, uint64_t after_xid,
                                a2_worker_run_stats *stats)
 {
-    return run_session(r, session, wake_log, true, after_xid, stats);
+    return run_session(r, session, wake_log, true, after_xid, 0, stats);
 }
 
 /* Adds the counts of b to a; a's retry_at becomes b's. */
@@ -769,7 +772,8 @@ int a2_worker_runner_run_sessions(a2_worker_runner *r,
             return A2_WORKER_EINVAL;
     if (n == 1)
         return run_session(r, sessions[0].session, true, true,
-                           sessions[0].after_xid, &stats[0]);
+                           sessions[0].after_xid, sessions[0].log_from,
+                           &stats[0]);
     if (r->stopping)
         return A2_WORKER_ESTOPPED;
     int rc = ensure_store(r);
@@ -787,7 +791,7 @@ int a2_worker_runner_run_sessions(a2_worker_runner *r,
     }
     /* (wake_logs: the store brings the cursors of the log consumers among
      * the served ones up to date, when there are any) */
-    a2_claim_request req = claim_request(r, 0, true);
+    a2_claim_request req = claim_request(r, 0, true, 0);
     if (a2_store_claim_sessions(r->store, sessions, n, &req, cl) != 0) {
         const a2_store_error *e = a2_store_last_error(r->store);
         if (e->code == A2_ESTORE_UNAVAILABLE || e->code == A2_ESTORE_NOMEM)
@@ -818,7 +822,7 @@ int a2_worker_runner_run_sessions(a2_worker_runner *r,
             continue;
         a2_worker_run_stats more;
         rc = run_session(r, sessions[i].session, true, true,
-                         sessions[i].after_xid, &more);
+                         sessions[i].after_xid, sessions[i].log_from, &more);
         stats_add(&stats[i], &more);
     }
     free(c);

@@ -21,8 +21,10 @@ struct a2__job {
     int rechecks;     /* runs that found nothing after a wake-up */
     uint64_t xid;     /* the latest wake-up's commit, which the next run
                          waits for (0: none) */
+    int64_t log_from; /* the earliest index log wake-ups named (0: none) */
     int run_wake_log; /* the run in progress: its wake_log */
-    uint64_t run_xid; /* ... and its xid */
+    uint64_t run_xid; /* ... its xid */
+    int64_t run_log_from; /* ... and its log_from */
     a2__job *hnext;  /* hash chain */
     a2__job *rnext;  /* ready queue */
 };
@@ -250,8 +252,14 @@ static void set_timer(a2__sched *s, a2__job *j, int64_t at)
     sift_down(s, j->heap_at - 1);
 }
 
+/* The earlier of two event indexes (0: none). */
+static int64_t earliest(int64_t a, int64_t b)
+{
+    return a == 0 || (b != 0 && b < a) ? b : a;
+}
+
 int a2__sched_add(a2__sched *s, const char *session, int wake_log, int hinted,
-                   uint64_t xid)
+                   uint64_t xid, int64_t log_from)
 {
     if (s->stopping)
         return A2_WORKER_ESTOPPED;
@@ -261,6 +269,7 @@ int a2__sched_add(a2__sched *s, const char *session, int wake_log, int hinted,
     j->wake_log |= wake_log;
     if (xid)
         j->xid = xid;
+    j->log_from = earliest(j->log_from, log_from);
     if (hinted && !j->hinted) {
         j->hinted = 1;
         j->rechecks = 0;
@@ -291,10 +300,13 @@ a2__job *a2__sched_take(a2__sched *s, a2__run *run)
     j->wake_log = 0;
     j->run_xid = j->xid;
     j->xid = 0;
+    j->run_log_from = j->log_from;
+    j->log_from = 0;
     s->nrunning++;
     run->session = j->session;
     run->wake_log = j->run_wake_log;
     run->xid = j->run_xid;
+    run->log_from = j->run_log_from;
     /* Woken by a2-consumer, which announces every head that becomes
      * claimable: one claim round is enough. */
     run->woken = j->hinted;
@@ -325,6 +337,8 @@ a2__next a2__sched_done(a2__sched *s, a2__job *j, const a2__run_end *end,
         return next;
     }
     j->wake_log |= next.wake_log;
+    if (next.wake_log)
+        j->log_from = earliest(j->log_from, j->run_log_from);
     if (next.kind == A2W_RUN_AGAIN) {
         j->again = 0;
         push_ready(s, j);

@@ -49,7 +49,8 @@ typedef struct {
  * The next step. A wake-up can outrun the visibility of its commit to new
  * snapshots: a run given the wake-up's xid has the store wait for that
  * commit; one without (from a consumer that sends none) that claimed
- * nothing looks again after 20, 40 and 80 ms. A log wake-up is kept for
+ * nothing looks again after 20, 40 and 80 ms. A log wake-up (and the index
+ * it named) is kept for
  * every run scheduled after it (again, a store retry, a lease retry, a
  * recheck) until one ends with nothing left to do: the run that took it may
  * not have seen its events yet, and starting a log cursor's run is
@@ -68,6 +69,8 @@ typedef struct {
     const char *session; /* borrowed until a2__sched_done */
     int wake_log;        /* bring the log cursors up to date first */
     uint64_t xid;        /* the wake-up's commit to wait for, 0: none */
+    int64_t log_from;    /* the earliest index its log wake-ups named (a
+                            new log cursor starts there), 0: none */
     int woken;           /* a wake-up named it: one claim round */
 } a2__run;
 
@@ -85,13 +88,14 @@ void a2__sched_free(a2__sched *s);
 
 /*
  * Schedules session: hinted when a2-consumer named it (a wake-up), with
- * wake_log and xid for its next run. Returns 1 when it joined the tail of
+ * wake_log, xid and log_from (the index a log wake-up named, 0: none; the
+ * earliest is kept) for its next run. Returns 1 when it joined the tail of
  * the ready queue (its timer, if any, cancelled), 0 when it was merged into
  * its place in the queue or into its run in progress (run once more
  * afterwards), A2_WORKER_ESTOPPED or A2_WORKER_ENOMEM.
  */
 int a2__sched_add(a2__sched *s, const char *session, int wake_log, int hinted,
-                   uint64_t xid);
+                   uint64_t xid, int64_t log_from);
 
 /* Takes the head of the ready queue for a run (*run filled); NULL when the
  * queue is empty or the table stopped. */

@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 /* The schema version sql/schema.sql installs (a2_meta.schema_version). */
-#define A2_SCHEMA_VERSION "8"
+#define A2_SCHEMA_VERSION "9"
 
 /* The text of sql/schema.sql, built into the library. */
 extern const char a2_schema_sql[];

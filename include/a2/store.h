@@ -374,7 +374,10 @@ A2_STORE_MUST_CHECK int a2_store_cursors(a2_store *store, const char *session,
  * index. A consumer with no cursor and nothing after the latest clear stays
  * without one: the cursor reported is idle at the head. after_xid: the
  * `xid` of the log message that asked for this (0: none), whose commit is
- * waited for first, at most a second (see a2_claim_request).
+ * waited for first, at most a second (see a2_claim_request). A new cursor
+ * starts after the session's head (at the beginning of the log with
+ * backfill); a claim with wake_logs and log_from starts it at the event a
+ * log message named instead.
  */
 A2_STORE_MUST_CHECK int a2_store_wake_log(a2_store *store, const char *session,
                                           const a2_consumer *consumer,
@@ -405,6 +408,12 @@ typedef struct a2_claim_request {
      * claim's transaction and round trip: one commit where a wake-up of a
      * log consumer took two. */
     bool wake_logs;
+    /* With wake_logs: the earliest event index the `log` wake-ups named
+     * (a2_worker_event.idx; 0: none). A log cursor this claim starts (the
+     * consumer has none in the session yet, no backfill) starts at that
+     * event, so the event that woke the consumer is its first, rather than
+     * after the session's head. */
+    int64_t log_from;
 } a2_claim_request;
 
 typedef enum a2_claim_outcome {
@@ -439,24 +448,27 @@ A2_STORE_MUST_CHECK int a2_store_claim(a2_store *store, const char *session,
                                        const a2_claim_request *req,
                                        a2_claim_result *out);
 
-/* One session of a2_store_claim_sessions: its name and the `xid` of the
- * wake-up that asked for its claim (0: none; see after_xid above). */
+/* One session of a2_store_claim_sessions: its name, the `xid` of the
+ * wake-up that asked for its claim (0: none; see after_xid above) and the
+ * earliest index its `log` wake-ups named (0: none; see log_from above). */
 typedef struct a2_claim_session {
     const char *session;
     uint64_t after_xid;
+    int64_t log_from;
 } a2_claim_session;
 
 /*
  * Claims for each of n sessions (1..A2_STORE_MAX_SETTLE, none twice) what
- * a2_store_claim would with req (req->after_xid is not used: each session
- * has its own), in one transaction and one round trip (a2_batch), all or
- * nothing. out (n entries) gets each session's result in the order given;
- * free each with a2_claim_result_free. a2_batch takes the sessions' locks
- * in the byte order of their names, so two such calls never wait on each
- * other in a cycle; the locks are held to the call's commit, and a claim
- * that waits for its wake-up's commit (at most req->wait_ms) holds those
- * of the sessions claimed before it meanwhile. A2_ESTORE_FAILED for a
- * deadlock with another transaction: nothing was claimed, claim again.
+ * a2_store_claim would with req (req->after_xid and req->log_from are not
+ * used: each session has its own), in one transaction and one round trip
+ * (a2_batch), all or nothing. out (n entries) gets each session's result
+ * in the order given; free each with a2_claim_result_free. a2_batch takes
+ * the sessions' locks in the byte order of their names, so two such calls
+ * never wait on each other in a cycle; the locks are held to the call's
+ * commit, and a claim that waits for its wake-up's commit (at most
+ * req->wait_ms) holds those of the sessions claimed before it meanwhile.
+ * A2_ESTORE_FAILED for a deadlock with another transaction: nothing was
+ * claimed, claim again.
  */
 A2_STORE_MUST_CHECK int
 a2_store_claim_sessions(a2_store *store, const a2_claim_session *sessions,

@@ -133,7 +133,8 @@ typedef struct a2_worker_options {
 typedef enum a2_worker_event_type {
     A2_WORKER_EV_WAKE = 1,     /* consumer, session, cursor, head, lsn, xid */
     A2_WORKER_EV_LOG,          /* consumer, session, idx, event_type, lsn:
-                                  claim with a2_claim_request.wake_logs */
+                                  claim with a2_claim_request.wake_logs
+                                  and log_from = idx */
     A2_WORKER_EV_CLEARED,      /* session, clear_index, lsn */
     A2_WORKER_EV_RESYNC,       /* consumer; sessions[nsessions], or
                                   all_sessions: claim whatever is pending */
@@ -373,7 +374,8 @@ A2_WORKER_MUST_CHECK int a2_worker_runner_run_woken(a2_worker_runner *r,
 /*
  * a2_worker_runner_run_woken for n woken sessions at once
  * (1..A2_STORE_MAX_SETTLE, none twice; each with its wake-up's xid as
- * after_xid; with wake_log when the runner serves a log consumer): one
+ * after_xid and, after `log` wake-ups, the earliest idx they named as
+ * log_from; with wake_log when the runner serves a log consumer): one
  * claim round trip for all of them, log wake-ups included
  * (a2_store_claim_sessions), their heads handled session by session in the
  * order given (each session's in its claim's order, so every lane keeps its
@@ -473,7 +475,8 @@ void a2_worker_pool_free(a2_worker_pool *p);
 
 /*
  * What an a2_worker reported, for the pool: WAKE and LOG run the session
- * (a2_worker_pool_wake, LOG with wake_log), SWEEP runs it
+ * (a2_worker_pool_wake, LOG with wake_log, a new log cursor starting at
+ * its event: a2_claim_request.log_from), SWEEP runs it
  * (a2_worker_pool_queue), RESYNC runs the sessions it names, or, with
  * all_sessions, those the store reports pending (a2_worker_pool_resync).
  * SWEEP and a RESYNC's sessions start the log cursors' runs when

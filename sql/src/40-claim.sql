@@ -2,7 +2,7 @@
 
 -- a2_claim(session, holder, ttl_ms, expires_at, consumers, exclude,
 --          max_failures, through, now_ms, text_payloads, after_xid, wait_ms,
---          wake_logs, lanes)
+--          wake_logs, lanes, log_from)
 --
 -- Claims every eligible head of the session for holder, until now_ms +
 -- ttl_ms (or expires_at): unclaimed heads, and lapsed claims (a takeover:
@@ -32,6 +32,7 @@
 -- wake_logs: first bring the cursors of the log consumers among consumers
 -- up to date, as a2_wake_log does (after the wait for after_xid), in the
 -- claim's transaction: a woken log consumer's one call and one commit.
+-- log_from: as a2_wake_log's, the earliest index the log wake-ups named.
 --
 -- Locks: the eligible cursor rows, for update, in primary-key order
 -- (cursor_key, consumer, epoch), which no update changes, so racing claims
@@ -45,13 +46,16 @@ drop function if exists a2_claim(text, text, bigint, bigint, jsonb, jsonb, integ
                                   bigint, boolean, bigint, bigint);
 drop function if exists a2_claim(text, text, bigint, bigint, jsonb, jsonb, integer, bigint,
                                   bigint, boolean, bigint, bigint, boolean);
+drop function if exists a2_claim(text, text, bigint, bigint, jsonb, jsonb, integer, bigint,
+                                  bigint, boolean, bigint, bigint, boolean, jsonb);
 create or replace function a2_claim(session text, holder text, ttl_ms bigint default null,
                                     expires_at bigint default null, consumers jsonb default null,
                                     exclude jsonb default null, max_failures integer default null,
                                     through bigint default null, now_ms bigint default null,
                                     text_payloads boolean default false,
                                     after_xid bigint default null, wait_ms bigint default 1000,
-                                    wake_logs boolean default false, lanes jsonb default null)
+                                    wake_logs boolean default false, lanes jsonb default null,
+                                    log_from bigint default null)
 returns jsonb
 language plpgsql
 volatile
@@ -101,6 +105,9 @@ begin
     if v_through < 0 then
         perform a2__fail('INVALID_ARGUMENT', 'through must not be negative');
     end if;
+    if a2_claim.log_from < 0 then
+        perform a2__fail('INVALID_ARGUMENT', 'log_from must not be negative');
+    end if;
     v_expires := case when coalesce(a2_claim.expires_at, 0) > 0 then a2_claim.expires_at
                       else v_now + a2_claim.ttl_ms end;
     -- A transaction before the snapshot's xmin has ended: nothing to wait
@@ -124,7 +131,8 @@ begin
     end if;
     v_served := a2__served(a2_claim.consumers);
     if a2_claim.wake_logs then
-        perform a2__wake_log(v_session, l.consumer, l.lane, l.types, l.backfill)
+        perform a2__wake_log(v_session, l.consumer, l.lane, l.types, l.backfill,
+                             a2_claim.log_from)
            from a2__log_consumers(a2_claim.consumers) l;
     end if;
     if a2_claim.exclude is not null and jsonb_typeof(a2_claim.exclude) <> 'null' then

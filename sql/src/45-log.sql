@@ -4,8 +4,11 @@
 -- head and clear marker, the cursor's latest run (its columns null when it
 -- has none), where a new run would start, whether the run's types differ
 -- from types, and the next head of a new run (null while the run is busy).
+-- A cursor's first run starts at the beginning of the log with backfill,
+-- else before log_from (the event a log wake-up named; null: the head).
+drop function if exists a2__log_state(text, text, text, jsonb, boolean);
 create or replace function a2__log_state(session text, consumer text, cursor_key text,
-                                         types jsonb, backfill boolean,
+                                         types jsonb, backfill boolean, log_from bigint,
                                          out session_head bigint, out clear_index bigint,
                                          out run a2_cursors, out start bigint,
                                          out retyped boolean, out next_head bigint)
@@ -26,6 +29,8 @@ begin
      order by cur.epoch desc limit 1;
     start := case when run.epoch is not null then greatest(run.position, clear_index)
                   when a2__log_state.backfill then clear_index
+                  when a2__log_state.log_from > 0
+                      then greatest(least(session_head, a2__log_state.log_from - 1), clear_index)
                   else session_head end;
     retyped := run.types is distinct from a2__log_state.types;
     next_head := case when run.head > clear_index then null
@@ -33,12 +38,15 @@ begin
 end
 $fn$;
 
--- a2_wake_log(session, consumer, lane, types, backfill)
+-- a2_wake_log(session, consumer, lane, types, backfill, after_xid, wait_ms,
+--             log_from)
 --
 -- Brings log consumer `consumer`'s cursor ("lane:<lane>") up to date:
 -- starts a run at the next event of its types (a JSON array; null: every
--- type) when it has none running, or retypes a kept run. backfill: a new
--- cursor starts at the beginning of the log (else at its head). Result:
+-- type) when it has none running, or retypes a kept run. A new cursor
+-- starts at the beginning of the log with backfill, else at log_from (the
+-- index a `log` wake-up named: the event that woke its consumer is its
+-- first; the earliest of several), else after the session's head. Result:
 --   {"cursor": <cursor, as a2_cursors reports it>, "head": the session's
 --    head index}
 -- A consumer with no cursor and nothing after the latest clear stays
@@ -53,10 +61,12 @@ $fn$;
 -- run is retyped with skip locked (the cursor reported is the run as read),
 -- and an idle run retired with skip locked, never waited for.
 drop function if exists a2_wake_log(text, text, text, jsonb, boolean);
+drop function if exists a2_wake_log(text, text, text, jsonb, boolean, bigint, bigint);
 create or replace function a2_wake_log(session text, consumer text, lane text,
                                        types jsonb default null, backfill boolean default false,
                                        after_xid bigint default null,
-                                       wait_ms bigint default 1000)
+                                       wait_ms bigint default 1000,
+                                       log_from bigint default null)
 returns jsonb
 language plpgsql
 volatile
@@ -76,27 +86,30 @@ begin
     perform a2__name('lane', v_lane);
     perform a2__served(jsonb_build_array(jsonb_build_object(
         'name', v_consumer, 'log', jsonb_build_object('lane', v_lane, 'types', v_types))));
+    if a2_wake_log.log_from < 0 then
+        perform a2__fail('INVALID_ARGUMENT', 'log_from must not be negative');
+    end if;
     perform a2__await_xid(v_session, a2_wake_log.after_xid, a2_wake_log.wait_ms);
-    return a2__wake_log(v_session, v_consumer, v_lane, v_types, v_backfill);
+    return a2__wake_log(v_session, v_consumer, v_lane, v_types, v_backfill,
+                        a2_wake_log.log_from);
 end
 $fn$;
 
 -- a2_wake_log's work once its arguments are checked and its commit waited
 -- for (a2_claim calls it for wake_logs). Locks: a2_wake_log's, above.
--- Dropped first when an earlier schema named its parameters otherwise (a
--- replace cannot rename them).
+-- Earlier schemas' version (five parameters, without log_from, some of
+-- them named otherwise) is dropped first.
 do $$
 declare
     f regprocedure := to_regprocedure('a2__wake_log(text, text, text, jsonb, boolean)');
 begin
-    if f is not null and (select p.proargnames from pg_proc p where p.oid = f)
-                         is distinct from '{session,consumer,lane,types,backfill}'::text[] then
+    if f is not null then
         execute format('drop function %s', f);
     end if;
 end
 $$;
 create or replace function a2__wake_log(session text, consumer text, lane text, types jsonb,
-                                        backfill boolean)
+                                        backfill boolean, log_from bigint)
 returns jsonb
 language plpgsql
 volatile
@@ -117,7 +130,8 @@ begin
     v_key := 'lane:' || v_lane;
 
     for pass in 1..2 loop
-        select * into st from a2__log_state(v_session, v_consumer, v_key, v_types, v_backfill);
+        select * into st from a2__log_state(v_session, v_consumer, v_key, v_types, v_backfill,
+                                            a2__wake_log.log_from);
         if (st.run).epoch is null and st.session_head = st.clear_index then
             return jsonb_build_object(
                 'cursor', jsonb_build_object(

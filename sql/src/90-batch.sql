@@ -15,8 +15,8 @@ select case op
     when 'read' then '{session,after,max_events,types}'
     when 'cursors' then '{session}'
     when 'dead_letters' then '{session}'
-    when 'wake_log' then '{session,consumer,lane,types,backfill,after_xid,wait_ms}'
-    when 'claim' then '{session,holder,ttl_ms,expires_at,consumers,exclude,max_failures,through,now_ms,text_payloads,after_xid,wait_ms,wake_logs,lanes}'
+    when 'wake_log' then '{session,consumer,lane,types,backfill,after_xid,wait_ms,log_from}'
+    when 'claim' then '{session,holder,ttl_ms,expires_at,consumers,exclude,max_failures,through,now_ms,text_payloads,after_xid,wait_ms,wake_logs,lanes,log_from}'
     when 'renew' then '{session,holder,claims,ttl_ms,expires_at,now_ms}'
     when 'complete' then '{session,consumer,lane,index,attempt,events,consumers,now_ms,text_payloads}'
     when 'fail' then '{session,consumer,lane,index,attempt,error,max_failures,retry_after_ms,now_ms}'
@@ -79,7 +79,8 @@ begin
                          lane => o->>'lane', types => o->'types',
                          backfill => coalesce((o->>'backfill')::boolean, false),
                          after_xid => a2__json_int('after_xid', o->'after_xid'),
-                         wait_ms => coalesce(a2__json_int('wait_ms', o->'wait_ms'), 1000));
+                         wait_ms => coalesce(a2__json_int('wait_ms', o->'wait_ms'), 1000),
+                         log_from => a2__json_int('log_from', o->'log_from'));
     when 'claim' then
         r := a2_claim(session => o->>'session', holder => o->>'holder',
                       ttl_ms => a2__json_int('ttl_ms', o->'ttl_ms'),
@@ -92,7 +93,8 @@ begin
                       after_xid => a2__json_int('after_xid', o->'after_xid'),
                       wait_ms => coalesce(a2__json_int('wait_ms', o->'wait_ms'), 1000),
                       wake_logs => coalesce((o->>'wake_logs')::boolean, false),
-                      lanes => o->'lanes');
+                      lanes => o->'lanes',
+                      log_from => a2__json_int('log_from', o->'log_from'));
     when 'renew' then
         r := a2_renew(session => o->>'session', holder => o->>'holder', claims => o->'claims',
                       ttl_ms => a2__json_int('ttl_ms', o->'ttl_ms'),

@@ -24,5 +24,5 @@ end
 $$;
 
 -- The schema version this file installs; `a2 schema check` compares it.
-insert into a2_meta (key, value) values ('schema_version', '8')
+insert into a2_meta (key, value) values ('schema_version', '9')
 on conflict (key) do update set value = excluded.value;

@@ -61,13 +61,21 @@ A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema apply >/dev/null || fail "a2 schema apply 
 [ "$(checks)" = 0 ] || fail "after apply over schema 7: $(checks) CHECK constraints on a2_cursors"
 [ "$(q "select count(*) from a2_cursors where session_id = 'up' and head = 1")" = 1 ] ||
     fail "the cursor row is gone after apply over schema 7"
-# An a2__wake_log whose parameters had other names: replaced, renamed.
-q "drop function a2__wake_log(text, text, text, jsonb, boolean)" || fail "drop a2__wake_log"
+# An earlier schema's a2__wake_log (five parameters, some named otherwise)
+# and a2_wake_log (without log_from): replaced by this one's, no overload left.
+q "drop function a2__wake_log(text, text, text, jsonb, boolean, bigint)" || fail "drop a2__wake_log"
 q "create function a2__wake_log(v_session text, v_consumer text, v_lane text, v_types jsonb,
                                 v_backfill boolean) returns jsonb language sql as 'select null::jsonb'" ||
     fail "the renamed a2__wake_log"
+q "drop function a2_wake_log(text, text, text, jsonb, boolean, bigint, bigint, bigint)" || fail "drop a2_wake_log"
+q "create function a2_wake_log(session text, consumer text, lane text, types jsonb default null,
+                               backfill boolean default false, after_xid bigint default null,
+                               wait_ms bigint default 1000) returns jsonb language sql as 'select null::jsonb'" ||
+    fail "the old a2_wake_log"
 A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema apply >/dev/null || fail "a2 schema apply over a renamed a2__wake_log failed"
-[ "$(q "select proargnames::text from pg_proc where proname = 'a2__wake_log'")" = "{session,consumer,lane,types,backfill}" ] ||
-    fail "a2__wake_log's parameters: $(q "select proargnames::text from pg_proc where proname = 'a2__wake_log'")"
+[ "$(q "select string_agg(proargnames::text, ' ') from pg_proc where proname = 'a2__wake_log'")" = "{session,consumer,lane,types,backfill,log_from}" ] ||
+    fail "a2__wake_log's parameters: $(q "select string_agg(proargnames::text, ' ') from pg_proc where proname = 'a2__wake_log'")"
+[ "$(q "select count(*) from pg_proc where proname = 'a2_wake_log'")" = 1 ] ||
+    fail "a2_wake_log overloads: $(q "select string_agg(oid::regprocedure::text, ' ') from pg_proc where proname = 'a2_wake_log'")"
 A2_DB=$A2_TEST_DB "$A2_BIN/a2" schema check >/dev/null || fail "schema check after the upgrade"
 echo "test_schema_upgrade: passed"

@@ -103,7 +103,7 @@ static void test_claim_sessions(void **state)
     append(f, x->s[0], "e1", "a", NULL);
     append(f, x->s[1], "l1", "a", "q");
     append(f, x->s[1], "l2", "a", "q");
-    a2_claim_session cs[3] = {{x->s[1], 0}, {x->s[0], 0}, {x->s[2], 0}};
+    a2_claim_session cs[3] = {{x->s[1], 0, 0}, {x->s[0], 0, 0}, {x->s[2], 0, 0}};
     a2_claim_request req = {.holder = "h", .ttl_ms = 30000};
     a2_claim_result out[3];
     uint64_t trips = a2_store_round_trips(f->s);
@@ -135,7 +135,7 @@ static void test_claim_sessions_all_or_nothing(void **state)
     fx *f = x->f;
     append(f, x->s[0], "e1", "a", NULL);
     append(f, x->s[1], "e2", "a", NULL);
-    a2_claim_session cs[2] = {{x->s[0], 0}, {x->s[1], BAD_XID}};
+    a2_claim_session cs[2] = {{x->s[0], 0, 0}, {x->s[1], BAD_XID, 0}};
     a2_claim_request req = {.holder = "h", .ttl_ms = 30000};
     a2_claim_result out[2];
     assert_int_equal(a2_store_claim_sessions(f->s, cs, 2, &req, out),
@@ -192,7 +192,7 @@ static void test_claim_wake_logs(void **state)
     assert_int_equal(one.index, 1);
     a2_claim_result_free(&cr);
 
-    a2_claim_session cs[2] = {{x->s[2], 0}, {x->s[1], 0}};
+    a2_claim_session cs[2] = {{x->s[2], 0, 0}, {x->s[1], 0, 0}};
     a2_claim_result out[2];
     trips = a2_store_round_trips(f->s);
     OK(a2_store_claim_sessions(f->s, cs, 2, &req, out));
@@ -209,7 +209,7 @@ static void test_claim_wake_logs(void **state)
     char other[96];
     snprintf(other, sizeof other, "%s-new", x->s[0]);
     append_untargeted(f, other, "e1");
-    a2_claim_session bad[2] = {{other, 0}, {x->s[1], BAD_XID}};
+    a2_claim_session bad[2] = {{other, 0, 0}, {x->s[1], BAD_XID, 0}};
     assert_int_equal(a2_store_claim_sessions(f->s, bad, 2, &req, out),
                      A2_EINVALID_ARGUMENT);
     assert_int_equal(rows(f, "a2_cursors", other, "consumer = 'lg'"), 0);
@@ -223,7 +223,7 @@ static void test_claim_sessions_invalid(void **state)
     uint64_t trips = a2_store_round_trips(f->s);
     a2_claim_request req = {.holder = "h", .ttl_ms = 30000};
     a2_claim_result out[2];
-    a2_claim_session cs[2] = {{x->s[0], 0}, {x->s[0], 0}};
+    a2_claim_session cs[2] = {{x->s[0], 0, 0}, {x->s[0], 0, 0}};
     assert_int_equal(a2_store_claim_sessions(f->s, cs, 2, &req, out),
                      A2_EINVALID_ARGUMENT);
     assert_non_null(strstr(a2_store_last_error(f->s)->message,
@@ -261,7 +261,7 @@ static void claim_two(sfx *x, a2_attempt_ref at[2], a2_claim_result out[2])
     fx *f = x->f;
     append(f, x->s[0], "e1", "a", NULL);
     append(f, x->s[1], "e2", "a", NULL);
-    a2_claim_session cs[2] = {{x->s[0], 0}, {x->s[1], 0}};
+    a2_claim_session cs[2] = {{x->s[0], 0, 0}, {x->s[1], 0, 0}};
     a2_claim_request req = {.holder = "h", .ttl_ms = 30000};
     OK(a2_store_claim_sessions(f->s, cs, 2, &req, out));
     at[0] = only_head(&out[0]);
@@ -430,7 +430,7 @@ static void test_runner_sessions(void **state)
     append(f, x->s[1], "e3", "a", NULL);
     hctx h = {0};
     a2_worker_runner *r = runner_new(&h, 30000);
-    a2_claim_session cs[3] = {{x->s[1], 0}, {x->s[2], 0}, {x->s[0], 0}};
+    a2_claim_session cs[3] = {{x->s[1], 0, 0}, {x->s[2], 0, 0}, {x->s[0], 0, 0}};
     a2_worker_run_stats st[3];
     assert_int_equal(a2_worker_runner_run_sessions(r, cs, 3, st), 0);
     assert_int_equal(h.calls, 4);
@@ -479,7 +479,7 @@ static void test_runner_sessions_log(void **state)
     a2_worker_runner *r = a2_worker_runner_new(&o, err, sizeof err);
     if (!r)
         fail_msg("runner: %s", err);
-    a2_claim_session cs[3] = {{x->s[2], 0}, {x->s[0], 0}, {x->s[1], 0}};
+    a2_claim_session cs[3] = {{x->s[2], 0, 0}, {x->s[0], 0, 0}, {x->s[1], 0, 0}};
     a2_worker_run_stats st[3];
     assert_int_equal(a2_worker_runner_run_sessions(r, cs, 3, st), 0);
     assert_int_equal(h.calls, 3);
@@ -511,7 +511,7 @@ static void test_runner_sessions_renews(void **state)
     append(f, x->s[1], "e2", "a", NULL);
     hctx h = {.f = f, .wait_renewal = 2};
     a2_worker_runner *r = runner_new(&h, 600);
-    a2_claim_session cs[2] = {{x->s[0], 0}, {x->s[1], 0}};
+    a2_claim_session cs[2] = {{x->s[0], 0, 0}, {x->s[1], 0, 0}};
     a2_worker_run_stats st[2];
     assert_int_equal(a2_worker_runner_run_sessions(r, cs, 2, st), 0);
     assert_int_equal(h.calls, 2);
@@ -550,7 +550,7 @@ static void test_runner_sessions_dead_letter(void **state)
     append(f, x->s[1], "e2", "a", NULL);
     hctx h = {0};
     a2_worker_runner *r = runner_new(&h, 30000);
-    a2_claim_session cs[2] = {{x->s[1], 0}, {x->s[0], 0}};
+    a2_claim_session cs[2] = {{x->s[1], 0, 0}, {x->s[0], 0, 0}};
     a2_worker_run_stats st[2];
     assert_int_equal(a2_worker_runner_run_sessions(r, cs, 2, st), 0);
     assert_int_equal(st[0].dead_lettered, 1);
@@ -575,7 +575,7 @@ static void test_runner_sessions_refused(void **state)
     append(f, x->s[1], "e2", "a", NULL);
     hctx h = {0};
     a2_worker_runner *r = runner_new(&h, 30000);
-    a2_claim_session cs[2] = {{x->s[0], 0}, {x->s[1], BAD_XID}};
+    a2_claim_session cs[2] = {{x->s[0], 0, 0}, {x->s[1], BAD_XID, 0}};
     a2_worker_run_stats st[2];
     assert_int_equal(a2_worker_runner_run_sessions(r, cs, 2, st),
                      A2_WORKER_ESTORE);
@@ -675,7 +675,7 @@ static void *cc_worker(void *arg)
         size_t n = 2 + rand_r(&seed) % (CC_SESSIONS - 1);
         a2_claim_session cs[CC_SESSIONS];
         for (size_t i = 0; i < n; i++)
-            cs[i] = (a2_claim_session){cc->names[perm[i]], 0};
+            cs[i] = (a2_claim_session){cc->names[perm[i]], 0, 0};
         a2_worker_run_stats st[CC_SESSIONS];
         if (a2_worker_runner_run_sessions(r, cs, n, st) != 0) {
             pthread_mutex_lock(&cc->mu);

@@ -165,6 +165,13 @@ static void test_invalid_arguments(void **state)
     assert_int_equal(a2_store_claim(f->s, f->session, &req, &cr),
                      A2_EINVALID_ARGUMENT);
     req.max_failures = 0;
+    req.log_from = -1;
+    assert_int_equal(a2_store_claim(f->s, f->session, &req, &cr),
+                     A2_EINVALID_ARGUMENT);
+    a2_claim_session bad_from = {f->session, 0, -1};
+    assert_int_equal(a2_store_claim_sessions(f->s, &bad_from, 1, &req, &cr),
+                     A2_EINVALID_ARGUMENT);
+    req.log_from = 0;
     req.holder = NULL;
     assert_int_equal(a2_store_claim(f->s, f->session, &req, &cr),
                      A2_EINVALID_ARGUMENT);

@@ -157,6 +157,10 @@ run psql "$A2_TEST_DB" -XAtq -v ON_ERROR_STOP=1 -c "select a2_claim(session => '
 check "an after_xid over 32 bits is refused: $err" has "$err" "after_xid must be a 32-bit transaction id"
 run psql "$A2_TEST_DB" -XAtq -v ON_ERROR_STOP=1 -c "select a2_claim(session => 'v-sql', holder => 'sql', ttl_ms => 1000, after_xid => 5, wait_ms => null)"
 check "a null wait_ms is refused: $err" has "$err" "wait_ms must not be negative"
+run psql "$A2_TEST_DB" -XAtq -v ON_ERROR_STOP=1 -c "select a2_claim(session => 'v-sql', holder => 'sql', ttl_ms => 1000, wake_logs => true, log_from => -1)"
+check "a negative log_from is refused by a2_claim: $err" has "$err" "log_from must not be negative"
+run psql "$A2_TEST_DB" -XAtq -v ON_ERROR_STOP=1 -c "select a2_wake_log(session => 'v-sql', consumer => 'vislog', lane => 'log', log_from => -1)"
+check "... and by a2_wake_log: $err" has "$err" "log_from must not be negative"
 # An xid that is not in progress (committed, or never used) is not waited
 # for (the head is sql's now: busy until its lease ends).
 got=$(claim ", after_xid => 3, wait_ms => 60000")

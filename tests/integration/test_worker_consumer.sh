@@ -141,6 +141,23 @@ checks=$((checks + 1))
     fail "the log consumer ran: $(tr '\n' ';' <"$TMP/logruns") (wanted order.placed and done, not order.ignored)"
 checks=$((checks + 1))
 grep -q "\(log\|wake\) logs-1 " "$TMP/log.log" || fail "the log consumer was not woken: $(tail -5 "$TMP/log.log")"
+# A log consumer no append names: the `log` wake-up of a session's first
+# event of its types starts its cursor at that event (not after it), here
+# in two new sessions; an event of another type is not run.
+: >"$TMP/trackruns"
+"$W" --consumer tracker --log order.placed --connect "unix:$sock" --degraded-sweep 60000 \
+    --exec 'cat >/dev/null; echo "$A2_SESSION $A2_INDEX $A2_EVENT_TYPE" >>'"$TMP/trackruns" \
+    >/dev/null 2>"$TMP/track.log" &
+pids+=($!)
+wait_log 10 "$TMP/track.log" "connected to a2-consumer"
+"$A2" append track-1 order.placed '{}' >/dev/null
+"$A2" append track-2 order.noted '{}' >/dev/null
+"$A2" append track-2 order.placed '{}' >/dev/null
+deadline=$((SECONDS + 20))
+until [ "$(wc -l <"$TMP/trackruns")" -ge 2 ] || [ $SECONDS -gt $deadline ]; do sleep 0.1; done
+checks=$((checks + 1))
+[ "$(sort "$TMP/trackruns" | tr '\n' ';')" = "track-1 1 order.placed;track-2 2 order.placed;" ] ||
+    fail "the unnamed log consumer ran: $(tr '\n' ';' <"$TMP/trackruns") (wanted track-1 #1 and track-2 #2)"
 
 kill -TERM "${pids[@]}" 2>/dev/null
 for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done

@@ -159,6 +159,38 @@ select pg_temp.expect(
                                         "type": "order.paid"}]}]',
     'a batch claim with wake_logs skips the other type');
 
+-- 7b. A log consumer without backfill that a log wake-up names (log_from:
+-- the event the wake-up named) starts at that event; without log_from it
+-- starts after the session's head. In a claim with wake_logs, and in a
+-- batch's claim, the same.
+select pg_temp.expect(
+    a2_append(session => 'feed-2',
+              events => '[{"type": "order.placed"}, {"type": "note"}, {"type": "order.placed"}]',
+              now_ms => 16100),
+    '{"outcome": "appended"}', 'append to a second log');
+select pg_temp.expect(
+    a2_wake_log(session => 'feed-2', consumer => 'live', lane => 'main',
+                types => '["order.placed"]', log_from => 3),
+    '{"head": 3, "cursor": {"consumer": "live", "position": 2, "head": 3}}',
+    'wake_log from the event a wake-up named');
+select pg_temp.expect(
+    a2_wake_log(session => 'feed-2', consumer => 'late', lane => 'main',
+                types => '["order.placed"]'),
+    '{"head": 3, "cursor": {"consumer": "late", "position": 3, "head": null}}',
+    'wake_log without log_from starts after the head');
+select pg_temp.expect(
+    a2_claim(session => 'feed-2', holder => 'a2', ttl_ms => 30000,
+             consumers => '[{"name": "late2", "log": {"lane": "main", "types": ["order.placed"]}}]',
+             now_ms => 16200, wake_logs => true, log_from => 1),
+    '{"outcome": "claimed", "heads": [{"consumer": "late2", "index": 1, "type": "order.placed"}]}',
+    'a claim with wake_logs from log_from');
+select pg_temp.expect(
+    a2_batch('[{"op": "claim", "session": "feed-2", "holder": "a3", "ttl_ms": 30000,
+                "consumers": [{"name": "late3", "log": {"lane": "main", "types": ["note"]}}],
+                "now_ms": 16300, "wake_logs": true, "log_from": 2}]'),
+    '[{"outcome": "claimed", "heads": [{"consumer": "late3", "index": 2, "type": "note"}]}]',
+    'a batch claim with wake_logs from log_from');
+
 -- 8. A FIFO lane worked through with its completions: each completion and
 -- the claim of its lane's next head (lanes) in one a2_batch, one commit a
 -- head; a claim with lanes takes nothing of other cursors.

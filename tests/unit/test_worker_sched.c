@@ -134,11 +134,11 @@ static void test_fifo_and_merging(void **state)
     (void)state;
     a2__sched *s = a2__sched_new();
     assert_non_null(s);
-    assert_int_equal(a2__sched_add(s, "a", 0, 1, 5), 1);
-    assert_int_equal(a2__sched_add(s, "b", 0, 0, 0), 1);
-    assert_int_equal(a2__sched_add(s, "c", 0, 1, 0), 1);
-    assert_int_equal(a2__sched_add(s, "a", 1, 1, 7), 0); /* merged */
-    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0), 0); /* xid kept */
+    assert_int_equal(a2__sched_add(s, "a", 0, 1, 5, 0), 1);
+    assert_int_equal(a2__sched_add(s, "b", 0, 0, 0, 0), 1);
+    assert_int_equal(a2__sched_add(s, "c", 0, 1, 0, 0), 1);
+    assert_int_equal(a2__sched_add(s, "a", 1, 1, 7, 0), 0); /* merged */
+    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0, 0), 0); /* xid kept */
     a2_worker_pool_stats st = {0};
     a2__sched_counts(s, &st);
     assert_int_equal(st.sessions, 3);
@@ -175,12 +175,12 @@ static void test_named_while_running(void **state)
 {
     (void)state;
     a2__sched *s = a2__sched_new();
-    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0), 1);
+    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0, 0), 1);
     a2__run run;
     a2__job *a = take(s, "a", &run);
-    assert_int_equal(a2__sched_add(s, "a", 1, 1, 9), 0);
-    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0), 0);
-    assert_int_equal(a2__sched_add(s, "b", 0, 1, 0), 1);
+    assert_int_equal(a2__sched_add(s, "a", 1, 1, 9, 0), 0);
+    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0, 0), 0);
+    assert_int_equal(a2__sched_add(s, "b", 0, 1, 0, 0), 1);
     a2__next n = done(s, a, 1, 0, 0, 0);
     assert_int_equal(n.kind, A2W_RUN_AGAIN);
     a2__job *b = take(s, "b", &run);
@@ -188,6 +188,36 @@ static void test_named_while_running(void **state)
     assert_int_equal(run.wake_log, 1);
     assert_int_equal(run.xid, 9);
     assert_int_equal(done(s, b, 1, 0, 0, 0).kind, A2W_DONE);
+    assert_int_equal(done(s, a, 1, 0, 0, 0).kind, A2W_DONE);
+    a2__sched_free(s);
+}
+
+/* The index log wake-ups named (where a new log cursor starts): the
+ * earliest since the last run goes with the next one, and is kept with the
+ * log wake-up for a run scheduled after one that did not end it. */
+static void test_log_from(void **state)
+{
+    (void)state;
+    a2__sched *s = a2__sched_new();
+    a2__run run;
+    assert_int_equal(a2__sched_add(s, "a", 1, 1, 5, 7), 1);
+    assert_int_equal(a2__sched_add(s, "a", 1, 1, 6, 3), 0);
+    assert_int_equal(a2__sched_add(s, "a", 1, 1, 7, 9), 0);
+    assert_int_equal(a2__sched_add(s, "a", 0, 1, 8, 0), 0); /* a wake */
+    a2__job *a = take(s, "a", &run);
+    assert_int_equal(run.wake_log, 1);
+    assert_int_equal(run.log_from, 3);
+    /* named again while it runs: the run after it has both */
+    assert_int_equal(a2__sched_add(s, "a", 1, 1, 9, 12), 0);
+    assert_int_equal(done(s, a, 0, 0, 0, 0).kind, A2W_RUN_AGAIN);
+    a = take(s, "a", &run);
+    assert_int_equal(run.log_from, 3);
+    assert_int_equal(done(s, a, 1, 0, 0, 0).kind, A2W_DONE);
+    /* a wake-up of another kind: none */
+    assert_int_equal(a2__sched_add(s, "a", 0, 1, 10, 0), 1);
+    a = take(s, "a", &run);
+    assert_int_equal(run.wake_log, 0);
+    assert_int_equal(run.log_from, 0);
     assert_int_equal(done(s, a, 1, 0, 0, 0).kind, A2W_DONE);
     a2__sched_free(s);
 }
@@ -201,7 +231,7 @@ static void test_recheck_timers(void **state)
     a2__sched *s = a2__sched_new();
     a2__run run;
     int64_t now = 1000, next = 0;
-    assert_int_equal(a2__sched_add(s, "a", 1, 1, 0), 1);
+    assert_int_equal(a2__sched_add(s, "a", 1, 1, 0, 0), 1);
     const int64_t delays[] = {20, 40, 80};
     for (int i = 0; i < 3; i++) {
         a2__job *a = take(s, "a", &run);
@@ -220,12 +250,12 @@ static void test_recheck_timers(void **state)
     assert_int_equal(done(s, a, 0, 0, 0, now).kind, A2W_DONE);
 
     /* With the wake-up's xid: nothing to look at again. */
-    assert_int_equal(a2__sched_add(s, "x", 0, 1, 42), 1);
+    assert_int_equal(a2__sched_add(s, "x", 0, 1, 42, 0), 1);
     a2__job *x = take(s, "x", &run);
     assert_int_equal(run.xid, 42);
     assert_int_equal(done(s, x, 0, 0, 0, now).kind, A2W_DONE);
     /* A run nobody woke that found nothing: forgotten. */
-    assert_int_equal(a2__sched_add(s, "y", 0, 0, 0), 1);
+    assert_int_equal(a2__sched_add(s, "y", 0, 0, 0, 0), 1);
     a2__job *y = take(s, "y", &run);
     assert_int_equal(done(s, y, 0, 0, 0, now).kind, A2W_DONE);
 
@@ -246,8 +276,8 @@ static void test_retry_and_failure_timers(void **state)
     a2__sched *s = a2__sched_new();
     a2__run run;
     int64_t next = 0;
-    assert_int_equal(a2__sched_add(s, "busy", 0, 1, 0), 1);
-    assert_int_equal(a2__sched_add(s, "down", 0, 1, 0), 1);
+    assert_int_equal(a2__sched_add(s, "busy", 0, 1, 0, 0), 1);
+    assert_int_equal(a2__sched_add(s, "down", 0, 1, 0, 0), 1);
     a2__job *busy = take(s, "busy", &run);
     a2__job *down = take(s, "down", &run);
     /* now_real is 100000 + now_mono (done above): due in 250 ms */
@@ -271,7 +301,7 @@ static void test_retry_and_failure_timers(void **state)
     assert_int_equal(done(s, busy, 1, 0, 0, 300).kind, A2W_DONE);
 
     /* A wake-up for "down" before its timer: queued now, timer dropped. */
-    assert_int_equal(a2__sched_add(s, "down", 0, 1, 0), 1);
+    assert_int_equal(a2__sched_add(s, "down", 0, 1, 0, 0), 1);
     a2__sched_counts(s, &st);
     assert_int_equal(st.timers, 0);
     down = take(s, "down", &run);
@@ -288,12 +318,12 @@ static void test_stop(void **state)
     (void)state;
     a2__sched *s = a2__sched_new();
     a2__run run;
-    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0), 1);
-    assert_int_equal(a2__sched_add(s, "b", 0, 1, 0), 1);
+    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0, 0), 1);
+    assert_int_equal(a2__sched_add(s, "b", 0, 1, 0, 0), 1);
     a2__job *a = take(s, "a", &run);
-    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0), 0);
+    assert_int_equal(a2__sched_add(s, "a", 0, 1, 0, 0), 0);
     a2__sched_stop(s);
-    assert_int_equal(a2__sched_add(s, "c", 0, 1, 0), A2_WORKER_ESTOPPED);
+    assert_int_equal(a2__sched_add(s, "c", 0, 1, 0, 0), A2_WORKER_ESTOPPED);
     assert_null(a2__sched_take(s, &run));
     assert_int_equal(done(s, a, 0, 1, 0, 0).kind, A2W_DONE);
     a2_worker_pool_stats st = {0};
@@ -313,7 +343,7 @@ static void test_many_sessions(void **state)
     for (int round = 0; round < 2; round++)
         for (int i = 0; i < 2000; i++) {
             snprintf(name, sizeof name, "s-%d", i);
-            assert_int_equal(a2__sched_add(s, name, 0, 1, 0),
+            assert_int_equal(a2__sched_add(s, name, 0, 1, 0, 0),
                              round == 0 ? 1 : 0);
         }
     a2__run run;
@@ -343,7 +373,7 @@ static void test_many_timers_in_order(void **state)
     int64_t next;
     for (int i = 0; i < N; i++) {
         snprintf(name, sizeof name, "t-%d", i);
-        assert_int_equal(a2__sched_add(s, name, 0, 1, 0), 1);
+        assert_int_equal(a2__sched_add(s, name, 0, 1, 0, 0), 1);
     }
     /* session i due at 1000 + (i * 7919) % N: every time once */
     for (int i = 0; i < N; i++) {
@@ -358,7 +388,7 @@ static void test_many_timers_in_order(void **state)
     /* every tenth session woken before its time: queued now */
     for (int i = 0; i < N; i += 10) {
         snprintf(name, sizeof name, "t-%d", i);
-        assert_int_equal(a2__sched_add(s, name, 0, 1, 0), 1);
+        assert_int_equal(a2__sched_add(s, name, 0, 1, 0, 0), 1);
     }
     a2__sched_counts(s, &st);
     assert_int_equal(st.timers, N - N / 10);
@@ -402,6 +432,7 @@ int main(void)
             cmocka_unit_test(test_fifo_and_merging),
             cmocka_unit_test(test_named_while_running),
             cmocka_unit_test(test_recheck_timers),
+            cmocka_unit_test(test_log_from),
             cmocka_unit_test(test_retry_and_failure_timers),
             cmocka_unit_test(test_stop),
             cmocka_unit_test(test_many_sessions),

@@ -38,6 +38,11 @@ def take_count(session_s: float) -> int:
     return max(1, min(MAX_TOGETHER, int(TOGETHER_S / session_s)))
 
 
+def earliest(a: int, b: int) -> int:
+    """The earlier of two event indexes (0: none)."""
+    return b if a == 0 or (b != 0 and b < a) else a
+
+
 @dataclass
 class Job:
     session: str
@@ -49,6 +54,7 @@ class Job:
     hinted: bool = False     # a wake-up named work here
     rechecks: int = 0        # runs that found nothing after a wake-up
     xid: int = 0             # the latest wake-up's commit, for the next run to wait for
+    log_from: int = 0        # the earliest index log wake-ups named (a new log cursor starts there)
 
 
 @dataclass
@@ -69,6 +75,7 @@ class Turn:
     wake_log: bool
     woken: bool   # woken by a2-consumer, which announces every claimable head
     xid: int
+    log_from: int = 0
 
 
 class SessionTable:
@@ -95,7 +102,7 @@ class SessionTable:
             return self._nrunning
 
     def _schedule_locked(self, session: str, wake_log: bool, hinted: bool,
-                         xid: int = 0) -> None:
+                         xid: int = 0, log_from: int = 0) -> None:
         if self._stopping:
             return
         job = self._jobs.get(session)
@@ -104,6 +111,7 @@ class SessionTable:
         job.wake_log |= wake_log
         if xid:
             job.xid = xid
+        job.log_from = earliest(job.log_from, log_from)
         if hinted and not job.hinted:
             job.hinted = True
             job.rechecks = 0
@@ -115,9 +123,10 @@ class SessionTable:
             self._ready.append(job)
             self._mu.notify()
 
-    def schedule(self, session: str, wake_log: bool, hinted: bool, xid: int = 0) -> None:
+    def schedule(self, session: str, wake_log: bool, hinted: bool, xid: int = 0,
+                 log_from: int = 0) -> None:
         with self._mu:
-            self._schedule_locked(session, wake_log, hinted, xid)
+            self._schedule_locked(session, wake_log, hinted, xid, log_from)
 
     def schedule_all(self, sessions: Iterable[str], wake_log: bool) -> None:
         """Schedules sessions found pending (not named by a wake-up)."""
@@ -168,24 +177,26 @@ class SessionTable:
                 woken = job.hinted
                 xid = job.xid
                 job.xid = 0
+                log_from = job.log_from
+                job.log_from = 0
                 self._nrunning += 1
-                turns.append(Turn(job, wake_log, woken, xid))
+                turns.append(Turn(job, wake_log, woken, xid, log_from))
             return turns
 
     def done(self, turn: Turn, ran: Ran) -> None:
         """A slot finished its run of turn's session."""
         with self._mu:
             self._nrunning -= 1
-            self._after_run_locked(turn.job, ran, turn.wake_log)
+            self._after_run_locked(turn.job, ran, turn.wake_log, turn.log_from)
 
-    def _after_run_locked(self, job: Job, ran: Ran, wake_log: bool) -> None:
+    def _after_run_locked(self, job: Job, ran: Ran, wake_log: bool, log_from: int) -> None:
         """What to do with a session after a run. A wake-up can outrun the
         visibility of its commit to new snapshots: a run given the wake-up's
         xid had the store wait for that commit; one without (from a consumer
         that sends none) that claimed nothing looks again after 20, 40 and
-        80 ms. A log wake-up is kept
-        for every run scheduled after it until one ends with nothing left to
-        do (starting a log cursor's run is idempotent)."""
+        80 ms. A log wake-up (and the index it named) is kept for every run
+        scheduled after it until one ends with nothing left to do (starting a
+        log cursor's run is idempotent)."""
         job.running = False
         if self._jobs.get(job.session) is not job:
             return
@@ -213,3 +224,5 @@ class SessionTable:
             del self._jobs[job.session]
             return
         job.wake_log |= wake_log
+        if wake_log:
+            job.log_from = earliest(job.log_from, log_from)

@@ -245,7 +245,8 @@ class Slot:
                 try:
                     if len(turns) == 1:
                         t = turns[0]
-                        rans = [self._run_session(t.job.session, t.wake_log, t.woken, t.xid)]
+                        rans = [self._run_session(t.job.session, t.wake_log, t.woken, t.xid,
+                                                  t.log_from)]
                     else:
                         rans = self._run_together(turns)
                 except Exception as exc:  # a bug must not cost the slot
@@ -283,12 +284,15 @@ class Slot:
         args.update(extra)
         return args
 
-    def _run_session(self, session: str, wake_log: bool, once: bool, xid: int = 0) -> Ran:
+    def _run_session(self, session: str, wake_log: bool, once: bool, xid: int = 0,
+                     log_from: int = 0) -> Ran:
         """Works one session until it is settled or busy; with ``once``, ends
         after the first claim's heads when that claim dead-lettered nothing
         (it took every head eligible then; a2-consumer announces the rest).
         ``xid``: the wake-up's commit, which the store waits for before the
-        first claim (claimed again while it is still not visible)."""
+        first claim (claimed again while it is still not visible);
+        ``log_from``: where that claim starts a new log cursor (the index its
+        log wake-ups named)."""
         w = self._w
         ran = Ran(waited=xid != 0)
         what = "connect"
@@ -299,11 +303,13 @@ class Slot:
                 # commit is not visible) brings the log cursors up to date
                 what = "claim"
                 cl = store.claim(conn, session, self.holder,
-                                 **self._claim_args(after_xid=xid or None, wake_logs=wake_log))
+                                 **self._claim_args(after_xid=xid or None, wake_logs=wake_log,
+                                                    log_from=log_from or None))
                 if cl.get("outcome") == "busy" and cl.get("waiting_for"):
                     continue  # still not visible (a synchronous standby holds it, say)
                 xid = 0  # visible: later claims need not wait
                 wake_log = False
+                log_from = 0
                 heads = self._claimed(session, cl, ran)
                 if heads is None:
                     break
@@ -350,7 +356,8 @@ class Slot:
                 results = store.batch(conn, [
                     store.claim_op(t.job.session, self.holder,
                                    **self._claim_args(after_xid=t.xid or None,
-                                                      wake_logs=t.wake_log))
+                                                      wake_logs=t.wake_log,
+                                                      log_from=t.log_from or None))
                     for t in turns])
             except errors.StoreUnavailable:
                 raise
@@ -384,7 +391,8 @@ class Slot:
             return rans
         for k, t in enumerate(turns):
             if again[k] and not w._sessions.stopping:
-                more = self._run_session(t.job.session, t.wake_log, True, t.xid)
+                more = self._run_session(t.job.session, t.wake_log, True, t.xid,
+                                         t.log_from)
                 r = rans[k]
                 r.claimed += more.claimed
                 r.retry_at = more.retry_at

@@ -178,16 +178,18 @@ def dead_letters(conn: psycopg.Connection[Any], session: str) -> List[Dict[str, 
 def wake_log(conn: psycopg.Connection[Any], session: str, consumer: str, lane: str, *,
              types: Optional[Sequence[str]] = None,
              backfill: Optional[bool] = None, after_xid: Optional[int] = None,
-             wait_ms: Optional[int] = None) -> Dict[str, Any]:
+             wait_ms: Optional[int] = None, log_from: Optional[int] = None) -> Dict[str, Any]:
     """Brings a log consumer's cursor up to date (``a2_wake_log``):
     ``{"cursor", "head"}``. ``after_xid``: the log message's ``xid``, whose
-    commit is waited for first (at most ``wait_ms``, default 1000)."""
+    commit is waited for first (at most ``wait_ms``, default 1000).
+    ``log_from``: the message's ``idx`` (the earliest of several), where a
+    new cursor starts (without ``backfill``; else after the head)."""
     return _call(conn, "a2_wake_log",
                  [("session", session, "text"), ("consumer", consumer, "text"),
                   ("lane", lane, "text")],
                  [("types", _json(None if types is None else list(types)), "jsonb"),
                   ("backfill", backfill, "boolean"), ("after_xid", after_xid, "bigint"),
-                  ("wait_ms", wait_ms, "bigint")])
+                  ("wait_ms", wait_ms, "bigint"), ("log_from", log_from, "bigint")])
 
 
 def claim(conn: psycopg.Connection[Any], session: str, holder: str, *,
@@ -198,7 +200,8 @@ def claim(conn: psycopg.Connection[Any], session: str, holder: str, *,
           now_ms: Optional[int] = None, text_payloads: bool = False,
           after_xid: Optional[int] = None, wait_ms: Optional[int] = None,
           wake_logs: bool = False,
-          lanes: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
+          lanes: Optional[Sequence[Mapping[str, Any]]] = None,
+          log_from: Optional[int] = None) -> Dict[str, Any]:
     """Claims the session's eligible heads for ``holder`` (``a2_claim``):
     ``{"outcome": "claimed" | "busy" | "settled", "heads", "retry_at",
     "dead_lettered", ...}``. ``after_xid``: the wake-up's ``xid``; the claim
@@ -206,8 +209,9 @@ def claim(conn: psycopg.Connection[Any], session: str, holder: str, *,
     visible, and answers ``busy`` with ``"waiting_for"`` when it still is
     not: claim again with the same ``after_xid``. ``wake_logs``: first bring
     the cursors of the log consumers among ``consumers`` up to date, as
-    :func:`wake_log` does, in the claim's call and commit. ``lanes``: only
-    the heads of these lanes (``[{"consumer", "lane"}]``)."""
+    :func:`wake_log` does (``log_from`` as there), in the claim's call and
+    commit. ``lanes``: only the heads of these lanes (``[{"consumer",
+    "lane"}]``)."""
     return _call(conn, "a2_claim",
                  [("session", session, "text"), ("holder", holder, "text")],
                  [("ttl_ms", ttl_ms, "bigint"), ("expires_at", expires_at, "bigint"),
@@ -218,7 +222,8 @@ def claim(conn: psycopg.Connection[Any], session: str, holder: str, *,
                   ("text_payloads", text_payloads or None, "boolean"),
                   ("after_xid", after_xid, "bigint"), ("wait_ms", wait_ms, "bigint"),
                   ("wake_logs", wake_logs or None, "boolean"),
-                  ("lanes", _json(None if lanes is None else list(lanes)), "jsonb")])
+                  ("lanes", _json(None if lanes is None else list(lanes)), "jsonb"),
+                  ("log_from", log_from, "bigint")])
 
 
 def renew(conn: psycopg.Connection[Any], session: str, holder: str,
@@ -276,7 +281,8 @@ def claim_op(session: str, holder: str, *, ttl_ms: Optional[int] = None,
              consumers: Optional[Iterable[Consumer]] = None,
              max_failures: Optional[int] = None, now_ms: Optional[int] = None,
              after_xid: Optional[int] = None, wake_logs: bool = False,
-             lanes: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
+             lanes: Optional[Sequence[Mapping[str, Any]]] = None,
+             log_from: Optional[int] = None) -> Dict[str, Any]:
     """A claim as a :func:`batch` operation (the arguments of :func:`claim`):
     several sessions' claims in one call, or after a lane's completion the
     claim of that lane's next head (``lanes``), as
@@ -288,6 +294,8 @@ def claim_op(session: str, holder: str, *, ttl_ms: Optional[int] = None,
         op["after_xid"] = after_xid
     if wake_logs:
         op["wake_logs"] = True
+    if log_from is not None:
+        op["log_from"] = log_from
     if lanes is not None:
         op["lanes"] = list(lanes)
     return op

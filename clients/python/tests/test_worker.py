@@ -134,6 +134,23 @@ class Wakeups(WorkerTest):
             "select count(*) from a2_cursors where session_id = 'lg-1' and consumer = 'pylog' "
             "and head is null") == 1, "the log cursor to go idle")
 
+    def test_log_consumer_no_append_names(self) -> None:
+        # The `log` wake-up of a session's first event of its types starts
+        # the cursor at that event: the event that woke the consumer runs.
+        runs = support.Runs()
+        tracker = a2.LogConsumer("pytrack", types=["order.placed"])
+
+        def handler(ev: a2.Event) -> None:
+            runs.add(ev.session, ev.index, ev.type)
+
+        self.start(a2.Worker(support.DB, [tracker], handler, connect=CONNECT, name="pytrack-1"))
+        a2.append(self.conn, "tk-1", [{"type": "order.placed"}])
+        a2.append(self.conn, "tk-2", [{"type": "order.noted"}])
+        a2.append(self.conn, "tk-2", [{"type": "order.placed"}])
+        support.wait_until(lambda: len(runs.snapshot()) == 2, "two log runs")
+        self.assertEqual(sorted(runs.snapshot()), [("tk-1", 1, "order.placed"),
+                                                   ("tk-2", 2, "order.placed")])
+
 
 class Failures(WorkerTest):
     def test_retry_after_then_dead_letter_then_redrive(self) -> None:
