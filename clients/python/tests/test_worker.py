@@ -380,6 +380,84 @@ class Together(WorkerTest):
         self.assertGreaterEqual(st.together_runs, 10)
 
 
+class Visibility(WorkerTest):
+    """A wake-up that reaches the worker before its commit is visible to new
+    snapshots: with synchronous_standby_names naming a standby that never
+    connects, an append's commit is flushed and decoded (a2-consumer pushes
+    its wake-up) but stays invisible until the setting is cleared. Every
+    other commit of the test's database is local."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        db = support.value("select current_database()")
+        self.conn.execute(f'alter database "{db}" set synchronous_commit = local')
+        self.addCleanup(self.execute, f'alter database "{db}" reset synchronous_commit')
+
+    @staticmethod
+    def execute(statement: str) -> None:
+        with support.connect() as conn:
+            conn.execute(statement)
+
+    def hold(self) -> None:
+        self.addCleanup(self.release)
+        self.conn.execute("alter system set synchronous_standby_names = 'a2_never'")
+        self.conn.execute("select pg_reload_conf()")
+        support.wait_until(lambda: support.value("show synchronous_standby_names") == "a2_never",
+                           "synchronous_standby_names to take")
+
+    def release(self) -> None:
+        self.conn.execute("alter system reset synchronous_standby_names")
+        self.conn.execute("select pg_reload_conf()")
+
+    def test_invisible_session_of_a_together_run(self) -> None:
+        # A slot takes a visible session and an invisible one together:
+        # the visible one runs at once; the invisible one's claim answers
+        # "still invisible", and it runs on its own, once, when it is visible.
+        runs = support.Runs()
+
+        def handler(ev: a2.Event) -> None:
+            runs.add(ev.session, ev.index)
+
+        job = {"type": "job", "targets": [{"consumer": "pyvis"}]}
+        producer = support.connect()
+        self.addCleanup(producer.close)
+        a2.append(producer, "tv-gate", [job])
+        # The gate's cursor row locked: the worker's first claim (its resync
+        # of tv-gate) waits on it with its one slot, no handler run yet.
+        lock = support.connect(autocommit=False)
+        self.addCleanup(lock.close)
+        lock.execute("select 1 from a2_cursors where session_id = 'tv-gate' and consumer = 'pyvis' "
+                     "for update")
+        w = self.start(a2.Worker(support.DB, ["pyvis"], handler, connect=CONNECT, name="pyvis-1",
+                                 concurrency=1))
+        support.wait_until(lambda: support.value(
+            "select count(*) from pg_stat_activity where wait_event_type = 'Lock' "
+            "and query like %s", ("%a2_claim%",)), "the gate's claim to wait")
+        self.hold()
+        a2.append(producer, "tv-1", [job])
+        held = support.connect()
+        self.addCleanup(held.close)
+        held.execute("set synchronous_commit = on")
+        appended = threading.Thread(target=a2.append, args=(held, "tv-2", [job]))
+        appended.start()
+        self.addCleanup(appended.join, support.WAIT_S)
+        support.wait_until(lambda: w.stats.wakes >= 2, "the wake-ups of tv-1 and tv-2")
+        self.assertEqual(support.value("select count(*) from a2_events where session_id = 'tv-2'"),
+                         0, "tv-2's append was visible before its commit came back")
+        lock.rollback()
+        # After the gate (a handler of no time), the slot takes both sessions
+        # in one claim call; tv-1 runs while tv-2 is still invisible.
+        support.wait_until(lambda: ("tv-1", 1) in runs.snapshot(), "tv-1's run")
+        self.assertNotIn(("tv-2", 1), runs.snapshot())
+        self.assertEqual(w.stats.together_runs, 2, w.stats)
+        self.release()
+        appended.join(support.WAIT_S)
+        self.assertFalse(appended.is_alive(), "the held append did not come back")
+        support.wait_until(lambda: ("tv-2", 1) in runs.snapshot(), "tv-2's run once visible")
+        support.wait_until(lambda: w.stats.completed == 3, "three completions")
+        self.assertEqual(sorted(runs.snapshot()), [("tv-1", 1), ("tv-2", 1), ("tv-gate", 1)])
+
+
 class Slots(WorkerTest):
     def test_sessions_one_slot_at_a_time_lanes_in_order(self) -> None:
         lock = threading.Lock()
