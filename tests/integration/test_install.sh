@@ -51,5 +51,44 @@ else
     bad "link: $(cat "$stage/cc.log")"
 fi
 
+# The complete worker of docs/worker.md builds and links against the staged
+# install (pkg-config a2worker), and so does its pool variant: its code as
+# written, given the card check it leaves to the application.
+doc=$top/docs/worker.md
+block() { # N: the Nth ```c block of the section "A complete worker in C"
+    awk -v want="$1" '/^### A complete worker in C/ { on = 1; next }
+        on && /^### / { on = 0 }
+        on && /^```c$/ { n++; inside = 1; next }
+        inside && /^```$/ { inside = 0; next }
+        inside && n == want { print }' "$doc"
+}
+{
+    block 1
+    printf 'int card_ok(const char *payload) { return payload != NULL; }\n'
+} >"$stage/worker.c"
+{
+    printf '#include <a2/worker.h>\n#include <stdlib.h>\n'
+    printf 'static int charge(void *ctx, int slot, const a2_head *h, a2_worker_reply *reply)\n'
+    printf '{ (void)ctx; (void)slot; (void)h; (void)reply; return 0; }\n'
+    printf 'int pool_main(a2_worker *w);\nint pool_main(a2_worker *w)\n{\n'
+    printf '    char err[256];\n    a2_consumer billing = {.name = "billing"};\n'
+    block 2
+    printf '    return 0;\n}\n'
+} >"$stage/pool.c"
+[ -s "$stage/worker.c" ] && grep -q 'int main' "$stage/worker.c" && ok "docs/worker.md has a complete worker" ||
+    bad "no complete worker in docs/worker.md"
+sed -i "s|^prefix=.*|prefix=$root|" "$root/lib/pkgconfig/a2worker.pc"
+wflags=$(PKG_CONFIG_PATH=$root/lib/pkgconfig pkg-config --cflags --libs a2worker)
+if cc -std=c11 -Wall -Werror -o "$stage/worker" "$stage/worker.c" $wflags 2>"$stage/cc.log"; then
+    ok "the complete worker of docs/worker.md builds with pkg-config a2worker"
+else
+    bad "the complete worker of docs/worker.md: $(head -n 20 "$stage/cc.log")"
+fi
+if cc -std=c11 -Wall -Werror -c -o "$stage/pool.o" "$stage/pool.c" $wflags 2>"$stage/cc.log"; then
+    ok "its pool variant builds"
+else
+    bad "the pool variant of docs/worker.md: $(head -n 20 "$stage/cc.log")"
+fi
+
 echo "install: $pass passed, $fail failed"
 [ $fail -eq 0 ]
