@@ -90,5 +90,21 @@ else
     bad "the pool variant of docs/worker.md: $(head -n 20 "$stage/cc.log")"
 fi
 
+# The README's producer (its tour's C block, the body of a main) builds
+# with pkg-config a2store.
+{
+    printf '#include <a2/store.h>\n#include <stdio.h>\nint main(void)\n{\n'
+    awk '/^```c$/ { n++; inside = 1; next } inside && /^```$/ { inside = 0; next }
+         inside && n == 1 { print }' "$top/README.md"
+    printf '    return 0;\n}\n'
+} >"$stage/producer.c"
+if grep -q a2_store_append "$stage/producer.c" &&
+    cc -std=c11 -Wall -Werror -o "$stage/producer" "$stage/producer.c" \
+        $(PKG_CONFIG_PATH=$root/lib/pkgconfig pkg-config --cflags --libs a2store) 2>"$stage/cc.log"; then
+    ok "the README's C producer builds with pkg-config a2store"
+else
+    bad "the README's C producer: $(head -n 20 "$stage/cc.log")"
+fi
+
 echo "install: $pass passed, $fail failed"
 [ $fail -eq 0 ]
