@@ -54,6 +54,30 @@ case "$where" in
 *) fail "a2 is not imported from the venv: $where" ;;
 esac
 
+# docs/sql.md's Python example, as written but for its conninfo: the order
+# and its event in one transaction, then billing's claim and completion.
+sql "create table if not exists orders (id text primary key)" >/dev/null
+{
+    echo "import os"
+    awk '/^\*\*Python\*\*/ { on = 1 } on && /^```python$/ { inside = 1; next }
+         inside && /^```$/ { exit } inside { print }' "$top/docs/sql.md" |
+        sed 's/"dbname=shop"/os.environ["A2_TEST_DB"]/'
+} >"$TMP/sql_md_example.py"
+checks=$((checks + 1))
+if ! grep -q 'os.environ\["A2_TEST_DB"\]' "$TMP/sql_md_example.py"; then
+    fail "docs/sql.md's Python example was not found (or connects elsewhere)"
+elif ! out=$(cd "$TMP" && "$VPY" "$TMP/sql_md_example.py" 2>&1); then
+    fail "docs/sql.md's Python example failed: $out"
+fi
+checks=$((checks + 1))
+[ "$(sql "select count(*) from orders o join a2_events e on e.event_id = o.id
+          where o.id = 'order-7' and e.session_id = 'shop-1'")" = 1 ] ||
+    fail "docs/sql.md's Python example stored no order-7 with its event"
+checks=$((checks + 1))
+[ "$(sql "select count(*) from a2_cursors c join a2_events e on e.session_id = c.session_id
+          and e.idx = c.position where e.event_id = 'order-7' and c.consumer = 'billing'")" = 1 ] ||
+    fail "docs/sql.md's Python example did not complete order-7 for billing"
+
 # The a2-consumer of the tests (one test starts and stops its own as well).
 sock=$TMP/a2.sock
 "$C" --db "$A2_TEST_DB" --slot "$slot" --listen "unix:$sock" --audit "$TMP/audit.jsonl" \
