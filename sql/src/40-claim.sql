@@ -102,11 +102,10 @@ begin
     if v_max < 0 then
         perform a2__fail('INVALID_ARGUMENT', 'max failures must be at least 1 (0: no limit)');
     end if;
-    if v_through < 0 then
-        perform a2__fail('INVALID_ARGUMENT', 'through must not be negative');
-    end if;
-    if a2_claim.log_from < 0 then
-        perform a2__fail('INVALID_ARGUMENT', 'log_from must not be negative');
+    if v_through < 0 or a2_claim.log_from < 0 then
+        perform a2__fail('INVALID_ARGUMENT',
+                         case when v_through < 0 then 'through' else 'log_from' end
+                         || ' must not be negative');
     end if;
     v_expires := case when coalesce(a2_claim.expires_at, 0) > 0 then a2_claim.expires_at
                       else v_now + a2_claim.ttl_ms end;
