@@ -396,10 +396,10 @@ class Worker:
                 self._log.debug("wake %s %s head %d", msg["session"], msg["cursor"], msg["head"])
             else:
                 self._log.debug("log %s #%d %s", msg["session"], msg["idx"], msg["type"])
-            # a log wake-up's event is where a new log cursor starts
-            idx = msg.get("idx") if t == "log" else 0
+            # a log wake-up's event (an int: wire.py checks) is where a new
+            # log cursor starts
             self._sessions.schedule(msg["session"], t == "log", True, msg.get("xid") or 0,
-                                    idx if isinstance(idx, int) and idx > 0 else 0)
+                                    max(msg["idx"], 0) if t == "log" else 0)
         elif t == "resync":
             consumer = msg["consumer"]
             if consumer not in self._names:
